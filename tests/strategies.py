@@ -1,0 +1,46 @@
+"""Hypothesis strategies shared by every test module (one place, so edges stay consistent)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+#: Boundary values every codec and conversion must survive (STYLE.md lesson 8).
+BOUNDARY_IDS = [0, 1, 2, 255, 256, 2**15 - 1, 2**15, 2**16 - 1, 2**16, 2**31 - 1, -1, -(2**31)]
+
+#: Realistic vocabulary sizes: Llama 2, GPT-2, Llama 3, Qwen2/3, Gemma 3.
+VOCAB_SIZES = [32_000, 50_257, 128_256, 151_936, 262_144]
+
+int32s = st.integers(INT32_MIN, INT32_MAX)
+token_ids = st.one_of(st.integers(0, 262_143), st.sampled_from(BOUNDARY_IDS), int32s)
+token_lists = st.lists(token_ids, max_size=300)
+#: Ids outside int32 (either side), for overflow paths.
+out_of_int32 = st.one_of(st.integers(INT32_MAX + 1, 2**70), st.integers(-(2**70), INT32_MIN - 1))
+
+#: Every integer dtype as_tokens converts, in both byte orders where it matters.
+INT_DTYPES = [
+    np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+    ">i2", ">u2", ">i4", ">u4", ">i8", ">u8", "<i4", "<i8",
+]
+
+
+@st.composite
+def int_arrays(draw: st.DrawFn, max_size: int = 200) -> np.ndarray:
+    """An integer ndarray of any dtype whose values fit both the dtype and int32, possibly
+    strided (step) or reversed."""
+    dtype = np.dtype(draw(st.sampled_from(INT_DTYPES)))
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, INT32_MIN), min(info.max, INT32_MAX)
+    values = draw(st.lists(st.integers(lo, hi), max_size=max_size))
+    base = np.array(values, dtype=dtype)
+    step = draw(st.sampled_from([1, 1, 2, 3, -1]))
+    if step == 1:
+        return base
+    # Build a strided view whose visible elements are `values`.
+    wide = np.zeros(len(values) * abs(step), dtype=dtype)
+    wide[:: abs(step)] = base
+    view = wide[:: abs(step)]
+    return view[::-1][::-1] if step > 0 else np.ascontiguousarray(view[::-1])[::-1]

@@ -1,0 +1,43 @@
+# cython: language_level=3
+"""C-level interface of tokenwire's token buffer, for other Cython extensions.
+
+    from tokenwire._core cimport TokenVector, tv_data, tv_len, tv_from_int32
+
+A TokenVector is immutable: `tv_data` points at `tv_len` native int32 ids that stay valid, and
+unchanged, for as long as the caller holds a reference to the vector.
+"""
+
+cimport cython
+from cpython.buffer cimport Py_buffer
+from libc.stdint cimport int32_t
+
+
+@cython.final
+cdef class TokenVector:
+    # Read-only from outside: `_data` is either our own allocation (`_owned`) or points into the
+    # buffer held by `_view` (a zero-copy view of an immutable exporter, e.g. a `bytes` frame).
+    cdef int32_t* _data
+    cdef Py_ssize_t _len
+    cdef bint _owned
+    cdef bint _has_view
+    cdef Py_buffer _view
+    cdef Py_ssize_t _exports     # live buffer exports (diagnostics only; data never moves)
+    cdef object __weakref__
+
+
+cdef inline const int32_t* tv_data(TokenVector tv) noexcept:
+    return tv._data
+
+
+cdef inline Py_ssize_t tv_len(TokenVector tv) noexcept:
+    return tv._len
+
+
+# A new vector of `n` uninitialized ids; the caller fills `tv_data(...)` before sharing it.
+cdef TokenVector tv_alloc(Py_ssize_t n)
+# A new vector holding a copy of `n` ids at `src` (one memcpy; releases the GIL when large).
+cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n)
+# A vector that views `n` ids at `data` inside `view` without copying, taking ownership of the
+# (already acquired) buffer `view`; it is released when the vector dies. `data` must be 4-aligned,
+# lie inside the buffer, and the exporter must be immutable.
+cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n)

@@ -1,0 +1,835 @@
+# cython: language_level=3
+"""tokenwire's native core: the int32 token buffer and the conversions into and out of it.
+
+Layout of this module (kernels compute, wrappers check):
+  * TokenVector      -- an immutable, owned, native int32 sequence exporting the buffer protocol;
+  * as_tokens        -- every input a submit path sees, converted with exactly one pass in C;
+  * tolist           -- list[int] materialization through a process-wide table of int objects;
+  * the wire codec   -- in _wire.pxi, included below (kept in its own file, one module).
+Kernels take raw pointers / typed memory, hold no references and are `noexcept nogil`; argument
+checks and error messages live in the Python-facing wrappers above them.
+"""
+
+cimport cython
+from cpython.buffer cimport (
+    PyBUF_FORMAT,
+    PyBUF_ND,
+    PyBUF_RECORDS_RO,
+    PyBUF_SIMPLE,
+    PyBUF_STRIDES,
+    PyBUF_WRITABLE,
+    PyBuffer_Release,
+    PyObject_CheckBuffer,
+    PyObject_GetBuffer,
+)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check, PyLong_CheckExact
+from cpython.object cimport PyObject
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from libc.stdint cimport (
+    INT32_MAX,
+    INT32_MIN,
+    int8_t,
+    int16_t,
+    int32_t,
+    int64_t,
+    uint8_t,
+    uint16_t,
+    uint32_t,
+    uint64_t,
+    uintptr_t,
+)
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcmp, memcpy
+
+from tokenwire._endian cimport TW_HOST_BIG_ENDIAN, tw_bswap16, tw_bswap32, tw_bswap64
+from tokenwire._pyint cimport pyint_compact_value
+
+import operator
+import sys
+from collections.abc import Sequence as _Sequence
+from pickle import PickleBuffer
+
+cdef extern from "Python.h":
+    # Declared with raw pointers: these steal / return references we manage by hand.
+    PyObject* PyList_New(Py_ssize_t n)
+    void PyList_SET_ITEM(PyObject* lst, Py_ssize_t i, PyObject* o)
+    PyObject* PyLong_FromLong(long v)
+    Py_ssize_t PySequence_Fast_GET_SIZE(object o)
+    PyObject** PySequence_Fast_ITEMS(object o)
+    Py_ssize_t PyList_GET_SIZE(object o)
+
+# --------------------------------------------------------------------------------------------
+# Constants
+
+#: Inputs at least this many bytes are converted / copied with the GIL released. Below it, the
+#: cost of releasing and re-taking the GIL is larger than the work.
+cdef Py_ssize_t NOGIL_BYTES = 64 * 1024
+
+#: Ids in [0, INT_CACHE_SIZE) are materialized from a process-wide table of int objects (see
+#: `tolist`). 2**18 = 262,144 covers every current LLM vocabulary (Gemma's is exactly 262,144).
+#: Memory: the pointer table is INT_CACHE_SIZE * 8 bytes = 2 MiB of calloc'ed virtual memory,
+#: touched only where ids fall; each distinct id seen adds one int object (32 bytes). A process
+#: that has seen every id holds 2 MiB + 8 MiB = 10 MiB; a typical vocabulary's working set far less.
+cdef enum:
+    _INT_CACHE = 262144
+INT_CACHE_SIZE = _INT_CACHE
+
+cdef int32_t _EMPTY[1]               # the data pointer of every empty vector (never NULL)
+cdef Py_ssize_t _ITEMSIZE = 4        # strides[0] of every exported buffer
+cdef char* _FORMAT_I = "i"           # format of every exported buffer (native int32)
+cdef PyObject** _int_table = <PyObject**>calloc(_INT_CACHE, sizeof(PyObject*))
+if _int_table == NULL:
+    raise MemoryError("tokenwire: cannot allocate the int table")
+
+cdef object _NOTHING = object()     # "no argument" default of TokenVector()
+
+
+# --------------------------------------------------------------------------------------------
+# Allocation
+
+cdef TokenVector tv_alloc(Py_ssize_t n):
+    cdef TokenVector tv = TokenVector.__new__(TokenVector)
+    if n < 0:
+        raise ValueError(f"negative length {n}")
+    if n == 0:
+        return tv
+    if n > (<Py_ssize_t>(<size_t>-1 >> 1)) // 4:
+        raise MemoryError(f"cannot allocate {n} token ids")
+    cdef int32_t* p = <int32_t*>malloc(<size_t>n * 4)
+    if p == NULL:
+        raise MemoryError(f"cannot allocate {n} token ids ({n * 4} bytes)")
+    tv._data = p
+    tv._len = n
+    tv._owned = True
+    return tv
+
+
+cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n):
+    cdef TokenVector tv = tv_alloc(n)
+    cdef size_t nbytes = <size_t>n * 4
+    if n == 0:
+        return tv
+    if nbytes >= <size_t>NOGIL_BYTES:
+        with nogil:
+            memcpy(tv._data, src, nbytes)
+    else:
+        memcpy(tv._data, src, nbytes)
+    return tv
+
+
+cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n):
+    cdef TokenVector tv = TokenVector.__new__(TokenVector)
+    memcpy(&tv._view, view, sizeof(Py_buffer))
+    tv._has_view = True
+    if n > 0:
+        tv._data = <int32_t*>data
+        tv._len = n
+    return tv
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels (no Python objects, no errors: they report the first bad index, or -1)
+
+ctypedef fused src_int:
+    int8_t
+    uint8_t
+    int16_t
+    uint16_t
+    int32_t
+    uint32_t
+    int64_t
+    uint64_t
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline src_int _bswap(src_int v) noexcept nogil:
+    if src_int is int16_t or src_int is uint16_t:
+        return <src_int>tw_bswap16(<uint16_t>v)
+    elif src_int is int32_t or src_int is uint32_t:
+        return <src_int>tw_bswap32(<uint32_t>v)
+    elif src_int is int64_t or src_int is uint64_t:
+        return <src_int>tw_bswap64(<uint64_t>v)
+    else:
+        return v
+
+
+cdef inline bint _in_int32(src_int v) noexcept nogil:
+    if src_int is int64_t:
+        # v fits int32 iff its high word is the sign extension of its low word; written with
+        # 32-bit operations so that SSE2 (no 64-bit compare) can vectorize the loops below.
+        return <int32_t>(<uint64_t>v >> 32) == (<int32_t>v >> 31)
+    elif src_int is uint32_t or src_int is uint64_t:
+        return v <= <src_int>INT32_MAX
+    else:
+        return True
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _narrow_contiguous(const src_int* src, Py_ssize_t n, int32_t* dst,
+                                   uint64_t* bad) noexcept nogil:
+    # Branch-free over the whole input so that -O3 vectorizes it; the (rare) failure is located
+    # afterwards. `dst` may hold garbage on failure: the caller drops it.
+    cdef Py_ssize_t i
+    cdef bint ok = True
+    for i in range(n):
+        ok &= _in_int32(src[i])
+        dst[i] = <int32_t>src[i]
+    if ok:
+        return -1
+    for i in range(n):
+        if not _in_int32(src[i]):
+            bad[0] = <uint64_t>src[i]
+            return i
+    return -1
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _narrow_strided(const char* src, Py_ssize_t n, Py_ssize_t stride, bint swap,
+                                int32_t* dst, uint64_t* bad, src_int tag) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef src_int v
+    for i in range(n):
+        memcpy(&v, src + i * stride, sizeof(src_int))
+        if swap:
+            v = _bswap(v)
+        if not _in_int32(v):
+            bad[0] = <uint64_t>v
+            return i
+        dst[i] = <int32_t>v
+    return -1
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _first_outside_vocab(const int32_t* p, Py_ssize_t n, uint32_t vocab) noexcept nogil:
+    # Unsigned compare: a negative id wraps to >= 2**31 >= vocab. Branch-free first pass.
+    cdef Py_ssize_t i
+    cdef bint ok = True
+    for i in range(n):
+        ok &= <uint32_t>p[i] < vocab
+    if ok:
+        return -1
+    for i in range(n):
+        if <uint32_t>p[i] >= vocab:
+            return i
+    return -1
+
+
+# --------------------------------------------------------------------------------------------
+# Buffer-format parsing
+
+cdef enum:
+    KIND_BAD = 0
+    KIND_SIGNED = 1
+    KIND_UNSIGNED = 2
+
+
+cdef int _parse_int_format(const char* fmt, Py_ssize_t itemsize, bint* swap):
+    """KIND_SIGNED / KIND_UNSIGNED for a single integer item format, KIND_BAD otherwise."""
+    if fmt == NULL:          # no format means unsigned bytes ("B")
+        swap[0] = False
+        return KIND_UNSIGNED if itemsize == 1 else KIND_BAD
+    cdef char order = fmt[0]
+    cdef bint big
+    if order == b'@' or order == b'=' or order == b'<' or order == b'>' or order == b'!':
+        fmt += 1
+        big = (order == b'>' or order == b'!') or (order != b'<' and TW_HOST_BIG_ENDIAN)
+    else:
+        big = TW_HOST_BIG_ENDIAN
+    swap[0] = big != TW_HOST_BIG_ENDIAN and itemsize > 1
+    if fmt[0] == 0 or fmt[1] != 0:
+        return KIND_BAD
+    if itemsize not in (1, 2, 4, 8):
+        return KIND_BAD
+    cdef char c = fmt[0]
+    if c in b'bhilqn':
+        return KIND_SIGNED
+    if c in b'BHILQN':
+        return KIND_UNSIGNED
+    return KIND_BAD
+
+
+cdef str _format_str(const char* fmt):
+    return "B" if fmt == NULL else (<bytes>fmt).decode("ascii", "replace")
+
+
+cdef tuple _shape_of(Py_buffer* view):
+    if view.shape == NULL:
+        return (view.len // view.itemsize,) if view.ndim == 1 else ()
+    return tuple([view.shape[i] for i in range(view.ndim)])
+
+
+# --------------------------------------------------------------------------------------------
+# Conversions (wrappers: they check, then call a kernel)
+
+cdef str _short_repr(object v):
+    s = repr(v)
+    return s if len(s) <= 40 else s[:18] + "..." + s[len(s) - 18:]
+
+
+cdef object _overflow(Py_ssize_t index, object value):
+    return OverflowError(
+        f"token id at index {index} is {_short_repr(value)}, "
+        f"outside int32 [-2147483648, 2147483647]"
+    )
+
+
+cdef TokenVector _from_buffer(object obj):
+    cdef Py_buffer view
+    cdef bint swap = False
+    cdef int kind
+    cdef Py_ssize_t n, stride, bad_index = -1, itemsize
+    cdef uint64_t bad = 0
+    cdef TokenVector tv
+    cdef const char* src
+    PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
+    try:
+        kind = _parse_int_format(view.format, view.itemsize, &swap)
+        fmt = _format_str(view.format)
+        if kind == KIND_BAD:
+            raise TypeError(
+                f"token ids must be integers, got a buffer of format {fmt!r} "
+                f"(itemsize {view.itemsize})"
+            )
+        if type(obj) is memoryview and view.itemsize == 1 and fmt in ("B", "@B", "c"):
+            raise TypeError(
+                "as_tokens() does not take raw bytes (a memoryview of format 'B'); "
+                "use tokenwire.decode() for wire frames, or memoryview.cast('i') for native int32"
+            )
+        if view.ndim != 1:
+            raise ValueError(f"token ids must be 1-D, got shape {_shape_of(&view)}")
+        itemsize = view.itemsize
+        n = view.shape[0] if view.shape != NULL else view.len // itemsize
+        stride = view.strides[0] if view.strides != NULL else itemsize
+        tv = tv_alloc(n)
+        if n == 0:
+            return tv
+        src = <const char*>view.buf
+        if itemsize == 4 and kind == KIND_SIGNED and not swap and stride == 4:
+            # The hot path: a native int32 C-contiguous buffer is exactly one memcpy.
+            if n * 4 >= NOGIL_BYTES:
+                with nogil:
+                    memcpy(tv._data, src, <size_t>n * 4)
+            else:
+                memcpy(tv._data, src, <size_t>n * 4)
+            return tv
+        if n * itemsize >= NOGIL_BYTES:
+            with nogil:
+                bad_index = _dispatch_narrow(src, n, stride, itemsize, kind, swap, tv._data, &bad)
+        else:
+            bad_index = _dispatch_narrow(src, n, stride, itemsize, kind, swap, tv._data, &bad)
+        if bad_index >= 0:
+            raise _overflow(bad_index, <int64_t>bad if kind == KIND_SIGNED else bad)
+        return tv
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef Py_ssize_t _dispatch_narrow(const char* src, Py_ssize_t n, Py_ssize_t stride,
+                                 Py_ssize_t itemsize, int kind, bint swap, int32_t* dst,
+                                 uint64_t* bad) noexcept nogil:
+    cdef bint contiguous = stride == itemsize and not swap and (<uintptr_t>src) % itemsize == 0
+    if kind == KIND_SIGNED:
+        if itemsize == 1:
+            if contiguous:
+                return _narrow_contiguous(<const int8_t*>src, n, dst, bad)
+            return _narrow_strided(src, n, stride, swap, dst, bad, <int8_t>0)
+        if itemsize == 2:
+            if contiguous:
+                return _narrow_contiguous(<const int16_t*>src, n, dst, bad)
+            return _narrow_strided(src, n, stride, swap, dst, bad, <int16_t>0)
+        if itemsize == 4:
+            return _narrow_strided(src, n, stride, swap, dst, bad, <int32_t>0)
+        if contiguous:
+            return _narrow_contiguous(<const int64_t*>src, n, dst, bad)
+        return _narrow_strided(src, n, stride, swap, dst, bad, <int64_t>0)
+    if itemsize == 1:
+        if contiguous:
+            return _narrow_contiguous(<const uint8_t*>src, n, dst, bad)
+        return _narrow_strided(src, n, stride, swap, dst, bad, <uint8_t>0)
+    if itemsize == 2:
+        if contiguous:
+            return _narrow_contiguous(<const uint16_t*>src, n, dst, bad)
+        return _narrow_strided(src, n, stride, swap, dst, bad, <uint16_t>0)
+    if itemsize == 4:
+        if contiguous:
+            return _narrow_contiguous(<const uint32_t*>src, n, dst, bad)
+        return _narrow_strided(src, n, stride, swap, dst, bad, <uint32_t>0)
+    if contiguous:
+        return _narrow_contiguous(<const uint64_t*>src, n, dst, bad)
+    return _narrow_strided(src, n, stride, swap, dst, bad, <uint64_t>0)
+
+
+cdef int32_t _item_slow(object o, Py_ssize_t i) except? -1:
+    """One element that is not a compact exact int: int subclasses, numpy scalars, big ints."""
+    cdef int overflow = 0
+    cdef long long v
+    if isinstance(o, bool) or type(o).__name__ in ("bool", "bool_"):
+        raise TypeError(f"token id at index {i} must be an int, got bool")
+    if not PyLong_Check(o):
+        try:
+            o = operator.index(o)
+        except TypeError:
+            raise TypeError(
+                f"token id at index {i} must be an int, got {type(o).__name__}"
+            ) from None
+    v = PyLong_AsLongLongAndOverflow(o, &overflow)
+    if overflow or v < INT32_MIN or v > INT32_MAX:
+        raise _overflow(i, int(o))
+    return <int32_t>v
+
+
+cdef TokenVector _from_sequence(object seq):
+    """A list or tuple of ints: one typed C loop, no intermediate object."""
+    cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq)
+    cdef TokenVector tv = tv_alloc(n)
+    cdef int32_t* out = tv._data
+    cdef PyObject** items = PySequence_Fast_ITEMS(seq)
+    cdef PyObject* o
+    cdef int64_t v
+    cdef bint is_list = isinstance(seq, list)
+    cdef Py_ssize_t i
+    for i in range(n):
+        o = items[i]
+        if PyLong_CheckExact(<object>o) and pyint_compact_value(o, &v) and INT32_MIN <= v <= INT32_MAX:
+            out[i] = <int32_t>v
+            continue
+        out[i] = _item_slow(<object>o, i)
+        if is_list:
+            # _item_slow may have run Python code (an __index__) that resized the list.
+            if PyList_GET_SIZE(seq) != n:
+                raise RuntimeError("list changed size during as_tokens()")
+            items = PySequence_Fast_ITEMS(seq)
+    return tv
+
+
+cdef TokenVector _from_range(object r):
+    cdef Py_ssize_t n = len(r)
+    if n == 0:
+        return tv_alloc(0)
+    start, step = r.start, r.step
+    # Find the first element outside int32 (if any) before allocating anything.
+    if not (INT32_MIN <= start <= INT32_MAX):
+        raise _overflow(0, start)
+    limit = INT32_MAX if step > 0 else INT32_MIN
+    first_bad = (limit - start) // step + 1
+    if first_bad < n:
+        raise _overflow(first_bad, start + first_bad * step)
+    cdef TokenVector tv = tv_alloc(n)
+    cdef int64_t s = start, d = step
+    cdef Py_ssize_t i
+    for i in range(n):
+        tv._data[i] = <int32_t>(s + i * d)
+    return tv
+
+
+cdef object _numpy():
+    """numpy if it has been imported; nothing here imports it for inputs that are not arrays."""
+    return sys.modules.get("numpy")
+
+
+cdef TokenVector _convert(object obj):
+    """A fresh TokenVector from anything as_tokens accepts (never `obj` itself)."""
+    if isinstance(obj, (list, tuple)):
+        return _from_sequence(obj)
+    if type(obj) is TokenVector:
+        return tv_from_int32((<TokenVector>obj)._data, (<TokenVector>obj)._len)
+    if isinstance(obj, (bytes, bytearray, str)):
+        raise TypeError(
+            f"as_tokens() does not take {type(obj).__name__}: text is not token ids, and wire "
+            f"frames are read with tokenwire.decode()"
+        )
+    np = _numpy()
+    if np is not None and isinstance(obj, np.ndarray):
+        if obj.dtype.kind not in "iu":
+            raise TypeError(f"token ids must be integers, got an array of dtype {obj.dtype}")
+        if obj.ndim != 1:
+            raise ValueError(f"token ids must be 1-D, got shape {obj.shape}")
+        return _from_buffer(obj)
+    if PyObject_CheckBuffer(obj):
+        return _from_buffer(obj)
+    if isinstance(obj, range):
+        return _from_range(obj)
+    if isinstance(obj, (set, frozenset, dict)):
+        raise TypeError(f"token ids must be ordered; got an unordered {type(obj).__name__}")
+    if hasattr(type(obj), "__array__"):
+        import numpy
+        arr = numpy.asarray(obj)
+        if isinstance(arr, numpy.ndarray):
+            return _convert(arr)
+    try:
+        it = iter(obj)
+    except TypeError:
+        raise TypeError(
+            f"as_tokens() expected a sequence, buffer or iterable of ints, "
+            f"got {type(obj).__name__}"
+        ) from None
+    return _from_sequence(list(it))
+
+
+cdef uint32_t _vocab_limit(object vocab_size) except 0:
+    v = operator.index(vocab_size)
+    if v <= 0:
+        raise ValueError(f"vocab_size must be positive, got {v}")
+    return <uint32_t>min(v, 2 ** 31)
+
+
+cdef int _check_vocab(TokenVector tv, object vocab_size) except -1:
+    cdef uint32_t limit = _vocab_limit(vocab_size)
+    cdef Py_ssize_t bad
+    if tv._len * 4 >= NOGIL_BYTES:
+        with nogil:
+            bad = _first_outside_vocab(tv._data, tv._len, limit)
+    else:
+        bad = _first_outside_vocab(tv._data, tv._len, limit)
+    if bad >= 0:
+        raise ValueError(
+            f"token id at index {bad} is {tv._data[bad]}, outside the vocabulary [0, {vocab_size})"
+        )
+    return 0
+
+
+def as_tokens(obj, *, vocab_size=None):
+    """Convert token ids to a TokenVector: the one conversion every submit path calls.
+
+    * a 1-D C-contiguous native int32 buffer (ndarray, memoryview, array.array('i')): one memcpy,
+      with the GIL released for large inputs; a TokenVector is returned as it is (immutable);
+    * strided int32 buffers and other integer buffers (int8..uint64, either byte order): one pass
+      in C with a range check;
+    * list / tuple of ints (int subclasses and numpy integer scalars included): one C loop;
+    * range and other iterables of ints: accepted.
+
+    Raises OverflowError (a value outside int32, naming the index and value), TypeError (a
+    non-integer element or dtype, bool included; bytes/bytearray/str), ValueError (a 0-d or n-d
+    array, naming the shape; with `vocab_size`, an id < 0 or >= vocab_size). Nothing partial is
+    ever returned.
+    """
+    cdef TokenVector tv = obj if type(obj) is TokenVector else _convert(obj)
+    if vocab_size is not None:
+        _check_vocab(tv, vocab_size)
+    return tv
+
+
+# --------------------------------------------------------------------------------------------
+# list materialization
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef list _tolist_strided(const char* src, Py_ssize_t n, Py_ssize_t stride):
+    cdef PyObject* lst = PyList_New(n)
+    cdef PyObject* o
+    cdef int32_t v
+    cdef Py_ssize_t i
+    if lst == NULL:
+        raise MemoryError()
+    for i in range(n):
+        memcpy(&v, src + i * stride, 4)
+        if <uint32_t>v < _INT_CACHE:
+            o = _int_table[v]
+            if o == NULL:
+                o = PyLong_FromLong(v)
+                if o == NULL:
+                    Py_DECREF(<object>lst)   # items not yet set are NULL: list dealloc skips them
+                    raise MemoryError()
+                _int_table[v] = o              # the table keeps this reference forever
+            Py_INCREF(<object>o)
+        else:
+            o = PyLong_FromLong(v)
+            if o == NULL:
+                Py_DECREF(<object>lst)
+                raise MemoryError()
+        PyList_SET_ITEM(lst, i, o)
+    result = <list>lst
+    Py_DECREF(<object>lst)
+    return result
+
+
+def tolist(obj):
+    """Token ids as a `list[int]`, built in C.
+
+    `obj` is a TokenVector or any 1-D int32 buffer (no copy is made first); other inputs go
+    through `as_tokens`. Ids in [0, 262144) reuse a process-wide table of int objects, which is
+    what makes this several times faster than `ndarray.tolist()`; see INT_CACHE_SIZE.
+    """
+    cdef Py_buffer view
+    cdef bint swap = False
+    if type(obj) is TokenVector:
+        return (<TokenVector>obj).tolist()
+    if PyObject_CheckBuffer(obj) and not isinstance(obj, (bytes, bytearray)):
+        PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
+        try:
+            if (view.ndim == 1 and view.itemsize == 4
+                    and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap):
+                return _tolist_strided(<const char*>view.buf, view.shape[0], view.strides[0])
+        finally:
+            PyBuffer_Release(&view)
+    return as_tokens(obj).tolist()
+
+
+# --------------------------------------------------------------------------------------------
+# TokenVector
+
+cdef class TokenVector:
+    """An immutable sequence of int32 token ids in native memory.
+
+    The Python-side twin of an engine's `std::vector<int32>`: `numpy.asarray(tv)` and
+    `memoryview(tv)` are zero-copy read-only views (format "i"), slicing returns a TokenVector,
+    `tolist()` builds a `list[int]` in C, and pickling sends the ids as one bytes payload
+    (out-of-band at protocol 5). Build one with `TokenVector(ids)` or `as_tokens(ids)`.
+    """
+
+    def __cinit__(self, tokens=_NOTHING, *, vocab_size=None):
+        self._data = _EMPTY
+        self._len = 0
+        self._owned = False
+        self._has_view = False
+        self._exports = 0
+        if tokens is _NOTHING:
+            return
+        cdef TokenVector src = _convert(tokens)
+        if vocab_size is not None:
+            _check_vocab(src, vocab_size)
+        # Take over the fresh vector's storage (nobody else can see it).
+        self._data, self._len, self._owned = src._data, src._len, src._owned
+        if src._has_view:
+            memcpy(&self._view, &src._view, sizeof(Py_buffer))
+            self._has_view = True
+        src._data, src._len, src._owned, src._has_view = _EMPTY, 0, False, False
+
+    def __dealloc__(self):
+        if self._owned:
+            free(self._data)
+        if self._has_view:
+            PyBuffer_Release(&self._view)
+
+    @staticmethod
+    def frombuffer(data):
+        """A TokenVector from raw little-endian int32 bytes (any C-contiguous bytes-like object).
+
+        Zero-copy when `data` is immutable (`bytes`, or a read-only buffer such as the ones pickle
+        and pyzmq hand out) and 4-byte aligned: the vector views `data` and keeps it alive.
+        Otherwise one memcpy. Raises ValueError when the byte count is not a multiple of 4.
+        """
+        cdef Py_buffer view
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        cdef Py_ssize_t n = view.len // 4
+        cdef TokenVector tv
+        cdef Py_ssize_t i
+        cdef bint moved = False
+        try:
+            if view.len % 4:
+                raise ValueError(
+                    f"int32 token data must be a multiple of 4 bytes, got {view.len} bytes"
+                )
+            if (view.readonly and not TW_HOST_BIG_ENDIAN
+                    and (<uintptr_t>view.buf) % 4 == 0):
+                tv = tv_take_view(&view, <const int32_t*>view.buf, n)
+                moved = True         # the buffer now belongs to tv, which releases it
+                return tv
+            tv = tv_from_int32(<const int32_t*>view.buf, n)
+            if TW_HOST_BIG_ENDIAN:
+                for i in range(n):
+                    tv._data[i] = <int32_t>tw_bswap32(<uint32_t>tv._data[i])
+            return tv
+        finally:
+            if not moved:
+                PyBuffer_Release(&view)
+
+    # -- buffer protocol -----------------------------------------------------------------------
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("TokenVector is read-only")
+        buffer.buf = <void*>self._data
+        buffer.obj = self
+        buffer.len = self._len * 4
+        buffer.readonly = 1
+        buffer.itemsize = 4
+        buffer.format = _FORMAT_I if flags & PyBUF_FORMAT else NULL
+        buffer.ndim = 1
+        buffer.shape = &self._len if flags & PyBUF_ND else NULL
+        buffer.strides = &_ITEMSIZE if flags & PyBUF_STRIDES else NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+        self._exports += 1
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        self._exports -= 1
+
+    # -- sequence ------------------------------------------------------------------------------
+
+    def __len__(self):
+        return self._len
+
+    def __getitem__(self, key):
+        cdef Py_ssize_t i, start, stop, step, n
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            n = len(range(start, stop, step))
+            if step == 1:
+                return tv_from_int32(self._data + start, n)
+            tv = tv_alloc(n)
+            for i in range(n):
+                (<TokenVector>tv)._data[i] = self._data[start + i * step]
+            return tv
+        try:
+            i = operator.index(key)
+        except TypeError:
+            raise TypeError(
+                f"TokenVector indices must be integers or slices, not {type(key).__name__}"
+            ) from None
+        except OverflowError:
+            raise IndexError(f"TokenVector index {key} out of range for length {self._len}") from None
+        if i < 0:
+            i += self._len
+        if i < 0 or i >= self._len:
+            raise IndexError(f"TokenVector index {key} out of range for length {self._len}")
+        return self._data[i]
+
+    def __iter__(self):
+        cdef Py_ssize_t i
+        for i in range(self._len):
+            yield self._data[i]
+
+    def __reversed__(self):
+        cdef Py_ssize_t i
+        for i in range(self._len - 1, -1, -1):
+            yield self._data[i]
+
+    def __contains__(self, value):
+        return self.count(value, _stop_at_first=True) > 0
+
+    def count(self, value, *, _stop_at_first=False):
+        """Number of occurrences of `value`."""
+        cdef int64_t v
+        cdef Py_ssize_t i, c = 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            try:
+                value = operator.index(value)
+            except TypeError:
+                return 0
+        if not (INT32_MIN <= value <= INT32_MAX):
+            return 0
+        v = value
+        for i in range(self._len):
+            if self._data[i] == v:
+                c += 1
+                if _stop_at_first:
+                    break
+        return c
+
+    def index(self, value, Py_ssize_t start=0, Py_ssize_t stop=PY_SSIZE_T_MAX):
+        """Index of the first occurrence of `value` in [start, stop); ValueError if absent."""
+        cdef Py_ssize_t i
+        cdef int64_t v
+        start, stop, _ = slice(start, stop).indices(self._len)
+        try:
+            v = operator.index(value)
+            if INT32_MIN <= v <= INT32_MAX:
+                for i in range(start, stop):
+                    if self._data[i] == v:
+                        return i
+        except (TypeError, OverflowError):
+            pass
+        raise ValueError(f"{value!r} is not in TokenVector")
+
+    # -- comparison ----------------------------------------------------------------------------
+
+    def __eq__(self, other):
+        cdef TokenVector o
+        cdef Py_ssize_t i
+        cdef PyObject* item
+        cdef int64_t v
+        if type(other) is TokenVector:
+            o = other
+            return self._len == o._len and memcmp(self._data, o._data, <size_t>self._len * 4) == 0
+        if isinstance(other, (list, tuple)):
+            if len(other) != self._len:
+                return False
+            for i in range(self._len):
+                item = PySequence_Fast_ITEMS(other)[i]
+                if PyLong_CheckExact(<object>item) and pyint_compact_value(item, &v):
+                    if v != self._data[i]:
+                        return False
+                elif not (<object>item == self._data[i]):
+                    return False
+                if len(other) != self._len:   # an __eq__ above may have resized it
+                    return False
+            return True
+        return NotImplemented
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    __hash__ = None    # equal to lists, which are unhashable; like ndarray
+
+    # -- conversions ---------------------------------------------------------------------------
+
+    def tolist(self):
+        """The ids as a `list[int]`, built in C (see tokenwire.tolist)."""
+        return _tolist_strided(<const char*>self._data, self._len, 4)
+
+    def tobytes(self):
+        """The ids as little-endian int32 bytes (4 * len(self) bytes)."""
+        cdef bytes out = PyBytes_FromStringAndSize(<const char*>self._data, self._len * 4)
+        cdef int32_t* p
+        cdef Py_ssize_t i
+        if TW_HOST_BIG_ENDIAN:
+            p = <int32_t*>PyBytes_AS_STRING(out)
+            for i in range(self._len):
+                p[i] = <int32_t>tw_bswap32(<uint32_t>p[i])
+        return out
+
+    @property
+    def nbytes(self):
+        """Size of the ids in bytes (4 per id)."""
+        return self._len * 4
+
+    @property
+    def itemsize(self):
+        return 4
+
+    def __sizeof__(self):
+        return sizeof(TokenVector) + (self._len * 4 if self._owned else 0)
+
+    def __repr__(self):
+        if self._len <= 8:
+            return f"TokenVector({self.tolist()})"
+        head = ", ".join([str(self._data[i]) for i in range(3)])
+        tail = ", ".join([str(self._data[i]) for i in range(self._len - 3, self._len)])
+        return f"TokenVector([{head}, ..., {tail}], len={self._len})"
+
+    # -- pickling and copying ------------------------------------------------------------------
+
+    def __reduce_ex__(self, protocol):
+        if protocol >= 5:
+            # Out-of-band when the pickler has a buffer_callback, in-band bytes otherwise.
+            return _restore_token_vector, (PickleBuffer(self),)
+        return _restore_token_vector, (self.tobytes(),)
+
+    def __reduce__(self):
+        return self.__reduce_ex__(2)
+
+    def __copy__(self):
+        return self          # immutable: a copy is the same value
+
+    def __deepcopy__(self, memo):
+        if self._owned or not self._has_view:
+            return self
+        # A view of someone else's buffer: a deep copy owns its memory (one memcpy).
+        return tv_from_int32(self._data, self._len)
+
+
+_Sequence.register(TokenVector)
+
+
+def _restore_token_vector(data):
+    """Unpickling constructor (a stable name: pickles refer to it)."""
+    return TokenVector.frombuffer(data)
+
