@@ -35,12 +35,11 @@ def int_arrays(draw: st.DrawFn, max_size: int = 200) -> np.ndarray:
     info = np.iinfo(dtype)
     lo, hi = max(info.min, INT32_MIN), min(info.max, INT32_MAX)
     values = draw(st.lists(st.integers(lo, hi), max_size=max_size))
-    base = np.array(values, dtype=dtype)
     step = draw(st.sampled_from([1, 1, 2, 3, -1]))
     if step == 1:
-        return base
-    # Build a strided view whose visible elements are `values`.
-    wide = np.zeros(len(values) * abs(step), dtype=dtype)
-    wide[:: abs(step)] = base
-    view = wide[:: abs(step)]
-    return view[::-1][::-1] if step > 0 else np.ascontiguousarray(view[::-1])[::-1]
+        return np.array(values, dtype=dtype)
+    if step == -1:  # a reversed (negative-stride) view showing `values` in order
+        return np.array(values[::-1], dtype=dtype)[::-1]
+    wide = np.zeros(len(values) * step, dtype=dtype)
+    wide[::step] = values
+    return wide[::step]
