@@ -25,7 +25,6 @@ from cpython.buffer cimport (
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check, PyLong_CheckExact
 from cpython.object cimport PyObject
-from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport (
     INT32_MAX,
@@ -127,6 +126,33 @@ cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n
         tv._data = <int32_t*>data
         tv._len = n
     return tv
+
+
+# --------------------------------------------------------------------------------------------
+# Immutable sources (the zero-copy rule)
+
+cdef dict _immutable_types = {bytes: True}
+
+
+cpdef bint is_immutable_source(object obj):
+    """True when the memory behind `obj` can never change, so a TokenVector may view it.
+
+    A read-only flag is not enough (a read-only memoryview of a bytearray still changes), so
+    this follows memoryviews and PickleBuffers to the object that owns the memory and accepts `bytes`,
+    `TokenVector` and received pyzmq `Frame`s (whose message memory libzmq never rewrites).
+    """
+    cdef object t = type(obj)
+    while t is memoryview or t is PickleBuffer:
+        # memoryview(PickleBuffer(x)).obj is x: both wrappers lead to the owner of the memory.
+        obj = (<memoryview>obj).obj if t is memoryview else memoryview(obj).obj
+        t = type(obj)
+    if t is TokenVector:
+        return True
+    known = _immutable_types.get(t)
+    if known is None:
+        known = t.__name__ == "Frame" and getattr(t, "__module__", "").startswith("zmq.")
+        _immutable_types[t] = known
+    return known
 
 
 # --------------------------------------------------------------------------------------------
@@ -571,6 +597,25 @@ def tolist(obj):
     return as_tokens(obj).tolist()
 
 
+cdef Py_ssize_t _tv_find(TokenVector self, object value, Py_ssize_t start, Py_ssize_t stop) except -2:
+    """Index of the first `value` in [start, stop), or -1 (also for non-int values)."""
+    cdef int64_t v
+    cdef Py_ssize_t i
+    if isinstance(value, bool):
+        value = int(value)
+    try:
+        value = operator.index(value)
+    except TypeError:
+        return -1
+    if not (INT32_MIN <= value <= INT32_MAX):
+        return -1
+    v = value
+    for i in range(start, stop):
+        if self._data[i] == v:
+            return i
+    return -1
+
+
 # --------------------------------------------------------------------------------------------
 # TokenVector
 
@@ -611,9 +656,9 @@ cdef class TokenVector:
     def frombuffer(data):
         """A TokenVector from raw little-endian int32 bytes (any C-contiguous bytes-like object).
 
-        Zero-copy when `data` is immutable (`bytes`, or a read-only buffer such as the ones pickle
-        and pyzmq hand out) and 4-byte aligned: the vector views `data` and keeps it alive.
-        Otherwise one memcpy. Raises ValueError when the byte count is not a multiple of 4.
+        Zero-copy when `data` is immutable and 4-byte aligned (see `is_immutable_source`): the
+        vector views `data` and keeps it alive. Otherwise one memcpy, so later writes to a mutable
+        source never show through. Raises ValueError when the byte count is not a multiple of 4.
         """
         cdef Py_buffer view
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
@@ -626,8 +671,8 @@ cdef class TokenVector:
                 raise ValueError(
                     f"int32 token data must be a multiple of 4 bytes, got {view.len} bytes"
                 )
-            if (view.readonly and not TW_HOST_BIG_ENDIAN
-                    and (<uintptr_t>view.buf) % 4 == 0):
+            if (not TW_HOST_BIG_ENDIAN and (<uintptr_t>view.buf) % 4 == 0
+                    and is_immutable_source(data)):
                 tv = tv_take_view(&view, <const int32_t*>view.buf, n)
                 moved = True         # the buffer now belongs to tv, which releases it
                 return tv
@@ -702,41 +747,27 @@ cdef class TokenVector:
             yield self._data[i]
 
     def __contains__(self, value):
-        return self.count(value, _stop_at_first=True) > 0
+        return _tv_find(self, value, 0, self._len) >= 0
 
-    def count(self, value, *, _stop_at_first=False):
+    def count(self, value):
         """Number of occurrences of `value`."""
-        cdef int64_t v
-        cdef Py_ssize_t i, c = 0
-        if isinstance(value, bool) or not isinstance(value, int):
-            try:
-                value = operator.index(value)
-            except TypeError:
-                return 0
-        if not (INT32_MIN <= value <= INT32_MAX):
+        cdef Py_ssize_t c = 0, i = _tv_find(self, value, 0, self._len)
+        cdef int32_t v
+        if i < 0:
             return 0
-        v = value
-        for i in range(self._len):
-            if self._data[i] == v:
-                c += 1
-                if _stop_at_first:
-                    break
+        v = self._data[i]
+        for i in range(i, self._len):
+            c += self._data[i] == v
         return c
 
-    def index(self, value, Py_ssize_t start=0, Py_ssize_t stop=PY_SSIZE_T_MAX):
+    def index(self, value, start=0, stop=None):
         """Index of the first occurrence of `value` in [start, stop); ValueError if absent."""
-        cdef Py_ssize_t i
-        cdef int64_t v
-        start, stop, _ = slice(start, stop).indices(self._len)
-        try:
-            v = operator.index(value)
-            if INT32_MIN <= v <= INT32_MAX:
-                for i in range(start, stop):
-                    if self._data[i] == v:
-                        return i
-        except (TypeError, OverflowError):
-            pass
-        raise ValueError(f"{value!r} is not in TokenVector")
+        cdef Py_ssize_t a, b
+        a, b, _ = slice(start, stop).indices(self._len)
+        cdef Py_ssize_t i = _tv_find(self, value, a, b) if a < b else -1
+        if i < 0:
+            raise ValueError(f"{value!r} is not in TokenVector")
+        return i
 
     # -- comparison ----------------------------------------------------------------------------
 

@@ -1,0 +1,131 @@
+"""Reference and memory leaks on the C paths: repeat a call many times, assert no growth.
+
+Each check warms up first (the int table and interpreter caches fill once), then compares
+`sys.getallocatedblocks()` and the RSS-independent tracemalloc total before and after many calls,
+and the reference counts of the inputs. Error paths are included: they must free everything.
+"""
+
+from __future__ import annotations
+
+import array
+import gc
+import pickle
+import sys
+import tracemalloc
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from tokenwire import TokenVector, as_tokens, tolist
+
+ROUNDS = 2000
+
+
+def _allocated_after(fn: Callable[[], object], rounds: int) -> tuple[int, int]:
+    for _ in range(rounds):
+        fn()
+    gc.collect()
+    return sys.getallocatedblocks(), tracemalloc.get_traced_memory()[0]
+
+
+def assert_no_growth(fn: Callable[[], object], rounds: int = ROUNDS) -> None:
+    tracemalloc.start()
+    try:
+        _allocated_after(fn, 200)                       # warm-up
+        blocks0, traced0 = _allocated_after(fn, 10)
+        blocks1, traced1 = _allocated_after(fn, rounds)
+    finally:
+        tracemalloc.stop()
+    # A leak of even one block per call would show as >= `rounds` blocks.
+    assert blocks1 - blocks0 < rounds // 10, f"{blocks1 - blocks0} blocks leaked over {rounds} calls"
+    assert traced1 - traced0 < 64 * 1024, f"{traced1 - traced0} bytes leaked over {rounds} calls"
+
+
+def _raises(fn: Callable[[], object], exc: type[BaseException]) -> Callable[[], None]:
+    def call() -> None:
+        try:
+            fn()
+        except exc:
+            return
+        raise AssertionError("expected an error")
+    return call
+
+
+def _pickle_oob(obj: object) -> object:
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return pickle.loads(data, buffers=buffers)
+
+
+IDS = list(range(0, 300_000, 97)) + [-5, 2**31 - 1]
+ND = np.array(IDS, dtype=np.int32)
+TV = TokenVector(IDS)
+
+CASES: dict[str, Callable[[], object]] = {
+    "as_tokens(list)": lambda: as_tokens(IDS),
+    "as_tokens(tuple)": lambda: as_tokens(tuple(IDS[:50])),
+    "as_tokens(int32 ndarray)": lambda: as_tokens(ND),
+    "as_tokens(int64 strided)": lambda: as_tokens(ND.astype(np.int64)[::3]),
+    "as_tokens(array)": lambda: as_tokens(array.array("i", IDS[:100])),
+    "as_tokens(range)": lambda: as_tokens(range(1000)),
+    "as_tokens(generator)": lambda: as_tokens(x for x in range(100)),
+    "TokenVector.tolist()": TV.tolist,
+    "tolist(ndarray)": lambda: tolist(ND),
+    "tobytes": TV.tobytes,
+    "frombuffer(bytes)": lambda: TokenVector.frombuffer(b"\x01\x00\x00\x00" * 100),
+    "frombuffer(bytearray)": lambda: TokenVector.frombuffer(bytearray(400)),
+    "slice": lambda: TV[1:500:3],
+    "iterate": lambda: sum(TV[:200]),
+    "eq list": lambda: TV == IDS,
+    "pickle 5 oob": lambda: _pickle_oob(TV),
+    "pickle 2": lambda: pickle.loads(pickle.dumps(TV, 2)),
+    "numpy view": lambda: np.asarray(TV).sum(),
+    "overflow in list": _raises(lambda: as_tokens(IDS[:100] + [2**40]), OverflowError),
+    "bad type in list": _raises(lambda: as_tokens(IDS[:100] + [1.5]), TypeError),
+    "overflow in int64 array": _raises(lambda: as_tokens(np.array([1, 2**40])), OverflowError),
+    "bad dtype": _raises(lambda: as_tokens(np.array([1.5])), TypeError),
+    "bad shape": _raises(lambda: as_tokens(np.zeros((2, 2), dtype=np.int32)), ValueError),
+    "vocab": _raises(lambda: as_tokens(ND, vocab_size=10), ValueError),
+    "bytes refused": _raises(lambda: as_tokens(b"abc"), TypeError),
+    "frombuffer odd length": _raises(lambda: TokenVector.frombuffer(b"abc"), ValueError),
+    "index error": _raises(lambda: TV[10**9], IndexError),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_no_leak(name: str) -> None:
+    assert_no_growth(CASES[name], rounds=500 if "list" in name else ROUNDS)
+
+
+def test_input_refcounts_unchanged() -> None:
+    objs = [IDS, ND, TV, b"\x00" * 16]
+    before = [sys.getrefcount(o) for o in objs]
+    for _ in range(100):
+        as_tokens(IDS)
+        as_tokens(ND)
+        as_tokens(TV)
+        TokenVector.frombuffer(objs[3])
+        try:
+            as_tokens(ND, vocab_size=1)
+        except ValueError:
+            pass
+    gc.collect()
+    assert [sys.getrefcount(o) for o in objs] == before
+
+
+def test_element_refcounts_unchanged_on_error() -> None:
+    big = 10**30                                   # a unique int object
+    items = [1, 2, big]
+    before = sys.getrefcount(big)
+    for _ in range(100):
+        with pytest.raises(OverflowError):
+            as_tokens(items)
+    gc.collect()
+    assert sys.getrefcount(big) == before
+
+
+def test_the_leak_check_itself_catches_a_leak() -> None:
+    kept: list[object] = []
+    with pytest.raises(AssertionError, match="leaked"):
+        assert_no_growth(lambda: kept.append(bytearray(64)), rounds=ROUNDS)

@@ -1,0 +1,252 @@
+"""TokenVector: buffer protocol, sequence behaviour, pickling, copying."""
+
+from __future__ import annotations
+
+import array
+import copy
+import gc
+import pickle
+import sys
+import weakref
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from hypothesis import given
+from strategies import BOUNDARY_IDS, token_lists
+
+from tokenwire import TokenVector, as_tokens
+from tokenwire._core import _restore_token_vector
+
+
+def test_buffer_protocol_shape_format_readonly() -> None:
+    tv = TokenVector([5, -1, 2**31 - 1])
+    m = memoryview(tv)
+    assert (m.format, m.itemsize, m.ndim, m.shape, m.strides) == ("i", 4, 1, (3,), (4,))
+    assert m.readonly and m.c_contiguous and m.nbytes == 12
+    assert m.tolist() == [5, -1, 2**31 - 1]
+    with pytest.raises(TypeError):
+        m[0] = 1
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        np.frombuffer(tv, dtype=np.int32).setflags(write=True)
+
+
+def test_writable_buffer_request_is_refused() -> None:
+    import ctypes
+
+    tv = TokenVector([1, 2])
+    # ctypes.from_buffer asks the exporter for a writable buffer.
+    with pytest.raises((BufferError, TypeError), match="read-only|writable"):
+        (ctypes.c_int32 * 2).from_buffer(tv)
+
+
+def test_numpy_view_is_zero_copy_and_outlives_the_vector() -> None:
+    tv = as_tokens(np.arange(100_000, dtype=np.int32))
+    a = np.asarray(tv)
+    assert a.dtype == np.int32 and a.shape == (100_000,)
+    assert not a.flags.owndata and not a.flags.writeable
+    assert a.ctypes.data == np.asarray(tv).ctypes.data  # the same memory every time
+    ref = weakref.ref(tv)
+    del tv
+    gc.collect()
+    assert ref() is not None  # the view keeps the vector (and its memory) alive
+    assert a[0] == 0 and a[-1] == 99_999 and int(a.sum()) == sum(range(100_000))
+    del a
+    gc.collect()
+    assert ref() is None      # ...and nothing else does
+
+
+def test_empty_vector() -> None:
+    tv = TokenVector()
+    assert len(tv) == 0 and tv.tolist() == [] and tv.tobytes() == b"" and tv.nbytes == 0
+    assert np.asarray(tv).shape == (0,) and memoryview(tv).nbytes == 0
+    assert tv == [] and tv == () and tv == TokenVector([]) and not tv
+    assert repr(tv) == "TokenVector([])"
+    assert list(tv) == [] and list(reversed(tv)) == []
+
+
+@given(token_lists)
+def test_sequence_behaviour_matches_list(ids: list[int]) -> None:
+    tv = TokenVector(ids)
+    assert len(tv) == len(ids)
+    assert list(tv) == ids and tv.tolist() == ids and list(reversed(tv)) == ids[::-1]
+    for i in (0, 1, -1, -2, len(ids) // 2):
+        if -len(ids) <= i < len(ids):
+            assert tv[i] == ids[i]
+    for sl in (slice(None), slice(1, None), slice(None, -1), slice(None, None, 2),
+               slice(None, None, -1), slice(-3, None), slice(5, 2), slice(1, 100, 7)):
+        got = tv[sl]
+        assert type(got) is TokenVector and got == ids[sl]
+    assert tv == ids and tv == tuple(ids) and not (tv != ids)
+    assert tv.nbytes == 4 * len(ids)
+    assert tv.tobytes() == np.array(ids, dtype="<i4").tobytes()
+    for v in ids[:3]:
+        assert v in tv and tv.count(v) == ids.count(v) and tv.index(v) == ids.index(v)
+
+
+def test_indexing_errors_name_the_index() -> None:
+    tv = TokenVector([1, 2, 3])
+    with pytest.raises(IndexError, match="index 3 out of range for length 3"):
+        tv[3]
+    with pytest.raises(IndexError, match="index -4 out of range for length 3"):
+        tv[-4]
+    with pytest.raises(IndexError, match="out of range"):
+        tv[2**70]
+    with pytest.raises(TypeError, match="integers or slices, not str"):
+        tv["a"]
+    assert tv[np.int64(1)] == 2 and tv[True] == 2
+
+
+def test_immutable() -> None:
+    tv = TokenVector([1, 2, 3])
+    with pytest.raises(TypeError):
+        tv[0] = 5  # type: ignore[index]
+    with pytest.raises(TypeError):
+        del tv[0]  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        hash(tv)
+    with pytest.raises(TypeError):
+        class Sub(TokenVector):  # type: ignore[misc]
+            pass
+
+
+def test_equality_rules() -> None:
+    tv = TokenVector([1, 2, 3])
+    assert tv == [1, 2, 3] and tv == (1, 2, 3) and tv == TokenVector([1, 2, 3])
+    assert tv != [1, 2] and tv != [1, 2, 4] and tv != [1, 2, 3, 4] and tv != TokenVector([1, 2])
+    assert tv != "abc" and tv != None and tv != {1: 1}  # noqa: E711
+    assert tv == [1, 2.0, np.int64(3)]      # list semantics: 2 == 2.0
+    assert tv != [1, 2, "3"] and tv != [1, 2, 2**80]
+    assert (np.arange(1, 4, dtype=np.int32) == tv).all()
+
+
+def test_contains_count_index() -> None:
+    tv = TokenVector([7, 8, 7, 9])
+    assert 7 in tv and 10 not in tv and "7" not in tv and 2**40 not in tv and None not in tv
+    assert tv.count(7) == 2 and tv.count(10) == 0 and tv.count(2.5) == 0
+    assert tv.index(7) == 0 and tv.index(7, 1) == 2 and tv.index(9, -1) == 3
+    with pytest.raises(ValueError, match="10 is not in TokenVector"):
+        tv.index(10)
+    with pytest.raises(ValueError, match="is not in TokenVector"):
+        tv.index(8, 2)
+    assert isinstance(tv, Sequence)
+
+
+def test_repr_is_short_for_huge_vectors() -> None:
+    tv = as_tokens(np.arange(128_000, dtype=np.int32))
+    r = repr(tv)
+    assert r == "TokenVector([0, 1, 2, ..., 127997, 127998, 127999], len=128000)"
+    assert repr(TokenVector([1, -2])) == "TokenVector([1, -2])"
+
+
+def test_sizeof_counts_owned_memory() -> None:
+    assert sys.getsizeof(TokenVector(range(1000))) > sys.getsizeof(TokenVector()) + 3999
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+@pytest.mark.parametrize("ids", [[], BOUNDARY_IDS, list(range(-500, 100_000, 7))])
+def test_pickle_round_trip_every_protocol(protocol: int, ids: list[int]) -> None:
+    tv = TokenVector(ids)
+    back = pickle.loads(pickle.dumps(tv, protocol=protocol))
+    assert type(back) is TokenVector and back == tv and back == ids
+
+
+def test_reduce_tuple_carries_owned_bytes() -> None:
+    tv = TokenVector([1, 2, -3])
+    fn, args = tv.__reduce_ex__(2)
+    assert fn is _restore_token_vector
+    assert args == (np.array([1, 2, -3], dtype="<i4").tobytes(),)
+    fn5, (pb,) = tv.__reduce_ex__(5)
+    assert fn5 is _restore_token_vector and isinstance(pb, pickle.PickleBuffer)
+    assert bytes(pb.raw()) == tv.tobytes()
+
+
+def test_protocol5_out_of_band_is_zero_copy() -> None:
+    tv = as_tokens(np.arange(50_000, dtype=np.int32))
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(tv, protocol=5, buffer_callback=buffers.append)
+    assert len(buffers) == 1 and len(data) < 200          # the payload is not in the pickle
+    back = pickle.loads(data, buffers=buffers)
+    assert back == tv
+    # The result views the buffer it was given: same address, no copy.
+    assert np.asarray(back).ctypes.data == np.asarray(tv).ctypes.data
+    # In-band at protocol 5 without a callback: the bytes are inside the pickle.
+    inband = pickle.dumps(tv, protocol=5)
+    assert len(inband) > tv.nbytes and pickle.loads(inband) == tv
+
+
+def test_out_of_band_from_raw_bytes_frames() -> None:
+    """What a transport does: send `pb.raw()` as a frame, receive it as bytes."""
+    tv = TokenVector(range(1000))
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(tv, protocol=5, buffer_callback=buffers.append)
+    frames = [bytes(b.raw()) for b in buffers]
+    assert pickle.loads(data, buffers=frames) == tv
+    mutable = [bytearray(b.raw()) for b in buffers]
+    back = pickle.loads(data, buffers=mutable)
+    mutable[0][:4] = b"\xff\xff\xff\xff"
+    assert back == tv  # a writable source was copied, so later writes do not show through
+
+
+def test_copy_and_deepcopy_cost_nothing() -> None:
+    tv = TokenVector(range(10_000))
+    assert copy.copy(tv) is tv and copy.deepcopy(tv) is tv
+    view = TokenVector.frombuffer(tv.tobytes())   # a view of a bytes object
+    deep = copy.deepcopy(view)
+    assert deep == view and deep is not view
+
+
+def test_frombuffer_zero_copy_for_immutable_and_copy_for_mutable() -> None:
+    raw = np.arange(1000, dtype="<i4").tobytes()
+    tv = TokenVector.frombuffer(raw)
+    assert tv == list(range(1000))
+    assert np.asarray(tv).ctypes.data == np.frombuffer(raw, dtype=np.uint8).ctypes.data
+    ba = bytearray(raw)
+    copied = TokenVector.frombuffer(ba)
+    ba[:4] = b"\x07\x00\x00\x00"
+    assert copied[0] == 0
+    ro = memoryview(bytearray(raw)).toreadonly()
+    assert TokenVector.frombuffer(ro) == list(range(1000))
+    unaligned = memoryview(b"\x00" + raw)[1:]
+    assert TokenVector.frombuffer(unaligned) == list(range(1000))
+    with pytest.raises(ValueError, match="multiple of 4 bytes, got 7 bytes"):
+        TokenVector.frombuffer(b"\x00" * 7)
+    with pytest.raises(TypeError):
+        TokenVector.frombuffer(12)  # type: ignore[arg-type]
+
+
+def test_frombuffer_keeps_source_alive() -> None:
+    raw = np.arange(64, dtype="<i4").tobytes()
+    before = sys.getrefcount(raw)
+    tv = TokenVector.frombuffer(raw)
+    assert sys.getrefcount(raw) == before + 1      # the view holds the bytes
+    del tv
+    assert sys.getrefcount(raw) == before
+
+
+def test_readonly_view_of_mutable_memory_is_copied() -> None:
+    ba = bytearray(np.arange(16, dtype="<i4").tobytes())
+    tv = TokenVector.frombuffer(memoryview(ba).toreadonly())
+    ba[:4] = b"\x09\x00\x00\x00"
+    assert tv[0] == 0
+
+
+def test_is_immutable_source() -> None:
+    from tokenwire._core import is_immutable_source
+
+    b = b"12345678"
+    assert is_immutable_source(b) and is_immutable_source(memoryview(b)[2:])
+    assert is_immutable_source(TokenVector([1])) and is_immutable_source(memoryview(TokenVector([1])))
+    assert not is_immutable_source(bytearray(b)) and not is_immutable_source(memoryview(bytearray(b)).toreadonly())
+    assert not is_immutable_source(np.zeros(2, dtype=np.int32))
+
+
+def test_constructor_copies_and_validates() -> None:
+    src = TokenVector([1, 2, 3])
+    again = TokenVector(src)
+    assert again == src and again is not src
+    assert TokenVector(np.array([4, 5], dtype=np.int64)) == [4, 5]
+    with pytest.raises(ValueError, match="vocabulary"):
+        TokenVector([1, 99], vocab_size=10)
+    with pytest.raises(TypeError, match="got NoneType"):
+        TokenVector(None)  # type: ignore[arg-type]

@@ -1,0 +1,74 @@
+"""list[int] materialization: values, the int-object table, every source."""
+
+from __future__ import annotations
+
+import array
+
+import numpy as np
+import pytest
+from hypothesis import given
+from strategies import BOUNDARY_IDS, INT32_MAX, INT32_MIN, int_arrays, token_lists
+
+import tokenwire
+from tokenwire import INT_CACHE_SIZE, TokenVector, as_tokens, tolist
+
+
+def test_cache_bound_is_documented_value() -> None:
+    assert INT_CACHE_SIZE == 262_144
+
+
+@given(token_lists)
+def test_tolist_values(ids: list[int]) -> None:
+    tv = TokenVector(ids)
+    out = tv.tolist()
+    assert out == ids and type(out) is list and all(type(v) is int for v in out)
+    assert tolist(tv) == ids and tolist(np.array(ids, dtype=np.int32)) == ids
+
+
+def test_values_on_both_sides_of_the_cache_bound() -> None:
+    ids = [0, 1, INT_CACHE_SIZE - 1, INT_CACHE_SIZE, INT_CACHE_SIZE + 1, -1, INT32_MIN, INT32_MAX]
+    assert TokenVector(ids).tolist() == ids
+
+
+def test_cached_ids_share_objects_and_others_do_not() -> None:
+    a = TokenVector([1000, 200_000, INT_CACHE_SIZE + 5, -7]).tolist()
+    b = TokenVector([1000, 200_000, INT_CACHE_SIZE + 5, -7]).tolist()
+    assert a[0] is b[0] and a[1] is b[1]           # from the table
+    assert a[2] is not b[2] and a[3] is not b[3]   # outside [0, INT_CACHE_SIZE): fresh ints
+
+
+def test_materialized_list_is_independent() -> None:
+    tv = TokenVector([1, 2, 3])
+    lst = tv.tolist()
+    lst.append(4)
+    lst[0] = 99
+    assert tv == [1, 2, 3] and tv.tolist() == [1, 2, 3]
+
+
+@given(int_arrays())
+def test_tolist_of_any_integer_array(arr: np.ndarray) -> None:
+    assert tolist(arr) == [int(v) for v in arr]
+
+
+@pytest.mark.parametrize(
+    "src",
+    [np.arange(10, dtype=np.int32)[::2], np.arange(10, dtype=np.int32)[::-1], array.array("i", range(5)),
+     memoryview(np.arange(5, dtype=np.int32)), np.arange(5, dtype=">i4"), [1, 2], range(3)],
+)
+def test_tolist_sources(src: object) -> None:
+    expected = [int(v) for v in src]  # type: ignore[attr-defined]
+    assert tolist(src) == expected
+
+
+def test_tolist_errors_follow_as_tokens() -> None:
+    with pytest.raises(TypeError, match="must be integers"):
+        tolist(np.array([1.5]))
+    with pytest.raises(ValueError, match="1-D"):
+        tolist(np.zeros((2, 2), dtype=np.int32))
+    with pytest.raises(TypeError):
+        tolist(b"abcd")
+
+
+def test_boundaries_round_trip_through_numpy() -> None:
+    tv = as_tokens(BOUNDARY_IDS)
+    assert np.asarray(tv).tolist() == tv.tolist() == tokenwire.tolist(np.asarray(tv)) == BOUNDARY_IDS
