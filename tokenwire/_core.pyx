@@ -43,7 +43,7 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy
 
 from tokenwire._endian cimport TW_HOST_BIG_ENDIAN, tw_bswap16, tw_bswap32, tw_bswap64
-from tokenwire._pyint cimport pyint_compact_value
+from tokenwire._pyint cimport pyint_small_value
 
 import operator
 import sys
@@ -417,13 +417,11 @@ cdef TokenVector _from_sequence(object seq):
     cdef int32_t* out = tv._data
     cdef PyObject** items = PySequence_Fast_ITEMS(seq)
     cdef PyObject* o
-    cdef int64_t v
     cdef bint is_list = isinstance(seq, list)
     cdef Py_ssize_t i
     for i in range(n):
         o = items[i]
-        if PyLong_CheckExact(<object>o) and pyint_compact_value(o, &v) and INT32_MIN <= v <= INT32_MAX:
-            out[i] = <int32_t>v
+        if PyLong_CheckExact(<object>o) and pyint_small_value(o, &out[i]):
             continue
         out[i] = _item_slow(<object>o, i)
         if is_list:
@@ -775,7 +773,7 @@ cdef class TokenVector:
         cdef TokenVector o
         cdef Py_ssize_t i
         cdef PyObject* item
-        cdef int64_t v
+        cdef int32_t v
         if type(other) is TokenVector:
             o = other
             return self._len == o._len and memcmp(self._data, o._data, <size_t>self._len * 4) == 0
@@ -784,7 +782,7 @@ cdef class TokenVector:
                 return False
             for i in range(self._len):
                 item = PySequence_Fast_ITEMS(other)[i]
-                if PyLong_CheckExact(<object>item) and pyint_compact_value(item, &v):
+                if PyLong_CheckExact(<object>item) and pyint_small_value(item, &v):
                     if v != self._data[i]:
                         return False
                 elif not (<object>item == self._data[i]):
