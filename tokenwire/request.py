@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import copy
 import reprlib
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, cast
 
 from tokenwire._core import TokenVector, as_tokens
 from tokenwire.errors import WireFormatError
@@ -79,7 +79,7 @@ class _TokenField:
 
     __slots__ = ("ids", "vector", "held")
 
-    def __init__(self, ids: Optional[list], vector: Optional[TokenVector], held: bool) -> None:
+    def __init__(self, ids: Optional[list[int]], vector: Optional[TokenVector], held: bool) -> None:
         self.ids = ids
         self.vector = vector
         self.held = held
@@ -88,7 +88,7 @@ class _TokenField:
         """The ids as a TokenVector, reflecting any in-place change to the list."""
         ids = self.ids
         if ids is None:
-            return self.vector            # type: ignore[return-value]  # one of them is set
+            return cast(TokenVector, self.vector)      # a field holds a list or a vector
         fresh = as_tokens(ids)            # one C pass over the list (validates every id)
         vec = self.vector
         if vec is not None and vec == fresh:   # TokenVector == TokenVector is a memcmp
@@ -102,7 +102,7 @@ class _TokenField:
         vec = "None" if self.vector is None else f"<TokenVector of {len(self.vector)}>"
         return f"_TokenField(ids={ids}, vector={vec}, held={self.held})"
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Only reached when a class uses TokenIds without TokenWireMixin (default pickling of
         # its __dict__): send the buffer, never the list.
         return _TokenField, (None, self.sync(), self.held)
@@ -230,8 +230,9 @@ class TokenIds:
 
     def held_buffer(self, obj: Any) -> Optional[TokenVector]:
         """The TokenVector the ids are held as -- decoded from the wire or set from a buffer --
-        as long as any materialized list still equals it; None otherwise (unset, set from a
-        Python list, or a list changed in place)."""
+        as long as any materialized list still equals it; None otherwise: unset, set from a
+        Python list, or the list was found changed in place (from then on the list is the
+        source of the ids, even if it is later changed back)."""
         field = obj.__dict__.get(self.key)
         if field is None or not field.held:
             return None
@@ -361,7 +362,7 @@ class TokenWireMixin:
 
     # -- copying: the buffer is shared (immutable) or memcpy'd, never copied per token ---------
 
-    def _copy_fields_into(self, new: Any, memo: Optional[dict]) -> None:
+    def _copy_fields_into(self, new: Any, memo: Optional[dict[int, Any]]) -> None:
         attrs, new_attrs = self.__dict__, new.__dict__
         for _, desc in self._tokenwire_fields:
             field = attrs.get(desc.key)
@@ -379,7 +380,7 @@ class TokenWireMixin:
         self._copy_fields_into(new, None)
         return new
 
-    def __deepcopy__(self, memo: dict) -> Any:
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         cls = type(self)
         new = cls.__new__(cls)
         memo[id(self)] = new
