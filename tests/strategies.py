@@ -43,3 +43,73 @@ def int_arrays(draw: st.DrawFn, max_size: int = 200) -> np.ndarray:
     wide = np.zeros(len(values) * step, dtype=dtype)
     wide[::step] = values
     return wide[::step]
+
+
+# --------------------------------------------------------------------------------------------
+# Request layer (tests/test_request.py, tests/test_transports.py)
+
+#: How a caller may hand token ids to a TokenIds field.
+ID_SOURCES = ["list", "tuple", "ndarray_int32", "ndarray_int64", "token_vector"]
+
+
+def as_source(ids: list[int], kind: str) -> object:
+    """`ids` in the form named by `kind` (one of ID_SOURCES)."""
+    import tokenwire
+
+    if kind == "list":
+        return list(ids)
+    if kind == "tuple":
+        return tuple(ids)
+    if kind == "ndarray_int32":
+        return np.array(ids, dtype=np.int32)
+    if kind == "ndarray_int64":
+        return np.array(ids, dtype=np.int64)
+    if kind == "token_vector":
+        return tokenwire.TokenVector(ids)
+    raise ValueError(kind)
+
+
+#: One in-place change a consumer might make to a materialized list, as (operation, args).
+list_mutations = st.one_of(
+    st.tuples(st.just("append"), token_ids),
+    st.tuples(st.just("extend"), st.lists(token_ids, max_size=5)),
+    st.tuples(st.just("insert"), st.integers(-5, 50), token_ids),
+    st.tuples(st.just("setitem"), st.integers(0, 50), token_ids),
+    st.tuples(st.just("setslice"), st.integers(0, 50), st.integers(0, 50),
+              st.lists(token_ids, max_size=5)),
+    st.tuples(st.just("delslice"), st.integers(0, 50), st.integers(0, 50)),
+    st.tuples(st.just("pop")),
+    st.tuples(st.just("sort")),
+    st.tuples(st.just("reverse")),
+    st.tuples(st.just("clear")),
+)
+
+
+def apply_mutation(ids: list[int], mutation: tuple) -> None:
+    """Apply one `list_mutations` example to `ids` in place (indices wrap to the length)."""
+    op, *args = mutation
+    n = len(ids)
+    if op == "append":
+        ids.append(args[0])
+    elif op == "extend":
+        ids.extend(args[0])
+    elif op == "insert":
+        ids.insert(args[0], args[1])
+    elif op == "setitem":
+        if n:
+            ids[args[0] % n] = args[1]
+    elif op == "setslice":
+        ids[args[0]:args[1]] = args[2]
+    elif op == "delslice":
+        del ids[args[0]:args[1]]
+    elif op == "pop":
+        if n:
+            ids.pop()
+    elif op == "sort":
+        ids.sort()
+    elif op == "reverse":
+        ids.reverse()
+    elif op == "clear":
+        ids.clear()
+    else:
+        raise ValueError(op)

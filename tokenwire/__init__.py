@@ -14,3 +14,8 @@ __all__ = [
     "as_tokens",
     "tolist",
 ]
+
+# The request layer (pure Python on top of the core).
+from tokenwire.request import GenerationRequest, TokenIds, TokenWireMixin  # noqa: E402
+
+__all__ += ["GenerationRequest", "TokenIds", "TokenWireMixin"]

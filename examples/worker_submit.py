@@ -1,0 +1,134 @@
+"""The worker-side submit path: receive -> unpickle -> hand the int32 buffer to the engine.
+
+    python examples/worker_submit.py                       # 4 requests of 40k ids over ipc://
+    python examples/worker_submit.py --isl 128000 --transport tcp --requests 8
+
+This script is the worker. It binds a PULL socket and spawns a proxy process that builds each
+`GenerationRequest` from a Python list (what a tokenizer hands the proxy) and sends it with
+`tokenwire.transport.send_pyobj_oob`: the pickle in one frame, the int32 ids out-of-band in
+another, no per-token work. The worker unpickles it (the ids view the received frame) and gives
+`request._prompt_token_ids_i32` to `native_request_ctor`, a stand-in for an engine's
+`Request(input_token_ids=...)` constructor with a memcpy fast path for 1-D int32 buffers. No
+`list[int]` is built on the worker: the script checks that, and that the ids are the ones sent.
+
+Needs pyzmq (`pip install pyzmq`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from tokenwire import GenerationRequest
+from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+
+
+def make_prompt(index: int, isl: int) -> np.ndarray:
+    """The ids of request `index` (seeded, so both processes know them)."""
+    return np.random.default_rng(index).integers(0, 151_936, size=isl, dtype=np.int32)
+
+
+def native_request_ctor(input_token_ids) -> np.ndarray:
+    """Stand-in for the engine's request constructor: copies the ids into engine-owned memory.
+
+    A 1-D C-contiguous int32 buffer is one memcpy (the fast path); anything else -- a list[int]
+    -- is cast element by element, as the binding's default conversion would do.
+    """
+    try:
+        view = memoryview(input_token_ids)
+    except TypeError:
+        return np.array(input_token_ids, dtype=np.int32)          # the per-token path
+    if view.format != "i" or view.ndim != 1 or not view.c_contiguous:
+        return np.array(input_token_ids, dtype=np.int32)
+    engine_tokens = np.empty(view.shape[0], dtype=np.int32)
+    engine_tokens.data.cast("B")[:] = view.cast("B")             # one memcpy
+    return engine_tokens
+
+
+def submit(request: GenerationRequest) -> np.ndarray:
+    """What the worker does with each request it receives (cf. BaseWorker._enqueue_request)."""
+    buffer = request._prompt_token_ids_i32
+    if buffer is not None:
+        return native_request_ctor(buffer)                       # memcpy, no list
+    return native_request_ctor(request.prompt_token_ids)         # fallback: the list path
+
+
+def proxy(endpoint: str, requests: int, isl: int) -> None:
+    """The proxy process: build requests from Python lists and push them to the worker."""
+    import zmq
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.connect(endpoint)
+    try:
+        for i in range(requests):
+            ids = make_prompt(i, isl).tolist()                    # what a tokenizer returns
+            request = GenerationRequest(ids, {"max_tokens": 16}, id=i, arrival_time=time.time())
+            send_pyobj_oob(sock, request)
+    finally:
+        sock.close(linger=10_000)
+        ctx.term()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import zmq
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--isl", type=int, default=40_000, help="prompt length (token ids)")
+    p.add_argument("--requests", type=int, default=4)
+    p.add_argument("--transport", choices=["ipc", "tcp"], default="ipc")
+    args = p.parse_args(argv)
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    tmp = tempfile.mkdtemp(prefix="tokenwire-")
+    if args.transport == "ipc":
+        endpoint = f"ipc://{os.path.join(tmp, 'submit.sock')}"
+        sock.bind(endpoint)
+    else:
+        endpoint = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
+    sock.setsockopt(zmq.RCVTIMEO, 120_000)
+
+    spawn = multiprocessing.get_context("spawn")
+    proxy_proc = spawn.Process(target=proxy, args=(endpoint, args.requests, args.isl))
+    proxy_proc.start()
+    try:
+        for _ in range(args.requests):
+            request = recv_pyobj_oob(sock)
+            t0 = time.perf_counter()
+            engine_tokens = submit(request)
+            dt = (time.perf_counter() - t0) * 1e6
+            assert request._prompt_token_ids_i32 is not None, "ids should arrive as a buffer"
+            assert not GenerationRequest.prompt_token_ids.is_materialized(request), \
+                "the submit path built a list"
+            expected = make_prompt(request.id, args.isl)
+            assert np.array_equal(engine_tokens, expected), f"request {request.id}: ids differ"
+            print(f"request {request.id}: {request.prompt_len:,} ids submitted by memcpy in "
+                  f"{dt:.1f} µs; list built: no")
+    finally:
+        proxy_proc.join(timeout=60)
+        if proxy_proc.is_alive():
+            proxy_proc.terminate()
+        sock.close(linger=0)
+        ctx.term()
+        if args.transport == "ipc":
+            try:
+                os.unlink(os.path.join(tmp, "submit.sock"))
+            except FileNotFoundError:
+                pass
+        os.rmdir(tmp)
+    if proxy_proc.exitcode != 0:
+        print(f"proxy exited with {proxy_proc.exitcode}", file=sys.stderr)
+        return 1
+    print(f"ok: {args.requests} requests over {args.transport}://, ids equal, no list built")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

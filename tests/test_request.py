@@ -1,0 +1,497 @@
+"""The request layer: TokenIds, TokenWireMixin, GenerationRequest."""
+
+from __future__ import annotations
+
+import copy
+import copyreg
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tokenwire
+from strategies import (
+    BOUNDARY_IDS,
+    ID_SOURCES,
+    apply_mutation,
+    as_source,
+    list_mutations,
+    token_lists,
+)
+from tokenwire import GenerationRequest, TokenIds, TokenVector, TokenWireMixin
+from tokenwire.errors import WireFormatError
+from tokenwire.request import STATE_VERSION, _TokenField
+
+FIXTURES = Path(__file__).parent / "fixtures"
+PROMPT = GenerationRequest.prompt_token_ids
+QUERY = GenerationRequest.query_token_ids
+PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
+
+
+def big_ids(n: int = 128_000, seed: int = 0) -> list[int]:
+    return np.random.default_rng(seed).integers(0, 262_144, size=n, dtype=np.int32).tolist()
+
+
+def from_wire(ids, protocol: int = 5, **kwargs) -> GenerationRequest:
+    """A request as a worker sees it: built from a list on the proxy, pickled, unpickled."""
+    return pickle.loads(pickle.dumps(GenerationRequest(list(ids), **kwargs), protocol=protocol))
+
+
+def roundtrip(obj, protocol: int = 5):
+    return pickle.loads(pickle.dumps(obj, protocol=protocol))
+
+
+def no_lists_in(obj) -> bool:
+    """True when no value of the (state) dict is a list."""
+    return not any(isinstance(v, list) for v in obj.values())
+
+
+# --------------------------------------------------------------------------------------------
+# round trips
+
+
+@given(ids=token_lists, kind=st.sampled_from(ID_SOURCES), read=st.booleans(),
+       protocol=st.sampled_from(list(PROTOCOLS)))
+def test_roundtrip_any_source_read_or_unread(ids, kind, read, protocol):
+    req = GenerationRequest(as_source(ids, kind), {"max_tokens": 8}, query_token_ids=ids[:3], id=7)
+    if read:
+        assert req.prompt_token_ids == ids
+    out = roundtrip(req, protocol)
+    assert not PROMPT.is_materialized(out)          # decoding never builds the list
+    assert out._prompt_token_ids_i32 == ids         # the side channel holds the ids
+    assert out.prompt_token_ids == ids
+    assert type(out.prompt_token_ids) is list
+    assert out.query_token_ids == ids[:3]
+    assert (out.sampling_params, out.id, out.streaming) == ({"max_tokens": 8}, 7, False)
+
+
+@pytest.mark.parametrize("ids", [[], [0], BOUNDARY_IDS, big_ids()], ids=["empty", "one", "boundary", "128k"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_roundtrip_edges(ids, protocol):
+    out = roundtrip(GenerationRequest(ids), protocol)
+    assert out.prompt_len == len(ids)
+    assert out.prompt_token_ids == ids
+    again = roundtrip(out, protocol)                   # re-pickle a materialized request
+    assert again.prompt_token_ids == ids
+
+
+def test_repickling_unread_request_never_materializes():
+    ids = big_ids(40_000)
+    worker_side = from_wire(ids)
+    for protocol in PROTOCOLS:
+        state = worker_side.__getstate__()
+        assert type(state["prompt_token_ids"]) is TokenVector and no_lists_in(state)
+        hop = roundtrip(worker_side, protocol)
+        assert not PROMPT.is_materialized(worker_side)
+        assert not PROMPT.is_materialized(hop)
+        assert hop._prompt_token_ids_i32 == worker_side._prompt_token_ids_i32
+    copy.copy(worker_side), copy.deepcopy(worker_side), repr(worker_side), worker_side.prompt_len
+    assert not PROMPT.is_materialized(worker_side)
+    assert worker_side.prompt_token_ids == ids
+
+
+# --------------------------------------------------------------------------------------------
+# the state and the reduce tuple themselves
+
+
+def test_state_content():
+    req = GenerationRequest([5, 6, 7], "sp", query_token_ids=None, streaming=True, id=3,
+                            arrival_time=1.5)
+    state = req.__getstate__()
+    assert state == {
+        "__tokenwire__": STATE_VERSION,
+        "prompt_token_ids": TokenVector([5, 6, 7]),
+        "query_token_ids": None,
+        "sampling_params": "sp",
+        "streaming": True,
+        "arrival_time": 1.5,
+        "id": 3,
+        "lora_request": None,
+        "disaggregated_params": None,
+    }
+    assert STATE_VERSION == 1
+    assert type(state["prompt_token_ids"]) is TokenVector
+    assert not any(k.startswith("_tw_") for k in state)      # storage keys never travel
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_reduce_tuple(protocol):
+    req = from_wire([1, 2, 3])
+    reduced = req.__reduce_ex__(protocol)
+    assert reduced[0] is copyreg.__newobj__
+    assert reduced[1] == (GenerationRequest,)
+    state = reduced[2]
+    assert state["__tokenwire__"] == STATE_VERSION and no_lists_in(state)
+    func, args = state["prompt_token_ids"].__reduce_ex__(protocol)
+    assert func is tokenwire._core._restore_token_vector
+    if protocol >= 5:
+        assert type(args[0]) is pickle.PickleBuffer
+    else:
+        assert args == (b"\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00",)
+
+
+@pytest.mark.parametrize("with_query", [False, True])
+def test_protocol5_token_fields_go_out_of_band(with_query):
+    ids = big_ids(40_000)
+    req = GenerationRequest(ids, {"n": 1}, query_token_ids=ids[:100] if with_query else None)
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(req, protocol=5, buffer_callback=buffers.append)
+    assert all(type(b) is pickle.PickleBuffer for b in buffers)
+    assert len(buffers) == (2 if with_query else 1)
+    assert len(data) < 1000                                 # the ids are not in the stream
+    assert buffers[0].raw().nbytes == 4 * len(ids)
+    # Received frames are read-only bytes; the decoded field views them (no copy).
+    frames = [bytes(b.raw()) for b in buffers]
+    out = pickle.loads(data, buffers=frames)
+    vec = out._prompt_token_ids_i32
+    assert np.asarray(vec).ctypes.data == np.frombuffer(frames[0], np.uint8).ctypes.data
+    assert out.prompt_token_ids == ids
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4])
+def test_protocols_below_5_are_in_band(protocol):
+    ids = big_ids(1000)
+    out = roundtrip(GenerationRequest(ids, query_token_ids=[1, 2]), protocol)
+    assert out.prompt_token_ids == ids and out.query_token_ids == [1, 2]
+
+
+def test_golden_v1_fixtures_still_load():
+    # Written once by tests/fixtures/make_request_fixtures.py; they pin state version 1.
+    for path in sorted(FIXTURES.glob("request_v1_p*.pickle")):
+        out = pickle.loads(path.read_bytes())
+        assert type(out) is GenerationRequest, path
+        assert not PROMPT.is_materialized(out)
+        assert out.prompt_token_ids == BOUNDARY_IDS, path
+        assert out.query_token_ids == [7, 8, 9]
+        assert (out.sampling_params, out.streaming, out.id, out.arrival_time) == (
+            {"max_tokens": 16, "temperature": 0.5}, True, 42, 1700000000.25)
+    assert len(list(FIXTURES.glob("request_v1_p*.pickle"))) == 3
+
+
+def test_state_version_checks():
+    req = GenerationRequest.__new__(GenerationRequest)
+    with pytest.raises(WireFormatError, match="state version 2 is not supported"):
+        req.__setstate__({"__tokenwire__": 2, "prompt_token_ids": None})
+    with pytest.raises(WireFormatError, match="expected a raw int32 TokenVector payload, got list"):
+        req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": [1, 2]})
+    assert isinstance(WireFormatError("x"), ValueError)
+
+
+# --------------------------------------------------------------------------------------------
+# legacy state: pickles written before tokenwire
+
+
+def legacy_pickle(state: dict, protocol: int) -> bytes:
+    """The bytes a pre-tokenwire GenerationRequest with this __dict__ pickled to (default
+    object pickling: NEWOBJ / reconstructor, then BUILD with the dict)."""
+    import io
+
+    class LegacyPickler(pickle.Pickler):
+        def reducer_override(self, obj):
+            if type(obj) is GenerationRequest:
+                if protocol < 2:
+                    return copyreg._reconstructor, (GenerationRequest, object, None), state
+                return copyreg.__newobj__, (GenerationRequest,), state
+            return NotImplemented
+
+    out = io.BytesIO()
+    LegacyPickler(out, protocol=protocol).dump(GenerationRequest(None))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("private", [False, True], ids=["public_name", "underscore_name"])
+def test_legacy_state_loads(protocol, private):
+    ids = big_ids(5000)
+    key = "_prompt_token_ids" if private else "prompt_token_ids"
+    legacy = {key: ids, "query_token_ids": None, "sampling_params": {"t": 1}, "streaming": False,
+              "id": 9, "arrival_time": None}
+    if private:
+        legacy["_prompt_token_ids_i32"] = None        # the hand-written side channel's slot
+    out = pickle.loads(legacy_pickle(legacy, protocol))
+    assert type(out) is GenerationRequest
+    assert out.prompt_token_ids == ids and out.query_token_ids is None
+    assert (out.sampling_params, out.id) == ({"t": 1}, 9)
+    assert "_prompt_token_ids" not in vars(out) and "_prompt_token_ids_i32" not in vars(out)
+    # A legacy list is already a list: it stays one; the side channel is for buffers only.
+    assert out._prompt_token_ids_i32 is None
+    assert PROMPT.buffer(out) == ids
+    # ... and it re-pickles in the current format.
+    state = out.__getstate__()
+    assert state["__tokenwire__"] == STATE_VERSION and no_lists_in(state)
+    assert roundtrip(out).prompt_token_ids == ids
+
+
+def test_legacy_state_public_name_wins_and_missing_fields_are_unset():
+    req = GenerationRequest.__new__(GenerationRequest)
+    req.__setstate__({"prompt_token_ids": [1], "_prompt_token_ids": [2], "id": 1})
+    assert req.prompt_token_ids == [1] and req.query_token_ids is None and req.id == 1
+    assert "_prompt_token_ids" not in vars(req)
+
+
+# --------------------------------------------------------------------------------------------
+# never stale: in-place changes to the materialized list
+
+
+@given(ids=token_lists, mutations=st.lists(list_mutations, min_size=1, max_size=4),
+       wire=st.booleans())
+def test_mutations_are_reflected_everywhere(ids, mutations, wire):
+    req = from_wire(ids) if wire else GenerationRequest(list(ids))
+    if wire:
+        assert req._prompt_token_ids_i32 == ids
+    lst = req.prompt_token_ids
+    expected = list(ids)
+    diverged = False        # once a change is seen, the ids are no longer "held as a buffer"
+    for m in mutations:
+        apply_mutation(lst, m)
+        apply_mutation(expected, m)
+        diverged |= expected != ids
+        assert req.prompt_token_ids is lst
+        assert PROMPT.buffer(req) == expected
+        side = req._prompt_token_ids_i32
+        if wire and not diverged:
+            assert side == expected          # still the held buffer, and equal to the list
+        else:
+            assert side is None              # changed (or list-built): the worker uses the list
+        for protocol in (2, 5):
+            assert roundtrip(req, protocol).prompt_token_ids == expected
+        assert copy.copy(req).prompt_token_ids == expected
+        assert copy.deepcopy(req).prompt_token_ids == expected
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda ids: ids.append(5),
+    lambda ids: ids.extend([1, 2, 3]),
+    lambda ids: ids.__setitem__(slice(0, 2), [9, 9, 9]),
+    lambda ids: ids.sort(),
+    lambda ids: ids.__delitem__(0),
+    lambda ids: ids.__setitem__(-1, 2**31 - 1),
+], ids=["append", "extend", "slice_assign", "sort", "del", "setitem"])
+def test_each_mutation_kind_on_a_decoded_request(mutate):
+    ids = big_ids(40_000)
+    req = from_wire(ids)
+    before = req._prompt_token_ids_i32
+    assert before is not None
+    lst = req.prompt_token_ids
+    assert req._prompt_token_ids_i32 is before       # read but unchanged: same held vector
+    mutate(lst)
+    expected = list(lst)
+    assert expected != ids
+    assert req._prompt_token_ids_i32 is None
+    assert PROMPT.buffer(req) == expected
+    out = roundtrip(req)
+    assert out.prompt_token_ids == expected and out._prompt_token_ids_i32 == expected
+    lst.append(1)                                    # a second change after the first sync
+    assert PROMPT.buffer(req) == expected + [1]
+    assert roundtrip(req).prompt_token_ids == expected + [1]
+
+
+def test_user_list_is_held_and_its_mutations_reflected():
+    ids = [1, 2, 3]
+    req = GenerationRequest(ids)
+    assert req.prompt_token_ids is ids
+    ids.append(4)
+    assert roundtrip(req).prompt_token_ids == [1, 2, 3, 4]
+    ids[0] = 0
+    assert PROMPT.buffer(req) == [0, 2, 3, 4]
+
+
+@pytest.mark.parametrize("bad, exc", [("x", TypeError), (2**40, OverflowError), (None, TypeError)])
+def test_list_mutated_to_hold_a_non_id_fails_loudly_naming_the_field(bad, exc):
+    req = from_wire([1, 2, 3])
+    req.prompt_token_ids.append(bad)
+    with pytest.raises(exc, match=r"GenerationRequest\.prompt_token_ids: token id at index 3"):
+        pickle.dumps(req)
+    with pytest.raises(exc):
+        PROMPT.buffer(req)
+
+
+# --------------------------------------------------------------------------------------------
+# consumer patterns: the attribute is a plain list[int]
+
+
+@given(ids=token_lists, wire=st.booleans())
+def test_consumer_patterns(ids, wire):
+    req = from_wire(ids) if wire else GenerationRequest(list(ids))
+    got = req.prompt_token_ids
+    assert type(got) is list
+    assert got is req.prompt_token_ids                      # cached: the same object
+    assert got == ids and ids == got and not (got != ids)
+    assert len(got) == len(ids) == req.prompt_len
+    assert bool(got) == bool(ids)
+    if ids:
+        first = got[0]
+        assert got[1:] + [first] == ids[1:] + [ids[0]]     # a list concat, not a broadcast
+    assert json.dumps(got) == json.dumps(ids)
+    assert all(type(x) is int for x in got)
+
+
+def test_unset_fields_read_none():
+    req = GenerationRequest(None)
+    assert req.prompt_token_ids is None and req.query_token_ids is None
+    assert PROMPT.buffer(req) is None and req._prompt_token_ids_i32 is None
+    assert req.prompt_len == 0 and not PROMPT.is_materialized(req)
+    assert roundtrip(req).prompt_token_ids is None
+    req.prompt_token_ids = [1]
+    del req.prompt_token_ids
+    assert req.prompt_token_ids is None
+
+
+# --------------------------------------------------------------------------------------------
+# attribute misses stay plain and C-level
+
+
+def test_no_getattr_anywhere():
+    for klass in GenerationRequest.__mro__:
+        assert "__getattr__" not in vars(klass), klass
+    assert GenerationRequest.__getattribute__ is object.__getattribute__
+
+
+def test_missing_attribute_is_a_plain_attribute_error():
+    req = from_wire([1, 2])
+    assert not hasattr(req, "no_such_attribute")
+    assert getattr(req, "no_such_attribute", "dflt") == "dflt"
+    with pytest.raises(AttributeError) as info:
+        req.no_such_attribute
+    assert type(info.value) is AttributeError
+    assert str(info.value) == "'GenerationRequest' object has no attribute 'no_such_attribute'"
+    assert not PROMPT.is_materialized(req)                  # probes never touch the field
+
+
+# --------------------------------------------------------------------------------------------
+# copy / deepcopy
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+@pytest.mark.parametrize("wire", [False, True], ids=["list_built", "decoded"])
+def test_copies_are_independent(copier, wire):
+    ids = big_ids(10_000)
+    sp = {"stop": ["</s>"]}
+    req = from_wire(ids, sampling_params=sp) if wire else GenerationRequest(list(ids), sp)
+    req.prompt_token_ids                                    # materialize the original
+    dup = copier(req)
+    assert type(dup) is GenerationRequest
+    assert not PROMPT.is_materialized(dup)                  # copies hold the buffer only
+    assert (dup._prompt_token_ids_i32 is not None) == wire  # held-ness is kept
+    assert dup.prompt_token_ids == ids
+    dup.prompt_token_ids.append(1)
+    req.prompt_token_ids.sort()
+    assert dup.prompt_token_ids == ids + [1]
+    assert req.prompt_token_ids == sorted(ids)
+    assert dup._prompt_token_ids_i32 is None and req._prompt_token_ids_i32 is None
+    if copier is copy.copy:
+        assert dup.sampling_params is req.sampling_params  # shallow, like any object
+    else:
+        assert dup.sampling_params == sp and dup.sampling_params is not req.sampling_params
+
+
+def test_copy_shares_the_immutable_vector_no_per_token_work():
+    tv = TokenVector(big_ids(1000))
+    req = GenerationRequest(tv)
+    assert req._prompt_token_ids_i32 is tv                  # a TokenVector is shared, not copied
+    assert copy.copy(req)._prompt_token_ids_i32 is tv
+    assert copy.deepcopy(req)._prompt_token_ids_i32 is tv   # owned & immutable: itself
+
+
+def test_deepcopy_memo_keeps_shared_references():
+    req = GenerationRequest([1, 2])
+    pair = copy.deepcopy([req, req])
+    assert pair[0] is pair[1]
+
+
+# --------------------------------------------------------------------------------------------
+# setting a field, the side channel
+
+
+def test_setting_buffers_is_held_and_snapshotted():
+    arr = np.arange(10, dtype=np.int64)[::2]                 # strided int64: converted in C
+    req = GenerationRequest(arr)
+    arr[0] = 99                                              # the request took a snapshot
+    assert req._prompt_token_ids_i32 == [0, 2, 4, 6, 8]
+    assert not PROMPT.is_materialized(req)
+    assert req.prompt_token_ids == [0, 2, 4, 6, 8]
+    assert req._prompt_token_ids_i32 == [0, 2, 4, 6, 8]     # read, unchanged: still held
+    assert GenerationRequest((1, 2))._prompt_token_ids_i32 is None
+    assert GenerationRequest((1, 2)).prompt_token_ids == [1, 2]
+    assert GenerationRequest([1, 2])._prompt_token_ids_i32 is None
+
+
+@pytest.mark.parametrize("value, exc, msg", [
+    ("abc", TypeError, "does not take str"),
+    (np.zeros((2, 2), np.int32), ValueError, "1-D"),
+    (np.array([2**40]), OverflowError, "index 0"),
+    (np.array([1.5]), TypeError, "dtype float64"),
+    (7, TypeError, "expected a sequence"),
+])
+def test_setting_bad_values_names_the_field(value, exc, msg):
+    with pytest.raises(exc, match=msg) as info:
+        GenerationRequest(value)
+    assert "GenerationRequest.prompt_token_ids" in str(info.value)
+
+
+def test_side_channel_is_read_only():
+    req = from_wire([1])
+    with pytest.raises(AttributeError):
+        req._prompt_token_ids_i32 = None
+
+
+# --------------------------------------------------------------------------------------------
+# repr, codec, the mixin on other classes
+
+
+def test_repr_is_short_and_does_not_materialize():
+    req = from_wire(big_ids(128_000), sampling_params={"stop": ["x" * 1000]}, id=5)
+    text = repr(req)
+    assert len(text) < 400, text
+    assert "<128000 ids: [" in text and "id=5" in text
+    assert not PROMPT.is_materialized(req)
+    assert "prompt_token_ids=[1, 2]" in repr(GenerationRequest([1, 2]))
+
+
+def test_codecs():
+    assert TokenIds().codec == "raw" and PROMPT.codec == "raw"
+    for codec in ("u16", "packed"):
+        with pytest.raises(ValueError, match="not available yet"):
+            TokenIds(codec=codec)
+    with pytest.raises(ValueError, match="unknown token codec 'zip'"):
+        TokenIds(codec="zip")
+
+
+class Base(TokenWireMixin):
+    ids = TokenIds()
+    extra = TokenIds()
+
+
+class Child(Base):
+    extra = None                # overriding with a plain attribute removes the field
+    more = TokenIds()
+
+    def __init__(self, ids, more, note=""):
+        self.ids, self.more, self.note = ids, more, note
+
+
+class NoMixin:
+    ids = TokenIds()
+
+
+def test_mixin_on_another_class():
+    assert [name for name, _ in Child._tokenwire_fields] == ["ids", "more"]
+    obj = Child(np.arange(5, dtype=np.int32), [7, 8], note="hi")
+    out = roundtrip(obj)
+    assert (out.ids, out.more, out.note, out.extra) == ([0, 1, 2, 3, 4], [7, 8], "hi", None)
+    assert Child.more.held_buffer(out) == [7, 8]
+    assert "ids=[0, 1, 2, 3, 4]" in repr(out)
+
+
+def test_descriptor_without_the_mixin_pickles_the_buffer_not_the_list():
+    obj = NoMixin()
+    obj.ids = [1, 2, 3]
+    data = pickle.dumps(obj, protocol=5)
+    out = pickle.loads(data)
+    assert out.ids == [1, 2, 3]
+    assert type(vars(out)["_tw_ids"]) is _TokenField
+    assert copy.deepcopy(obj).ids == [1, 2, 3]
