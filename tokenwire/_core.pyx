@@ -785,9 +785,10 @@ cdef class TokenVector:
                 if PyLong_CheckExact(<object>item) and pyint_small_value(item, &v):
                     if v != self._data[i]:
                         return False
-                elif not (<object>item == self._data[i]):
+                    continue
+                if not (<object>item == self._data[i]):
                     return False
-                if len(other) != self._len:   # an __eq__ above may have resized it
+                if PySequence_Fast_GET_SIZE(other) != self._len:   # that __eq__ resized it
                     return False
             return True
         return NotImplemented
