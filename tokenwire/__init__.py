@@ -1,6 +1,17 @@
 """tokenwire: move LLM token ids across process and machine boundaries at memcpy speed."""
 
-from tokenwire._core import INT_CACHE_SIZE, TokenVector, as_tokens, tolist
+from tokenwire._core import (
+    INT_CACHE_SIZE,
+    FrameInfo,
+    TokenVector,
+    as_tokens,
+    decode,
+    decode_many,
+    encode,
+    encode_many,
+    frame_info,
+    tolist,
+)
 from tokenwire.errors import ChecksumError, TokenwireError, WireFormatError
 
 __version__ = "0.1.0"
@@ -8,9 +19,15 @@ __version__ = "0.1.0"
 __all__ = [
     "INT_CACHE_SIZE",
     "ChecksumError",
+    "FrameInfo",
     "TokenVector",
     "TokenwireError",
     "WireFormatError",
     "as_tokens",
+    "decode",
+    "decode_many",
+    "encode",
+    "encode_many",
+    "frame_info",
     "tolist",
 ]
