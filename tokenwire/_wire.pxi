@@ -488,7 +488,6 @@ cdef int _choose_codec(int request, uint32_t orv, uint64_t total, unsigned* widt
     """The wire codec for ids whose bitwise OR is `orv`; raises if a forced codec cannot hold them."""
     cdef bint negative = (orv >> 31) != 0
     cdef unsigned w = 1 if orv == 0 else _bit_length(orv)
-    cdef Py_ssize_t raw_size, u16_size, packed_size
     if request == CODEC_RAW:
         width[0] = 32
         return CODEC_RAW
@@ -502,21 +501,20 @@ cdef int _choose_codec(int request, uint32_t orv, uint64_t total, unsigned* widt
             raise ValueError("codec 'packed' needs non-negative ids")
         width[0] = w
         return CODEC_PACKED
-    # auto (and zstd's inner payload): the smallest valid codec, the faster one on a tie.
+    # auto (and zstd's inner payload): the smallest valid codec; on a tie the faster one, in the
+    # order raw, u16, packed (strict comparisons keep the earlier one).
     width[0] = 32
     if negative:
         return CODEC_RAW
-    raw_size = _payload_size(CODEC_RAW, 32, total)
-    packed_size = _payload_size(CODEC_PACKED, w, total)
-    if orv < 65536:
-        u16_size = _payload_size(CODEC_U16, 16, total)
-        if u16_size <= packed_size:
-            width[0] = 16
-            return CODEC_U16
-    if packed_size < raw_size:
+    cdef int best = CODEC_RAW
+    cdef Py_ssize_t best_size = _payload_size(CODEC_RAW, 32, total)
+    if orv < 65536 and _payload_size(CODEC_U16, 16, total) < best_size:
+        best, best_size = CODEC_U16, _payload_size(CODEC_U16, 16, total)
+        width[0] = 16
+    if _payload_size(CODEC_PACKED, w, total) < best_size:
+        best = CODEC_PACKED
         width[0] = w
-        return CODEC_PACKED
-    return CODEC_RAW
+    return best
 
 
 cdef object _codec_error_detail(int codec, const int32_t** ptrs, const Py_ssize_t* lens,
