@@ -54,6 +54,17 @@ TWBP_INLINE void twbp_store_bytes(uint8_t *p, uint64_t v, size_t n) {
 #endif
 }
 
+/* The simple, vectorizable loops get an AVX2 clone picked at load time (GCC function multi-
+ * versioning); the default clone is baseline x86-64, so the extension stays portable. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#  define TWBP_CLONES __attribute__((target_clones("avx2", "default")))
+   /* pack/unpack shift by run-time amounts: BMI2's shlx/shrx beat the cl-bound shifts. */
+#  define TWBP_CLONES_BMI2 __attribute__((target_clones("arch=haswell", "default")))
+#else
+#  define TWBP_CLONES
+#  define TWBP_CLONES_BMI2
+#endif
+
 /* ---- unpack ------------------------------------------------------------------------------ */
 
 /* Ids [0, n) of a stream of width w that starts at bit s (0..7) of src; src holds exactly the
@@ -82,7 +93,7 @@ static void twbp_unpack_slow(const uint8_t *src, unsigned s, int32_t *dst, size_
     } while (0)
 
 #define TWBP_DEFINE_UNPACK(W)                                                                  \
-    static void twbp_unpack_w##W(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,  \
+    TWBP_INLINE void twbp_unpack_w##W(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,  \
                                  size_t n) {                                                   \
         size_t i = 0;                                                                          \
         const uint8_t *p = src;                                                                \
@@ -150,7 +161,7 @@ static void twbp_pack_slow(twbp_packer *pk, const int32_t *src, size_t n, unsign
     } while (0)
 
 #define TWBP_DEFINE_PACK(W)                                                                    \
-    static void twbp_pack_w##W(twbp_packer *pk, const int32_t *src, size_t n) {                \
+    TWBP_INLINE void twbp_pack_w##W(twbp_packer *pk, const int32_t *src, size_t n) {                \
         size_t i = 0;                                                                          \
         uint64_t acc = pk->acc;                                                                \
         uint8_t *o = pk->out;                                                                  \
@@ -179,6 +190,7 @@ TWBP_DEFINE_UNPACK(31)
 
 /* Unpack n ids of width w (1..31) starting at bit s (0..7) of src, which holds srclen bytes,
  * at least ceil((s + n*w)/8) (checked by the caller). */
+TWBP_CLONES_BMI2
 static void twbp_unpack(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst, size_t n,
                         unsigned w) {
     switch (w) {
@@ -191,6 +203,7 @@ static void twbp_unpack(const uint8_t *src, size_t srclen, unsigned s, int32_t *
 }
 
 /* Append n ids (each in [0, 2**w)) to the packer's stream. */
+TWBP_CLONES_BMI2
 static void twbp_pack(twbp_packer *pk, const int32_t *src, size_t n, unsigned w) {
     switch (w) {
 #define TWBP_CASE(W) case W: twbp_pack_w##W(pk, src, n); return;
@@ -212,24 +225,33 @@ static void twbp_pack_finish(twbp_packer *pk) {
 /* ---- scans ------------------------------------------------------------------------------- */
 
 /* Bitwise OR of all ids: its sign bit says "some id is negative"; otherwise its bit length is the
- * bit length of the largest id. Branch-free, vectorizes at -O3. */
-static uint32_t twbp_or_all(const int32_t *src, size_t n) {
+ * bit length of the largest id. Sixteen independent lanes (four SSE or two AVX2 registers) so the
+ * loop is bound by loads, not by the latency of one OR chain. */
+TWBP_CLONES
+static uint32_t twbp_or_all(const int32_t *restrict src, size_t n) {
+    uint32_t lane[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (unsigned j = 0; j < 16; j++) lane[j] |= (uint32_t)src[i + j];
     uint32_t acc = 0;
-    for (size_t i = 0; i < n; i++) acc |= (uint32_t)src[i];
+    for (unsigned j = 0; j < 16; j++) acc |= lane[j];
+    for (; i < n; i++) acc |= (uint32_t)src[i];
     return acc;
 }
 
 /* u16 codec: store / load little-endian uint16 ids. */
-static void twbp_narrow16(const int32_t *src, size_t n, uint8_t *dst) {
+TWBP_CLONES
+static void twbp_narrow16(const int32_t *restrict src, size_t n, uint8_t *restrict dst) {
 #if TWBP_BIG_ENDIAN
     for (size_t i = 0; i < n; i++) { dst[2 * i] = (uint8_t)src[i]; dst[2 * i + 1] = (uint8_t)(src[i] >> 8); }
 #else
-    uint16_t *d = (uint16_t *)(void *)dst;   /* callers pass 2-aligned dst */
+    uint16_t *restrict d = (uint16_t *)(void *)dst;   /* callers pass 2-aligned dst */
     for (size_t i = 0; i < n; i++) d[i] = (uint16_t)src[i];
 #endif
 }
 
-static void twbp_widen16(const uint8_t *src, size_t n, int32_t *dst) {
+TWBP_CLONES
+static void twbp_widen16(const uint8_t *restrict src, size_t n, int32_t *restrict dst) {
 #if TWBP_BIG_ENDIAN
     for (size_t i = 0; i < n; i++) dst[i] = (int32_t)src[2 * i] | ((int32_t)src[2 * i + 1] << 8);
 #else
