@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import tokenwire
 from tokenwire import ChecksumError, WireFormatError
+from tokenwire import _core
 from tokenwire._core import _crc32c
 
 from strategies import (
@@ -71,9 +72,17 @@ def test_round_trip_many(codec: str, data: st.DataObject) -> None:
     assert info.multi and info.counts == tuple(len(s) for s in seqs)
 
 
+@pytest.fixture(params=["simd", "portable"])
+def unpack_path(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """Run a test with the AVX2 unpack (where the CPU has it) and with the portable one."""
+    before = _core._set_unpack_avx2(request.param == "simd")
+    yield request.param
+    _core._set_unpack_avx2(before)
+
+
 @pytest.mark.parametrize("width", range(1, 32))
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000])
-def test_packed_every_width_and_tail(width: int, n: int) -> None:
+def test_packed_every_width_and_tail(width: int, n: int, unpack_path: str) -> None:
     rng = np.random.default_rng(width * 1000 + n)
     ids = rng.integers(0, 2**width, size=n, dtype=np.int64).astype(np.int32)
     ids[0] = 2**width - 1           # force exactly this width

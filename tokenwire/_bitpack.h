@@ -188,11 +188,62 @@ TWBP_DEFINE_UNPACK(29)
 TWBP_DEFINE_UNPACK(30)
 TWBP_DEFINE_UNPACK(31)
 
+/* ---- AVX2 unpack (x86-64, widths 1..24, chosen at run time) ----------------------------------
+ * 8 ids per step, 4 per 128-bit lane. Lane 0 is loaded from the group's first byte, lane 1 from
+ * the byte holding id 4's first bit; a byte shuffle moves the 4 bytes that hold each id into its
+ * 32-bit slot, a per-slot variable shift drops the bits below it and a mask those above. Every id
+ * starts at most 7 + 3*24 = 79 bits into its lane (byte 9) and needs at most 7 + 24 = 31 bits, so
+ * the 4 bytes at byte 9 still lie inside the lane's 16. The shuffle and shift vectors depend only
+ * on (w, s) and are built once per call. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+static int twbp_have_avx2 = 0;
+
+static void twbp_init(void) {
+    __builtin_cpu_init();
+    twbp_have_avx2 = __builtin_cpu_supports("avx2");
+}
+
+/* Returns how many ids it unpacked (a multiple of 8); the caller finishes the rest. */
+__attribute__((target("avx2")))
+static size_t twbp_unpack_avx2(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,
+                               size_t n, unsigned w) {
+    uint8_t shuf[32];
+    uint32_t shift[8];
+    const unsigned base1 = (s + 4 * w) >> 3;          /* lane 1's first byte, from the group's */
+    for (unsigned j = 0; j < 8; j++) {
+        unsigned lane = j >> 2;
+        unsigned r = s + j * w - (lane ? 8 * base1 : 0);
+        for (unsigned k = 0; k < 4; k++) shuf[16 * lane + 4 * (j & 3) + k] = (uint8_t)((r >> 3) + k);
+        shift[j] = r & 7;
+    }
+    const __m256i vshuf = _mm256_loadu_si256((const __m256i *)shuf);
+    const __m256i vshift = _mm256_loadu_si256((const __m256i *)shift);
+    const __m256i vmask = _mm256_set1_epi32((int)((1u << w) - 1));
+    /* a group at byte offset o reads [o, o + base1 + 16) */
+    const size_t need = (size_t)base1 + 16;
+    size_t i = 0, o = 0;
+    for (; i + 8 <= n && o + need <= srclen; i += 8, o += w) {
+        __m128i lo = _mm_loadu_si128((const __m128i *)(src + o));
+        __m128i hi = _mm_loadu_si128((const __m128i *)(src + o + base1));
+        __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+        v = _mm256_shuffle_epi8(v, vshuf);
+        v = _mm256_srlv_epi32(v, vshift);
+        v = _mm256_and_si256(v, vmask);
+        _mm256_storeu_si256((__m256i *)(dst + i), v);
+    }
+    return i;
+}
+#else
+static int twbp_have_avx2 = 0;
+static void twbp_init(void) {}
+#endif
+
 /* Unpack n ids of width w (1..31) starting at bit s (0..7) of src, which holds srclen bytes,
  * at least ceil((s + n*w)/8) (checked by the caller). */
 TWBP_CLONES_BMI2
-static void twbp_unpack(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst, size_t n,
-                        unsigned w) {
+static void twbp_unpack_scalar(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,
+                               size_t n, unsigned w) {
     switch (w) {
 #define TWBP_CASE(W) case W: twbp_unpack_w##W(src, srclen, s, dst, n); return;
         TWBP_FOR_FAST_WIDTHS(TWBP_CASE)
@@ -200,6 +251,21 @@ static void twbp_unpack(const uint8_t *src, size_t srclen, unsigned s, int32_t *
 #undef TWBP_CASE
         default: twbp_unpack_slow(src, s, dst, n, w); return;
     }
+}
+
+static void twbp_unpack(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst, size_t n,
+                        unsigned w) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (twbp_have_avx2 && w <= 24 && n >= 8) {
+        size_t done = twbp_unpack_avx2(src, srclen, s, dst, n, w);
+        size_t skip = done / 8 * w;                   /* 8 ids are exactly w bytes */
+        src += skip;
+        srclen -= skip;
+        dst += done;
+        n -= done;
+    }
+#endif
+    twbp_unpack_scalar(src, srclen, s, dst, n, w);
 }
 
 /* Append n ids (each in [0, 2**w)) to the packer's stream. */

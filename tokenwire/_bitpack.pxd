@@ -13,6 +13,9 @@ cdef extern from "_bitpack.h" nogil:
         uint64_t acc
         unsigned bits
 
+    # Probe the CPU once (module import) for the AVX2 unpack path.
+    void twbp_init() noexcept
+    int twbp_have_avx2
     # n ids of width w (1..31) from bit s (0..7) of src (srclen bytes, >= ceil((s + n*w)/8)).
     void twbp_unpack(const uint8_t* src, size_t srclen, unsigned s, int32_t* dst, size_t n,
                      unsigned w) noexcept

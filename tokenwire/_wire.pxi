@@ -9,6 +9,8 @@
 #   * the public functions.
 
 from tokenwire._bitpack cimport (
+    twbp_have_avx2,
+    twbp_init,
     twbp_narrow16,
     twbp_or_all,
     twbp_pack,
@@ -24,6 +26,7 @@ from libc.string cimport memset
 from tokenwire.errors import ChecksumError, WireFormatError
 
 twcrc_init()
+twbp_init()
 
 # --------------------------------------------------------------------------------------------
 # Format constants (docs/wire-format.md)
@@ -773,3 +776,13 @@ def _crc32c(data, *, portable=False):
 
 
 CRC32C_HARDWARE = bool(twcrc_have_hw)
+UNPACK_AVX2 = bool(twbp_have_avx2)
+
+
+def _set_unpack_avx2(bint enabled):
+    """Test hook: turn the AVX2 unpack off (or back on, if the CPU has it) so that the portable
+    path is tested on machines that would never take it. Returns the previous setting."""
+    global twbp_have_avx2
+    cdef bint before = twbp_have_avx2
+    twbp_have_avx2 = enabled and UNPACK_AVX2
+    return before
