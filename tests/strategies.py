@@ -113,3 +113,76 @@ def apply_mutation(ids: list[int], mutation: tuple) -> None:
         ids.clear()
     else:
         raise ValueError(op)
+
+
+# --------------------------------------------------------------------------------------------
+# Wire codec (tests/test_wire.py, fuzz/fuzz_decode.py)
+
+#: Every codec name `encode` accepts ("zstd" only where zstandard is installed).
+try:
+    import zstandard as _zstandard  # noqa: F401
+
+    CODECS = ["raw", "u16", "packed", "auto", "zstd"]
+except ImportError:  # pragma: no cover - the extra is optional
+    CODECS = ["raw", "u16", "packed", "auto"]
+
+#: Ids a given codec can hold: u16 needs [0, 65536), packed needs >= 0.
+CODEC_RANGES = {
+    "raw": (INT32_MIN, INT32_MAX),
+    "u16": (0, 2**16 - 1),
+    "packed": (0, INT32_MAX),
+    "auto": (INT32_MIN, INT32_MAX),
+    "zstd": (INT32_MIN, INT32_MAX),
+}
+
+
+@st.composite
+def ids_for_codec(draw: st.DrawFn, codec: str, max_size: int = 300) -> list[int]:
+    """Token ids `codec` can hold, mixing boundary values, one random width, and repeats (so
+    zstd has something to compress)."""
+    lo, hi = CODEC_RANGES[codec]
+    width = draw(st.integers(1, 31))
+    top = min(hi, 2**width - 1)
+    boundary = [b for b in BOUNDARY_IDS if lo <= b <= hi]
+    elem = st.one_of(st.integers(max(lo, 0), top), st.sampled_from(boundary), st.integers(lo, hi))
+    if draw(st.booleans()):
+        return draw(st.lists(elem, max_size=max_size))
+    base = draw(st.lists(elem, min_size=1, max_size=8))
+    return base * draw(st.integers(0, max_size // len(base)))
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> tuple[bytes, list[list[int]], bool]:
+    """A valid frame, the sequences in it, and whether it is multi-sequence."""
+    import tokenwire
+
+    codec = draw(st.sampled_from(CODECS))
+    checksum = draw(st.booleans())
+    if draw(st.booleans()):
+        seqs = draw(st.lists(ids_for_codec(codec, max_size=60), max_size=5))
+        return tokenwire.encode_many(seqs, codec=codec, checksum=checksum), seqs, True
+    ids = draw(ids_for_codec(codec))
+    return tokenwire.encode(ids, codec=codec, checksum=checksum), [ids], False
+
+
+@st.composite
+def damaged_frames(draw: st.DrawFn) -> bytes:
+    """A valid frame with bytes flipped, cut off, inserted or appended."""
+    data, _, _ = draw(frames())
+    buf = bytearray(data)
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["flip", "cut", "append", "insert", "set"]))
+        if op == "flip" and buf:
+            i = draw(st.integers(0, len(buf) - 1))
+            buf[i] ^= 1 << draw(st.integers(0, 7))
+        elif op == "set" and buf:
+            i = draw(st.integers(0, min(len(buf) - 1, 40)))   # mostly header fields
+            buf[i] = draw(st.integers(0, 255))
+        elif op == "cut" and buf:
+            del buf[draw(st.integers(0, len(buf) - 1)):]
+        elif op == "insert":
+            i = draw(st.integers(0, len(buf)))
+            buf[i:i] = draw(st.binary(min_size=1, max_size=8))
+        else:
+            buf += draw(st.binary(min_size=1, max_size=8))
+    return bytes(buf)

@@ -1,21 +1,37 @@
 """tokenwire: move LLM token ids across process and machine boundaries at memcpy speed."""
 
-from tokenwire._core import INT_CACHE_SIZE, TokenVector, as_tokens, tolist
+from tokenwire._core import (
+    INT_CACHE_SIZE,
+    FrameInfo,
+    TokenVector,
+    as_tokens,
+    decode,
+    decode_many,
+    encode,
+    encode_many,
+    frame_info,
+    tolist,
+)
 from tokenwire.errors import ChecksumError, TokenwireError, WireFormatError
+from tokenwire.request import GenerationRequest, TokenIds, TokenWireMixin
 
 __version__ = "0.1.0"
 
 __all__ = [
     "INT_CACHE_SIZE",
     "ChecksumError",
+    "GenerationRequest",
+    "TokenIds",
+    "TokenWireMixin",
+    "FrameInfo",
     "TokenVector",
     "TokenwireError",
     "WireFormatError",
     "as_tokens",
+    "decode",
+    "decode_many",
+    "encode",
+    "encode_many",
+    "frame_info",
     "tolist",
 ]
-
-# The request layer (pure Python on top of the core).
-from tokenwire.request import GenerationRequest, TokenIds, TokenWireMixin  # noqa: E402
-
-__all__ += ["GenerationRequest", "TokenIds", "TokenWireMixin"]

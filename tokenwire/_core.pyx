@@ -863,3 +863,6 @@ def _restore_token_vector(data):
     """Unpickling constructor (a stable name: pickles refer to it)."""
     return TokenVector.frombuffer(data)
 
+
+
+include "_wire.pxi"

@@ -29,7 +29,8 @@ nothing: without a list there is nothing that could have changed.
 Pickled state (version 1) is a dict::
 
     {"__tokenwire__": 1,                   # state version
-     "<field>": TokenVector | None,        # one entry per TokenIds field, under its public name
+     "<field>": TokenVector | bytes | None,  # one entry per TokenIds field, under its public
+                                           # name: the vector ("raw") or a wire frame
      "<attr>": value, ...}                 # every other instance attribute, pickled as usual
 
 A ``TokenVector`` pickles as raw int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so a
@@ -44,7 +45,7 @@ import copy
 import reprlib
 from typing import Any, ClassVar, Optional, cast
 
-from tokenwire._core import TokenVector, as_tokens
+from tokenwire._core import TokenVector, as_tokens, decode, encode
 from tokenwire.errors import WireFormatError
 
 __all__ = ["STATE_VERSION", "GenerationRequest", "TokenIds", "TokenWireMixin"]
@@ -55,10 +56,9 @@ STATE_VERSION = 1
 #: Key of the version in the pickled state; its absence marks a pre-tokenwire (legacy) state.
 _VERSION_KEY = "__tokenwire__"
 
-#: Codecs a field may name. Only "raw" is wired in this layer for now; the compact ones ("u16",
-#: "packed") plug into `_pack_field` / `_unpack_field` once the wire codec is available.
-_CODECS_AVAILABLE = ("raw",)
-_CODECS_PLANNED = ("u16", "packed")
+#: Codecs a field may name (those of tokenwire.encode). "raw" travels as the TokenVector itself
+#: (a memcpy each way, out-of-band at protocol 5); the others as a wire frame (bytes).
+_CODECS = ("raw", "u16", "packed", "auto", "zstd")
 
 _MISSING = object()
 
@@ -113,30 +113,34 @@ class _TokenField:
 
 
 def _check_codec(codec: str) -> str:
-    if codec in _CODECS_AVAILABLE:
-        return codec
-    if codec in _CODECS_PLANNED:
+    if codec not in _CODECS:
         raise ValueError(
-            f"TokenIds(codec={codec!r}) is not available yet: the request layer sends raw int32 "
-            f"for now (codec='raw'); compact codecs arrive with the wire codec (tokenwire.encode)"
+            f"unknown token codec {codec!r}; expected one of {', '.join(map(repr, _CODECS))}"
         )
-    raise ValueError(f"unknown token codec {codec!r}; expected one of 'raw', 'u16', 'packed'")
+    if codec != "raw":
+        encode([], codec=cast(Any, codec))   # "zstd" without the zstandard package fails here, not later
+    return codec
 
 
 def _pack_field(codec: str, vector: TokenVector) -> Any:
-    """The pickled payload of one field. "raw": the vector itself (raw int32, out-of-band at
-    protocol 5)."""
+    """The pickled payload of one field: for "raw" the vector itself (raw int32, out-of-band at
+    protocol 5), for the compact codecs a wire frame (bytes, decoded by `_unpack_field`)."""
     if codec == "raw":
         return vector
-    raise ValueError(f"no packer for token codec {codec!r}")   # unreachable: checked in TokenIds
+    return encode(vector, codec=cast(Any, codec))
 
 
 def _unpack_field(name: str, payload: Any) -> TokenVector:
     """A field's TokenVector from its pickled payload (self-describing: dispatch on its type)."""
     if type(payload) is TokenVector:
         return payload
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        try:
+            return decode(payload)
+        except WireFormatError as exc:
+            raise type(exc)(f"token field {name!r}: {exc}") from None
     raise WireFormatError(
-        f"token field {name!r}: expected a raw int32 TokenVector payload, "
+        f"token field {name!r}: expected a TokenVector or a wire frame, "
         f"got {type(payload).__name__}"
     )
 
@@ -164,8 +168,10 @@ class TokenIds:
     * ``Req.prompt_token_ids.buffer(obj)`` -- the ids as a TokenVector without building a list;
     * ``Req.prompt_token_ids.is_materialized(obj)`` -- whether a list exists.
 
-    ``codec`` names how the field is sent when pickled; "raw" (int32, a memcpy each way) is the
-    default and, for now, the only one available.
+    ``codec`` names how the field is sent when pickled: "raw" (int32, a memcpy each way, the
+    default: the CPU-cheapest) or a compact wire codec for slow links -- "packed", "u16",
+    "auto", "zstd" (see tokenwire.encode); the receiver needs no setting, frames describe
+    themselves.
     """
 
     def __init__(self, *, codec: str = "raw", doc: Optional[str] = None) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import array
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
@@ -17,9 +17,12 @@ from tokenwire.benchmarks.data import token_stream
 from tokenwire.benchmarks.harness import (
     Method,
     Result,
+    Target,
+    check_grouped_targets,
     end_progress,
     machine,
     measure,
+    print_grouped_table,
     results_json,
     stderr_progress,
 )
@@ -60,36 +63,7 @@ def methods_for(n: int) -> list[Method]:
     ]
 
 
-def ratios(results: Sequence[Result]) -> dict[tuple[str, str, int], float]:
-    base = {(r.group, r.isl): r.total_us() for r in results if r.baseline}
-    return {(r.group, r.name, r.isl): base[(r.group, r.isl)] / r.total_us() for r in results}
-
-
-def print_table(results: Sequence[Result]) -> None:
-    isls = sorted({r.isl for r in results})
-    rat = ratios(results)
-    names: list[tuple[str, str]] = []
-    for r in results:
-        if (r.group, r.name) not in names:
-            names.append((r.group, r.name))
-    by = {(r.group, r.name, r.isl): r for r in results}
-    print(f"{'method':<36}" + "".join(f"{'ISL ' + format(i, ','):>30}" for i in isls))
-    print(f"{'':<36}" + "".join(f"{'µs':>12}{'±IQR':>7}{'ratio':>11}" for _ in isls))
-    group = None
-    for g, name in names:
-        if g != group:
-            group = g
-            print(f"-- {g}")
-        cells = []
-        for i in isls:
-            r = by[(g, name, i)]
-            s = r.stats["time"]
-            cells.append(f"{s.median_us:>12.2f}{s.iqr_pct:>6.0f}%{rat[(g, name, i)]:>10.2f}x"
-                         f"{'*' if r.baseline else ' '}")
-        print(f"  {name:<34}" + "".join(cells))
-
-
-TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
+TARGETS: list[Target] = [
     ("as_tokens(int32 ndarray) <= 3x np.copyto", "int32 buffer -> native",
      "tokenwire.as_tokens(ndarray)", lambda ratio: 1 / ratio <= 3.0),
     ("as_tokens(list) >= 10x faster than np.array(list, int32)", "list[int] -> native",
@@ -97,21 +71,6 @@ TARGETS: list[tuple[str, str, str, Callable[[float], bool]]] = [
     ("TokenVector.tolist() >= 4x faster than ndarray.tolist()", "native -> list[int]",
      "TokenVector.tolist()", lambda ratio: ratio >= 4.0),
 ]
-
-
-def check_targets(results: Sequence[Result], isl: int = 40_000) -> bool:
-    if not any(r.isl == isl for r in results):
-        return True
-    rat = ratios(results)
-    print(f"\nTargets at ISL {isl:,} (ratios from this run):")
-    ok_all = True
-    for desc, g, name, check in TARGETS:
-        ratio = rat[(g, name, isl)]
-        ok = check(ratio)
-        ok_all &= ok
-        shown = f"{1 / ratio:.2f}x the baseline's time" if ratio < 1 else f"{ratio:.1f}x faster"
-        print(f"  [{'ok' if ok else 'MISSED'}] {desc}: {shown}")
-    return ok_all
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     for isl in isls:
         results += measure(methods_for(isl), isl, args.repeat, args.round_ms / 1e3, stderr_progress)
     end_progress()
-    print_table(results)
-    ok = check_targets(results)
+    print_grouped_table(results)
+    ok = check_grouped_targets(results, TARGETS, 40_000)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results_json(results, suite="core"), f, indent=1)

@@ -5,7 +5,8 @@ token vector (a stand-in for an engine's `std::vector<int32>` constructor: `np.a
 dtype=int32)` casts element by element like nanobind does for a list; a buffer is one memcpy) —
 for three modes side by side:
 
-  baseline       a plain request class with a `list[int]` field, pickled whole (send_pyobj)
+  baseline       PlainGenerationRequest: the same request with a plain `list[int]` field,
+                 pickled whole (send_pyobj)
   tokenwire      tokenwire.GenerationRequest, pickled whole (send_pyobj)
   tokenwire-oob  tokenwire.GenerationRequest, protocol 5 with the ids as extra multipart frames,
                  sent and received with copy=False (tokenwire.transport)
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from tokenwire import GenerationRequest
+from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
 from tokenwire.benchmarks.data import token_stream
 from tokenwire.benchmarks.harness import machine, stderr_progress
 from tokenwire.transport import dumps_oob
@@ -48,27 +50,12 @@ MODES = ("baseline", "tokenwire", "tokenwire-oob")
 RAY_MODES = ("baseline", "tokenwire")
 
 
-class PlainRequest:
-    """The baseline: the request as serving frameworks wrote it before tokenwire — the same
-    fields, a plain `list[int]` attribute, default pickling."""
-
-    def __init__(self, prompt_token_ids: list[int], sampling_params: Any = None,
-                 query_token_ids: list[int] | None = None, *, streaming: bool = False,
-                 arrival_time: float | None = None, id: int | None = None) -> None:
-        self.prompt_token_ids = prompt_token_ids
-        self.query_token_ids = query_token_ids
-        self.sampling_params = sampling_params
-        self.streaming = streaming
-        self.arrival_time = arrival_time
-        self.id = id
-
-
 def make_request(mode: str, ids: np.ndarray, i: int) -> Any:
     """What the proxy holds: the ids arrive from the tokenizer as a list[int]."""
     lst = ids.tolist()
-    params = {"max_tokens": 256, "temperature": 0.7, "top_p": 0.95}
+    params = SamplingParams()
     if mode == "baseline":
-        return PlainRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
+        return PlainGenerationRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
     return GenerationRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
 
 

@@ -123,3 +123,59 @@ def results_json(results: Sequence[Result], **meta: object) -> dict[str, object]
             for r in results
         ],
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Grouped suites: every group has one baseline row; ratio = baseline time / row time.
+
+#: (description, group, method name, check on the ratio)
+Target = tuple[str, str, str, Callable[[float], bool]]
+
+
+def group_ratios(results: Sequence[Result]) -> dict[tuple[str, str, int], float]:
+    base = {(r.group, r.isl): r.total_us() for r in results if r.baseline}
+    return {(r.group, r.name, r.isl): base[(r.group, r.isl)] / r.total_us() for r in results}
+
+
+def print_grouped_table(results: Sequence[Result]) -> None:
+    isls = sorted({r.isl for r in results})
+    rat = group_ratios(results)
+    names: list[tuple[str, str]] = []
+    for r in results:
+        if (r.group, r.name) not in names:
+            names.append((r.group, r.name))
+    width = max(36, 2 + max(len(n) for _, n in names))
+    by = {(r.group, r.name, r.isl): r for r in results}
+    print(f"{'method':<{width}}" + "".join(f"{'ISL ' + format(i, ','):>30}" for i in isls))
+    print(f"{'':<{width}}" + "".join(f"{'µs':>12}{'±IQR':>7}{'ratio':>11}" for _ in isls))
+    group = None
+    for g, name in names:
+        if g != group:
+            group = g
+            print(f"-- {g}")
+        cells = []
+        for i in isls:
+            r = by[(g, name, i)]
+            cells.append(f"{r.total_us():>12.2f}{max(s.iqr_pct for s in r.stats.values()):>6.0f}%"
+                         f"{rat[(g, name, i)]:>10.2f}x{'*' if r.baseline else ' '}")
+        print(f"  {name:<{width - 2}}" + "".join(cells))
+
+
+def check_grouped_targets(results: Sequence[Result], targets: Sequence[Target],
+                          isl: int) -> bool:
+    """Print each target's measured ratio with ok/MISSED; True when all hold."""
+    if not any(r.isl == isl for r in results):
+        return True
+    rat = group_ratios(results)
+    by = {(r.group, r.name, r.isl): r for r in results}
+    base = {(r.group, r.isl): r for r in results if r.baseline}
+    print(f"\nTargets at ISL {isl:,} (ratios from this run):")
+    ok_all = True
+    for desc, g, name, check in targets:
+        ratio = rat[(g, name, isl)]
+        ok = check(ratio)
+        ok_all &= ok
+        shown = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x the baseline's time"
+        print(f"  [{'ok' if ok else 'MISSED'}] {desc}: {shown} "
+              f"({by[(g, name, isl)].total_us():.1f} µs vs {base[(g, isl)].total_us():.1f} µs)")
+    return ok_all

@@ -1,0 +1,153 @@
+"""atheris fuzz target for tokenwire.decode / decode_many / frame_info (not part of pytest).
+
+    python fuzz/fuzz_decode.py --seconds 60                 # against the installed/in-place build
+    python fuzz/fuzz_decode.py --seconds 60 -- -jobs=1      # extra args go to libFuzzer
+
+The property: any byte string gives ids or WireFormatError -- never another exception, never a
+crash. Anything that decodes must re-encode (with the frame's own codec and checksum flag) to a
+frame that decodes to the same ids, and frame_info must agree with the decoded counts. For
+memory errors as well, run it against the ASan build (docs/fuzzing.md).
+
+The extension is built by gcc, which cannot emit libFuzzer's coverage counters, so libFuzzer sees
+coverage of this (instrumented) harness only. To reach deep into the decoder anyway the harness
+is structure-aware: the first input byte picks a mode -- the bytes as they are, or a valid frame
+built from fuzzed ids / codec / checksum / multi-sequence and then damaged by fuzzed edits (bit
+flips, header field overwrites, cuts, appends). The corpus is seeded with tests/fixtures/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import tempfile
+
+import atheris
+
+with atheris.instrument_imports():
+    import tokenwire
+    from tokenwire import WireFormatError
+
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+_stats = {"inputs": 0, "decoded": 0}
+
+
+CODECS = ["raw", "u16", "packed", "auto"]
+try:
+    import zstandard  # noqa: F401
+
+    CODECS.append("zstd")
+except ImportError:
+    pass
+
+
+@atheris.instrument_func
+def build_damaged_frame(fdp: atheris.FuzzedDataProvider) -> bytes:
+    """A valid frame from fuzzed parameters, then fuzzed damage."""
+    codec = CODECS[fdp.ConsumeIntInRange(0, len(CODECS) - 1)]
+    width = fdp.ConsumeIntInRange(1, 31)
+    lo = 0 if codec in ("u16", "packed") else -(2**31)
+    hi = 2**16 - 1 if codec == "u16" else 2**width - 1
+    nseq = fdp.ConsumeIntInRange(0, 4)
+    seqs = []
+    for _ in range(max(nseq, 1)):
+        n = fdp.ConsumeIntInRange(0, 70)
+        if fdp.ConsumeBool():
+            seqs.append([fdp.ConsumeIntInRange(lo, hi) for _ in range(n)])
+        else:
+            v = fdp.ConsumeIntInRange(lo, hi)
+            seqs.append([v] * (n * 8))               # long runs: zstd compresses them
+    checksum = fdp.ConsumeBool()
+    frame = bytearray(tokenwire.encode_many(seqs, codec=codec, checksum=checksum) if nseq
+                      else tokenwire.encode(seqs[0], codec=codec, checksum=checksum))
+    for _ in range(fdp.ConsumeIntInRange(0, 4)):
+        op = fdp.ConsumeIntInRange(0, 4)
+        if op == 0 and frame:
+            frame[fdp.ConsumeIntInRange(0, len(frame) - 1)] ^= 1 << fdp.ConsumeIntInRange(0, 7)
+        elif op == 1 and frame:
+            frame[fdp.ConsumeIntInRange(0, min(len(frame), 40) - 1)] = fdp.ConsumeIntInRange(0, 255)
+        elif op == 2 and frame:
+            del frame[fdp.ConsumeIntInRange(0, len(frame) - 1):]
+        elif op == 3:
+            frame += fdp.ConsumeBytes(fdp.ConsumeIntInRange(1, 16))
+        elif len(frame) >= 16:                           # overwrite the 64-bit count
+            frame[8:16] = fdp.ConsumeIntInRange(0, 2**64 - 1).to_bytes(8, "little")
+    return bytes(frame)
+
+
+@atheris.instrument_func
+def test_one_input(raw: bytes) -> None:
+    _stats["inputs"] += 1
+    if _stats["inputs"] & (_stats["inputs"] - 1) == 0 and _stats["inputs"] >= 1 << 16:
+        # libFuzzer exits without running Python's atexit: report on powers of two instead.
+        print(f"tokenwire fuzz: {_stats['inputs']} inputs, {_stats['decoded']} decoded to ids",
+              file=sys.stderr, flush=True)
+    if raw and raw[0] & 1:
+        data = build_damaged_frame(atheris.FuzzedDataProvider(raw[1:]))
+    else:
+        data = raw[1:]
+    check(data)
+
+
+ERROR_KINDS = ["bad magic", "truncated: header", "unsupported version", "unknown codec",
+               "bad width", "reserved flag", "truncated: count table", "nonzero padding byte",
+               "truncated: payload", "truncated: checksum", "trailing bytes", "checksum mismatch",
+               "nonzero padding bits", "truncated: zstd length", "truncated: zstd payload",
+               "zstd payload", "multi-sequence"]
+
+
+@atheris.instrument_func
+def note_error_kind(msg: str) -> None:
+    # One branch per error class: libFuzzer keeps inputs that reach a class it had not seen (the
+    # C decoder itself is not coverage-instrumented under gcc).
+    for i, kind in enumerate(ERROR_KINDS):
+        if msg.startswith(kind) or (i == len(ERROR_KINDS) - 2 and kind in msg):
+            return
+    raise AssertionError(f"unclassified WireFormatError message: {msg!r}")
+
+
+@atheris.instrument_func
+def check(data: bytes) -> None:
+    try:
+        info = tokenwire.frame_info(data)
+    except WireFormatError:
+        info = None
+    try:
+        seqs = tokenwire.decode_many(data)
+    except WireFormatError as e:
+        seqs = None
+        note_error_kind(str(e))
+    try:
+        one = tokenwire.decode(data)
+    except WireFormatError:
+        one = None
+    if seqs is None:
+        assert one is None, "decode accepted what decode_many refused"
+        return
+    _stats["decoded"] += 1
+    assert info is not None and info.nbytes == len(data)
+    assert tuple(len(s) for s in seqs) == info.counts or (not info.multi and len(seqs) == 1)
+    if one is not None:
+        assert not info.multi and one == seqs[0]
+    codec = "zstd" if info.compression else info.codec
+    again = tokenwire.encode_many(seqs, codec=codec, checksum=info.checksum)
+    assert [s.tolist() for s in tokenwire.decode_many(again)] == [s.tolist() for s in seqs]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=int, default=60, help="how long to fuzz")
+    p.add_argument("libfuzzer_args", nargs="*", help="extra libFuzzer arguments (after --)")
+    args = p.parse_args()
+    corpus = tempfile.mkdtemp(prefix="tokenwire-fuzz-")
+    for f in sorted(FIXTURES.glob("*.bin")):
+        (pathlib.Path(corpus) / f.name).write_bytes(f.read_bytes())
+    argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-max_len=4096", "-rss_limit_mb=2048",
+            *args.libfuzzer_args, corpus]
+    atheris.Setup(argv, test_one_input)
+    atheris.Fuzz()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

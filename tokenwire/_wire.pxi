@@ -1,0 +1,788 @@
+# The wire codec: encode / decode / encode_many / decode_many / frame_info.
+#
+# Included at the end of _core.pyx (one extension module, like msgpack's _cmsgpack.pyx), so it
+# sees TokenVector's fields and the tv_* helpers directly. The byte-level format is specified in
+# docs/wire-format.md; keep the two in step. Layout of this file:
+#   * constants and the parsed-frame struct;
+#   * kernels (nogil, no Python objects): payload writers and readers;
+#   * _parse_frame: every structural check of an untrusted frame, before anything is allocated;
+#   * the public functions.
+
+from tokenwire._bitpack cimport (
+    twbp_have_avx2,
+    twbp_init,
+    twbp_narrow16,
+    twbp_or_all,
+    twbp_pack,
+    twbp_pack_finish,
+    twbp_packer,
+    twbp_unpack,
+    twbp_widen16,
+)
+from tokenwire._crc32c cimport tw_crc32c, tw_crc32c_portable, twcrc_have_hw, twcrc_init
+from tokenwire._endian cimport load_le32, load_le64, store_le32, store_le64
+from libc.string cimport memset
+
+from tokenwire.errors import ChecksumError, WireFormatError
+
+twcrc_init()
+twbp_init()
+
+# --------------------------------------------------------------------------------------------
+# Format constants (docs/wire-format.md)
+
+cdef enum:
+    WIRE_VERSION = 1
+    HEADER_SIZE = 16
+    CHECKSUM_SIZE = 4
+    ZSTD_LENGTH_SIZE = 8
+    CODEC_RAW = 0
+    CODEC_U16 = 1
+    CODEC_PACKED = 2
+    FLAG_CHECKSUM = 0x01
+    FLAG_MULTI = 0x02
+    FLAG_ZSTD = 0x04
+    FLAG_RESERVED = 0xF8
+    # Requested codecs (encode's `codec=`), beyond the three wire codecs above.
+    REQUEST_AUTO = 3
+    REQUEST_ZSTD = 4
+    # A zstd payload may not decompress to more than this many times its compressed size: the
+    # decoder's allocations stay proportional to what it received (docs/wire-format.md, Safety).
+    ZSTD_MAX_EXPANSION = 64
+
+#: The 4 magic bytes every frame starts with ("TWIR", "tokenwire").
+MAGIC = b"TWIR"
+cdef const char* _MAGIC = b"TWIR"
+WIRE_VERSION_1 = WIRE_VERSION
+CODEC_NAMES = ("raw", "u16", "packed")
+
+# No count can be this large in a frame that fits in memory; bounding counts here keeps every
+# size computation below in 64-bit range (2**58 ids * 32 bits = 2**63 bits).
+cdef uint64_t _COUNT_LIMIT = (<uint64_t>1) << 58
+
+cdef object _zstd_module = None     # zstandard, imported on first use (an optional extra)
+
+
+cdef object _zstd():
+    global _zstd_module
+    if _zstd_module is None:
+        try:
+            import zstandard
+        except ImportError:
+            return None
+        _zstd_module = zstandard
+    return _zstd_module
+
+
+ctypedef struct FrameLayout:
+    int codec
+    unsigned width
+    unsigned flags
+    uint64_t nseq            # sequences (1 for a single-sequence frame)
+    uint64_t total           # ids over all sequences
+    Py_ssize_t payload_off   # offset of the payload (after header and count table)
+    Py_ssize_t payload_len   # decoded payload size, bytes
+    Py_ssize_t stored_len    # bytes the payload takes in the frame (zstd: length prefix + data)
+    Py_ssize_t nbytes        # the whole frame, checksum included
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+
+cdef inline Py_ssize_t _payload_size(int codec, unsigned width, uint64_t total) noexcept nogil:
+    # total < 2**58, width <= 32: no overflow.
+    if codec == CODEC_RAW:
+        return <Py_ssize_t>(total * 4)
+    if codec == CODEC_U16:
+        return <Py_ssize_t>(total * 2)
+    return <Py_ssize_t>((total * width + 7) // 8)
+
+
+cdef void _write_payload(uint8_t* out, const int32_t** ptrs, const Py_ssize_t* lens,
+                         Py_ssize_t nseq, int codec, unsigned width) noexcept nogil:
+    cdef Py_ssize_t k, i
+    cdef twbp_packer pk
+    if codec == CODEC_PACKED:
+        pk.out = out
+        pk.acc = 0
+        pk.bits = 0
+        for k in range(nseq):
+            twbp_pack(&pk, ptrs[k], <size_t>lens[k], width)
+        twbp_pack_finish(&pk)
+        return
+    for k in range(nseq):
+        if codec == CODEC_RAW:
+            if TW_HOST_BIG_ENDIAN:
+                for i in range(lens[k]):
+                    store_le32(out + 4 * i, <uint32_t>ptrs[k][i])
+            else:
+                memcpy(out, ptrs[k], <size_t>lens[k] * 4)
+            out += lens[k] * 4
+        else:
+            twbp_narrow16(ptrs[k], <size_t>lens[k], out)
+            out += lens[k] * 2
+
+
+cdef void _read_payload(const uint8_t* payload, Py_ssize_t payload_len, int codec,
+                        unsigned width, uint64_t start, Py_ssize_t n, int32_t* dst) noexcept nogil:
+    """Ids [start, start + n) of a checked payload into dst."""
+    cdef uint64_t bit
+    cdef Py_ssize_t i
+    if codec == CODEC_RAW:
+        if TW_HOST_BIG_ENDIAN:
+            for i in range(n):
+                dst[i] = <int32_t>load_le32(payload + 4 * (start + i))
+        else:
+            memcpy(dst, payload + 4 * start, <size_t>n * 4)
+    elif codec == CODEC_U16:
+        twbp_widen16(payload + 2 * start, <size_t>n, dst)
+    else:
+        bit = start * width
+        twbp_unpack(payload + (bit >> 3), <size_t>(payload_len - <Py_ssize_t>(bit >> 3)),
+                    <unsigned>(bit & 7), dst, <size_t>n, width)
+
+
+cdef uint32_t _or_all(const int32_t* p, Py_ssize_t n):
+    cdef uint32_t r
+    if n * 4 >= NOGIL_BYTES:
+        with nogil:
+            r = twbp_or_all(p, <size_t>n)
+        return r
+    return twbp_or_all(p, <size_t>n)
+
+
+cdef uint32_t _crc(const uint8_t* p, Py_ssize_t n):
+    cdef uint32_t r
+    if n >= NOGIL_BYTES:
+        with nogil:
+            r = tw_crc32c(p, <size_t>n)
+        return r
+    return tw_crc32c(p, <size_t>n)
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing (every check of an untrusted frame; nothing is allocated before it passes)
+
+cdef inline object _wire_error(str msg):
+    return WireFormatError(msg)
+
+
+cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except -1:
+    """Header, count table and (zstd) length prefix: everything `frame_info` needs. Does not
+    require the payload to be present. Sets every field of L."""
+    cdef Py_ssize_t k, table_len, off
+    cdef uint64_t count, total = 0
+    cdef unsigned version, codec, width, flags
+    cdef Py_ssize_t trailer
+    k = 4 if n >= 4 else n
+    if memcmp(buf, _MAGIC, k) != 0:
+        raise _wire_error(
+            f"bad magic {bytes(buf[:k])!r}: not a tokenwire frame (expected {MAGIC!r})"
+        )
+    if n < HEADER_SIZE:
+        raise _wire_error(f"truncated: header needs {HEADER_SIZE} bytes, has {n}")
+    version, codec, width, flags = buf[4], buf[5], buf[6], buf[7]
+    if version != WIRE_VERSION:
+        raise _wire_error(
+            f"unsupported version {version} (this tokenwire reads version {WIRE_VERSION})"
+        )
+    if codec == CODEC_RAW:
+        if width != 32:
+            raise _wire_error(f"bad width {width} for codec 'raw' (must be 32)")
+    elif codec == CODEC_U16:
+        if width != 16:
+            raise _wire_error(f"bad width {width} for codec 'u16' (must be 16)")
+    elif codec == CODEC_PACKED:
+        if width < 1 or width > 31:
+            raise _wire_error(f"bad width {width} for codec 'packed' (must be 1..31)")
+    else:
+        raise _wire_error(f"unknown codec {codec} (known: 0 raw, 1 u16, 2 packed)")
+    if flags & FLAG_RESERVED:
+        raise _wire_error(f"reserved flag bits set: 0x{flags & FLAG_RESERVED:02x}")
+    count = load_le64(buf + 8)
+    L.codec = codec
+    L.width = width
+    L.flags = flags
+    off = HEADER_SIZE
+    if flags & FLAG_MULTI:
+        # The table: `count` uint32 counts, zero-padded to a multiple of 8 bytes.
+        if count > <uint64_t>((n - HEADER_SIZE) // 4):
+            table_len = -1
+        else:
+            table_len = ((<Py_ssize_t>count * 4 + 7) // 8) * 8
+        if table_len < 0 or HEADER_SIZE + table_len > n:
+            need = ((<object>count * 4 + 7) // 8) * 8
+            raise _wire_error(f"truncated: count table needs {need} bytes, has {n - HEADER_SIZE}")
+        for k in range(<Py_ssize_t>count):
+            total += load_le32(buf + HEADER_SIZE + 4 * k)
+        for k in range(HEADER_SIZE + <Py_ssize_t>count * 4, HEADER_SIZE + table_len):
+            if buf[k] != 0:
+                raise _wire_error(f"nonzero padding byte at offset {k}, after the count table")
+        off += table_len
+        L.nseq = count
+    else:
+        total = count
+        L.nseq = 1
+    L.total = total
+    L.payload_off = off
+    trailer = CHECKSUM_SIZE if flags & FLAG_CHECKSUM else 0
+    if total >= _COUNT_LIMIT:
+        # Cannot be in memory; say what it would need (Python ints: no overflow).
+        need = (<object>total * (32 if codec == CODEC_RAW else width) + 7) // 8
+        raise _wire_error(f"truncated: payload needs {need} bytes, has {max(n - off - trailer, 0)}")
+    L.payload_len = _payload_size(codec, width, total)
+    if flags & FLAG_ZSTD:
+        if n - off < ZSTD_LENGTH_SIZE:
+            raise _wire_error(
+                f"truncated: zstd length needs {ZSTD_LENGTH_SIZE} bytes, has {n - off}"
+            )
+        count = load_le64(buf + off)    # compressed size
+        if count > <uint64_t>n:
+            raise _wire_error(
+                f"truncated: zstd payload needs {count} bytes, has {max(n - off - 8 - trailer, 0)}"
+            )
+        if L.payload_len > <Py_ssize_t>count * ZSTD_MAX_EXPANSION:
+            raise _wire_error(
+                f"zstd payload of {count} bytes claims to expand to {L.payload_len} bytes, "
+                f"more than the {ZSTD_MAX_EXPANSION}x this decoder accepts"
+            )
+        L.stored_len = ZSTD_LENGTH_SIZE + <Py_ssize_t>count
+    else:
+        L.stored_len = L.payload_len
+    L.nbytes = off + L.stored_len + trailer
+    return 0
+
+
+cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except -1:
+    """All structural checks of a whole frame, and the checksum."""
+    cdef Py_ssize_t have, trailer
+    cdef uint32_t stored, actual
+    cdef unsigned tail_bits
+    _parse_header(buf, n, L)
+    trailer = CHECKSUM_SIZE if L.flags & FLAG_CHECKSUM else 0
+    have = n - L.payload_off
+    if have < L.stored_len:
+        what = "zstd payload" if L.flags & FLAG_ZSTD else "payload"
+        need = L.stored_len - (ZSTD_LENGTH_SIZE if L.flags & FLAG_ZSTD else 0)
+        got = have - (ZSTD_LENGTH_SIZE if L.flags & FLAG_ZSTD else 0)
+        raise _wire_error(f"truncated: {what} needs {need} bytes, has {got}")
+    if have < L.stored_len + trailer:
+        raise _wire_error(
+            f"truncated: checksum needs {CHECKSUM_SIZE} bytes, has {have - L.stored_len}"
+        )
+    if n > L.nbytes:
+        raise _wire_error(
+            f"trailing bytes: the frame ends at byte {L.nbytes}, the buffer has {n} "
+            f"({n - L.nbytes} extra)"
+        )
+    if trailer:
+        stored = load_le32(buf + n - CHECKSUM_SIZE)
+        actual = _crc(buf, n - CHECKSUM_SIZE)
+        if stored != actual:
+            raise ChecksumError(
+                f"checksum mismatch: the frame says 0x{stored:08x}, its contents give 0x{actual:08x}"
+            )
+    if not (L.flags & FLAG_ZSTD):
+        _check_padding_bits(buf + L.payload_off, L)
+    return 0
+
+
+cdef int _check_padding_bits(const uint8_t* payload, FrameLayout* L) except -1:
+    # A packed payload's unused high bits of the last byte must be 0: one frame per content.
+    cdef unsigned tail_bits
+    if L.codec == CODEC_PACKED and L.payload_len > 0:
+        tail_bits = <unsigned>((L.total * L.width) & 7)
+        if tail_bits and (payload[L.payload_len - 1] >> tail_bits):
+            raise _wire_error("nonzero padding bits after the last id of the packed payload")
+    return 0
+
+
+cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
+    """The decompressed payload of a checked zstd frame (exactly L.payload_len bytes)."""
+    zstd = _zstd()
+    if zstd is None:
+        raise _wire_error(
+            "zstd-compressed frame, but the zstandard package is not installed "
+            "(pip install tokenwire[zstd])"
+        )
+    cdef Py_ssize_t clen = L.stored_len - ZSTD_LENGTH_SIZE
+    comp = PyBytes_FromStringAndSize(<const char*>buf + L.payload_off + ZSTD_LENGTH_SIZE, clen)
+    try:
+        declared = zstd.frame_content_size(comp)
+    except zstd.ZstdError as e:
+        raise _wire_error(f"zstd payload is corrupt: {e}") from None
+    if declared != L.payload_len:
+        raise _wire_error(
+            f"zstd payload declares {declared} bytes, the header needs {L.payload_len}"
+        )
+    try:
+        out = zstd.ZstdDecompressor().decompress(comp, max_output_size=L.payload_len)
+    except zstd.ZstdError as e:
+        raise _wire_error(f"zstd payload is corrupt: {e}") from None
+    if len(out) != L.payload_len:
+        raise _wire_error(
+            f"zstd payload decompresses to {len(out)} bytes, the header needs {L.payload_len}"
+        )
+    _check_padding_bits(<const uint8_t*>PyBytes_AS_STRING(out), L)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding
+
+cdef object _vocab_error(Py_ssize_t seq, Py_ssize_t index, int32_t value, object vocab_size):
+    where = f"sequence {seq}: " if seq >= 0 else ""
+    return _wire_error(
+        f"{where}token id at index {index} is {value}, outside the vocabulary [0, {vocab_size})"
+    )
+
+
+cdef TokenVector _decode_one(object source, const uint8_t* payload, FrameLayout* L,
+                             uint64_t start, Py_ssize_t n, bint zero_copy):
+    """Sequence [start, start + n) of a checked payload. With zero_copy (raw codec, immutable
+    4-aligned source on a little-endian host) the vector views `source` instead of copying."""
+    cdef TokenVector tv
+    cdef Py_buffer view
+    if n == 0:
+        return tv_alloc(0)
+    if zero_copy:
+        # A buffer of its own per vector: each vector releases what it holds.
+        PyObject_GetBuffer(source, &view, PyBUF_SIMPLE)
+        return tv_take_view(&view, <const int32_t*>(payload + 4 * start), n)
+    tv = tv_alloc(n)
+    if n * 4 >= NOGIL_BYTES:
+        with nogil:
+            _read_payload(payload, L.payload_len, L.codec, L.width, start, n, tv._data)
+    else:
+        _read_payload(payload, L.payload_len, L.codec, L.width, start, n, tv._data)
+    return tv
+
+
+cdef inline bint _can_view(Py_buffer* view, const uint8_t* payload, FrameLayout* L) noexcept:
+    return (L.codec == CODEC_RAW and view.readonly and not TW_HOST_BIG_ENDIAN
+            and (<uintptr_t>payload) % 4 == 0)
+
+
+def decode(data, *, vocab_size=None):
+    """Decode a single-sequence frame to a TokenVector.
+
+    `data` is any bytes-like object. A raw frame in an immutable, 4-aligned buffer (`bytes`, a
+    read-only memoryview, a received ZMQ frame) is not copied: the vector views `data` and keeps
+    it alive. With `vocab_size`, every id must lie in [0, vocab_size).
+
+    Raises WireFormatError (a ValueError) saying what is wrong with a malformed frame,
+    ChecksumError (a WireFormatError) on a checksum mismatch; a multi-sequence frame is refused
+    (read it with decode_many).
+    """
+    cdef Py_buffer view
+    cdef FrameLayout L
+    cdef const uint8_t* buf
+    cdef const uint8_t* payload
+    cdef TokenVector tv
+    cdef Py_ssize_t bad
+    cdef uint32_t limit
+    cdef bint moved = False
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t*>view.buf
+        _check_frame(buf, view.len, &L)
+        if L.flags & FLAG_MULTI:
+            raise _wire_error(
+                f"multi-sequence frame ({L.nseq} sequences): read it with decode_many()"
+            )
+        if L.flags & FLAG_ZSTD:
+            plain = _zstd_payload(buf, &L)
+            payload = <const uint8_t*>PyBytes_AS_STRING(plain)
+            tv = _decode_one(plain, payload, &L, 0, <Py_ssize_t>L.total,
+                             L.codec == CODEC_RAW and not TW_HOST_BIG_ENDIAN)
+        else:
+            payload = buf + L.payload_off
+            if _can_view(&view, payload, &L) and L.total > 0:
+                # Hand our buffer to the vector rather than acquiring a second one.
+                tv = tv_take_view(&view, <const int32_t*>payload, <Py_ssize_t>L.total)
+                moved = True             # the buffer now belongs to tv, which releases it
+            else:
+                tv = _decode_one(data, payload, &L, 0, <Py_ssize_t>L.total, False)
+    finally:
+        if not moved:
+            PyBuffer_Release(&view)
+    if vocab_size is not None:
+        limit = _vocab_limit(vocab_size)
+        bad = _first_outside_vocab(tv._data, tv._len, limit)
+        if bad >= 0:
+            raise _vocab_error(-1, bad, tv._data[bad], vocab_size)
+    return tv
+
+
+def decode_many(data, *, vocab_size=None):
+    """Decode a frame to a list of TokenVectors: one per sequence of a multi-sequence frame, a
+    one-element list for a single-sequence frame. Same checks and zero-copy rule as `decode`."""
+    cdef Py_buffer view
+    cdef FrameLayout L
+    cdef const uint8_t* buf
+    cdef const uint8_t* payload
+    cdef Py_ssize_t k, n, bad
+    cdef uint64_t start = 0
+    cdef uint32_t limit = 0
+    cdef bint zero_copy
+    cdef list out
+    cdef TokenVector tv
+    if vocab_size is not None:
+        limit = _vocab_limit(vocab_size)
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t*>view.buf
+        _check_frame(buf, view.len, &L)
+        source = data
+        if L.flags & FLAG_ZSTD:
+            source = _zstd_payload(buf, &L)
+            payload = <const uint8_t*>PyBytes_AS_STRING(source)
+            zero_copy = L.codec == CODEC_RAW and not TW_HOST_BIG_ENDIAN
+        else:
+            payload = buf + L.payload_off
+            zero_copy = _can_view(&view, payload, &L)
+        out = [None] * <Py_ssize_t>L.nseq
+        for k in range(<Py_ssize_t>L.nseq):
+            n = load_le32(buf + HEADER_SIZE + 4 * k) if L.flags & FLAG_MULTI else <Py_ssize_t>L.total
+            tv = _decode_one(source, payload, &L, start, n, zero_copy)
+            start += n
+            if limit:
+                bad = _first_outside_vocab(tv._data, tv._len, limit)
+                if bad >= 0:
+                    raise _vocab_error(k, bad, tv._data[bad], vocab_size)
+            out[k] = tv
+        return out
+    finally:
+        PyBuffer_Release(&view)
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+
+cdef int _codec_request(object codec) except -1:
+    if codec == "auto":
+        return REQUEST_AUTO
+    if codec == "raw":
+        return CODEC_RAW
+    if codec == "packed":
+        return CODEC_PACKED
+    if codec == "u16":
+        return CODEC_U16
+    if codec == "zstd":
+        if _zstd() is None:
+            raise ValueError(
+                "codec 'zstd' needs the zstandard package (pip install tokenwire[zstd])"
+            )
+        return REQUEST_ZSTD
+    raise ValueError(
+        f"unknown codec {codec!r} (expected 'auto', 'raw', 'u16', 'packed' or 'zstd')"
+    )
+
+
+cdef inline unsigned _bit_length(uint32_t v) noexcept nogil:
+    cdef unsigned w = 0
+    while v:
+        w += 1
+        v >>= 1
+    return w
+
+
+cdef int _choose_codec(int request, uint32_t orv, uint64_t total, unsigned* width) except -1:
+    """The wire codec for ids whose bitwise OR is `orv`; raises if a forced codec cannot hold them."""
+    cdef bint negative = (orv >> 31) != 0
+    cdef unsigned w = 1 if orv == 0 else _bit_length(orv)
+    if request == CODEC_RAW:
+        width[0] = 32
+        return CODEC_RAW
+    if request == CODEC_U16:
+        if orv >= 65536:
+            raise ValueError("codec 'u16' needs every id in [0, 65536)")
+        width[0] = 16
+        return CODEC_U16
+    if request == CODEC_PACKED:
+        if negative:
+            raise ValueError("codec 'packed' needs non-negative ids")
+        width[0] = w
+        return CODEC_PACKED
+    # auto (and zstd's inner payload): the smallest valid codec; on a tie the faster one, in the
+    # order raw, u16, packed (strict comparisons keep the earlier one).
+    width[0] = 32
+    if negative:
+        return CODEC_RAW
+    cdef int best = CODEC_RAW
+    cdef Py_ssize_t best_size = _payload_size(CODEC_RAW, 32, total)
+    if orv < 65536 and _payload_size(CODEC_U16, 16, total) < best_size:
+        best, best_size = CODEC_U16, _payload_size(CODEC_U16, 16, total)
+        width[0] = 16
+    if _payload_size(CODEC_PACKED, w, total) < best_size:
+        best = CODEC_PACKED
+        width[0] = w
+    return best
+
+
+cdef object _codec_error_detail(int codec, const int32_t** ptrs, const Py_ssize_t* lens,
+                                Py_ssize_t nseq, bint multi):
+    """Re-raise a forced-codec error naming the first id that does not fit."""
+    cdef Py_ssize_t k, i
+    cdef int32_t v
+    for k in range(nseq):
+        for i in range(lens[k]):
+            v = ptrs[k][i]
+            if (codec == CODEC_U16 and (<uint32_t>v) >= 65536) or (codec == CODEC_PACKED and v < 0):
+                where = f"sequence {k}: " if multi else ""
+                rng = "[0, 65536)" if codec == CODEC_U16 else "[0, 2147483647]"
+                return ValueError(
+                    f"codec {CODEC_NAMES[codec]!r} needs ids in {rng}; "
+                    f"{where}id at index {i} is {v}"
+                )
+    return ValueError("codec cannot hold these ids")
+
+
+cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq,
+                         bint multi, int request, bint checksum):
+    cdef uint64_t total = 0
+    cdef uint32_t orv = 0
+    cdef Py_ssize_t k, table_len = 0, off, payload_len, nbytes
+    cdef unsigned width = 32
+    cdef int codec
+    cdef uint8_t* out
+    cdef unsigned flags = 0
+    for k in range(nseq):
+        total += <uint64_t>lens[k]
+        if request != CODEC_RAW:
+            orv |= _or_all(ptrs[k], lens[k])
+    try:
+        codec = _choose_codec(request, orv, total, &width)
+    except ValueError:
+        raise _codec_error_detail(request, ptrs, lens, nseq, multi) from None
+    if multi:
+        flags |= FLAG_MULTI
+        table_len = ((nseq * 4 + 7) // 8) * 8
+    if checksum:
+        flags |= FLAG_CHECKSUM
+    off = HEADER_SIZE + table_len
+    payload_len = _payload_size(codec, width, total)
+    if request == REQUEST_ZSTD:
+        return _encode_zstd(ptrs, lens, nseq, multi, codec, width, total, flags, table_len)
+    nbytes = off + payload_len + (CHECKSUM_SIZE if checksum else 0)
+    frame = PyBytes_FromStringAndSize(NULL, nbytes)
+    out = <uint8_t*>PyBytes_AS_STRING(frame)
+    _write_header(out, codec, width, flags, nseq if multi else <Py_ssize_t>total, lens, nseq,
+                  multi, table_len)
+    if payload_len >= NOGIL_BYTES:
+        with nogil:
+            _write_payload(out + off, ptrs, lens, nseq, codec, width)
+    else:
+        _write_payload(out + off, ptrs, lens, nseq, codec, width)
+    if checksum:
+        store_le32(out + off + payload_len, _crc(out, off + payload_len))
+    return frame
+
+
+cdef void _write_header(uint8_t* out, int codec, unsigned width, unsigned flags, Py_ssize_t count,
+                        const Py_ssize_t* lens, Py_ssize_t nseq, bint multi,
+                        Py_ssize_t table_len) noexcept:
+    cdef Py_ssize_t k
+    memcpy(out, _MAGIC, 4)
+    out[4] = WIRE_VERSION
+    out[5] = <uint8_t>codec
+    out[6] = <uint8_t>width
+    out[7] = <uint8_t>flags
+    store_le64(out + 8, <uint64_t>count)
+    if multi:
+        memset(out + HEADER_SIZE, 0, <size_t>table_len)
+        for k in range(nseq):
+            store_le32(out + HEADER_SIZE + 4 * k, <uint32_t>lens[k])
+
+
+cdef bytes _encode_zstd(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq, bint multi,
+                        int codec, unsigned width, uint64_t total, unsigned flags,
+                        Py_ssize_t table_len):
+    """zstd (level 3) over the chosen payload; stored uncompressed (no zstd flag) when that is not
+    smaller or would expand more than ZSTD_MAX_EXPANSION times."""
+    cdef Py_ssize_t payload_len = _payload_size(codec, width, total)
+    cdef Py_ssize_t off = HEADER_SIZE + table_len, clen, nbytes, stored
+    cdef bint checksum = flags & FLAG_CHECKSUM
+    cdef uint8_t* out
+    plain = PyBytes_FromStringAndSize(NULL, payload_len)
+    _write_payload(<uint8_t*>PyBytes_AS_STRING(plain), ptrs, lens, nseq, codec, width)
+    comp = _zstd().ZstdCompressor(level=3, write_content_size=True).compress(plain)
+    clen = len(comp)
+    if clen + ZSTD_LENGTH_SIZE < payload_len and payload_len <= clen * ZSTD_MAX_EXPANSION:
+        flags |= FLAG_ZSTD
+        body = comp
+        stored = ZSTD_LENGTH_SIZE + clen
+    else:
+        body = plain
+        stored = payload_len
+    nbytes = off + stored + (CHECKSUM_SIZE if checksum else 0)
+    frame = PyBytes_FromStringAndSize(NULL, nbytes)
+    out = <uint8_t*>PyBytes_AS_STRING(frame)
+    _write_header(out, codec, width, flags, nseq if multi else <Py_ssize_t>total, lens, nseq,
+                  multi, table_len)
+    if flags & FLAG_ZSTD:
+        store_le64(out + off, <uint64_t>clen)
+        memcpy(out + off + ZSTD_LENGTH_SIZE, PyBytes_AS_STRING(body), <size_t>clen)
+    else:
+        memcpy(out + off, PyBytes_AS_STRING(body), <size_t>payload_len)
+    if checksum:
+        store_le32(out + off + stored, _crc(out, off + stored))
+    return frame
+
+
+cdef bint _native_int32_view(Py_buffer* view) except -1:
+    cdef bint swap = False
+    return (view.ndim == 1 and view.itemsize == 4
+            and (view.strides == NULL or view.strides[0] == 4)
+            and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap)
+
+
+def encode(tokens, *, codec="auto", bint checksum=False):
+    """Encode token ids (anything `as_tokens` accepts) as one wire frame (`bytes`).
+
+    codec: "auto" (the smallest of raw / u16 / packed for these ids, the faster one on a tie),
+    "raw" (int32), "u16" (ids in [0, 65536)), "packed" (bit-packed at the width of the largest
+    id; ids >= 0), or "zstd" (auto, then zstd-compressed when that is smaller; needs the
+    `zstandard` package). checksum: append a CRC-32C of the frame.
+
+    Raises ValueError when a forced codec cannot hold an id (naming it), and what `as_tokens`
+    raises for unconvertible input.
+    """
+    cdef int request = _codec_request(codec)
+    cdef Py_buffer view
+    cdef bint have_view = False
+    cdef const int32_t* ptr
+    cdef Py_ssize_t n
+    cdef TokenVector tv
+    if type(tokens) is TokenVector:
+        tv = <TokenVector>tokens
+        ptr = tv._data
+        n = tv._len
+    elif (PyObject_CheckBuffer(tokens) and not isinstance(tokens, (bytes, bytearray))):
+        # A native int32 buffer is encoded where it lies (no intermediate copy).
+        PyObject_GetBuffer(tokens, &view, PyBUF_RECORDS_RO)
+        if _native_int32_view(&view):
+            have_view = True
+            ptr = <const int32_t*>view.buf
+            n = view.shape[0]
+        else:
+            PyBuffer_Release(&view)
+            tv = _convert(tokens)
+            ptr = tv._data
+            n = tv._len
+    else:
+        tv = _convert(tokens)
+        ptr = tv._data
+        n = tv._len
+    try:
+        return _encode_frame(&ptr, &n, 1, False, request, checksum)
+    finally:
+        if have_view:
+            PyBuffer_Release(&view)
+
+
+def encode_many(seqs, *, codec="auto", bint checksum=False):
+    """Encode several sequences of token ids (each anything `as_tokens` accepts) as one frame:
+    one codec and width for all of them, a table of counts, the ids back to back. Read it with
+    `decode_many`. Raises OverflowError for a sequence of 2**32 ids or more."""
+    cdef int request = _codec_request(codec)
+    cdef list vectors = [v if type(v) is TokenVector else _convert(v) for v in seqs]
+    cdef Py_ssize_t nseq = len(vectors), k
+    cdef const int32_t** ptrs = <const int32_t**>malloc(max(nseq, 1) * sizeof(int32_t*))
+    cdef Py_ssize_t* lens = <Py_ssize_t*>malloc(max(nseq, 1) * sizeof(Py_ssize_t))
+    cdef TokenVector tv
+    try:
+        if ptrs == NULL or lens == NULL:
+            raise MemoryError()
+        for k in range(nseq):
+            tv = vectors[k]
+            if tv._len > 0xFFFFFFFF:
+                raise OverflowError(
+                    f"sequence {k} has {tv._len} ids; a multi-sequence frame holds < 2**32 per sequence"
+                )
+            ptrs[k] = tv._data
+            lens[k] = tv._len
+        return _encode_frame(ptrs, lens, nseq, True, request, checksum)
+    finally:
+        free(ptrs)
+        free(lens)
+
+
+# --------------------------------------------------------------------------------------------
+# Frame info
+
+cdef class FrameInfo:
+    """What a frame's header says (see tokenwire.frame_info)."""
+    cdef readonly int version
+    cdef readonly str codec
+    cdef readonly int width
+    cdef readonly tuple counts
+    cdef readonly bint checksum
+    cdef readonly bint multi
+    cdef readonly object compression
+    cdef readonly Py_ssize_t nbytes
+
+    def __repr__(self):
+        counts = self.counts if len(self.counts) <= 8 else f"({len(self.counts)} sequences)"
+        return (f"FrameInfo(version={self.version}, codec={self.codec!r}, width={self.width}, "
+                f"counts={counts}, checksum={self.checksum}, multi={self.multi}, "
+                f"compression={self.compression!r}, nbytes={self.nbytes})")
+
+
+def frame_info(data):
+    """Read a frame's header without decoding its payload.
+
+    Returns a FrameInfo: `version`, `codec` ("raw", "u16" or "packed"), `width` (bits per id),
+    `counts` (one per sequence), `checksum`, `multi` (written by encode_many), `compression`
+    (None or "zstd") and `nbytes`, the whole frame's size -- which `data` need not hold yet: a
+    stream reader can use it to find where the frame ends. A malformed header raises
+    WireFormatError; the payload and checksum are checked only by decode / decode_many.
+    """
+    cdef Py_buffer view
+    cdef FrameLayout L
+    cdef FrameInfo info = FrameInfo.__new__(FrameInfo)
+    cdef const uint8_t* buf
+    cdef Py_ssize_t k
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        buf = <const uint8_t*>view.buf
+        _parse_header(buf, view.len, &L)
+        info.version = WIRE_VERSION
+        info.codec = CODEC_NAMES[L.codec]
+        info.width = L.width
+        if L.flags & FLAG_MULTI:
+            info.counts = tuple([load_le32(buf + HEADER_SIZE + 4 * k) for k in range(<Py_ssize_t>L.nseq)])
+        else:
+            info.counts = (L.total,)
+        info.checksum = (L.flags & FLAG_CHECKSUM) != 0
+        info.multi = (L.flags & FLAG_MULTI) != 0
+        info.compression = "zstd" if L.flags & FLAG_ZSTD else None
+        info.nbytes = L.nbytes
+        return info
+    finally:
+        PyBuffer_Release(&view)
+
+
+def _crc32c(data, *, portable=False):
+    """CRC-32C of a bytes-like object (the frame checksum; exposed for tests and tools)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if portable:
+            return tw_crc32c_portable(view.buf, <size_t>view.len)
+        return tw_crc32c(view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+
+
+CRC32C_HARDWARE = bool(twcrc_have_hw)
+UNPACK_AVX2 = bool(twbp_have_avx2)
+
+
+def _set_unpack_avx2(bint enabled):
+    """Test hook: turn the AVX2 unpack off (or back on, if the CPU has it) so that the portable
+    path is tested on machines that would never take it. Returns the previous setting."""
+    global twbp_have_avx2
+    cdef bint before = twbp_have_avx2
+    twbp_have_avx2 = enabled and UNPACK_AVX2
+    return before

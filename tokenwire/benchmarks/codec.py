@@ -1,0 +1,313 @@
+"""`tokenwire bench`: tokenwire's wire codecs against the usual ways of shipping token ids.
+
+Every encoder and decoder of an ISL is measured in one process, interleaved round by round;
+figures are medians with the interquartile range as spread. Ids are a seeded Zipf stream over a
+shuffled 151,936-id vocabulary (Qwen2/3), so "packed" runs at 18 bits; the u16 row uses the same
+generator over a 32,000-id vocabulary (Llama 2). `--tokenizer FILE` tokenizes local text with a
+real tokenizer instead. Each peer starts from its natural input (a list for pickle/msgpack of
+lists, an int32 ndarray otherwise) and decodes to its natural output (list, ndarray,
+TokenVector). Ratios: `x pickle` = pickle(list) time / this time (> 1 is faster); `x memcpy` =
+this time / np.copyto of the same ids as int32 (the floor; < 1 only for zero-copy decoders).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import tokenwire
+from tokenwire.benchmarks.baseline import SamplingParams
+from tokenwire.benchmarks.data import VOCABS, token_stream
+from tokenwire.benchmarks.harness import (
+    Method,
+    Result,
+    end_progress,
+    machine,
+    measure,
+    results_json,
+    stderr_progress,
+)
+
+PICKLE_LIST = "pickle(list[int])"
+MEMCPY = "memcpy (np.copyto int32)"
+
+
+def _optional(name: str) -> Any:
+    try:
+        return __import__(name, fromlist=["_"])
+    except ImportError:
+        return None
+
+
+def _method(name: str, enc: Callable[[], Any], dec_of: Callable[[Any], Callable[[], object]]) -> Method:
+    """A codec row: `enc` produces the wire bytes once here (for the size), `dec_of(blob)` is
+    the decoder timed on them."""
+    blob = enc()
+    size = len(blob) if isinstance(blob, (bytes, bytearray)) else memoryview(blob).nbytes
+    return Method(name, {"encode": enc, "decode": dec_of(blob)}, nbytes=size)
+
+
+def _zstd_method(zstandard: Any, level: int, ids: np.ndarray) -> Method:
+    cctx, dctx = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
+    return _method(f"zstd-{level}(int32 bytes)", lambda: cctx.compress(ids),
+                   lambda b: lambda: np.frombuffer(dctx.decompress(b), np.int32))
+
+
+def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
+    """Every row at one ISL. `small` is a stream whose ids are < 65,536 (for the u16 row)."""
+    lst = ids.tolist()
+    dst = np.empty_like(ids)
+    msgspec = _optional("msgspec")
+    zstandard = _optional("zstandard")
+    lz4_block = _optional("lz4.block")
+    out = [
+        Method(MEMCPY, {"encode": lambda: np.copyto(dst, ids), "decode": lambda: np.copyto(dst, ids)},
+               nbytes=ids.nbytes),
+        _method(PICKLE_LIST, lambda: pickle.dumps(lst, 5), lambda b: lambda: pickle.loads(b)),
+    ]
+    if msgspec is not None:
+        enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
+        out.append(_method("msgspec.msgpack(list[int])", lambda: enc.encode(lst),
+                           lambda b: lambda: dec.decode(b)))
+    out += [
+        _method("pickle(int32 ndarray)", lambda: pickle.dumps(ids, 5), lambda b: lambda: pickle.loads(b)),
+        _method("ndarray.tobytes / np.frombuffer", ids.tobytes,
+                lambda b: lambda: np.frombuffer(b, np.int32)),
+    ]
+    if zstandard is not None:
+        for level in (1, 3):
+            out.append(_zstd_method(zstandard, level, ids))
+    if lz4_block is not None:
+        out.append(_method("lz4.block(int32 bytes)", lambda: lz4_block.compress(ids),
+                           lambda b: lambda: np.frombuffer(lz4_block.decompress(b), np.int32)))
+
+    def wire(name: str, src: Any, **kw: Any) -> Method:
+        return _method(name, lambda: tokenwire.encode(src, **kw), lambda b: lambda: tokenwire.decode(b))
+
+    out += [
+        wire("tokenwire raw", ids, codec="raw"),
+        wire("tokenwire packed", ids, codec="packed"),
+        wire("tokenwire auto", ids),
+        wire("tokenwire auto, from list", lst),
+        wire("tokenwire u16 (ids < 65,536)", small, codec="u16"),
+        wire("tokenwire packed+crc32c", ids, codec="packed", checksum=True),
+        wire("tokenwire raw+crc32c", ids, codec="raw", checksum=True),
+    ]
+    if zstandard is not None:
+        out.append(wire("tokenwire zstd", ids, codec="zstd"))
+    tv = tokenwire.as_tokens(ids)
+    out.append(Method("tokenwire as_tokens(list) / tolist", {
+        "encode": lambda: tokenwire.as_tokens(lst), "decode": tv.tolist}, nbytes=ids.nbytes))
+    params = SamplingParams()
+    out.append(_method(
+        "tokenwire GenerationRequest pickle",
+        lambda: pickle.dumps(tokenwire.GenerationRequest(lst, params, id=1), 5),
+        lambda b: lambda: pickle.loads(b)))
+    return out
+
+
+@dataclass
+class Row:
+    name: str
+    isl: int
+    encode_us: float
+    encode_iqr_pct: float
+    decode_us: float
+    decode_iqr_pct: float
+    bytes_per_token: float
+    x_pickle: float       # pickle(list) encode+decode time / this row's (> 1 is faster)
+    x_memcpy: float       # this row's encode+decode time / two memcpys
+
+
+def rows_of(results: Sequence[Result]) -> list[Row]:
+    by = {(r.name, r.isl): r for r in results}
+    rows = []
+    for r in results:
+        pk, mc = by[(PICKLE_LIST, r.isl)], by[(MEMCPY, r.isl)]
+        e, d = r.stats["encode"], r.stats["decode"]
+        rows.append(Row(r.name, r.isl, e.median_us, e.iqr_pct, d.median_us, d.iqr_pct,
+                        (r.nbytes or 0) / r.isl, pk.total_us() / r.total_us(),
+                        r.total_us() / mc.total_us()))
+    return rows
+
+
+def print_rows(rows: Sequence[Row]) -> None:
+    for isl in sorted({r.isl for r in rows}):
+        print(f"\nISL {isl:,}")
+        print(f"  {'method':<36}{'encode µs':>11}{'±IQR':>6}{'decode µs':>11}{'±IQR':>6}"
+              f"{'bytes/id':>9}{'x pickle':>10}{'x memcpy':>10}")
+        for r in (r for r in rows if r.isl == isl):
+            print(f"  {r.name:<36}{r.encode_us:>11.2f}{r.encode_iqr_pct:>5.0f}%{r.decode_us:>11.2f}"
+                  f"{r.decode_iqr_pct:>5.0f}%{r.bytes_per_token:>9.2f}{r.x_pickle:>9.1f}x"
+                  f"{r.x_memcpy:>9.2f}x")
+
+
+def per_call(repeat: int, round_s: float) -> dict[str, float]:
+    """Per-call overhead: a 16-id frame (list in, TokenVector out)."""
+    lst = token_stream(16).tolist()
+    frame = tokenwire.encode(lst)
+    methods = [Method("encode(list of 16)", {"time": lambda: tokenwire.encode(lst)}),
+               Method("decode(16-id frame)", {"time": lambda: tokenwire.decode(frame)}),
+               Method("pickle.dumps(list of 16)", {"time": lambda: pickle.dumps(lst, 5)})]
+    return {r.name: r.stats["time"].median_us for r in measure(methods, 16, repeat, round_s)}
+
+
+def check_targets(results: Sequence[Result], small: dict[str, float], isl: int, width: int) -> bool:
+    by = {(r.name, r.isl): r for r in results}
+    if ("tokenwire packed", isl) not in by:
+        return True
+    mc = by[(MEMCPY, isl)].stats["encode"].median_us
+
+    def us(name: str, op: str) -> float:
+        return by[(name, isl)].stats[op].median_us
+
+    def gtok(t: float) -> float:
+        return isl / t / 1e3          # ids per µs / 1e3 = G ids/s
+
+    packed_bytes = by[("tokenwire packed", isl)].nbytes
+    checks = [
+        ("packed decode >= 3 G tokens/s", gtok(us("tokenwire packed", "decode")) >= 3.0,
+         f"{gtok(us('tokenwire packed', 'decode')):.2f} G/s"),
+        ("packed decode <= 3x memcpy", us("tokenwire packed", "decode") / mc <= 3.0,
+         f"{us('tokenwire packed', 'decode') / mc:.2f}x memcpy"),
+        ("packed encode >= 1.2 G tokens/s (max scan incl.)", gtok(us("tokenwire packed", "encode")) >= 1.2,
+         f"{gtok(us('tokenwire packed', 'encode')):.2f} G/s"),
+        ("u16 encode >= 5 G tokens/s", gtok(us("tokenwire u16 (ids < 65,536)", "encode")) >= 5.0,
+         f"{gtok(us('tokenwire u16 (ids < 65,536)', 'encode')):.2f} G/s"),
+        ("u16 decode >= 5 G tokens/s", gtok(us("tokenwire u16 (ids < 65,536)", "decode")) >= 5.0,
+         f"{gtok(us('tokenwire u16 (ids < 65,536)', 'decode')):.2f} G/s"),
+        ("raw encode <= 2x memcpy", us("tokenwire raw", "encode") / mc <= 2.0,
+         f"{us('tokenwire raw', 'encode') / mc:.2f}x memcpy"),
+        ("packed payload == ceil(n*w/8)", packed_bytes == 16 + -(-isl * width // 8),
+         f"{packed_bytes} bytes = 16-byte header + ceil({isl}*{width}/8)"),
+    ]
+    for name, t in small.items():
+        if not name.startswith("pickle"):
+            checks.append((f"16-id frame {name} <= 1 µs", t <= 1.0, f"{t:.3f} µs"))
+    print(f"\nTargets at ISL {isl:,} (from this run):")
+    ok_all = True
+    for desc, ok, shown in checks:
+        ok_all &= ok
+        print(f"  [{'ok' if ok else 'MISSED'}] {desc}: {shown}")
+    return ok_all
+
+
+def plot(rows: Sequence[Row], path: str, title: str) -> None:
+    """A PNG: time per request (encode + decode) and bytes per id against ISL, log axes."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install 'tokenwire[bench]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r.name for r in rows if r.name != MEMCPY))
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(14, 6.5))
+    for i, name in enumerate(names):
+        pts = sorted((r.isl, r.encode_us + r.decode_us, r.bytes_per_token) for r in rows if r.name == name)
+        style = dict(marker="o", linestyle="-" if name.startswith("tokenwire") else "--",
+                     color=plt.get_cmap("tab20")(i % 20), label=name)
+        ax_t.plot([p[0] for p in pts], [p[1] for p in pts], **style)
+        ax_b.plot([p[0] for p in pts], [p[2] for p in pts], **style)
+    mc = sorted((r.isl, r.encode_us + r.decode_us) for r in rows if r.name == MEMCPY)
+    ax_t.plot([p[0] for p in mc], [p[1] for p in mc], color="black", linewidth=2, label="2 x memcpy")
+    ax_t.set(xscale="log", yscale="log", xlabel="ISL (ids per request)",
+             ylabel="encode + decode per request (µs)", title="time per request (lower is better)")
+    ax_b.set(xscale="log", yscale="log", xlabel="ISL (ids per request)", ylabel="bytes per id",
+             title="wire size (lower is better)")
+    for ax in (ax_t, ax_b):
+        ax.grid(True, which="both", alpha=0.3)
+    handles, labels = ax_t.get_legend_handles_labels()
+    ax_b.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def tokenizer_streams(path: str, isls: Sequence[int], text: str | None) -> dict[int, np.ndarray]:
+    """Real ids: a `tokenizers` tokenizer.json applied to local text (`--text`, or the Python
+    standard library's own sources), repeated up to each ISL."""
+    import importlib
+    try:
+        tokenizers: Any = importlib.import_module("tokenizers")
+    except ImportError:
+        raise SystemExit("--tokenizer needs the tokenizers package: pip install tokenizers") from None
+    tok = tokenizers.Tokenizer.from_file(path)
+    if text is None:
+        import glob
+        import os
+        src = sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "*.py")))[:40]
+        body = "\n".join(open(p, encoding="utf-8", errors="replace").read() for p in src)
+    else:
+        body = open(text, encoding="utf-8", errors="replace").read()
+    ids = np.array(tok.encode(body).ids, dtype=np.int32)
+    if ids.size == 0:
+        raise SystemExit("--tokenizer: the text produced no tokens")
+    return {n: np.resize(ids, n) for n in isls}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="tokenwire bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--isl", default="1000,40000,128000", help="comma-separated prompt lengths")
+    p.add_argument("--quick", action="store_true", help="seconds, not a minute: ISL 1k/40k, few rounds")
+    p.add_argument("--repeat", type=int, default=11, help="timed rounds per method (median)")
+    p.add_argument("--round-ms", type=float, default=10.0, help="target duration of one round")
+    p.add_argument("--only", nargs="+", metavar="NAME",
+                   help="measure only rows whose name contains one of these (pickle(list) and "
+                        "memcpy are always kept: the ratios need them)")
+    p.add_argument("--tokenizer", metavar="TOKENIZER_JSON",
+                   help="ids from a real tokenizer (a `tokenizers` tokenizer.json) on local text")
+    p.add_argument("--text", metavar="FILE", help="the text for --tokenizer (default: stdlib sources)")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--plot", metavar="PNG", help="also draw time and size against ISL")
+    p.add_argument("--check-targets", action="store_true",
+                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
+    args = p.parse_args(argv)
+    isls = [1000, 40_000] if args.quick else [int(x) for x in args.isl.split(",") if x]
+    repeat, round_s = (5, 0.003) if args.quick else (args.repeat, args.round_ms / 1e3)
+    if args.tokenizer:
+        streams = tokenizer_streams(args.tokenizer, isls, args.text)
+        source = f"tokenizer {args.tokenizer}"
+    else:
+        streams = {n: token_stream(n) for n in isls}
+        source = f"Zipf stream over a {VOCABS['qwen']:,}-id vocabulary"
+    header = (f"tokenwire bench — {machine()}\nids: {source}; CRC-32C hardware: "
+              f"{tokenwire._core.CRC32C_HARDWARE}; median of {repeat} interleaved rounds of "
+              f"~{round_s * 1e3:g} ms")
+    print("# " + header.replace("\n", "\n# "))
+    results: list[Result] = []
+    for n in isls:
+        methods = methods_for(streams[n], token_stream(n, VOCABS["llama2"], seed=1))
+        if args.only:
+            methods = [m for m in methods if m.name in (PICKLE_LIST, MEMCPY)
+                       or any(o.lower() in m.name.lower() for o in args.only)]
+        results += measure(methods, n, repeat, round_s, stderr_progress)
+    small = per_call(repeat, round_s)
+    end_progress()
+    rows = rows_of(results)
+    print_rows(rows)
+    print("\nper call (16 ids): " + ", ".join(f"{k} {v:.3f} µs" for k, v in small.items()))
+    width = int(max(int(s.max()) for s in streams.values())).bit_length()
+    ok = check_targets(results, small, 40_000, width)
+    if args.json:
+        doc = results_json(results, suite="codec", source=source, per_call_us=small)
+        doc["table"] = [r.__dict__ for r in rows]
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        plot(rows, args.plot, header)
+        print(f"wrote {args.plot}")
+    return 0 if ok or not args.check_targets else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
