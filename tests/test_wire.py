@@ -480,6 +480,33 @@ def test_raw_decode_from_mutable_source_copies() -> None:
     assert tv2.tolist() == [1]
 
 
+def test_readonly_view_of_bytearray_is_copied() -> None:
+    buf = bytearray(tokenwire.encode([9, 8, 7], codec="raw"))
+    tv = tokenwire.decode(memoryview(buf).toreadonly())
+    buf[16] = 1                                        # the memory behind the view changes ...
+    assert tv.tolist() == [9, 8, 7]                    # ... the vector does not
+
+
+def test_received_zmq_frame_is_viewed() -> None:
+    zmq = pytest.importorskip("zmq")
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    a.bind("inproc://tw-wire-test")
+    b.connect("inproc://tw-wire-test")
+    try:
+        a.send(tokenwire.encode(list(range(10_000)), codec="raw"))
+        frame = b.recv(copy=False)
+        tv = tokenwire.decode(frame.buffer)
+        assert np.asarray(tv).ctypes.data == np.frombuffer(frame.buffer, np.uint8).ctypes.data + 16
+        del frame
+        gc.collect()
+        assert tv.tolist() == list(range(10_000))
+    finally:
+        a.close(0)
+        b.close(0)
+        ctx.term()
+
+
 def test_misaligned_readonly_source_is_copied() -> None:
     frame = tokenwire.encode([1, 2, 3], codec="raw")
     blob = b"x" + frame

@@ -358,17 +358,19 @@ cdef TokenVector _decode_one(object source, const uint8_t* payload, FrameLayout*
     return tv
 
 
-cdef inline bint _can_view(Py_buffer* view, const uint8_t* payload, FrameLayout* L) noexcept:
-    return (L.codec == CODEC_RAW and view.readonly and not TW_HOST_BIG_ENDIAN
-            and (<uintptr_t>payload) % 4 == 0)
+cdef inline bint _can_view(object data, const uint8_t* payload, FrameLayout* L):
+    # The same zero-copy rule as TokenVector.frombuffer: only memory that can never change.
+    return (L.codec == CODEC_RAW and not TW_HOST_BIG_ENDIAN and (<uintptr_t>payload) % 4 == 0
+            and is_immutable_source(data))
 
 
 def decode(data, *, vocab_size=None):
     """Decode a single-sequence frame to a TokenVector.
 
-    `data` is any bytes-like object. A raw frame in an immutable, 4-aligned buffer (`bytes`, a
-    read-only memoryview, a received ZMQ frame) is not copied: the vector views `data` and keeps
-    it alive. With `vocab_size`, every id must lie in [0, vocab_size).
+    `data` is any bytes-like object. A raw frame in immutable, 4-aligned memory (`bytes`, a
+    memoryview of bytes, a received pyzmq Frame; see `is_immutable_source`) is not copied: the
+    vector views `data` and keeps it alive. Mutable memory (a bytearray, even behind a read-only
+    memoryview) is copied. With `vocab_size`, every id must lie in [0, vocab_size).
 
     Raises WireFormatError (a ValueError) saying what is wrong with a malformed frame,
     ChecksumError (a WireFormatError) on a checksum mismatch; a multi-sequence frame is refused
@@ -397,7 +399,7 @@ def decode(data, *, vocab_size=None):
                              L.codec == CODEC_RAW and not TW_HOST_BIG_ENDIAN)
         else:
             payload = buf + L.payload_off
-            if _can_view(&view, payload, &L) and L.total > 0:
+            if _can_view(data, payload, &L) and L.total > 0:
                 # Hand our buffer to the vector rather than acquiring a second one.
                 tv = tv_take_view(&view, <const int32_t*>payload, <Py_ssize_t>L.total)
                 moved = True             # the buffer now belongs to tv, which releases it
@@ -440,7 +442,7 @@ def decode_many(data, *, vocab_size=None):
             zero_copy = L.codec == CODEC_RAW and not TW_HOST_BIG_ENDIAN
         else:
             payload = buf + L.payload_off
-            zero_copy = _can_view(&view, payload, &L)
+            zero_copy = _can_view(data, payload, &L)
         out = [None] * <Py_ssize_t>L.nseq
         for k in range(<Py_ssize_t>L.nseq):
             n = load_le32(buf + HEADER_SIZE + 4 * k) if L.flags & FLAG_MULTI else <Py_ssize_t>L.total
