@@ -430,14 +430,15 @@ def run_ray(isls: Sequence[int], count: int) -> list[ModeResult]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="tokenwire e2e", description=__doc__.split("\n\n")[0])
     p.add_argument("--isl", default="1000,40000,128000", help="comma-separated prompt lengths")
-    p.add_argument("--requests", type=int, default=60, help="requests per mode and ISL")
+    p.add_argument("--requests", type=int, default=None,
+                   help="requests per mode and ISL (default 60; 12 with --quick)")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--ray", action="store_true", help="also run actor to actor through Ray")
-    p.add_argument("--quick", action="store_true", help="ISL 1k/40k, 12 requests (a smoke test)")
+    p.add_argument("--quick", action="store_true", help="ISL 1k/40k, 12 requests: a smoke test")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = p.parse_args(argv)
     isls = [1000, 40_000] if args.quick else [int(x) for x in args.isl.split(",") if x]
-    count = 12 if args.quick else args.requests
+    count = args.requests or (12 if args.quick else 60)
     print(f"# tokenwire e2e — {machine()}")
     print(f"# proxy process -> worker process over pyzmq {args.transport}://, {count} requests "
           f"per row, queued; latency = worker's receive+unpickle+int32 hand-off\n")

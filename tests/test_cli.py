@@ -1,0 +1,114 @@
+"""The `tokenwire` command, run as a real subprocess: inspect, bench, e2e."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tokenwire
+
+
+def run(*args: str, stdin: bytes | None = None, timeout: float = 600) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "tokenwire", *args], input=stdin,
+                          capture_output=True, timeout=timeout)
+
+
+def test_help_and_unknown_command() -> None:
+    r = run("--help")
+    assert r.returncode == 0 and b"tokenwire bench" in r.stdout
+    r = run("frobnicate")
+    assert r.returncode == 2 and b"unknown command 'frobnicate'" in r.stderr
+
+
+def test_inspect_valid_frame(tmp_path: Path) -> None:
+    frame = tokenwire.encode_many([list(range(100)), [7, 8]], codec="packed", checksum=True)
+    path = tmp_path / "f.bin"
+    path.write_bytes(frame)
+    r = run("inspect", str(path))
+    out = r.stdout.decode()
+    assert r.returncode == 0, r.stderr
+    assert "codec:     packed, 7 bits per id" in out
+    assert "sequences: 2 (100, 2 ids; 102 in all)" in out
+    assert "checksum:  present, verified" in out and out.rstrip().endswith("valid")
+    r = run("inspect", "-", stdin=tokenwire.encode([1, 2, 3], codec="raw"))
+    assert r.returncode == 0 and b"codec:     raw, 32 bits per id" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("mangle", "message"),
+    [(lambda f: f[:-3], "truncated"),
+     (lambda f: b"XXXX" + f[4:], "bad magic"),
+     (lambda f: f[:20] + bytes([f[20] ^ 0xFF]) + f[21:], "checksum mismatch"),
+     (lambda f: f + b"\x00", "trailing")],
+)
+def test_inspect_rejects_a_corrupted_frame(mangle, message: str) -> None:  # type: ignore[no-untyped-def]
+    frame = tokenwire.encode(list(range(50)), codec="packed", checksum=True)
+    r = run("inspect", "-", stdin=mangle(frame))
+    assert r.returncode == 1
+    assert b"invalid frame" in r.stderr and message.encode() in r.stderr, r.stderr
+
+
+def test_inspect_missing_file() -> None:
+    r = run("inspect", "/nonexistent/frame.bin")
+    assert r.returncode == 2 and b"No such file" in r.stderr
+
+
+def test_bench_quick_json_and_plot(tmp_path: Path) -> None:
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    r = run("bench", "--quick", "--only", "raw", "packed", "--json", str(out_json), "--plot", str(out_png))
+    assert r.returncode == 0, r.stderr
+    text = r.stdout.decode()
+    assert "ISL 40,000" in text and "tokenwire packed" in text and "Targets at ISL 40,000" in text
+    doc = json.loads(out_json.read_text())
+    names = {row["name"] for row in doc["rows"]}
+    assert {"pickle(list[int])", "tokenwire raw", "tokenwire packed"} <= names
+    assert "msgspec.msgpack(list[int])" not in names                 # --only filtered it out
+    assert all(row["encode_us"] > 0 and row["decode_us"] > 0 for row in doc["rows"])
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_with_a_real_tokenizer(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    text = tmp_path / "text.txt"
+    text.write_text(Path(tokenwire.__file__).read_text() * 20)
+    tok.train([str(text)], trainers.BpeTrainer(vocab_size=500, special_tokens=["[UNK]"]))
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    r = run("bench", "--quick", "--only", "raw", "--tokenizer", str(path), "--text", str(text))
+    assert r.returncode == 0, r.stderr
+    assert f"ids: tokenizer {path}".encode() in r.stdout
+
+
+def test_e2e_quick_is_correct() -> None:
+    pytest.importorskip("zmq")
+    r = run("e2e", "--quick", "--requests", "6")
+    out = r.stdout.decode()
+    assert r.returncode == 0, r.stderr
+    for mode in ("baseline", "tokenwire", "tokenwire-oob"):
+        assert f" {mode} " in out
+    assert "correctness: tokens received == tokens sent" in out
+
+
+def test_e2e_through_ray() -> None:
+    pytest.importorskip("ray")
+    pytest.importorskip("zmq")
+    r = run("e2e", "--isl", "2000", "--requests", "4", "--ray",
+            timeout=900)
+    out = r.stdout.decode()
+    assert r.returncode == 0, r.stderr
+    assert "ray " in out and "correctness: tokens received == tokens sent" in out
+
+
+def test_console_script_entry_point() -> None:
+    from importlib.metadata import entry_points
+
+    eps = [ep for ep in entry_points(group="console_scripts") if ep.name == "tokenwire"]
+    assert [ep.value for ep in eps] == ["tokenwire.cli:main"]
