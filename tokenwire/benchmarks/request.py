@@ -68,9 +68,17 @@ def methods_for(n: int) -> list[Method]:
     fresh = GenerationRequest(tv, sp, **kw)
     assert not PROMPT.is_materialized(decoded) and not PROMPT.is_materialized(from_array)
 
+    other = GenerationRequest(tv, sp, **kw)
+
+    # Both rows pay the same reset (forgetting the list), so the ratio compares the descriptor's
+    # first read with a bare tolist().
     def first_read() -> Any:
-        PROMPT.__set__(fresh, tv)       # forget the list (counted against us: ~0.3 µs)
+        PROMPT.__set__(fresh, tv)
         return fresh.prompt_token_ids
+
+    def reset_and_tolist() -> Any:
+        PROMPT.__set__(other, tv)
+        return tv.tolist()
 
     return [
         _m(G_PICKLE_HELD, "plain list request", lambda: rt(plain), True),
@@ -86,8 +94,8 @@ def methods_for(n: int) -> list[Method]:
         _m(G_DEEPCOPY, "plain list request", lambda: copy.deepcopy(plain), True),
         _m(G_DEEPCOPY, "decoded from the wire, unread", lambda: copy.deepcopy(decoded)),
         _m(G_DEEPCOPY, "list held (materialized)", lambda: copy.deepcopy(listed)),
-        _m(G_FIRST_READ, "TokenVector.tolist()", tv.tolist, True),
-        _m(G_FIRST_READ, "req.prompt_token_ids, first read", first_read),
+        _m(G_FIRST_READ, "reset + TokenVector.tolist()", reset_and_tolist, True),
+        _m(G_FIRST_READ, "reset + req.prompt_token_ids (first read)", first_read),
         _m(G_ACCESS, "plain.prompt_token_ids", lambda: plain.prompt_token_ids, True),
         _m(G_ACCESS, "req.prompt_token_ids, cached list", lambda: listed.prompt_token_ids),
         _m(G_ACCESS, "req._prompt_token_ids_i32, unread", lambda: decoded._prompt_token_ids_i32),
@@ -109,8 +117,9 @@ TARGETS: list[Target] = [
      "decoded from the wire, unread", lambda r: r >= 100),
     # "No more than TokenVector.tolist()": the descriptor adds well under a microsecond to a
     # ~50 µs build, below this machine's run-to-run noise, so 5% is allowed for noise.
-    ("first read of prompt_token_ids <= TokenVector.tolist() (5% noise allowance)",
-     G_FIRST_READ, "req.prompt_token_ids, first read", lambda r: 1 / r <= 1.05),
+    # The descriptor adds one dict lookup to a ~50 µs build: 2% is for run-to-run noise only.
+    ("first read of prompt_token_ids <= TokenVector.tolist() (within 2% noise)",
+     G_FIRST_READ, "reset + req.prompt_token_ids (first read)", lambda r: 1 / r <= 1.02),
 ]
 
 
