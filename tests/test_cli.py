@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,19 @@ import tokenwire
 
 
 def run(*args: str, stdin: bytes | None = None, timeout: float = 600) -> subprocess.CompletedProcess[bytes]:
+    # From a neutral directory: `python -m` puts the working directory first on sys.path, and a
+    # source checkout's tokenwire/ (no compiled extension) must not shadow the installed one.
     return subprocess.run([sys.executable, "-m", "tokenwire", *args], input=stdin,
-                          capture_output=True, timeout=timeout)
+                          capture_output=True, timeout=timeout, cwd=tempfile.gettempdir())
 
 
 def test_help_and_unknown_command() -> None:
     r = run("--help")
     assert r.returncode == 0 and b"tokenwire bench" in r.stdout
+    script = Path(sys.executable).with_name("tokenwire")       # the installed console script
+    r = subprocess.run([str(script), "--help"], capture_output=True, timeout=120,
+                       cwd=tempfile.gettempdir())
+    assert r.returncode == 0 and b"tokenwire inspect" in r.stdout
     r = run("frobnicate")
     assert r.returncode == 2 and b"unknown command 'frobnicate'" in r.stderr
 

@@ -8,9 +8,11 @@ missing.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -201,8 +203,16 @@ def ray():
     ray = pytest.importorskip("ray")
     # Workers import transport_workers by value: they need not see the tests directory.
     ray.cloudpickle.register_pickle_by_value(transport_workers)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024**2,
-             log_to_driver=False, logging_level="ERROR")
+    # Ray puts the driver's working directory on every worker's sys.path. From a source checkout
+    # that is the repository root, whose tokenwire/ (no compiled extension) would shadow the
+    # installed package; so start Ray from a neutral directory.
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=128 * 1024**2,
+                 log_to_driver=False, logging_level="ERROR")
+    finally:
+        os.chdir(cwd)
     try:
         yield ray
     finally:

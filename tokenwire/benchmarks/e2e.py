@@ -27,8 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import pickle
-import statistics
 import sys
 import tempfile
 import threading
@@ -405,8 +405,15 @@ def run_ray(isls: Sequence[int], count: int) -> list[ModeResult]:
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
-                 logging_level=logging.ERROR, log_to_driver=False)
+        # Ray puts the driver's working directory on every worker's sys.path; run from a source
+        # checkout, its tokenwire/ (no compiled extension) would shadow the installed package.
+        cwd = os.getcwd()
+        os.chdir(tempfile.gettempdir())
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
+                     logging_level=logging.ERROR, log_to_driver=False)
+        finally:
+            os.chdir(cwd)
     try:
         worker_cls: Any = ray.remote(_RayWorker)
         proxy_cls: Any = ray.remote(_RayProxy)
