@@ -5,27 +5,14 @@ Every group has a baseline (*); ratio = baseline time / method time, so > 1 is f
 
 from __future__ import annotations
 
-import argparse
 import array
-import json
 from collections.abc import Callable
 
 import numpy as np
 
 import tokenwire
 from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import (
-    Method,
-    Result,
-    Target,
-    check_grouped_targets,
-    end_progress,
-    machine,
-    measure,
-    print_grouped_table,
-    results_json,
-    stderr_progress,
-)
+from tokenwire.benchmarks.harness import Method, Target, grouped_suite_main
 
 
 def methods_for(n: int) -> list[Method]:
@@ -74,26 +61,5 @@ TARGETS: list[Target] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench_core", description=__doc__)
-    p.add_argument("--isl", default="1000,40000,128000", help="comma-separated prompt lengths")
-    p.add_argument("--repeat", type=int, default=15, help="timed rounds per method (median)")
-    p.add_argument("--round-ms", type=float, default=20.0, help="target duration of one round")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
-    args = p.parse_args(argv)
-    isls = [int(x) for x in args.isl.split(",") if x]
-    print(f"# tokenwire core benchmark — {machine()}")
-    print(f"# median of {args.repeat} interleaved rounds of ~{args.round_ms:g} ms; "
-          f"ratio = baseline (*) time / method time\n")
-    results: list[Result] = []
-    for isl in isls:
-        results += measure(methods_for(isl), isl, args.repeat, args.round_ms / 1e3, stderr_progress)
-    end_progress()
-    print_grouped_table(results)
-    ok = check_grouped_targets(results, TARGETS, 40_000)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results_json(results, suite="core"), f, indent=1)
-        print(f"\nwrote {args.json}")
-    return 0 if ok or not args.check_targets else 1
+    return grouped_suite_main(argv, suite="core", doc=__doc__ or "", default_isl="1000,40000,128000",
+                              methods_for=methods_for, targets=TARGETS)

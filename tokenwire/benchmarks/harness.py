@@ -179,3 +179,39 @@ def check_grouped_targets(results: Sequence[Result], targets: Sequence[Target],
         print(f"  [{'ok' if ok else 'MISSED'}] {desc}: {shown} "
               f"({by[(g, name, isl)].total_us():.1f} µs vs {base[(g, isl)].total_us():.1f} µs)")
     return ok_all
+
+
+def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str, default_isl: str,
+                       methods_for: Callable[[int], Sequence[Method]],
+                       targets: Sequence[Target], note: str = "",
+                       after: Callable[[Sequence[Result]], None] | None = None) -> int:
+    """The command line of a grouped suite (bench_core, bench_request): measure, print the table
+    and the targets, optionally write JSON. A missed target fails only with --check-targets."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog=f"bench_{suite}", description=doc)
+    p.add_argument("--isl", default=default_isl, help="comma-separated prompt lengths")
+    p.add_argument("--repeat", type=int, default=15, help="timed rounds per method (median)")
+    p.add_argument("--round-ms", type=float, default=20.0, help="target duration of one round")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--check-targets", action="store_true",
+                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
+    args = p.parse_args(argv)
+    isls = [int(x) for x in args.isl.split(",") if x]
+    print(f"# tokenwire {suite} benchmark — {machine()}")
+    print(f"# median of {args.repeat} interleaved rounds of ~{args.round_ms:g} ms; "
+          f"ratio = baseline (*) time / method time{note}\n")
+    results: list[Result] = []
+    for isl in isls:
+        results += measure(methods_for(isl), isl, args.repeat, args.round_ms / 1e3, stderr_progress)
+    end_progress()
+    print_grouped_table(results)
+    ok = check_grouped_targets(results, targets, 40_000)
+    if after:
+        after(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results_json(results, suite=suite), f, indent=1)
+        print(f"\nwrote {args.json}")
+    return 0 if ok or not args.check_targets else 1

@@ -9,30 +9,16 @@ time / method time.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tokenwire
 from tokenwire import GenerationRequest
 from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
 from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import (
-    Method,
-    Result,
-    Target,
-    check_grouped_targets,
-    end_progress,
-    group_ratios,
-    machine,
-    measure,
-    print_grouped_table,
-    results_json,
-    stderr_progress,
-)
+from tokenwire.benchmarks.harness import Method, Result, Target, group_ratios, grouped_suite_main
 from tokenwire.transport import dumps_oob, loads_oob
 
 PROTOCOL = 5
@@ -123,32 +109,16 @@ TARGETS: list[Target] = [
 ]
 
 
+def _deepcopy_note(results: Sequence[Result]) -> None:
+    # Not a target, shown because it is the slow case: deepcopy of a request whose list exists
+    # re-reads the list (never stale), one as_tokens pass over it.
+    key = (G_DEEPCOPY, "list held (materialized)", 40_000)
+    ratios = group_ratios(results)
+    if key in ratios:
+        print(f"  [info] copy.deepcopy, list materialized (re-read in C): {ratios[key]:.1f}x faster")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bench_request", description=__doc__)
-    p.add_argument("--isl", default="40000", help="comma-separated prompt lengths")
-    p.add_argument("--repeat", type=int, default=15, help="timed rounds per method (median)")
-    p.add_argument("--round-ms", type=float, default=20.0, help="target duration of one round")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
-    args = p.parse_args(argv)
-    isls = [int(x) for x in args.isl.split(",") if x]
-    print(f"# tokenwire request benchmark — {machine()}")
-    print(f"# median of {args.repeat} interleaved rounds of ~{args.round_ms:g} ms; "
-          f"ratio = baseline (*) time / method time; pickle protocol {PROTOCOL}\n")
-    results: list[Result] = []
-    for isl in isls:
-        results += measure(methods_for(isl), isl, args.repeat, args.round_ms / 1e3, stderr_progress)
-    end_progress()
-    print_grouped_table(results)
-    ok = check_grouped_targets(results, TARGETS, 40_000)
-    if any(r.isl == 40_000 for r in results):
-        # Not a target, shown because it is the slow case: deepcopy of a request whose list
-        # exists re-reads the list (never stale), one as_tokens pass over it.
-        ratio = group_ratios(results)[(G_DEEPCOPY, "list held (materialized)", 40_000)]
-        print(f"  [info] copy.deepcopy, list materialized (re-read in C): {ratio:.1f}x faster")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results_json(results, suite="request"), f, indent=1)
-        print(f"\nwrote {args.json}")
-    return 0 if ok or not args.check_targets else 1
+    return grouped_suite_main(argv, suite="request", doc=__doc__ or "", default_isl="40000",
+                              methods_for=methods_for, targets=TARGETS,
+                              note=f"; pickle protocol {PROTOCOL}", after=_deepcopy_note)
