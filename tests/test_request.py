@@ -179,6 +179,12 @@ def test_state_version_checks():
     with pytest.raises(WireFormatError, match="token field .prompt_token_ids.: expected a TokenVector or a wire frame, got list"):
         req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": [1, 2]})
     assert isinstance(WireFormatError("x"), ValueError)
+    with pytest.raises(WireFormatError, match="private storage of a token field"):
+        req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": None, "_tw_prompt_token_ids": "junk"})
+    with pytest.raises(WireFormatError, match="private storage of a token field"):
+        req.__setstate__({"prompt_token_ids": [1], "_tw_query_token_ids": "junk"})   # legacy
+    with pytest.raises(WireFormatError, match="non-string key"):
+        req.__setstate__({"__tokenwire__": 1, 5: "x"})
 
 
 # --------------------------------------------------------------------------------------------

@@ -250,3 +250,32 @@ def test_constructor_copies_and_validates() -> None:
         TokenVector([1, 99], vocab_size=10)
     with pytest.raises(TypeError, match="got NoneType"):
         TokenVector(None)  # type: ignore[arg-type]
+
+
+def test_eq_trusts_the_real_size_not_an_overridden_len() -> None:
+    class LyingList(list):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 3
+
+    class LyingTuple(tuple):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 100_000
+
+    assert TokenVector([1, 2, 3]) != LyingList()
+    assert TokenVector([1, 2, 3]) == LyingList([1, 2, 3])
+    assert TokenVector(range(100_000)) != LyingTuple((0, 1))
+
+
+def test_eq_holds_a_reference_while_an_element_compares() -> None:
+    victim: list[object] = []
+    alive_during_compare = []
+
+    class Shrinking:
+        def __eq__(self, other: object) -> bool:
+            victim.clear()                           # drops the list's reference to self
+            alive_during_compare.append(sys.getrefcount(self))
+            return NotImplemented                    # then int.__eq__(7, self) runs
+
+    victim.append(Shrinking())
+    assert (TokenVector([7]) == victim) is False
+    assert alive_during_compare and alive_during_compare[0] >= 3   # ours + the call's + getrefcount's

@@ -487,7 +487,7 @@ def test_readonly_view_of_bytearray_is_copied() -> None:
     assert tv.tolist() == [9, 8, 7]                    # ... the vector does not
 
 
-def test_received_zmq_frame_is_viewed() -> None:
+def test_received_zmq_frame_is_viewed_only_when_promised_immutable() -> None:
     zmq = pytest.importorskip("zmq")
     ctx = zmq.Context()
     a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
@@ -496,15 +496,67 @@ def test_received_zmq_frame_is_viewed() -> None:
     try:
         a.send(tokenwire.encode(list(range(10_000)), codec="raw"))
         frame = b.recv(copy=False)
-        tv = tokenwire.decode(frame.buffer)
-        assert np.asarray(tv).ctypes.data == np.frombuffer(frame.buffer, np.uint8).ctypes.data + 16
+        base = np.frombuffer(frame.buffer, np.uint8).ctypes.data
+        copied = tokenwire.decode(frame)                       # a Frame is not trusted by type
+        assert np.asarray(copied).ctypes.data != base + 16
+        tv = tokenwire.decode(tokenwire.ImmutableBuffer(frame))   # the explicit promise
+        assert np.asarray(tv).ctypes.data == base + 16
         del frame
         gc.collect()
-        assert tv.tolist() == list(range(10_000))
+        assert tv.tolist() == list(range(10_000)) and copied == tv
     finally:
         a.close(0)
         b.close(0)
         ctx.term()
+
+
+def test_zmq_frame_over_a_bytearray_is_copied() -> None:
+    zmq = pytest.importorskip("zmq")
+    ba = bytearray(tokenwire.encode(list(range(40_000)), codec="raw"))
+    tv = tokenwire.decode(zmq.Frame(ba))       # zero-copy Frame over mutable memory
+    ba[16:20] = b"\xf9\xff\xff\xff"
+    assert tv[0] == 0
+
+
+@pytest.mark.skipif(not HAS_ZSTD, reason="the zstd extra is not installed")
+def test_zstd_section_must_be_exactly_one_zstd_frame() -> None:
+    frame = tokenwire.encode([1, 2, 3, 4] * 50, codec="zstd")
+    assert tokenwire.frame_info(frame).compression == "zstd"
+    (clen,) = struct.unpack_from("<Q", frame, 16)
+    comp = frame[24:24 + clen]
+    for extra, message in ((b"abcde", "5 trailing bytes after its zstd frame"),
+                           (comp, "trailing bytes after its zstd frame")):
+        bad = frame[:16] + struct.pack("<Q", clen + len(extra)) + comp + extra
+        with pytest.raises(tokenwire.WireFormatError, match=message):
+            tokenwire.decode(bad)
+
+
+def test_decode_many_never_reads_past_the_payload_when_the_table_changes() -> None:
+    import threading
+
+    frame = tokenwire.encode_many([np.arange(1_000_000, dtype=np.int32), [7]], codec="raw")
+    ba = bytearray(frame)
+    armed = threading.Event()
+
+    def rewrite() -> None:
+        armed.wait()
+        ba[20:24] = struct.pack("<I", 200_000)     # the second count, while decode copies
+
+    t = threading.Thread(target=rewrite)
+    t.start()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        armed.set()
+        try:
+            out = tokenwire.decode_many(ba)
+        except tokenwire.WireFormatError as e:
+            assert any(m in str(e) for m in ("count table changed", "truncated", "trailing", "payload"))
+        else:
+            assert [len(v) for v in out] in ([1_000_000, 1],)   # never a 200,000-id read
+    finally:
+        sys.setswitchinterval(old)
+        t.join()
 
 
 def test_misaligned_readonly_source_is_copied() -> None:

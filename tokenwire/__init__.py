@@ -3,6 +3,7 @@
 from tokenwire._core import (
     INT_CACHE_SIZE,
     FrameInfo,
+    ImmutableBuffer,
     TokenVector,
     as_tokens,
     decode,
@@ -24,6 +25,7 @@ __all__ = [
     "TokenIds",
     "TokenWireMixin",
     "FrameInfo",
+    "ImmutableBuffer",
     "TokenVector",
     "TokenwireError",
     "WireFormatError",

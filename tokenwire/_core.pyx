@@ -78,6 +78,8 @@ INT_CACHE_SIZE = _INT_CACHE
 cdef int32_t _EMPTY[1]               # the data pointer of every empty vector (never NULL)
 cdef Py_ssize_t _ITEMSIZE = 4        # strides[0] of every exported buffer
 cdef char* _FORMAT_I = "i"           # format of every exported buffer (native int32)
+cdef char* _FORMAT_B = "B"           # format of ImmutableBuffer's exports (bytes)
+cdef Py_ssize_t _ONE = 1             # strides[0] of ImmutableBuffer's exports
 cdef PyObject** _int_table = <PyObject**>calloc(_INT_CACHE, sizeof(PyObject*))
 if _int_table == NULL:
     raise MemoryError("tokenwire: cannot allocate the int table")
@@ -131,28 +133,68 @@ cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n
 # --------------------------------------------------------------------------------------------
 # Immutable sources (the zero-copy rule)
 
-cdef dict _immutable_types = {bytes: True}
+@cython.auto_pickle(False)
+cdef class ImmutableBuffer:
+    """A promise that the memory behind `obj` never changes while this object (or a view made
+    from it) is alive, so tokenwire may view it instead of copying.
+
+    Nothing can check such a promise, which is why tokenwire trusts only `bytes`, `TokenVector`
+    and this wrapper. The case it exists for is a received pyzmq `Frame` (libzmq never rewrites
+    a received message, but a `zmq.Frame` built over a bytearray looks the same, so frames are
+    not trusted by type): `tokenwire.transport.recv_pyobj_oob` wraps the frames it receives, and
+    `decode(ImmutableBuffer(frame))` decodes one without a copy. It exports the bytes read-only.
+    """
+
+    cdef Py_buffer _view
+    cdef bint _held
+    cdef object __weakref__
+
+    def __cinit__(self, obj):
+        PyObject_GetBuffer(obj, &self._view, PyBUF_SIMPLE)
+        self._held = True
+
+    def __dealloc__(self):
+        if self._held:
+            PyBuffer_Release(&self._view)
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("ImmutableBuffer is read-only")
+        buffer.buf = self._view.buf
+        buffer.obj = self
+        buffer.len = self._view.len
+        buffer.readonly = 1
+        buffer.itemsize = 1
+        buffer.format = _FORMAT_B if flags & PyBUF_FORMAT else NULL
+        buffer.ndim = 1
+        buffer.shape = &self._view.len if flags & PyBUF_ND else NULL
+        buffer.strides = &_ONE if flags & PyBUF_STRIDES else NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def __len__(self):
+        return self._view.len
+
+    def __repr__(self):
+        return f"ImmutableBuffer(<{self._view.len} bytes>)"
 
 
 cpdef bint is_immutable_source(object obj):
     """True when the memory behind `obj` can never change, so a TokenVector may view it.
 
     A read-only flag is not enough (a read-only memoryview of a bytearray still changes), so
-    this follows memoryviews and PickleBuffers to the object that owns the memory and accepts `bytes`,
-    `TokenVector` and received pyzmq `Frame`s (whose message memory libzmq never rewrites).
+    this follows memoryviews and PickleBuffers to the object that owns the memory and accepts
+    `bytes`, `TokenVector` and `ImmutableBuffer` (an explicit promise; see there).
     """
     cdef object t = type(obj)
     while t is memoryview or t is PickleBuffer:
         # memoryview(PickleBuffer(x)).obj is x: both wrappers lead to the owner of the memory.
         obj = (<memoryview>obj).obj if t is memoryview else memoryview(obj).obj
         t = type(obj)
-    if t is TokenVector:
-        return True
-    known = _immutable_types.get(t)
-    if known is None:
-        known = t.__name__ == "Frame" and getattr(t, "__module__", "").startswith("zmq.")
-        _immutable_types[t] = known
-    return known
+    return t is bytes or t is TokenVector or t is ImmutableBuffer
 
 
 # --------------------------------------------------------------------------------------------
@@ -778,19 +820,22 @@ cdef class TokenVector:
             o = other
             return self._len == o._len and memcmp(self._data, o._data, <size_t>self._len * 4) == 0
         if isinstance(other, (list, tuple)):
-            if len(other) != self._len:
+            # The real size, never len(): a subclass's __len__ may lie. Items are borrowed, so a
+            # Python-level comparison holds its own reference (an __eq__ may remove the item).
+            if PySequence_Fast_GET_SIZE(other) != self._len:
                 return False
             for i in range(self._len):
+                if PySequence_Fast_GET_SIZE(other) != self._len:    # resized by an __eq__
+                    return False
                 item = PySequence_Fast_ITEMS(other)[i]
                 if PyLong_CheckExact(<object>item) and pyint_small_value(item, &v):
                     if v != self._data[i]:
                         return False
                     continue
-                if not (<object>item == self._data[i]):
+                element = <object>item
+                if not (element == self._data[i]):
                     return False
-                if PySequence_Fast_GET_SIZE(other) != self._len:   # that __eq__ resized it
-                    return False
-            return True
+            return PySequence_Fast_GET_SIZE(other) == self._len
         return NotImplemented
 
     def __ne__(self, other):

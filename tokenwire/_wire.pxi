@@ -315,10 +315,20 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
         raise _wire_error(
             f"zstd payload declares {declared} bytes, the header needs {L.payload_len}"
         )
+    # A streaming decompressor, because it says whether the section held exactly one zstd frame
+    # (the one-shot call stops after the first and ignores the rest). Output stays bounded: the
+    # frame declares exactly L.payload_len bytes (checked above) and libzstd enforces it.
+    dobj = zstd.ZstdDecompressor().decompressobj()
     try:
-        out = zstd.ZstdDecompressor().decompress(comp, max_output_size=L.payload_len)
+        out = dobj.decompress(comp)
     except zstd.ZstdError as e:
         raise _wire_error(f"zstd payload is corrupt: {e}") from None
+    if not dobj.eof:
+        raise _wire_error("zstd payload is truncated: the zstd frame does not end")
+    if dobj.unused_data:
+        raise _wire_error(
+            f"zstd payload has {len(dobj.unused_data)} trailing bytes after its zstd frame"
+        )
     if len(out) != L.payload_len:
         raise _wire_error(
             f"zstd payload decompresses to {len(out)} bytes, the header needs {L.payload_len}"
@@ -368,7 +378,8 @@ def decode(data, *, vocab_size=None):
     """Decode a single-sequence frame to a TokenVector.
 
     `data` is any bytes-like object. A raw frame in immutable, 4-aligned memory (`bytes`, a
-    memoryview of bytes, a received pyzmq Frame; see `is_immutable_source`) is not copied: the
+    memoryview of bytes, an `ImmutableBuffer` such as a wrapped received pyzmq Frame; see
+    `is_immutable_source`) is not copied: the
     vector views `data` and keeps it alive. Mutable memory (a bytearray, even behind a read-only
     memoryview) is copied. With `vocab_size`, every id must lie in [0, vocab_size).
 
@@ -446,6 +457,10 @@ def decode_many(data, *, vocab_size=None):
         out = [None] * <Py_ssize_t>L.nseq
         for k in range(<Py_ssize_t>L.nseq):
             n = load_le32(buf + HEADER_SIZE + 4 * k) if L.flags & FLAG_MULTI else <Py_ssize_t>L.total
+            if <uint64_t>n > L.total - start:
+                # The table was validated, so only a writer racing with us (a mutable source,
+                # the GIL released while copying) gets here: never read past the payload.
+                raise _wire_error("count table changed while the frame was being decoded")
             tv = _decode_one(source, payload, &L, start, n, zero_copy)
             start += n
             if limit:

@@ -344,7 +344,7 @@ class TokenWireMixin:
             names = {name for name, _ in fields}
             for key, value in state.items():
                 if key != _VERSION_KEY and key not in names:
-                    attrs[key] = value
+                    attrs[self._checked_state_key(key)] = value
         if slots:
             for key, value in slots.items():
                 setattr(self, key, value)
@@ -364,7 +364,17 @@ class TokenWireMixin:
         attrs = self.__dict__
         for key, value in state.items():
             if key not in skip:
-                attrs[key] = value
+                attrs[self._checked_state_key(key)] = value
+
+    def _checked_state_key(self, key: Any) -> str:
+        """An ordinary attribute name from a pickled state; never a field's private storage."""
+        if type(key) is not str:
+            raise WireFormatError(f"{type(self).__name__} state has a non-string key {key!r}")
+        if key in self._tokenwire_keys:
+            raise WireFormatError(
+                f"{type(self).__name__} state sets {key!r}, the private storage of a token field"
+            )
+        return key
 
     # -- copying: the buffer is shared (immutable) or memcpy'd, never copied per token ---------
 

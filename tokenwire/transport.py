@@ -21,6 +21,8 @@ from __future__ import annotations
 import pickle
 from typing import Any, Iterable, List
 
+from tokenwire._core import ImmutableBuffer
+
 __all__ = ["OOB_THRESHOLD", "dumps_oob", "loads_oob", "recv_pyobj_oob", "send_pyobj_oob"]
 
 #: Buffers at least this large travel out-of-band; smaller ones are copied into the pickle.
@@ -63,7 +65,10 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
 
 def recv_pyobj_oob(socket: Any, flags: int = 0) -> Any:
     """Receive an object sent by `send_pyobj_oob`. The frames are received with ``copy=False``
-    and their read-only buffers are handed to the unpickler as they are, so a token field views
-    the message memory instead of copying it."""
+    and handed to the unpickler as `ImmutableBuffer`s, so a token field views the message memory
+    instead of copying it."""
     frames = socket.recv_multipart(flags=flags, copy=False)
-    return pickle.loads(frames[0].buffer, buffers=[frame.buffer for frame in frames[1:]])
+    # A received message's memory is never rewritten by libzmq: say so (ImmutableBuffer), so the
+    # token fields view the frames instead of copying them. Frames are not trusted by type,
+    # because a zmq.Frame built over a bytearray looks the same as a received one.
+    return pickle.loads(frames[0].buffer, buffers=[ImmutableBuffer(f) for f in frames[1:]])
