@@ -11,6 +11,7 @@ from tokenwire._core import (
     encode,
     encode_many,
     frame_info,
+    gil_release_threshold,
     tolist,
 )
 from tokenwire.errors import ChecksumError, TokenwireError, WireFormatError
@@ -35,5 +36,6 @@ __all__ = [
     "encode",
     "encode_many",
     "frame_info",
+    "gil_release_threshold",
     "tolist",
 ]

@@ -1,0 +1,74 @@
+"""The GIL is released for large inputs, and only from the documented threshold."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import tokenwire
+
+
+def longest_stall_fraction(call: Callable[[], object]) -> float:
+    """The longest time a busy Python thread could not run during `call`, as a fraction of the
+    call. While the caller holds the GIL in C code the other thread cannot run at all (the
+    interpreter switches only between bytecodes); while it is released, it runs throughout."""
+    stamps: list[float] = []
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.01)
+    t0 = time.perf_counter()
+    call()
+    t1 = time.perf_counter()
+    stop.set()
+    t.join()
+    assert t1 - t0 > 0.015, f"the call took {t1 - t0:.4f} s: too short to tell"
+    inside = [t0] + [s for s in stamps if t0 < s < t1] + [t1]
+    return max(b - a for a, b in zip(inside, inside[1:])) / (t1 - t0)
+
+
+@pytest.fixture
+def threshold():  # type: ignore[no-untyped-def]
+    previous = tokenwire.gil_release_threshold()
+    yield
+    tokenwire.gil_release_threshold(previous)
+
+
+@pytest.fixture(scope="module")
+def big() -> dict[str, np.ndarray]:
+    i64 = np.arange(40_000_000, dtype=np.int64)         # 320 MB in, 160 MB out
+    return {"int64": i64, "int32": i64.astype(np.int32)}
+
+
+CALLS: dict[str, Callable[[dict[str, np.ndarray]], object]] = {
+    "as_tokens int64": lambda b: tokenwire.as_tokens(b["int64"]),
+    "as_tokens strided": lambda b: tokenwire.as_tokens(b["int64"][::2]),
+    "as_tokens int32 (memcpy)": lambda b: tokenwire.as_tokens(b["int32"]),
+    "encode packed": lambda b: tokenwire.encode(b["int32"], codec="packed"),
+}
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+def test_released_above_the_threshold_held_below(threshold, big, name: str) -> None:  # type: ignore[no-untyped-def]
+    call = CALLS[name]
+    assert tokenwire.gil_release_threshold() == 8 * 1024 * 1024
+    tokenwire.gil_release_threshold(0)
+    assert longest_stall_fraction(lambda: call(big)) < 0.3     # the other thread kept running
+    tokenwire.gil_release_threshold(2**62)
+    assert longest_stall_fraction(lambda: call(big)) > 0.5     # stopped for most of the call
+
+
+def test_threshold_is_validated(threshold) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="must be >= 0 bytes, got -1"):
+        tokenwire.gil_release_threshold(-1)
+    assert tokenwire.gil_release_threshold(1024) == 8 * 1024 * 1024
+    assert tokenwire.gil_release_threshold() == 1024
