@@ -340,6 +340,13 @@ cdef int _parse_int_format(const char* fmt, Py_ssize_t itemsize, bint* swap):
     return KIND_BAD
 
 
+cdef bint _is_native_int32(Py_buffer* view) noexcept:
+    """A 1-D buffer of native-order int32 items (any stride): usable as int32_t in place."""
+    cdef bint swap = False
+    return (view.ndim == 1 and view.itemsize == 4
+            and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap)
+
+
 cdef str _format_str(const char* fmt):
     return "B" if fmt == NULL else (<bytes>fmt).decode("ascii", "replace")
 
@@ -376,13 +383,13 @@ cdef TokenVector _from_buffer(object obj):
     PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
     try:
         kind = _parse_int_format(view.format, view.itemsize, &swap)
-        fmt = _format_str(view.format)
         if kind == KIND_BAD:
             raise TypeError(
-                f"token ids must be integers, got a buffer of format {fmt!r} "
+                f"token ids must be integers, got a buffer of format {_format_str(view.format)!r} "
                 f"(itemsize {view.itemsize})"
             )
-        if type(obj) is memoryview and view.itemsize == 1 and fmt in ("B", "@B", "c"):
+        if (type(obj) is memoryview and view.itemsize == 1
+                and _format_str(view.format) in ("B", "@B", "c")):
             raise TypeError(
                 "as_tokens() does not take raw bytes (a memoryview of format 'B'); "
                 "use tokenwire.decode() for wire frames, or memoryview.cast('i') for native int32"
@@ -392,17 +399,12 @@ cdef TokenVector _from_buffer(object obj):
         itemsize = view.itemsize
         n = view.shape[0] if view.shape != NULL else view.len // itemsize
         stride = view.strides[0] if view.strides != NULL else itemsize
+        src = <const char*>view.buf
+        if _is_native_int32(&view) and stride == 4:
+            # The hot path: a native int32 C-contiguous buffer is exactly one memcpy.
+            return tv_from_int32(<const int32_t*>src, n)
         tv = tv_alloc(n)
         if n == 0:
-            return tv
-        src = <const char*>view.buf
-        if itemsize == 4 and kind == KIND_SIGNED and not swap and stride == 4:
-            # The hot path: a native int32 C-contiguous buffer is exactly one memcpy.
-            if n * 4 >= NOGIL_BYTES:
-                with nogil:
-                    memcpy(tv._data, src, <size_t>n * 4)
-            else:
-                memcpy(tv._data, src, <size_t>n * 4)
             return tv
         if n * itemsize >= NOGIL_BYTES:
             with nogil:
@@ -641,14 +643,12 @@ def tolist(obj):
     what makes this several times faster than `ndarray.tolist()`; see INT_CACHE_SIZE.
     """
     cdef Py_buffer view
-    cdef bint swap = False
     if type(obj) is TokenVector:
         return (<TokenVector>obj).tolist()
     if PyObject_CheckBuffer(obj) and not isinstance(obj, (bytes, bytearray)):
         PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
         try:
-            if (view.ndim == 1 and view.itemsize == 4
-                    and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap):
+            if _is_native_int32(&view):
                 return _tolist_strided(<const char*>view.buf, view.shape[0], view.strides[0])
         finally:
             PyBuffer_Release(&view)

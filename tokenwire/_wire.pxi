@@ -647,13 +647,6 @@ cdef bytes _encode_zstd(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t
     return frame
 
 
-cdef bint _native_int32_view(Py_buffer* view) except -1:
-    cdef bint swap = False
-    return (view.ndim == 1 and view.itemsize == 4
-            and (view.strides == NULL or view.strides[0] == 4)
-            and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap)
-
-
 def encode(tokens, *, codec="auto", bint checksum=False):
     """Encode token ids (anything `as_tokens` accepts) as one wire frame (`bytes`).
 
@@ -678,7 +671,7 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     elif (PyObject_CheckBuffer(tokens) and not isinstance(tokens, (bytes, bytearray))):
         # A native int32 buffer is encoded where it lies (no intermediate copy).
         PyObject_GetBuffer(tokens, &view, PyBUF_RECORDS_RO)
-        if _native_int32_view(&view):
+        if _is_native_int32(&view) and (view.strides == NULL or view.strides[0] == 4):
             have_view = True
             ptr = <const int32_t*>view.buf
             n = view.shape[0]

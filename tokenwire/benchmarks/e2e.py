@@ -44,7 +44,7 @@ from tokenwire import GenerationRequest
 from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
 from tokenwire.benchmarks.data import token_stream
 from tokenwire.benchmarks.harness import machine, stderr_progress
-from tokenwire.transport import dumps_oob
+from tokenwire.transport import dumps_oob, recv_pyobj_oob
 
 MODES = ("baseline", "tokenwire", "tokenwire-oob")
 RAY_MODES = ("baseline", "tokenwire")
@@ -158,7 +158,6 @@ class GilMonitor:
 
 def _receive(sock: Any, mode: str) -> Any:
     if mode == "tokenwire-oob":
-        from tokenwire.transport import recv_pyobj_oob
         return recv_pyobj_oob(sock)
     return sock.recv_pyobj()
 
