@@ -2,6 +2,8 @@
 
     python examples/worker_submit.py                       # 4 requests of 40k ids over ipc://
     python examples/worker_submit.py --isl 128000 --transport tcp --requests 8
+    TOKENWIRE_KEY=$(python -c 'import secrets; print(secrets.token_hex(32))') \
+        python examples/worker_submit.py --key-env TOKENWIRE_KEY   # signed messages (HMAC)
 
 This script is the worker. It binds a PULL socket and spawns a proxy process that builds each
 `GenerationRequest` from a Python list (what a tokenizer hands the proxy) and sends it with
@@ -26,7 +28,7 @@ import time
 import numpy as np
 
 from tokenwire import GenerationRequest
-from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+from tokenwire.transport import key_from_env, recv_pyobj_oob, send_pyobj_oob
 
 
 def make_prompt(index: int, isl: int) -> np.ndarray:
@@ -59,18 +61,19 @@ def submit(request: GenerationRequest) -> np.ndarray:
     return native_request_ctor(request.prompt_token_ids)         # fallback: the list path
 
 
-def proxy(endpoint: str, requests: int, isl: int) -> None:
+def proxy(endpoint: str, requests: int, isl: int, key_env: str | None = None) -> None:
     """The proxy process: build requests from Python lists and push them to the worker."""
     import zmq
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     sock.connect(endpoint)
+    key = key_from_env(key_env) if key_env else None     # the same secret as the worker's
     try:
         for i in range(requests):
             ids = make_prompt(i, isl).tolist()                    # what a tokenizer returns
             request = GenerationRequest(ids, {"max_tokens": 16}, id=i, arrival_time=time.time())
-            send_pyobj_oob(sock, request)
+            send_pyobj_oob(sock, request, key=key)
     finally:
         sock.close(linger=10_000)
         ctx.term()
@@ -83,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--isl", type=int, default=40_000, help="prompt length (token ids)")
     p.add_argument("--requests", type=int, default=4)
     p.add_argument("--transport", choices=["ipc", "tcp"], default="ipc")
+    p.add_argument("--key-env", metavar="NAME", default=None,
+                   help="sign and verify every message with the hex key in this environment "
+                        "variable (tokenwire.transport: HMAC-SHA256, checked before unpickling)")
     args = p.parse_args(argv)
+    key = key_from_env(args.key_env) if args.key_env else None
 
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
@@ -96,11 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     sock.setsockopt(zmq.RCVTIMEO, 120_000)
 
     spawn = multiprocessing.get_context("spawn")
-    proxy_proc = spawn.Process(target=proxy, args=(endpoint, args.requests, args.isl))
+    proxy_proc = spawn.Process(target=proxy, args=(endpoint, args.requests, args.isl, args.key_env))
     proxy_proc.start()
     try:
         for _ in range(args.requests):
-            request = recv_pyobj_oob(sock)
+            request = recv_pyobj_oob(sock, key=key)
             t0 = time.perf_counter()
             engine_tokens = submit(request)
             dt = (time.perf_counter() - t0) * 1e6
@@ -110,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             expected = make_prompt(request.id, args.isl)
             assert np.array_equal(engine_tokens, expected), f"request {request.id}: ids differ"
             print(f"request {request.id}: {request.prompt_len:,} ids submitted by memcpy in "
-                  f"{dt:.1f} µs; list built: no")
+                  f"{dt:.1f} µs; list built: no; signed: {'yes' if key else 'no'}")
     finally:
         proxy_proc.join(timeout=60)
         if proxy_proc.is_alive():

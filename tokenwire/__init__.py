@@ -14,12 +14,13 @@ from tokenwire._core import (
     gil_release_threshold,
     tolist,
 )
-from tokenwire.errors import ChecksumError, TokenwireError, WireFormatError
+from tokenwire.errors import AuthenticationError, ChecksumError, TokenwireError, WireFormatError
 from tokenwire.request import GenerationRequest, TokenIds, TokenWireMixin
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuthenticationError",
     "INT_CACHE_SIZE",
     "ChecksumError",
     "GenerationRequest",

@@ -15,3 +15,8 @@ class WireFormatError(TokenwireError, ValueError):
 
 class ChecksumError(WireFormatError):
     """A frame's checksum does not match its contents."""
+
+
+class AuthenticationError(TokenwireError, ValueError):
+    """A signed message failed verification (unsigned, truncated or tampered): nothing was
+    unpickled."""

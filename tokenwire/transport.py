@@ -1,10 +1,10 @@
 """Send Python objects with their large buffers out-of-band: protocol-5 pickling over frames.
 
-    frames = dumps_oob(request)            # [pickle bytes, buffer, buffer, ...]
-    request = loads_oob(frames)            # buffers are used where they lie (no copy)
+    frames = dumps_oob(request, key=KEY)      # [signature, pickle, buffer, buffer, ...]
+    request = loads_oob(frames, key=KEY)      # verified, then buffers used where they lie
 
-    send_pyobj_oob(socket, request)        # pyzmq: one multipart message, copy=False
-    request = recv_pyobj_oob(socket)
+    send_pyobj_oob(socket, request, key=KEY)  # pyzmq: one multipart message, copy=False
+    request = recv_pyobj_oob(socket, key=KEY)
 
 With protocol 5 and a ``buffer_callback``, a TokenVector (and an ndarray, ...) is not copied into
 the pickle stream: its memory is handed over as a ``pickle.PickleBuffer``, sent as its own frame,
@@ -12,26 +12,119 @@ and on the receiving side the unpickler is given the received frames as they are
 field ends up viewing the received message memory. Buffers smaller than ``oob_threshold`` bytes
 stay in-band: for a few hundred bytes an extra frame costs more than the copy.
 
+Authentication. Unpickling runs code chosen by whoever wrote the pickle, so a worker must never
+unpickle a message that anyone able to reach its socket could have sent. With ``key=`` the sender
+puts an HMAC-SHA256 signature frame in front of the message, computed over a domain tag, the
+pickle frame, and the number and byte lengths of the buffer frames; the receiver checks it (in
+constant time) *before* anything is unpickled and raises `AuthenticationError` for an unsigned,
+truncated, reordered or tampered message. The buffer frames' *contents* are not covered by
+default: they are raw bytes that the signed pickle hands to a type it names (a TokenVector takes
+them as int32 ids), so they cannot run code; changing them can only change the ids, and their
+count and sizes are signed. Pass ``sign_buffers=True`` (on both sides) to cover every byte as
+well, at the cost of one SHA-256 pass over the ids, which is what the default avoids.
+``find_class=`` additionally restricts which globals the pickle may name (an allow-list, see
+`pickle.Unpickler.find_class`).
+
 pyzmq stays optional: this module never imports it; the zmq functions only call methods of the
 socket they are given.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import io
+import os
 import pickle
-from typing import Any, Iterable, List
+import struct
+from functools import lru_cache
+from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from tokenwire._core import ImmutableBuffer
+from tokenwire.errors import AuthenticationError
 
-__all__ = ["OOB_THRESHOLD", "dumps_oob", "loads_oob", "recv_pyobj_oob", "send_pyobj_oob"]
+__all__ = ["AuthenticationError", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
+           "dumps_oob", "key_from_env", "loads_oob", "recv_pyobj_oob", "send_pyobj_oob"]
 
 #: Buffers at least this large travel out-of-band; smaller ones are copied into the pickle.
 #: 64 KiB is pyzmq's own threshold below which zero-copy sends are not worth it.
 OOB_THRESHOLD = 64 * 1024
 
-def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD) -> List[Any]:
+#: The environment variable `key_from_env` reads by default (hex-encoded key).
+KEY_ENV = "TOKENWIRE_KEY"
+#: Keys shorter than this are refused: HMAC's strength is bounded by the key's.
+MIN_KEY_BYTES = 16
+
+# The signature frame: a 4-byte marker, then the 32-byte HMAC-SHA256 digest.
+_SIG_MAGIC = b"TWS1"
+SIGNATURE_BYTES = len(_SIG_MAGIC) + hashlib.sha256().digest_size
+# What the MAC covers starts with this tag, so a signature made for another purpose with the
+# same key can never pass as one of these.
+_DOMAIN = b"tokenwire-oob-v1\0"
+_U64 = struct.Struct("<Q")
+
+FindClass = Callable[[str, str], Any]
+
+
+@lru_cache(maxsize=16)
+def _keyed(key: bytes, sign_buffers: bool) -> "hmac.HMAC":
+    """The HMAC state after the key, the domain tag and the mode, copied per message (cheaper
+    than re-deriving the padded key every time)."""
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"an HMAC key needs at least {MIN_KEY_BYTES} bytes, got {len(key)}")
+    mac = hmac.new(key, _DOMAIN, hashlib.sha256)
+    mac.update(b"\1" if sign_buffers else b"\0")
+    return mac
+
+
+def _as_key(key: Any) -> bytes:
+    if isinstance(key, str):
+        raise TypeError("key must be bytes (e.g. key_from_env() or bytes.fromhex(...)), got str")
+    try:
+        return bytes(key)
+    except TypeError:
+        raise TypeError(f"key must be bytes, got {type(key).__name__}") from None
+
+
+def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool) -> bytes:
+    mac = _keyed(key, sign_buffers).copy()
+    views = [memoryview(b) for b in buffers]
+    mac.update(_U64.pack(len(views)))
+    for v in views:
+        mac.update(_U64.pack(v.nbytes))
+    head = memoryview(head)
+    mac.update(_U64.pack(head.nbytes))
+    mac.update(head)
+    if sign_buffers:
+        for v in views:
+            mac.update(v)
+    return _SIG_MAGIC + mac.digest()
+
+
+def key_from_env(name: str = KEY_ENV) -> bytes:
+    """The shared key from environment variable `name`, hex-encoded (e.g. the output of
+    ``python -c 'import secrets; print(secrets.token_hex(32))'``). Raises `KeyError` when it is
+    unset, `ValueError` when it is not hex or shorter than `MIN_KEY_BYTES`."""
+    try:
+        text = os.environ[name]
+    except KeyError:
+        raise KeyError(f"environment variable {name} is not set (a hex key, e.g. from "
+                       f"`python -c 'import secrets; print(secrets.token_hex(32))'`)") from None
+    try:
+        key = bytes.fromhex(text.strip())
+    except ValueError:
+        raise ValueError(f"environment variable {name} must hold a hex-encoded key") from None
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"environment variable {name} holds a {len(key)}-byte key; "
+                         f"at least {MIN_KEY_BYTES} bytes are needed")
+    return key
+
+
+def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
+              sign_buffers: bool = False) -> List[Any]:
     """``[pickle, buffer, ...]``: `obj` pickled at protocol 5, followed by the raw views of its
-    out-of-band buffers (``memoryview``s of the objects' own memory: no copy is made)."""
+    out-of-band buffers (``memoryview``s of the objects' own memory: no copy is made). With
+    `key`, a signature frame comes first: ``[signature, pickle, buffer, ...]``."""
     buffers: List[memoryview] = []
 
     def out_of_band(buf: pickle.PickleBuffer) -> bool:
@@ -42,33 +135,90 @@ def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD) -> List[Any]:
         return False
 
     head = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
-    return [head, *buffers]
+    if key is None:
+        return [head, *buffers]
+    return [_signature(_as_key(key), head, buffers, sign_buffers), head, *buffers]
 
 
-def loads_oob(frames: Iterable[Any]) -> Any:
+def _verify(frames: Sequence[Any], key: bytes, sign_buffers: bool) -> None:
+    if len(frames) < 2:
+        raise AuthenticationError(
+            f"unsigned message: {len(frames)} frame(s), a signed one has a signature frame and "
+            f"a pickle frame")
+    sig = memoryview(frames[0])
+    if sig.nbytes != SIGNATURE_BYTES or sig[:4].tobytes() != _SIG_MAGIC:
+        raise AuthenticationError(
+            f"unsigned message: the first frame ({sig.nbytes} bytes) is not a tokenwire "
+            f"signature ({SIGNATURE_BYTES} bytes starting with {_SIG_MAGIC!r})")
+    expected = _signature(key, frames[1], frames[2:], sign_buffers)
+    if not hmac.compare_digest(sig.tobytes(), expected):
+        raise AuthenticationError(
+            f"bad signature: the message ({len(frames) - 1} frames after the signature) was not "
+            f"signed with this key, or was changed in transit")
+
+
+def _check_unsigned(frames: Sequence[Any]) -> None:
+    first = memoryview(frames[0])
+    if first.nbytes == SIGNATURE_BYTES and first[:4].tobytes() == _SIG_MAGIC and len(frames) > 1:
+        raise AuthenticationError("the message is signed: pass key= to verify and load it")
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def __init__(self, data: Any, buffers: Sequence[Any], find_class: FindClass) -> None:
+        super().__init__(io.BytesIO(data), buffers=buffers)
+        self._find_class = find_class
+
+    def find_class(self, module: str, name: str) -> Any:
+        return self._find_class(module, name)
+
+
+def _unpickle(head: Any, buffers: Sequence[Any], find_class: Optional[FindClass]) -> Any:
+    if find_class is None:
+        return pickle.loads(head, buffers=buffers)
+    return _RestrictedUnpickler(head, buffers, find_class).load()
+
+
+def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffers: bool = False,
+              find_class: Optional[FindClass] = None) -> Any:
     """The object `dumps_oob` produced: ``frames[0]`` is the pickle, the rest its buffers (any
-    bytes-like objects; read-only ones are viewed without copying)."""
+    bytes-like objects; read-only ones are viewed without copying). With `key`, ``frames[0]``
+    must be a valid signature over the rest, checked before anything is unpickled
+    (`AuthenticationError` otherwise). `find_class(module, name)` restricts the globals the
+    pickle may load (see `pickle.Unpickler.find_class`)."""
     frames = list(frames)
     if not frames:
         raise ValueError("loads_oob() needs at least one frame (the pickle)")
-    return pickle.loads(frames[0], buffers=frames[1:])
+    if key is None:
+        _check_unsigned(frames)
+        return _unpickle(frames[0], frames[1:], find_class)
+    _verify(frames, _as_key(key), sign_buffers)
+    return _unpickle(frames[1], frames[2:], find_class)
 
 
 def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
-                   oob_threshold: int = OOB_THRESHOLD) -> None:
+                   oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
+                   sign_buffers: bool = False) -> None:
     """Send `obj` on a pyzmq socket as one multipart message: the protocol-5 pickle, then each
     out-of-band buffer as a frame sent with ``copy=False`` (libzmq reads the object's memory;
-    the frames keep it alive until the send completes). The counterpart of
-    ``socket.send_pyobj``; receive with `recv_pyobj_oob`."""
-    socket.send_multipart(dumps_oob(obj, oob_threshold=oob_threshold), flags=flags, copy=False)
+    the frames keep it alive until the send completes). With `key`, a signature frame first.
+    The counterpart of ``socket.send_pyobj``; receive with `recv_pyobj_oob`."""
+    frames = dumps_oob(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers)
+    socket.send_multipart(frames, flags=flags, copy=False)
 
 
-def recv_pyobj_oob(socket: Any, flags: int = 0) -> Any:
+def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
+                   sign_buffers: bool = False, find_class: Optional[FindClass] = None) -> Any:
     """Receive an object sent by `send_pyobj_oob`. The frames are received with ``copy=False``
     and handed to the unpickler as `ImmutableBuffer`s, so a token field views the message memory
-    instead of copying it."""
+    instead of copying it. With `key`, the signature is verified before unpickling; a worker
+    whose socket anyone else can reach must pass one."""
     frames = socket.recv_multipart(flags=flags, copy=False)
     # A received message's memory is never rewritten by libzmq: say so (ImmutableBuffer), so the
     # token fields view the frames instead of copying them. Frames are not trusted by type,
     # because a zmq.Frame built over a bytearray looks the same as a received one.
-    return pickle.loads(frames[0].buffer, buffers=[ImmutableBuffer(f) for f in frames[1:]])
+    views = [f.buffer for f in frames]
+    if key is None:
+        _check_unsigned(views)
+        return _unpickle(views[0], [ImmutableBuffer(f) for f in frames[1:]], find_class)
+    _verify(views, _as_key(key), sign_buffers)
+    return _unpickle(views[1], [ImmutableBuffer(f) for f in frames[2:]], find_class)

@@ -1,0 +1,226 @@
+"""Signed out-of-band messages (tokenwire.transport with key=): nothing unauthenticated is ever
+unpickled.
+
+Each attack is checked two ways: the documented `AuthenticationError` is raised, and the
+attacker's pickle did not run (its reduce function would record a call in `EXECUTED`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tokenwire
+from tokenwire import AuthenticationError, GenerationRequest, TokenVector, TokenwireError
+from tokenwire.transport import (KEY_ENV, MIN_KEY_BYTES, SIGNATURE_BYTES, dumps_oob, key_from_env,
+                                 loads_oob, recv_pyobj_oob, send_pyobj_oob)
+
+KEY = bytes(range(32))
+OTHER_KEY = bytes(range(1, 33))
+EXECUTED: list[str] = []
+
+
+def _record(tag: str) -> str:
+    EXECUTED.append(tag)
+    return tag
+
+
+class Payload:
+    """What an attacker sends: unpickling it calls `_record` (stands for os.system)."""
+
+    def __reduce__(self):
+        return (_record, ("attacker code ran",))
+
+
+@pytest.fixture(autouse=True)
+def _clear():
+    EXECUTED.clear()
+    yield
+    assert EXECUTED == [], "an unauthenticated pickle was executed"
+
+
+def request(n: int = 40_000) -> GenerationRequest:
+    ids = np.random.default_rng(n).integers(0, 151_936, size=n, dtype=np.int32)
+    return GenerationRequest(ids, {"max_tokens": 8}, id=n)
+
+
+def test_signed_roundtrip_keeps_zero_copy():
+    req = request()
+    frames = dumps_oob(req, key=KEY)
+    assert len(frames) == 3 and len(frames[0]) == SIGNATURE_BYTES
+    out = loads_oob([bytes(f) for f in frames], key=KEY)
+    assert out.id == req.id and out.prompt_token_ids == req.prompt_token_ids
+    out = loads_oob([tokenwire.ImmutableBuffer(bytes(f)) for f in frames], key=KEY)
+    vec = GenerationRequest.prompt_token_ids.buffer(out)
+    assert vec.__sizeof__() < vec.nbytes              # still a view of the received frame
+
+
+@pytest.mark.parametrize("sign_buffers", [False, True])
+def test_small_and_empty_messages(sign_buffers):
+    for obj in (request(0), request(3), {"a": [1, 2]}):
+        frames = dumps_oob(obj, key=KEY, sign_buffers=sign_buffers)
+        assert len(frames) == 2                       # no buffer is large enough to go out of band
+        out = loads_oob(frames, key=KEY, sign_buffers=sign_buffers)
+        assert pickle.dumps(out) == pickle.dumps(obj)
+
+
+def _attacks(frames: list[bytes]) -> dict[str, list[bytes]]:
+    sig, head, buf = frames
+    evil = pickle.dumps(Payload(), protocol=5)
+    flipped = bytearray(head)
+    flipped[len(flipped) // 2] ^= 1
+    return {
+        "unsigned pickle": [evil],
+        "unsigned pickle with buffers": [evil, buf],
+        "attacker pickle under a copied signature": [sig, evil, buf],
+        "pickle byte flipped": [sig, bytes(flipped), buf],
+        "buffer frame dropped": [sig, head],
+        "buffer frame truncated": [sig, head, buf[:-4]],
+        "extra frame appended": [sig, head, buf, b"\0" * 4],
+        "frames reordered": [sig, buf, head],
+        "signature truncated": [sig[:-1], head, buf],
+        "signature frame only": [sig],
+        "no frames but the pickle": [head],
+        "signature byte flipped": [sig[:-1] + bytes([sig[-1] ^ 1]), head, buf],
+        "signed with another key": dumps_oob(request(), key=OTHER_KEY),
+    }
+
+
+@pytest.mark.parametrize("attack", list(_attacks([b"s" * 36, b"h" * 8, b"b" * 8])))
+def test_every_tampering_is_rejected_before_unpickling(attack):
+    frames = [bytes(f) for f in dumps_oob(request(), key=KEY)]
+    bad = [bytes(f) for f in _attacks(frames)[attack]]
+    with pytest.raises(AuthenticationError) as e:
+        loads_oob(bad, key=KEY)
+    assert isinstance(e.value, TokenwireError) and isinstance(e.value, ValueError)
+    assert "signature" in str(e.value) or "unsigned" in str(e.value)
+
+
+def test_buffer_contents_are_covered_only_with_sign_buffers():
+    req = request()
+    for sign_buffers in (False, True):
+        sig, head, buf = [bytes(f) for f in dumps_oob(req, key=KEY, sign_buffers=sign_buffers)]
+        changed = bytearray(buf)
+        changed[:4] = (7).to_bytes(4, "little")
+        if sign_buffers:
+            with pytest.raises(AuthenticationError, match="bad signature"):
+                loads_oob([sig, head, bytes(changed)], key=KEY, sign_buffers=True)
+        else:
+            # Documented: raw token bytes cannot run code; without sign_buffers only their
+            # number and sizes are covered, so a changed id arrives as that id.
+            out = loads_oob([sig, head, bytes(changed)], key=KEY)
+            assert out.prompt_token_ids[0] == 7
+    # Both sides must agree on the mode: a message signed one way never verifies the other way.
+    frames = dumps_oob(req, key=KEY)
+    with pytest.raises(AuthenticationError, match="bad signature"):
+        loads_oob(frames, key=KEY, sign_buffers=True)
+
+
+def test_signed_message_needs_the_key():
+    with pytest.raises(AuthenticationError, match="pass key="):
+        loads_oob(dumps_oob(request(), key=KEY))
+
+
+def test_keys_are_checked():
+    with pytest.raises(ValueError, match=f"at least {MIN_KEY_BYTES} bytes"):
+        dumps_oob(request(3), key=b"short")
+    with pytest.raises(TypeError, match="got str"):
+        dumps_oob(request(3), key="a" * 32)           # type: ignore[arg-type]
+
+
+def test_key_from_env(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with pytest.raises(KeyError, match=KEY_ENV):
+        key_from_env()
+    monkeypatch.setenv(KEY_ENV, "not hex")
+    with pytest.raises(ValueError, match="hex"):
+        key_from_env()
+    monkeypatch.setenv(KEY_ENV, "00ff")
+    with pytest.raises(ValueError, match="2-byte key"):
+        key_from_env()
+    monkeypatch.setenv(KEY_ENV, KEY.hex())
+    assert key_from_env() == KEY
+
+
+def test_find_class_allow_list():
+    def find_class(module: str, name: str):
+        if not module.startswith("tokenwire."):
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+        return getattr(importlib.import_module(module), name)
+
+    evil = dumps_oob(Payload(), key=KEY)              # signed by a key holder, still refused
+    with pytest.raises(pickle.UnpicklingError, match="_record is not allowed"):
+        loads_oob(evil, key=KEY, find_class=find_class)
+    with pytest.raises(pickle.UnpicklingError, match="not allowed"):
+        loads_oob(dumps_oob(Payload()), find_class=find_class)
+    req = request()                                   # an allowed request loads as usual
+    out = loads_oob(dumps_oob(req, key=KEY), key=KEY, find_class=find_class)
+    assert out.prompt_token_ids == req.prompt_token_ids
+
+
+# --------------------------------------------------------------------------------------------
+# a real pyzmq socket, with an attacker connected to it
+
+
+@pytest.fixture
+def zmq_ctx():
+    zmq = pytest.importorskip("zmq")
+    ctx = zmq.Context()
+    yield zmq, ctx
+    ctx.destroy(linger=0)
+
+
+def test_zmq_worker_rejects_an_attacker_and_keeps_serving(zmq_ctx):
+    zmq, ctx = zmq_ctx
+    pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    port = pull.bind_to_random_port("tcp://127.0.0.1")
+    proxy, attacker = ctx.socket(zmq.PUSH), ctx.socket(zmq.PUSH)
+    proxy.connect(f"tcp://127.0.0.1:{port}")
+    attacker.connect(f"tcp://127.0.0.1:{port}")
+    req = request()
+    attacker.send_pyobj(Payload())                                # plain pickle
+    attacker.send_multipart(dumps_oob(Payload(), key=OTHER_KEY))   # signed with a wrong key
+    send_pyobj_oob(proxy, req, key=KEY)
+    received, rejected = [], 0
+    while not received:
+        try:
+            received.append(recv_pyobj_oob(pull, key=KEY))
+        except AuthenticationError:
+            rejected += 1
+    assert rejected == 2 or (rejected < 2 and _drain(pull, zmq) == 2 - rejected)
+    out = received[0]
+    assert out.prompt_token_ids == req.prompt_token_ids
+    assert type(out._prompt_token_ids_i32) is TokenVector
+
+
+def _drain(pull, zmq) -> int:
+    """Count the attacker's messages that arrived after the proxy's (fair queueing)."""
+    n = 0
+    while True:
+        try:
+            recv_pyobj_oob(pull, key=KEY)
+        except AuthenticationError:
+            n += 1
+        except zmq.Again:
+            return n
+
+
+def test_worker_example_with_a_key(tmp_path):
+    """examples/worker_submit.py --key-env: proxy and worker share a key from the environment."""
+    pytest.importorskip("zmq")
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, KEY_ENV: KEY.hex()}
+    result = subprocess.run(
+        [sys.executable, str(root / "examples" / "worker_submit.py"), "--requests", "2",
+         "--isl", "40000", "--key-env", KEY_ENV],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok: 2 requests" in result.stdout and "signed: yes" in result.stdout
