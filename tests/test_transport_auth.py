@@ -212,3 +212,18 @@ def test_worker_example_with_a_key(tmp_path):
         capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok: 2 requests" in result.stdout and "signed: yes" in result.stdout
+
+
+@pytest.mark.parametrize("key", [KEY, bytes(16), bytes(range(64)), bytes(range(100))])
+@pytest.mark.parametrize("sign_buffers", [False, True])
+def test_signature_is_standard_hmac_sha256(key, sign_buffers):
+    """The signature is plain HMAC-SHA256 over the documented input, so any language's HMAC can
+    produce and check it (docs/transport.md, "Signed messages")."""
+    import hashlib
+    import hmac
+    import struct
+    frames = [bytes(f) for f in dumps_oob(request(), key=key, sign_buffers=sign_buffers)]
+    sig, head, buf = frames
+    msg = (b"tokenwire-oob-v1\0" + (b"\1" if sign_buffers else b"\0")
+           + struct.pack("<3Q", 1, len(buf), len(head)) + head + (buf if sign_buffers else b""))
+    assert sig == b"TWS1" + hmac.new(key, msg, hashlib.sha256).digest()
