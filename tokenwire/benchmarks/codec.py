@@ -208,8 +208,18 @@ def check_targets(results: Sequence[Result], small: dict[str, float], isl: int, 
     return ok_all
 
 
+# The plot shows a few series, each once: peers muted and dashed, tokenwire strong and solid.
+PLOT_PEERS = [PICKLE_LIST, "msgspec.msgpack(list[int])", "zstd-1(int32 bytes)",
+              "ndarray.tobytes / np.frombuffer"]
+PLOT_TOKENWIRE = ["tokenwire GenerationRequest pickle", "tokenwire auto, from list",
+                  "tokenwire packed", "tokenwire raw"]
+_PEER_GREYS = ["#555555", "#7a7a7a", "#9a9a9a", "#bbbbbb"]
+_TW_COLOURS = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c"]
+
+
 def plot(rows: Sequence[Row], path: str, title: str) -> None:
-    """A PNG: time per request (encode + decode) and bytes per id against ISL, log axes."""
+    """A PNG for people: (1) time per request against ISL, a few peers muted and tokenwire
+    bold; (2) the speed-up over pickle(list) at each ISL, labelled; (3) bytes per id."""
     try:
         import matplotlib
     except ImportError:
@@ -217,25 +227,64 @@ def plot(rows: Sequence[Row], path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(dict.fromkeys(r.name for r in rows if r.name != MEMCPY))
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(14, 6.5))
-    for i, name in enumerate(names):
-        pts = sorted((r.isl, r.encode_us + r.decode_us, r.bytes_per_token) for r in rows if r.name == name)
-        style = dict(marker="o", linestyle="-" if name.startswith("tokenwire") else "--",
-                     color=plt.get_cmap("tab20")(i % 20), label=name)
-        ax_t.plot([p[0] for p in pts], [p[1] for p in pts], **style)
-        ax_b.plot([p[0] for p in pts], [p[2] for p in pts], **style)
-    mc = sorted((r.isl, r.encode_us + r.decode_us) for r in rows if r.name == MEMCPY)
-    ax_t.plot([p[0] for p in mc], [p[1] for p in mc], color="black", linewidth=2, label="2 x memcpy")
+    by = {(r.name, r.isl): r for r in rows}
+    isls = sorted({r.isl for r in rows})
+    have = {r.name for r in rows}
+    peers = [n for n in PLOT_PEERS if n in have]
+    ours = [n for n in PLOT_TOKENWIRE if n in have]
+    fig, (ax_t, ax_x, ax_b) = plt.subplots(1, 3, figsize=(17, 5.8),
+                                           gridspec_kw={"width_ratios": [1.15, 1.1, 0.9]})
+
+    def line(ax: Any, name: str, values: Callable[[Row], float], **style: Any) -> None:
+        pts = [(i, values(by[(name, i)])) for i in isls if (name, i) in by]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, **style)
+
+    for name, grey in zip(peers, _PEER_GREYS):
+        line(ax_t, name, lambda r: r.encode_us + r.decode_us, color=grey, linestyle="--",
+             linewidth=1.4, markersize=4)
+    for name, colour in zip(ours, _TW_COLOURS):
+        line(ax_t, name, lambda r: r.encode_us + r.decode_us, color=colour, linewidth=2.6,
+             markersize=6)
+    if any((MEMCPY, i) in by for i in isls):
+        line(ax_t, MEMCPY, lambda r: r.encode_us + r.decode_us, color="black", linestyle=":",
+             linewidth=1.2, markersize=0)
     ax_t.set(xscale="log", yscale="log", xlabel="ISL (ids per request)",
-             ylabel="encode + decode per request (µs)", title="time per request (lower is better)")
-    ax_b.set(xscale="log", yscale="log", xlabel="ISL (ids per request)", ylabel="bytes per id",
-             title="wire size (lower is better)")
-    for ax in (ax_t, ax_b):
-        ax.grid(True, which="both", alpha=0.3)
-    handles, labels = ax_t.get_legend_handles_labels()
-    ax_b.legend(handles, labels, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.suptitle(title, fontsize=9)
+             ylabel="encode + decode per request (µs, log)",
+             title="Time per request (lower is better)")
+    ax_t.grid(True, which="major", alpha=0.3)
+    ax_t.legend(fontsize=8, loc="upper left", frameon=False)
+
+    # The headline: how many times faster than pickle(list), per ISL, one bar group per ISL.
+    width = 0.8 / max(1, len(ours))
+    for k, (name, colour) in enumerate(zip(ours, _TW_COLOURS)):
+        xs = [j + (k - (len(ours) - 1) / 2) * width for j in range(len(isls))]
+        ys = [by[(name, i)].x_pickle if (name, i) in by else 0.0 for i in isls]
+        bars = ax_x.bar(xs, ys, width * 0.92, color=colour, label=name)
+        ax_x.bar_label(bars, labels=[f"{y:.0f}×" if y >= 10 else f"{y:.1f}×" for y in ys],
+                       fontsize=7, padding=2)
+    ax_x.axhline(1.0, color="#555555", linestyle="--", linewidth=1.2,
+                 label="pickle(list[int]) = 1×")
+    ax_x.set(yscale="log", xticks=range(len(isls)), xticklabels=[f"{i:,}" for i in isls],
+             xlabel="ISL (ids per request)", ylabel="times faster than pickle(list[int]) (log)",
+             title="Speed-up over pickle(list[int]), encode + decode")
+    ax_x.set_ylim(0.5, max([r.x_pickle for r in rows if r.name in ours] + [2.0]) * 4)
+    ax_x.grid(True, axis="y", which="major", alpha=0.3)
+    ax_x.legend(fontsize=8, loc="upper left", frameon=False)
+
+    # Wire size at the largest ISL: every codec once, peers grey, tokenwire coloured.
+    big = isls[-1]
+    sizes = sorted(((r.bytes_per_token, r.name) for r in rows
+                    if r.isl == big and r.name != MEMCPY and r.bytes_per_token > 0), reverse=True)
+    colours = [(_TW_COLOURS[ours.index(n)] if n in ours else "#d08080")
+               if n.startswith("tokenwire") else "#aaaaaa" for _, n in sizes]
+    bars = ax_b.barh([n for _, n in sizes], [b for b, _ in sizes], color=colours)
+    ax_b.bar_label(bars, labels=[f"{b:.2f}" for b, _ in sizes], fontsize=7, padding=2)
+    ax_b.set(xlabel="bytes per id on the wire", title=f"Wire size at ISL {big:,} (lower is better)")
+    ax_b.set_xlim(0, max([b for b, _ in sizes] + [4.0]) * 1.18)
+    ax_b.tick_params(axis="y", labelsize=7)
+    ax_b.grid(True, axis="x", alpha=0.3)
+
+    fig.suptitle(title, fontsize=8, color="#444444")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
