@@ -12,6 +12,9 @@ import pytest
 
 import tokenwire
 
+# Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.
+pytestmark = pytest.mark.integration
+
 
 def run(*args: str, stdin: bytes | None = None, timeout: float = 600) -> subprocess.CompletedProcess[bytes]:
     # From a neutral directory: `python -m` puts the working directory first on sys.path, and a
@@ -29,6 +32,15 @@ def test_help_and_unknown_command() -> None:
     assert r.returncode == 0 and b"tokenwire inspect" in r.stdout
     r = run("frobnicate")
     assert r.returncode == 2 and b"unknown command 'frobnicate'" in r.stderr
+    r = run()
+    assert r.returncode == 2 and b"COMMAND" in r.stderr
+
+
+@pytest.mark.parametrize("command", sorted(__import__("tokenwire.cli").cli.COMMANDS))
+def test_every_command_has_help(command: str) -> None:
+    r = run(command, "--help")
+    assert r.returncode == 0, r.stderr
+    assert f"tokenwire {command}".encode() in r.stdout and b"--" in r.stdout
 
 
 def test_inspect_valid_frame(tmp_path: Path) -> None:
@@ -119,3 +131,9 @@ def test_console_script_entry_point() -> None:
 
     eps = [ep for ep in entry_points(group="console_scripts") if ep.name == "tokenwire"]
     assert [ep.value for ep in eps] == ["tokenwire.cli:main"]
+
+
+def test_every_command_is_documented() -> None:
+    from tokenwire import cli
+    for command in cli.COMMANDS:
+        assert f"  tokenwire {command} " in (cli.__doc__ or ""), command

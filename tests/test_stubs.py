@@ -11,6 +11,7 @@ import pytest
 HERE = Path(__file__).parent
 
 pytest.importorskip("mypy")
+pytestmark = pytest.mark.slow
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

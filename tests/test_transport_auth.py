@@ -177,6 +177,7 @@ def zmq_ctx():
     ctx.destroy(linger=0)
 
 
+@pytest.mark.integration
 def test_zmq_worker_rejects_an_attacker_and_keeps_serving(zmq_ctx):
     zmq, ctx = zmq_ctx
     pull = ctx.socket(zmq.PULL)
@@ -201,6 +202,7 @@ def test_zmq_worker_rejects_an_attacker_and_keeps_serving(zmq_ctx):
     assert type(out._prompt_token_ids_i32) is TokenVector
 
 
+@pytest.mark.integration
 def test_worker_example_with_a_key(tmp_path):
     """examples/worker_submit.py --key-env: proxy and worker share a key from the environment."""
     pytest.importorskip("zmq")

@@ -24,6 +24,9 @@ from tokenwire import GenerationRequest, TokenVector
 from tokenwire.transport import OOB_THRESHOLD, dumps_oob, loads_oob, recv_pyobj_oob, send_pyobj_oob
 from transport_workers import Received, describe
 
+# Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = GenerationRequest.prompt_token_ids
 ISLS = [0, 3, 40_000, 128_000]

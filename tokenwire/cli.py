@@ -1,14 +1,33 @@
 """The `tokenwire` command (also `python -m tokenwire`).
 
-  tokenwire bench     codec benchmark against pickle, msgspec, numpy, zstd, lz4 (table + plot)
-  tokenwire inspect   print and validate a frame's header
-  tokenwire e2e       proxy process -> worker process over pyzmq (and Ray), submit latency + GIL
+  tokenwire bench            codec benchmark against pickle, msgspec, numpy, zstd, lz4 (table + plot)
+  tokenwire bench-core       as_tokens / tolist against numpy and array.array
+  tokenwire bench-request    request objects against the same request holding a plain list
+  tokenwire bench-transport  what HMAC signing adds to an out-of-band request round trip
+  tokenwire e2e              proxy -> worker over pyzmq (and Ray): submit latency, GIL held
+  tokenwire inspect FILE     print a frame's header and validate the whole frame
+
+`tokenwire COMMAND --help` describes each command's options.
+
+Exit codes: 0 success; 1 the command ran and found a problem (inspect: an invalid frame; a
+benchmark run with --check-targets: a missed target); 2 a usage error or an unreadable file.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+#: command -> the module whose main(argv) runs it (its help line is in the docstring above).
+COMMANDS: dict[str, str] = {
+    "bench": "tokenwire.benchmarks.codec",
+    "bench-core": "tokenwire.benchmarks.core",
+    "bench-request": "tokenwire.benchmarks.request",
+    "bench-transport": "tokenwire.benchmarks.transport",
+    "e2e": "tokenwire.benchmarks.e2e",
+    "inspect": "tokenwire.cli",
+}
 
 
 def _inspect(argv: list[str]) -> int:
@@ -46,23 +65,37 @@ def _inspect(argv: list[str]) -> int:
     return 0
 
 
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tokenwire", description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        # Each command parses its own options (and its own --help) in its module's main(); the
+        # epilog lists them with their help.
+        sub.add_parser(name, add_help=False)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"bench", "inspect", "e2e"}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print(__doc__.strip(), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        if argv and argv[0] not in ("-h", "--help"):
-            print(f"\ntokenwire: unknown command {argv[0]!r}", file=sys.stderr)
-            return 2
-        return 0 if argv else 2
+    parser = _parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0
     cmd, rest = argv[0], argv[1:]
-    if cmd == "bench":
-        from tokenwire.benchmarks.codec import main as bench_main
-        return bench_main(rest)
-    if cmd == "e2e":
-        from tokenwire.benchmarks.e2e import main as e2e_main
-        return e2e_main(rest)
-    return _inspect(rest)
+    if cmd not in COMMANDS:
+        parser.print_usage(sys.stderr)
+        print(f"tokenwire: unknown command {cmd!r} (choose from {', '.join(COMMANDS)})",
+              file=sys.stderr)
+        return 2
+    if cmd == "inspect":
+        return _inspect(rest)
+    module = importlib.import_module(COMMANDS[cmd])
+    return int(module.main(rest))
 
 
 if __name__ == "__main__":

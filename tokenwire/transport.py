@@ -107,7 +107,8 @@ def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool
             inner.update(b)
     outer = outer_state.copy()
     outer.update(inner.digest())
-    return _SIG_MAGIC + outer.digest()
+    digest: bytes = outer.digest()
+    return _SIG_MAGIC + digest
 
 
 def key_from_env(name: str = KEY_ENV) -> bytes:

@@ -190,7 +190,7 @@ def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str, default_
     import argparse
     import json
 
-    p = argparse.ArgumentParser(prog=f"bench_{suite}", description=doc)
+    p = argparse.ArgumentParser(prog=f"tokenwire bench-{suite}", description=doc)
     p.add_argument("--isl", default=default_isl, help="comma-separated prompt lengths")
     p.add_argument("--repeat", type=int, default=15, help="timed rounds per method (median)")
     p.add_argument("--round-ms", type=float, default=20.0, help="target duration of one round")
