@@ -1,6 +1,7 @@
 """The `tokenwire` command (also `python -m tokenwire`).
 
-  tokenwire bench     codec benchmark against pickle, msgspec, numpy, zstd, lz4 (table + plot)
+  tokenwire bench     codec benchmark against pickle, msgspec, numpy, zstd, lz4 (table + plot);
+                      --suite core|request|msgspec for the grouped suites
   tokenwire inspect   print and validate a frame's header
   tokenwire e2e       proxy process -> worker process over pyzmq (and Ray), submit latency + GIL
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 
 def _inspect(argv: list[str]) -> int:
@@ -46,6 +48,32 @@ def _inspect(argv: list[str]) -> int:
     return 0
 
 
+#: `tokenwire bench --suite NAME`: the module whose main() runs that suite (codec by default).
+BENCH_SUITES = {
+    "codec": "tokenwire.benchmarks.codec",
+    "core": "tokenwire.benchmarks.core",
+    "request": "tokenwire.benchmarks.request",
+    "msgspec": "tokenwire.benchmarks.msgspec_json",
+}
+
+
+def _bench(argv: list[str]) -> int:
+    import importlib
+
+    suite = "codec"
+    for i, arg in enumerate(argv):
+        if arg == "--suite" or arg.startswith("--suite="):
+            suite = arg.partition("=")[2] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            del argv[i: i + (1 if "=" in arg else 2)]
+            break
+    if suite not in BENCH_SUITES:
+        print(f"tokenwire bench: unknown suite {suite!r} (choose from {', '.join(BENCH_SUITES)})",
+              file=sys.stderr)
+        return 2
+    main: Any = importlib.import_module(BENCH_SUITES[suite]).main
+    return int(main(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"bench", "inspect", "e2e"}
@@ -57,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
     if cmd == "bench":
-        from tokenwire.benchmarks.codec import main as bench_main
-        return bench_main(rest)
+        return _bench(rest)
     if cmd == "e2e":
         from tokenwire.benchmarks.e2e import main as e2e_main
         return e2e_main(rest)
