@@ -61,7 +61,7 @@ from __future__ import annotations
 import struct
 import sys
 import threading
-from typing import Any, Callable, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, cast
 
 import msgspec  # the msgspec package (absolute import: this module is tokenwire.msgspec)
 
@@ -69,6 +69,9 @@ from tokenwire._core import ImmutableBuffer, TokenVector, as_tokens, decode, enc
 from tokenwire.errors import WireFormatError
 from tokenwire.text import from_base64, to_base64
 from tokenwire.transport import OOB_THRESHOLD
+
+if TYPE_CHECKING:
+    from tokenwire._core import _Codec
 
 __all__ = [
     "BUFFER_EXT_CODE",
@@ -117,7 +120,7 @@ class Hooks:
     __slots__ = ("ext_code", "codec", "checksum", "vocab_size", "json_array", "urlsafe",
                  "_next_enc", "_next_ext", "_next_dec")
 
-    def __init__(self, *, ext_code: int = EXT_CODE, codec: str = "raw", checksum: bool = False,
+    def __init__(self, *, ext_code: int = EXT_CODE, codec: _Codec = "raw", checksum: bool = False,
                  vocab_size: Optional[int] = None, json_array: bool = False,
                  urlsafe: bool = False,
                  enc_hook: Optional[Callable[[Any], Any]] = None,
@@ -203,7 +206,7 @@ class Encoder:
     """
 
     def __init__(self, *, threshold: Optional[int] = OOB_THRESHOLD, ext_code: int = EXT_CODE,
-                 buffer_ext_code: int = BUFFER_EXT_CODE, codec: str = "raw",
+                 buffer_ext_code: int = BUFFER_EXT_CODE, codec: _Codec = "raw",
                  checksum: bool = False, enc_hook: Optional[Callable[[Any], Any]] = None) -> None:
         self.hooks = Hooks(ext_code=ext_code, codec=codec, checksum=checksum, enc_hook=enc_hook)
         self.buffer_ext_code = _check_ext_code("buffer_ext_code", buffer_ext_code)
@@ -233,7 +236,7 @@ class Encoder:
             frames = self._local.frames
             index = len(frames)
             if _LITTLE_ENDIAN:
-                frames.append(memoryview(obj))
+                frames.append(memoryview(cast(Any, obj)))   # (the stub lacks __buffer__)
             else:                                # the wire is little-endian: a raw frame's payload
                 frame = encode(obj, codec="raw")
                 frames.append(memoryview(frame)[len(frame) - obj.nbytes:])

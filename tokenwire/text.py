@@ -10,8 +10,7 @@ characters each ("packed" at 2.25 bytes per id, times 4/3).
 Base64 runs through `pybase64` (SIMD) when it is installed (`pip install 'tokenwire[base64]'`)
 and through the standard library's `binascii` otherwise; the output is the same either way, and
 so is what is accepted: the chosen alphabet, padded to a multiple of 4 characters, no whitespace.
-With ``urlsafe=True`` the alphabet uses "-" and "_"; decoding then also accepts "+" and "/", as
-`base64.urlsafe_b64decode` does.
+With ``urlsafe=True`` the alphabet uses "-" and "_" instead of "+" and "/" (on both sides).
 """
 
 from __future__ import annotations
@@ -19,11 +18,15 @@ from __future__ import annotations
 import binascii
 import re
 import sys
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union, cast
 
 from tokenwire._core import TokenVector, decode, encode
 from tokenwire.errors import WireFormatError
 
+if TYPE_CHECKING:
+    from tokenwire._core import _Codec
+
+_pybase64: Any
 try:
     import pybase64 as _pybase64
 except ImportError:  # the optional extra is not installed: binascii does the work
@@ -36,7 +39,7 @@ _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _STRICT_BINASCII = sys.version_info >= (3, 11)      # a2b_base64(strict_mode=True)
 _STANDARD_TEXT = re.compile(rb"[A-Za-z0-9+/]*={0,2}")
-_URLSAFE_TEXT = re.compile(rb"[A-Za-z0-9+/_-]*={0,2}")
+_URLSAFE_TEXT = re.compile(rb"[A-Za-z0-9_-]*={0,2}")
 
 _use_pybase64 = _pybase64 is not None
 
@@ -57,7 +60,7 @@ def base64_backend() -> str:
     return "pybase64" if _use_pybase64 else "binascii"
 
 
-def to_base64(tokens: Any, *, codec: str = "auto", checksum: bool = False,
+def to_base64(tokens: Any, *, codec: _Codec = "auto", checksum: bool = False,
               urlsafe: bool = False) -> str:
     """The frame `encode(tokens, codec=codec, checksum=checksum)` as a base64 string (standard
     alphabet with padding; "-" and "_" for "+" and "/" with ``urlsafe=True``).
@@ -67,7 +70,8 @@ def to_base64(tokens: Any, *, codec: str = "auto", checksum: bool = False,
     """
     frame = encode(tokens, codec=codec, checksum=checksum)
     if _use_pybase64:
-        return _pybase64.b64encode_as_string(frame, altchars=_URL_ALTCHARS if urlsafe else None)
+        return cast(str, _pybase64.b64encode_as_string(
+            frame, altchars=_URL_ALTCHARS if urlsafe else None))
     text = binascii.b2a_base64(frame, newline=False)
     if urlsafe:
         text = text.translate(_TO_URLSAFE)
@@ -89,10 +93,12 @@ def from_base64(text: Text, *, vocab_size: Optional[int] = None,
 def _frame_bytes(text: Text, urlsafe: bool) -> bytes:
     if not isinstance(text, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"from_base64() takes str or bytes, not {type(text).__name__}")
+    if urlsafe and _has_standard_only_characters(text):
+        raise WireFormatError(_explain(text, urlsafe) or "invalid base64")
     try:
         if _use_pybase64:
-            return _pybase64.b64decode(text, altchars=_URL_ALTCHARS if urlsafe else None,
-                                       validate=True)
+            return cast(bytes, _pybase64.b64decode(
+                text, altchars=_URL_ALTCHARS if urlsafe else None, validate=True))
         plain = text
         if urlsafe:
             plain = (text.encode("ascii") if isinstance(text, str) else bytes(text)).translate(
@@ -105,6 +111,15 @@ def _frame_bytes(text: Text, urlsafe: bool) -> bytes:
     except (binascii.Error, ValueError) as e:
         problem = _explain(text, urlsafe) or f"invalid base64: {e}"
     raise WireFormatError(problem)
+
+
+def _has_standard_only_characters(text: Text) -> bool:
+    # pybase64 accepts "+" and "/" beside altchars (deprecated), binascii after translation would
+    # too: look for them first, so that urlsafe text means the same to both backends.
+    if isinstance(text, str):
+        return "+" in text or "/" in text
+    data = text if isinstance(text, (bytes, bytearray)) else bytes(text)   # memoryview: no `in`
+    return b"+" in data or b"/" in data
 
 
 def _explain(text: Text, urlsafe: bool) -> Optional[str]:
