@@ -114,7 +114,8 @@ class Hooks:
     json_array: `json_enc_hook` writes a JSON array of ints instead of a base64 string.
     urlsafe: the base64 alphabet of the JSON string.
     enc_hook, ext_hook, dec_hook: your hooks, called for every other type / Ext code (without
-        them: msgspec's "unsupported type" error, an `Ext` object, a ValidationError).
+        them: TypeError "Encoding objects of type X is unsupported", an `Ext` object, a
+        msgspec.ValidationError "Expected `X`, got `Y`", as msgspec says without hooks).
     """
 
     __slots__ = ("ext_code", "codec", "checksum", "vocab_size", "json_array", "urlsafe",
@@ -143,7 +144,7 @@ class Hooks:
             return _Ext(self.ext_code, encode(obj, codec=self.codec, checksum=self.checksum))
         if self._next_enc is not None:
             return self._next_enc(obj)
-        raise NotImplementedError(f"tokenwire.msgspec cannot encode {type(obj).__name__}")
+        raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
     def ext_hook(self, code: int, data: memoryview) -> Any:
         """msgpack: ``Ext(ext_code, frame)`` becomes a TokenVector (a view of the message when
@@ -173,7 +174,8 @@ class Hooks:
             return self._next_dec(type_, obj)
         if isinstance(obj, type_):               # an Ext-made value in a field typed `object`
             return obj
-        raise NotImplementedError(f"tokenwire.msgspec cannot decode {type_!r}")
+        raise TypeError(f"Expected `{getattr(type_, '__name__', type_)}`, got "
+                        f"`{type(obj).__name__}`")
 
     def json_enc_hook(self, obj: Any) -> Any:
         """JSON: a TokenVector becomes the `to_base64` string of its frame (codec "auto" when
@@ -185,7 +187,7 @@ class Hooks:
             return to_base64(obj, codec=codec, checksum=self.checksum, urlsafe=self.urlsafe)
         if self._next_enc is not None:
             return self._next_enc(obj)
-        raise NotImplementedError(f"tokenwire.msgspec cannot encode {type(obj).__name__}")
+        raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
 
 _DEFAULT = Hooks()
@@ -244,6 +246,14 @@ class Encoder:
         return self.hooks.enc_hook(obj)
 
 
+def _is_buffer(obj: Any) -> bool:
+    try:
+        memoryview(obj).release()
+    except TypeError:
+        return False
+    return True
+
+
 class Decoder:
     """The counterpart of `Encoder`: ``Decoder(T).decode([main, *buffers])`` returns a T.
 
@@ -266,13 +276,15 @@ class Decoder:
         self._local = threading.local()          # the frames of the message being decoded
 
     def decode(self, frames: Iterable[Any]) -> Any:
-        """Decode ``[main, *buffers]`` (bytes, memoryviews, ``zmq.Frame`` objects, ...).
+        """Decode ``[main, *buffers]`` (bytes, memoryviews, ``zmq.Frame`` objects, ...), or a
+        message of one frame given as itself.
 
         A buffer in immutable memory (`bytes`, an `ImmutableBuffer`) is viewed, others are
         copied once. Raises WireFormatError for a bad reference, msgspec.DecodeError for bad
         msgpack, msgspec.ValidationError for a value of the wrong type.
         """
-        frames = frames if type(frames) is list else list(frames)
+        if type(frames) is not list:
+            frames = [frames] if _is_buffer(frames) else list(frames)   # one frame: no buffers
         if not frames:
             raise WireFormatError("Decoder.decode() got no frames (needs the main frame)")
         local = self._local
