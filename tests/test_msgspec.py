@@ -382,21 +382,27 @@ def test_json_bad_base64_says_where() -> None:
 # No per-id Python objects: allocated blocks do not grow with the number of ids
 
 
-def blocks_allocated(fn: Callable[[], object]) -> int:
-    """Python memory blocks still allocated after fn() (its result kept alive)."""
+def allocations(fn: Callable[[], object]) -> tuple[int, int]:
+    """(Python memory blocks still allocated after fn(), with its result kept alive; peak of
+    the Python-traced bytes during the call). tracemalloc sees every Python object; a path
+    that built an int per id (and a list of them) would show in the peak even if it freed them
+    before returning."""
     fn()
     gc.collect()
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
         kept = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
         after = tracemalloc.take_snapshot()
     finally:
         tracemalloc.stop()
     del kept
     skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
     stats = after.filter_traces(skip).compare_to(before.filter_traces(skip), "filename")
-    return sum(s.count_diff for s in stats)
+    return sum(s.count_diff for s in stats), peak
 
 
 def paths(ids: np.ndarray) -> Dict[str, Callable[[], object]]:
@@ -414,12 +420,18 @@ def paths(ids: np.ndarray) -> Dict[str, Callable[[], object]]:
 
 
 def test_no_per_id_python_objects() -> None:
-    # Ids above INT_CACHE_SIZE: a path that built ints for them would allocate one block each.
+    # Ids above INT_CACHE_SIZE, so that an int per id would be a new object: 32 bytes, plus 8
+    # for its list slot. What these paths may allocate per id is bytes/str payload: the
+    # message, the frame, the text (about 10 bytes per id at most, measured).
+    extra = 99_000
     small = paths(np.arange(1_000, dtype=np.int32) + tokenwire.INT_CACHE_SIZE)
-    big = paths(np.arange(100_000, dtype=np.int32) + tokenwire.INT_CACHE_SIZE)
+    big = paths(np.arange(1_000 + extra, dtype=np.int32) + tokenwire.INT_CACHE_SIZE)
     for name in small:
-        grew = blocks_allocated(big[name]) - blocks_allocated(small[name])
-        assert grew < 20, f"{name}: {grew} more blocks for 99,000 more ids"
+        (blocks_small, peak_small), (blocks_big, peak_big) = (
+            allocations(small[name]), allocations(big[name]))
+        assert blocks_big - blocks_small < 20, f"{name}: {blocks_big - blocks_small} more blocks"
+        per_id = (peak_big - peak_small) / extra
+        assert per_id < 20, f"{name}: the peak grew by {per_id:.1f} bytes per id"
 
 
 # -------------------------------------------------------------------------------------------
