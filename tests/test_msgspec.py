@@ -246,6 +246,23 @@ def test_other_bad_messages() -> None:
         tm.Encoder(ext_code=7, buffer_ext_code=7)
 
 
+class Other:
+    pass
+
+
+class Holder(msgspec.Struct):
+    x: Other
+
+
+def test_types_the_hooks_do_not_know_fail_as_msgspec_says() -> None:
+    with pytest.raises(TypeError, match="Encoding objects of type Other is unsupported"):
+        hooks_encoder().encode({"x": Other()})
+    with pytest.raises(msgspec.ValidationError, match=r"Expected `Other`, got `int` - at `\$.x`"):
+        hooks_decoder(Holder).decode(msgspec.msgpack.encode({"x": 1}))
+    with pytest.raises(msgspec.ValidationError, match=r"Expected `Other`, got `int` - at `\$.x`"):
+        msgspec.json.decode(b'{"x": 1}', type=Holder, dec_hook=tm.dec_hook)
+
+
 @given(st.data())
 def test_mangled_messages_raise_only_documented_errors(data: st.DataObject) -> None:
     tv = tokenwire.as_tokens(list(range(300)))
