@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import numpy as np
@@ -179,6 +180,7 @@ def test_binascii_fallback_when_pybase64_is_not_installed() -> None:
         "assert tokenwire.from_base64(s) == ids\n"
         "print(s[-40:])\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=tempfile.gettempdir())        # not the checkout: the installed package
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == to_base64(list(range(0, 300000, 7)))[-40:]

@@ -7,6 +7,7 @@ import gc
 import json
 import subprocess
 import sys
+import tempfile
 import tracemalloc
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -452,12 +453,13 @@ def test_no_per_id_python_objects() -> None:
 
 
 # -------------------------------------------------------------------------------------------
-# The example and the benchmark suite, run as real subprocesses
+# The example and the benchmark suite, run as real subprocesses (from a neutral directory, so
+# that a source checkout's tokenwire/ does not shadow the installed package)
 
 
 def test_http_base64_example_runs() -> None:
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "http_base64.py")],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     assert "server decoded 40,000 ids" in r.stdout and "round trip OK" in r.stdout
 
@@ -466,12 +468,28 @@ def test_bench_suite_from_the_cli(tmp_path: Path) -> None:
     out = tmp_path / "m.json"
     r = subprocess.run([sys.executable, "-m", "tokenwire", "bench", "--suite", "msgspec",
                         "--isl", "200", "--repeat", "2", "--round-ms", "1", "--json", str(out)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     assert "out-of-band Encoder/Decoder" in r.stdout and "characters per id" in r.stdout
     names = {row["name"] for row in json.loads(out.read_text())["rows"]}
     assert {"list[int] field, plain msgspec", "msgspec.json(list[int])",
             "to_base64(TokenVector) / from_base64"} <= names
     r = subprocess.run([sys.executable, "-m", "tokenwire", "bench", "--suite", "nope"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
     assert r.returncode == 2 and "unknown suite 'nope'" in r.stderr
+
+
+def test_msgspec_stays_optional() -> None:
+    code = (
+        "import sys; sys.modules['msgspec'] = None\n"
+        "import tokenwire\n"
+        "assert tokenwire.from_base64(tokenwire.to_base64([1, 2])) == [1, 2]\n"
+        "try:\n"
+        "    import tokenwire.msgspec\n"
+        "except ImportError as e:\n"
+        "    print('ImportError', e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=tempfile.gettempdir())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ImportError") and "msgspec" in r.stdout
