@@ -492,4 +492,4 @@ def test_msgspec_stays_optional() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("ImportError") and "msgspec" in r.stdout
+    assert r.stdout.startswith("ImportError") and "pip install 'tokenwire[msgspec]'" in r.stdout

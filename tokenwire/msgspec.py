@@ -63,7 +63,12 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, cast
 
-import msgspec  # the msgspec package (absolute import: this module is tokenwire.msgspec)
+try:
+    import msgspec  # the msgspec package (absolute import: this module is tokenwire.msgspec)
+except ImportError as e:
+    raise ImportError(
+        f"tokenwire.msgspec needs the msgspec package: pip install 'tokenwire[msgspec]' ({e})"
+    ) from e
 
 from tokenwire._core import ImmutableBuffer, TokenVector, as_tokens, decode, encode
 from tokenwire.errors import WireFormatError
