@@ -493,3 +493,59 @@ def test_msgspec_stays_optional() -> None:
                        cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ImportError") and "pip install 'tokenwire[msgspec]'" in r.stdout
+
+
+class Yield:
+    """Encoded by a user hook that gives the GIL away, so that threads interleave mid-message."""
+
+
+def test_one_encoder_and_decoder_shared_by_threads() -> None:
+    import threading
+    import time
+
+    events: list[tuple[str, str]] = []
+
+    def yielding_enc(obj: Any) -> Any:
+        events.append((threading.current_thread().name, "hook"))
+        time.sleep(0)
+        return None
+
+    enc = tm.Encoder(threshold=0, enc_hook=yielding_enc)
+    dec = tm.Decoder()
+    errors: list[str] = []
+
+    def work(base: int) -> None:
+        try:
+            encode_and_check(base)
+        except Exception as e:  # noqa: BLE001 - a thread's exception must fail the test
+            errors.append(f"{threading.current_thread().name}: {type(e).__name__}: {e}")
+
+    def encode_and_check(base: int) -> None:
+        name = threading.current_thread().name
+        for i in range(300):
+            a = tokenwire.as_tokens([base + i] * 8)
+            b = tokenwire.as_tokens([base + i + 1] * 3)
+            events.append((name, "start"))
+            frames = enc.encode([a, Yield(), b])
+            events.append((name, "end"))
+            out = dec.decode([bytes(f) for f in frames])
+            if len(frames) != 3 or out[0] != a or out[2] != b:
+                errors.append(f"{name} message {i}: {len(frames)} frames, got {out[0]!r}, {out[2]!r}")
+
+    threads = [threading.Thread(target=work, args=(k * 1_000_000,), name=f"t{k}") for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    # The other thread really ran while a message was being encoded.
+    inside: dict[str, bool] = {}
+    interleaved = 0
+    for name, what in events:
+        if what == "start":
+            inside[name] = True
+        elif what == "end":
+            inside[name] = False
+        elif any(v for k, v in inside.items() if k != name):
+            interleaved += 1
+    assert interleaved > 0
