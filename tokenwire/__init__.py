@@ -16,6 +16,7 @@ from tokenwire._core import (
 )
 from tokenwire.errors import AuthenticationError, ChecksumError, TokenwireError, WireFormatError
 from tokenwire.request import GenerationRequest, TokenIds, TokenWireMixin
+from tokenwire.text import from_base64, to_base64
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,8 @@ __all__ = [
     "encode",
     "encode_many",
     "frame_info",
+    "from_base64",
     "gil_release_threshold",
+    "to_base64",
     "tolist",
 ]

@@ -4,6 +4,7 @@
   tokenwire bench-core       as_tokens / tolist against numpy and array.array
   tokenwire bench-request    request objects against the same request holding a plain list
   tokenwire bench-transport  what HMAC signing adds to an out-of-band request round trip
+  tokenwire bench-msgspec    msgspec Structs and JSON bodies: list[int] vs TokenVector, base64
   tokenwire e2e              proxy -> worker over pyzmq (and Ray): submit latency, GIL held
   tokenwire inspect FILE     print a frame's header and validate the whole frame
 
@@ -25,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "bench-core": "tokenwire.benchmarks.core",
     "bench-request": "tokenwire.benchmarks.request",
     "bench-transport": "tokenwire.benchmarks.transport",
+    "bench-msgspec": "tokenwire.benchmarks.msgspec_json",
     "e2e": "tokenwire.benchmarks.e2e",
     "inspect": "tokenwire.cli",
 }

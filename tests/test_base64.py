@@ -1,0 +1,186 @@
+"""to_base64 / from_base64: round trips, the same text from pybase64 and binascii, bad text."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tokenwire
+import tokenwire.text as text
+from tokenwire import ChecksumError, WireFormatError, from_base64, to_base64
+from strategies import int_arrays, token_lists
+
+pytest.importorskip("pybase64")          # the test extra installs it: both paths are compared
+
+BACKENDS = ["pybase64", "binascii"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    previous = text._set_pybase64(request.param == "pybase64")
+    assert text.base64_backend() == request.param
+    try:
+        yield request.param
+    finally:
+        text._set_pybase64(previous)
+
+
+def both(fn):  # type: ignore[no-untyped-def]
+    """fn() under each backend: [(result or exception type and message), ...]."""
+    out = []
+    for name in BACKENDS:
+        previous = text._set_pybase64(name == "pybase64")
+        try:
+            out.append(("ok", fn()))
+        except Exception as e:  # noqa: BLE001 - the point is to compare whatever is raised
+            out.append((type(e).__name__, str(e)))
+        finally:
+            text._set_pybase64(previous)
+    return out
+
+
+@given(ids=token_lists, codec=st.sampled_from(["auto", "raw", "packed"]),
+       checksum=st.booleans(), urlsafe=st.booleans())
+def test_round_trip_and_same_text_from_both_backends(ids: list[int], codec: str, checksum: bool,
+                                                     urlsafe: bool) -> None:
+    if codec == "packed" and any(i < 0 for i in ids):
+        codec = "raw"
+    kw = dict(codec=codec, checksum=checksum, urlsafe=urlsafe)
+    (s1, t1), (s2, t2) = both(lambda: to_base64(ids, **kw))   # type: ignore[arg-type]
+    assert s1 == s2 == "ok" and t1 == t2
+    # The oracle: the standard library's base64 of the same frame.
+    frame = tokenwire.encode(ids, codec=codec, checksum=checksum)  # type: ignore[arg-type]
+    assert t1 == (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(frame).decode()
+    for kind, tv in both(lambda: from_base64(t1, urlsafe=urlsafe)):
+        assert kind == "ok" and type(tv) is tokenwire.TokenVector and tv == ids
+
+
+@given(arr=int_arrays())
+def test_any_integer_array_strided_or_not(arr: np.ndarray) -> None:
+    s = to_base64(arr)
+    assert from_base64(s) == arr.astype(np.int64).tolist()
+    assert from_base64(s.encode("ascii")) == from_base64(bytearray(s, "ascii")) == from_base64(s)
+
+
+@pytest.mark.parametrize("ids", [[], [0], list(range(5))])
+def test_small_and_empty(backend: str, ids: list[int]) -> None:
+    s = to_base64(ids)
+    assert len(s) % 4 == 0 and from_base64(s) == ids and from_base64(memoryview(s.encode())) == ids
+
+
+def test_wrong_dtype_and_values_raise_what_encode_raises(backend: str) -> None:
+    with pytest.raises(TypeError):
+        to_base64(np.array([1.5, 2.0]))
+    with pytest.raises(OverflowError):
+        to_base64([2**31])
+    with pytest.raises(ValueError, match="codec"):
+        to_base64([1], codec="nope")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="str or bytes"):
+        from_base64(12345)  # type: ignore[arg-type]
+
+
+def test_18_bit_ids_take_at_most_3_1_characters_each() -> None:
+    from tokenwire.benchmarks.data import token_stream
+    ids = token_stream(40_000)
+    assert int(ids.max()).bit_length() == 18
+    assert len(to_base64(ids)) / len(ids) <= 3.1
+
+
+def test_urlsafe_alphabet(backend: str) -> None:
+    ids = [0xFBFF_FF, 0x3FFFFFF, 0x7FFFFFFF] * 20          # bytes that map to + and /
+    std, url = to_base64(ids, codec="raw"), to_base64(ids, codec="raw", urlsafe=True)
+    assert ("+" in std or "/" in std) and "+" not in url and "/" not in url
+    assert url == std.replace("+", "-").replace("/", "_")
+    assert from_base64(url, urlsafe=True) == ids
+    with pytest.raises(WireFormatError, match="character '[-_]' at position"):
+        from_base64(url)
+    with pytest.raises(WireFormatError, match=r"character '[+/]' at position .* \(A-Z a-z 0-9 - _ =\)"):
+        from_base64(std, urlsafe=True)
+    for raw in (std.encode(), bytearray(std.encode()), memoryview(std.encode())):
+        with pytest.raises(WireFormatError, match="character '[+/]' at position"):
+            from_base64(raw, urlsafe=True)
+
+
+#: (text, what the message must say): the same from either backend.
+BAD_TEXT = [
+    ("AB=A", "padding '=' at position 2 before the end"),
+    ("A===", "excess padding '=' at position 3"),
+    ("ABC", "3 characters, not a multiple of 4"),
+    ("AB C", "character ' ' at position 2 is not in the alphabet"),
+    ("ABCD\n", "character '\\n' at position 4"),
+    ("AB-_", "character '-' at position 2"),
+    ("ABé=", "non-ASCII character 'é' at position 2"),
+    ("", "truncated: header needs 16 bytes, has 0"),
+    ("AAAA", "bad magic"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), BAD_TEXT)
+def test_bad_text_names_the_position(backend: str, bad: str, message: str) -> None:
+    with pytest.raises(WireFormatError) as e:
+        from_base64(bad)
+    assert message in str(e.value)
+    if not bad.isascii():
+        return
+    with pytest.raises(WireFormatError) as e2:
+        from_base64(bad.encode("ascii"))
+    assert str(e2.value) == str(e.value)
+
+
+def test_a_bad_character_deep_in_a_long_text() -> None:
+    s = to_base64(list(range(10_000)), codec="raw")
+    bad = s[:30_001] + "*" + s[30_002:]
+    assert both(lambda: from_base64(bad)) == [
+        ("WireFormatError", "invalid base64: character '*' at position 30001 is not in the "
+                            "alphabet (A-Z a-z 0-9 + / =)")] * 2
+
+
+def test_frame_problems_after_decoding(backend: str) -> None:
+    frame = bytearray(tokenwire.encode(list(range(100)), codec="raw", checksum=True))
+    frame[30] ^= 0x01
+    with pytest.raises(ChecksumError):
+        from_base64(base64.b64encode(bytes(frame)).decode())
+    s = to_base64([5, 10, 151_935])
+    assert from_base64(s, vocab_size=151_936) == [5, 10, 151_935]
+    with pytest.raises(WireFormatError, match="index 2 is 151935, outside the vocabulary"):
+        from_base64(s, vocab_size=151_935)
+    truncated = base64.b64encode(tokenwire.encode(list(range(100)), codec="raw")[:-4]).decode()
+    with pytest.raises(WireFormatError, match="truncated"):
+        from_base64(truncated)
+
+
+_CHARS = "AQgw09+/-_= \n\x00é"
+
+
+@given(st.one_of(st.text(alphabet=_CHARS, max_size=24),
+                 st.lists(st.text(alphabet=_CHARS, min_size=4, max_size=4), max_size=6).map("".join)))
+def test_both_backends_accept_and_reject_the_same_text(s: str) -> None:
+    for urlsafe in (False, True):
+        a, b = both(lambda: from_base64(s, urlsafe=urlsafe))
+        assert a == b
+        assert a[0] in ("ok", "WireFormatError"), a
+
+
+def test_binascii_fallback_when_pybase64_is_not_installed() -> None:
+    code = (
+        "import sys; sys.modules['pybase64'] = None\n"
+        "import tokenwire, tokenwire.text as t\n"
+        "assert t.base64_backend() == 'binascii' and not t._set_pybase64(True)\n"
+        "assert t.base64_backend() == 'binascii'\n"
+        "ids = list(range(0, 300000, 7))\n"
+        "s = tokenwire.to_base64(ids)\n"
+        "assert tokenwire.from_base64(s) == ids\n"
+        "print(s[-40:])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=tempfile.gettempdir())        # not the checkout: the installed package
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == to_base64(list(range(0, 300000, 7)))[-40:]

@@ -1,0 +1,548 @@
+"""tokenwire.msgspec: Ext hooks, the out-of-band Encoder/Decoder over real pyzmq, JSON hooks,
+bad input, and no per-id Python objects on any of these paths."""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+msgspec = pytest.importorskip("msgspec")
+zmq = pytest.importorskip("zmq")
+
+import tokenwire  # noqa: E402
+import tokenwire.msgspec as tm  # noqa: E402
+from strategies import int_arrays, token_lists  # noqa: E402
+from tokenwire import ChecksumError, ImmutableBuffer, TokenVector, WireFormatError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Params(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    temperature: float = 1.0
+    max_tokens: Optional[int] = 16
+
+
+class Request(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """The shape of vLLM's EngineCoreRequest, with the prompt as a TokenVector."""
+    request_id: str
+    prompt_token_ids: Optional[TokenVector]
+    sampling_params: Optional[Params]
+    arrival_time: float
+    extra: Any = None                      # untyped position
+    priority: int = 0
+
+
+class ListRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    request_id: str
+    prompt_token_ids: Optional[List[int]]
+
+
+def hooks_encoder(hooks: tm.Hooks | None = None) -> Any:
+    return msgspec.msgpack.Encoder(enc_hook=(hooks or tm._DEFAULT).enc_hook)
+
+
+def hooks_decoder(t: Any, hooks: tm.Hooks | None = None) -> Any:
+    h = hooks or tm._DEFAULT
+    return msgspec.msgpack.Decoder(t, ext_hook=h.ext_hook, dec_hook=h.dec_hook)
+
+
+def address(obj: Any) -> int:
+    return int(np.frombuffer(obj, np.uint8).ctypes.data)
+
+
+def views(tv: TokenVector, buf: Any) -> bool:
+    return len(tv) > 0 and bool(np.shares_memory(np.asarray(tv), np.frombuffer(buf, np.uint8)))
+
+
+# -------------------------------------------------------------------------------------------
+# Ext hooks
+
+
+def test_ext_code_is_outside_vllms_and_the_two_codes_differ() -> None:
+    assert tm.EXT_CODE not in range(1, 6) and tm.BUFFER_EXT_CODE not in range(1, 6)
+    assert tm.EXT_CODE != tm.BUFFER_EXT_CODE
+
+
+@given(ids=token_lists, codec=st.sampled_from(["raw", "auto", "u16", "packed"]),
+       checksum=st.booleans())
+def test_struct_fields_dict_values_and_list_items_round_trip(ids: list[int], codec: str,
+                                                             checksum: bool) -> None:
+    if codec == "u16" and any(not 0 <= i < 65536 for i in ids) or codec == "packed" and any(
+            i < 0 for i in ids):
+        codec = "raw"
+    hooks = tm.Hooks(codec=codec, checksum=checksum)  # type: ignore[arg-type]
+    tv = tokenwire.as_tokens(ids)
+    req = Request("r", tv, Params(0.5), 1.5,
+                  extra={"k": tv, "items": [tv, 1, "x"], "bare": tv})
+    msg = hooks_encoder(hooks).encode(req)
+    out = hooks_decoder(Request, hooks).decode(msg)
+    assert type(out.prompt_token_ids) is TokenVector and out.prompt_token_ids == ids
+    assert type(out.extra["k"]) is TokenVector and out.extra["k"] == ids
+    assert out.extra["items"][0] == ids and out.extra["items"][1:] == [1, "x"]
+    # Untyped decoding (msgspec's default type Any) reads the Exts as TokenVectors too.
+    anyway = hooks_decoder(Any, hooks).decode(msg)
+    assert type(anyway[1]) is TokenVector and anyway[1] == ids
+
+
+@given(arr=int_arrays())
+def test_any_integer_array_via_as_tokens(arr: np.ndarray) -> None:
+    tv = tokenwire.as_tokens(arr)                 # strided, reversed, any dtype: the user converts
+    out = hooks_decoder(Request).decode(hooks_encoder().encode(Request("r", tv, None, 0.0)))
+    assert out.prompt_token_ids == arr.astype(np.int64).tolist()
+
+
+def test_optional_field_none_and_omitted_defaults() -> None:
+    msg = hooks_encoder().encode(Request("r", None, None, 2.0))
+    assert msgspec.msgpack.decode(msg)[:4] == ["r", None, None, 2.0]        # array_like
+    out = hooks_decoder(Request).decode(msg)
+    assert out.prompt_token_ids is None and out.extra is None
+
+
+def test_a_list_int_field_stays_a_list() -> None:
+    ids = list(range(1000))
+    msg = hooks_encoder().encode(ListRequest("r", ids))
+    assert msg == msgspec.msgpack.encode(ListRequest("r", ids))    # hooks change nothing
+    out = hooks_decoder(ListRequest).decode(msg)
+    assert type(out.prompt_token_ids) is list and out.prompt_token_ids == ids
+    # A peer that still sends a list is accepted into a TokenVector field (one as_tokens pass).
+    out2 = hooks_decoder(Request).decode(msgspec.msgpack.encode(["r", ids, None, 0.0]))
+    assert type(out2.prompt_token_ids) is TokenVector and out2.prompt_token_ids == ids
+
+
+def test_decoding_views_an_immutable_message_when_the_ids_are_aligned() -> None:
+    tv = tokenwire.as_tokens(list(range(5000)))
+    frame = tokenwire.encode(tv, codec="raw")
+    seen = set()
+    for pad in range(4):                       # one of these puts the ids on a 4-byte boundary
+        msg = hooks_encoder().encode(["x" * pad, tv])
+        aligned = (address(msg) + msg.find(frame) + 16) % 4 == 0
+        out = hooks_decoder(Any).decode(msg)[1]
+        assert out == tv and views(out, msg) == aligned
+        seen.add(aligned)
+        mutable = bytearray(msg)                 # mutable memory is always copied
+        out = hooks_decoder(Any).decode(mutable)[1]
+        assert not views(out, mutable)
+        mutable[msg.find(frame) + 16] ^= 0xFF
+        assert out == tv
+    assert seen == {True, False}
+
+
+def test_another_ext_code_and_chained_hooks_coexist_with_vllm_style_codes() -> None:
+    class Custom:
+        def __init__(self, v: int) -> None:
+            self.v = v
+
+    def my_enc(obj: Any) -> Any:
+        if isinstance(obj, Custom):
+            return msgspec.msgpack.Ext(1, obj.v.to_bytes(2, "little"))
+        raise NotImplementedError
+
+    def my_ext(code: int, data: memoryview) -> Any:
+        assert code == 1
+        return Custom(int.from_bytes(data, "little"))
+
+    hooks = tm.Hooks(ext_code=42, enc_hook=my_enc, ext_hook=my_ext)
+    tv = tokenwire.as_tokens([3, 1, 4])
+    msg = msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook).encode([tv, Custom(7)])
+    assert [e.code for e in msgspec.msgpack.decode(msg)] == [42, 1]
+    out = msgspec.msgpack.decode(msg, ext_hook=hooks.ext_hook)
+    assert out[0] == [3, 1, 4] and out[1].v == 7
+    # With the default code, code 42 is not ours: it comes back as an Ext object.
+    ext = msgspec.msgpack.decode(msgspec.msgpack.encode(msgspec.msgpack.Ext(42, b"abc")),
+                                 ext_hook=tm.ext_hook)
+    assert ext == msgspec.msgpack.Ext(42, b"abc")
+    with pytest.raises(TypeError, match="Custom"):
+        hooks_encoder().encode(Custom(1))
+    with pytest.raises(ValueError, match="ext_code"):
+        tm.Hooks(ext_code=200)
+    with pytest.raises(ValueError, match="codec"):
+        tm.Hooks(codec="nope")  # type: ignore[arg-type]
+
+
+# -------------------------------------------------------------------------------------------
+# Bad input: WireFormatError / msgspec errors that say what is wrong, never a crash
+
+
+def ext_message(code: int, payload: bytes) -> bytes:
+    return msgspec.msgpack.encode(["r", msgspec.msgpack.Ext(code, payload), None, 0.0])
+
+
+@pytest.mark.parametrize(("payload", "error", "message"), [
+    (b"", WireFormatError, "truncated: header needs 16 bytes, has 0"),
+    (b"XXXX" + tokenwire.encode([1, 2, 3])[4:], WireFormatError, "bad magic"),
+    (tokenwire.encode(list(range(100)), codec="raw")[:-5], WireFormatError, "truncated"),
+    (tokenwire.encode(list(range(100)), codec="raw") + b"\0", WireFormatError, "trailing"),
+    (bytes(bytearray(tokenwire.encode(list(range(100)), codec="raw", checksum=True))[:40]
+           + bytes([tokenwire.encode(list(range(100)), codec="raw", checksum=True)[40] ^ 1])
+           + tokenwire.encode(list(range(100)), codec="raw", checksum=True)[41:]),
+     ChecksumError, "checksum mismatch"),
+    (tokenwire.encode_many([[1], [2]]), WireFormatError, "multi-sequence frame"),
+])
+def test_a_damaged_ext_payload(payload: bytes, error: type, message: str) -> None:
+    for decoder in (hooks_decoder(Request), tm.Decoder(Request)):
+        with pytest.raises(error, match=message):
+            decoder.decode(ext_message(tm.EXT_CODE, payload))
+
+
+def test_vocab_size_is_checked_inline_and_out_of_band() -> None:
+    tv = tokenwire.as_tokens([1, 2, 70_000] * 30_000)
+    for threshold in (None, 0):
+        frames = tm.Encoder(threshold=threshold).encode(Request("r", tv, None, 0.0))
+        assert tm.Decoder(Request, vocab_size=70_001).decode(frames).prompt_token_ids == tv
+        with pytest.raises(WireFormatError, match="index 2 is 70000, outside the vocabulary"):
+            tm.Decoder(Request, vocab_size=70_000).decode(frames)
+
+
+BIG = tokenwire.as_tokens(np.arange(50_000, dtype=np.int32))
+
+
+def ref(index: int, count: int) -> bytes:
+    return index.to_bytes(4, "little") + count.to_bytes(8, "little")
+
+
+@pytest.mark.parametrize(("payload", "buffers", "message"), [
+    (b"\x01\x00", [BIG], "out-of-band reference (Ext 85) has 2 bytes, expected 12"),
+    (ref(0, 50_000), [BIG], "reference to frame 0, but the message has 1 buffer(s) (frames 1..1)"),
+    (ref(2, 50_000), [BIG], "reference to frame 2, but the message has 1 buffer(s)"),
+    (ref(2**32 - 1, 1), [], "reference to frame 4294967295, but the message has 0 buffer(s)"),
+    (ref(1, 50_001), [BIG], "frame 1 has 200000 bytes, its reference says 50001 ids (200004 bytes)"),
+    (ref(1, 2**64 - 1), [BIG], f"its reference says {2**64 - 1} ids"),
+    (ref(1, 1), [b"abc"], "frame 1 has 3 bytes, its reference says 1 ids (4 bytes)"),
+])
+def test_a_damaged_out_of_band_reference(payload: bytes, buffers: list[Any], message: str) -> None:
+    frames = [ext_message(tm.BUFFER_EXT_CODE, payload), *[memoryview(b) for b in buffers]]
+    with pytest.raises(WireFormatError) as e:
+        tm.Decoder(Request).decode(frames)
+    assert message in str(e.value)
+
+
+def test_other_bad_messages() -> None:
+    dec = tm.Decoder(Request)
+    good = tm.Encoder().encode(Request("r", BIG, None, 0.0))
+    with pytest.raises(msgspec.DecodeError, match="truncated"):
+        dec.decode([good[0][:-3], good[1]])
+    with pytest.raises(msgspec.ValidationError, match=r"expected a TokenVector .* got int - at `\$\[1\]`"):
+        dec.decode([msgspec.msgpack.encode(["r", 5, None, 0.0])])
+    with pytest.raises(msgspec.ValidationError, match="out of range|outside int32|int32"):
+        dec.decode([msgspec.msgpack.encode(["r", [2**40], None, 0.0])])
+    with pytest.raises(WireFormatError, match="no frames"):
+        dec.decode([])
+    with pytest.raises(TypeError):
+        dec.decode([12345])
+    # A buffer reference seen by the plain hooks (no frames): an Ext object, not a crash.
+    plain = hooks_decoder(Any).decode(good[0])
+    assert plain[1] == msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, ref(1, 50_000))
+    with pytest.raises(ValueError, match="must differ"):
+        tm.Encoder(ext_code=7, buffer_ext_code=7)
+
+
+class Other:
+    pass
+
+
+class Holder(msgspec.Struct):
+    x: Other
+
+
+def test_types_the_hooks_do_not_know_fail_as_msgspec_says() -> None:
+    with pytest.raises(TypeError, match="Encoding objects of type Other is unsupported"):
+        hooks_encoder().encode({"x": Other()})
+    with pytest.raises(msgspec.ValidationError, match=r"Expected `Other`, got `int` - at `\$.x`"):
+        hooks_decoder(Holder).decode(msgspec.msgpack.encode({"x": 1}))
+    with pytest.raises(msgspec.ValidationError, match=r"Expected `Other`, got `int` - at `\$.x`"):
+        msgspec.json.decode(b'{"x": 1}', type=Holder, dec_hook=tm.dec_hook)
+
+
+@given(st.data())
+def test_mangled_messages_raise_only_documented_errors(data: st.DataObject) -> None:
+    tv = tokenwire.as_tokens(list(range(300)))
+    frames = tm.Encoder(threshold=512).encode(
+        Request("r", tv, Params(), 1.0, extra=[tokenwire.as_tokens([1, 2]), {"a": tv}]))
+    frames = [bytes(f) for f in frames]
+    which = data.draw(st.integers(0, len(frames) - 1))
+    blob = bytearray(frames[which])
+    for _ in range(data.draw(st.integers(1, 4))):
+        op = data.draw(st.sampled_from(["flip", "cut", "extend"]))
+        if op == "flip" and blob:
+            i = data.draw(st.integers(0, len(blob) - 1))
+            blob[i] ^= 1 << data.draw(st.integers(0, 7))
+        elif op == "cut":
+            del blob[data.draw(st.integers(0, len(blob))):]
+        else:
+            blob += data.draw(st.binary(max_size=8))
+    frames[which] = bytes(blob)
+    try:
+        tm.Decoder(Request).decode(frames)
+    except (WireFormatError, msgspec.DecodeError, msgspec.ValidationError):
+        pass
+
+
+# -------------------------------------------------------------------------------------------
+# Out-of-band Encoder / Decoder
+
+
+def test_threshold_inline_or_buffer_and_zero_copy_both_ways() -> None:
+    small = tokenwire.as_tokens(list(range(100)))
+    req = Request("r", BIG, None, 0.0, extra={"small": small, "again": BIG})
+    frames = tm.Encoder().encode(req)
+    assert len(frames) == 3 and type(frames[0]) is bytes
+    assert all(views(BIG, f) for f in frames[1:])          # the sender's memory, not a copy
+    out = tm.Decoder(Request).decode([bytes(f) for f in frames])
+    assert out.prompt_token_ids == BIG and out.extra["small"] == small and out.extra["again"] == BIG
+    received = [bytes(f) for f in frames]
+    out = tm.Decoder(Request).decode(received)
+    assert views(out.prompt_token_ids, received[1]) and views(out.extra["again"], received[2])
+    mutable = [received[0], bytearray(received[1]), memoryview(bytearray(received[2]))]
+    out = tm.Decoder(Request).decode(mutable)
+    assert not views(out.prompt_token_ids, mutable[1]) and out.prompt_token_ids == BIG
+    assert len(tm.Encoder(threshold=None).encode(req)) == 1
+    assert len(tm.Encoder(threshold=0).encode(req)) == 4        # the small one too
+    at = tokenwire.as_tokens(list(range(tm.OOB_THRESHOLD // 4)))
+    assert len(tm.Encoder().encode(at)) == 2 and len(tm.Encoder().encode(at[1:])) == 1
+    empty = tm.Encoder(threshold=0).encode(tokenwire.as_tokens([]))
+    assert len(empty) == 2 and tm.Decoder().decode(empty) == []
+
+
+def _pair() -> tuple[Any, Any, Any]:
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    port = b.bind_to_random_port("tcp://127.0.0.1")
+    a.connect(f"tcp://127.0.0.1:{port}")
+    b.setsockopt(zmq.RCVTIMEO, 10_000)
+    return ctx, a, b
+
+
+def test_over_a_real_pyzmq_socket() -> None:
+    ctx, push, pull = _pair()
+    try:
+        ids = np.random.default_rng(0).integers(0, 151_936, 40_000, dtype=np.int32)
+        req = Request("r1", tokenwire.as_tokens(ids), Params(0.2, 64), 3.0,
+                      extra={"draft": tokenwire.as_tokens(ids[:100])})
+        enc, dec = tm.Encoder(), tm.Decoder(Request)
+        # 1. the frames as zmq.Frame objects: untrusted memory, copied once
+        push.send_multipart(enc.encode(req), copy=False)
+        frames = pull.recv_multipart(copy=False)
+        assert len(frames) == 2 and all(isinstance(f, zmq.Frame) for f in frames)
+        out = dec.decode(frames)
+        assert out == req and not views(out.prompt_token_ids, frames[1])
+        # 2. promised immutable (what Decoder.recv does): viewed where it was received
+        push.send_multipart(enc.encode(req), copy=False)
+        frames = pull.recv_multipart(copy=False)
+        out = dec.decode([ImmutableBuffer(f) for f in frames])
+        assert out == req and views(out.prompt_token_ids, frames[1])
+        # 3. Encoder.send / Decoder.recv, and bytes frames (recv_multipart with copy=True)
+        enc.send(push, req)
+        assert dec.recv(pull) == req
+        enc.send(push, req)
+        assert dec.decode(pull.recv_multipart()) == req
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
+        ctx.term()
+
+
+# -------------------------------------------------------------------------------------------
+# JSON
+
+
+class Body(msgspec.Struct):
+    prompt_token_ids: TokenVector
+    model: str = "m"
+    other: Any = None
+
+
+def test_json_base64_string_round_trip() -> None:
+    tv = tokenwire.as_tokens([151_935, 0, 7] * 100)
+    text = msgspec.json.encode(Body(tv), enc_hook=tm.json_enc_hook)
+    doc = json.loads(text)
+    assert doc["prompt_token_ids"] == tokenwire.to_base64(tv)           # codec "auto"
+    out = msgspec.json.decode(text, type=Body, dec_hook=tm.dec_hook)
+    assert type(out.prompt_token_ids) is TokenVector and out.prompt_token_ids == tv
+    # Untyped position: a string stays a string (JSON has no tag); from_base64 reads it.
+    text = msgspec.json.encode({"x": tv}, enc_hook=tm.json_enc_hook)
+    assert tokenwire.from_base64(msgspec.json.decode(text)["x"]) == tv
+
+
+def test_json_plain_array_on_request_and_accepted_either_way() -> None:
+    tv = tokenwire.as_tokens([5, 6, 7])
+    hooks = tm.Hooks(json_array=True)
+    text = msgspec.json.encode(Body(tv), enc_hook=hooks.json_enc_hook)
+    assert json.loads(text)["prompt_token_ids"] == [5, 6, 7]
+    for h in (hooks, tm._DEFAULT):                  # one dec_hook reads both forms
+        assert msgspec.json.decode(text, type=Body, dec_hook=h.dec_hook).prompt_token_ids == tv
+    url = tm.Hooks(urlsafe=True)
+    text = msgspec.json.encode(Body(tokenwire.as_tokens([0xFBFF] * 64)), enc_hook=url.json_enc_hook)
+    assert msgspec.json.decode(text, type=Body, dec_hook=url.dec_hook).prompt_token_ids == [0xFBFF] * 64
+
+
+def test_json_bad_base64_says_where() -> None:
+    with pytest.raises(msgspec.ValidationError,
+                       match=r"character '\*' at position 3 .* - at `\$.prompt_token_ids`"):
+        msgspec.json.decode(b'{"prompt_token_ids": "VFd*"}', type=Body, dec_hook=tm.dec_hook)
+    with pytest.raises(msgspec.ValidationError, match="bad magic"):
+        msgspec.json.decode(b'{"prompt_token_ids": "AAAA"}', type=Body, dec_hook=tm.dec_hook)
+    with pytest.raises(msgspec.ValidationError, match="got float"):
+        msgspec.json.decode(b'{"prompt_token_ids": 1.5}', type=Body, dec_hook=tm.dec_hook)
+
+
+# -------------------------------------------------------------------------------------------
+# No per-id Python objects: allocated blocks do not grow with the number of ids
+
+
+def allocations(fn: Callable[[], object]) -> tuple[int, int]:
+    """(Python memory blocks still allocated after fn(), with its result kept alive; peak of
+    the Python-traced bytes during the call). tracemalloc sees every Python object; a path
+    that built an int per id (and a list of them) would show in the peak even if it freed them
+    before returning."""
+    fn()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        kept = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    del kept
+    skip = [tracemalloc.Filter(False, tracemalloc.__file__)]
+    stats = after.filter_traces(skip).compare_to(before.filter_traces(skip), "filename")
+    return sum(s.count_diff for s in stats), peak
+
+
+def paths(ids: np.ndarray) -> Dict[str, Callable[[], object]]:
+    tv = tokenwire.as_tokens(ids)
+    req = Request("r", tv, Params(), 1.0)
+    enc_h, dec_h = hooks_encoder(), hooks_decoder(Request)
+    enc, dec = tm.Encoder(), tm.Decoder(Request)
+    return {
+        "hooks": lambda: dec_h.decode(enc_h.encode(req)),
+        "out-of-band": lambda: dec.decode([bytes(f) for f in enc.encode(req)]),
+        "base64": lambda: tokenwire.from_base64(tokenwire.to_base64(tv)),
+        "json": lambda: msgspec.json.decode(msgspec.json.encode(Body(tv), enc_hook=tm.json_enc_hook),
+                                            type=Body, dec_hook=tm.dec_hook),
+    }
+
+
+def test_no_per_id_python_objects() -> None:
+    # Ids above INT_CACHE_SIZE, so that an int per id would be a new object: 32 bytes, plus 8
+    # for its list slot. What these paths may allocate per id is bytes/str payload: the
+    # message, the frame, the text (about 10 bytes per id at most, measured).
+    extra = 99_000
+    small = paths(np.arange(1_000, dtype=np.int32) + tokenwire.INT_CACHE_SIZE)
+    big = paths(np.arange(1_000 + extra, dtype=np.int32) + tokenwire.INT_CACHE_SIZE)
+    for name in small:
+        (blocks_small, peak_small), (blocks_big, peak_big) = (
+            allocations(small[name]), allocations(big[name]))
+        assert blocks_big - blocks_small < 20, f"{name}: {blocks_big - blocks_small} more blocks"
+        per_id = (peak_big - peak_small) / extra
+        assert per_id < 20, f"{name}: the peak grew by {per_id:.1f} bytes per id"
+
+
+# -------------------------------------------------------------------------------------------
+# The example and the benchmark suite, run as real subprocesses (from a neutral directory, so
+# that a source checkout's tokenwire/ does not shadow the installed package)
+
+
+def test_http_base64_example_runs() -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "http_base64.py")],
+                       capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
+    assert r.returncode == 0, r.stderr
+    assert "server decoded 40,000 ids" in r.stdout and "round trip OK" in r.stdout
+
+
+def test_bench_suite_from_the_cli(tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    r = subprocess.run([sys.executable, "-m", "tokenwire", "bench-msgspec",
+                        "--isl", "200", "--repeat", "2", "--round-ms", "1", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir())
+    assert r.returncode == 0, r.stderr
+    assert "out-of-band Encoder/Decoder" in r.stdout and "characters per id" in r.stdout
+    names = {row["name"] for row in json.loads(out.read_text())["rows"]}
+    assert {"list[int] field, plain msgspec", "msgspec.json(list[int])",
+            "to_base64(TokenVector) / from_base64"} <= names
+
+
+def test_msgspec_stays_optional() -> None:
+    code = (
+        "import sys; sys.modules['msgspec'] = None\n"
+        "import tokenwire\n"
+        "assert tokenwire.from_base64(tokenwire.to_base64([1, 2])) == [1, 2]\n"
+        "try:\n"
+        "    import tokenwire.msgspec\n"
+        "except ImportError as e:\n"
+        "    print('ImportError', e)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=tempfile.gettempdir())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ImportError") and "pip install 'tokenwire[msgspec]'" in r.stdout
+
+
+class Yield:
+    """Encoded by a user hook that gives the GIL away, so that threads interleave mid-message."""
+
+
+def test_one_encoder_and_decoder_shared_by_threads() -> None:
+    import threading
+    import time
+
+    events: list[tuple[str, str]] = []
+
+    def yielding_enc(obj: Any) -> Any:
+        events.append((threading.current_thread().name, "hook"))
+        time.sleep(0)
+        return None
+
+    enc = tm.Encoder(threshold=0, enc_hook=yielding_enc)
+    dec = tm.Decoder()
+    errors: list[str] = []
+
+    def work(base: int) -> None:
+        try:
+            encode_and_check(base)
+        except Exception as e:  # noqa: BLE001 - a thread's exception must fail the test
+            errors.append(f"{threading.current_thread().name}: {type(e).__name__}: {e}")
+
+    def encode_and_check(base: int) -> None:
+        name = threading.current_thread().name
+        for i in range(300):
+            a = tokenwire.as_tokens([base + i] * 8)
+            b = tokenwire.as_tokens([base + i + 1] * 3)
+            events.append((name, "start"))
+            frames = enc.encode([a, Yield(), b])
+            events.append((name, "end"))
+            out = dec.decode([bytes(f) for f in frames])
+            if len(frames) != 3 or out[0] != a or out[2] != b:
+                errors.append(f"{name} message {i}: {len(frames)} frames, got {out[0]!r}, {out[2]!r}")
+
+    threads = [threading.Thread(target=work, args=(k * 1_000_000,), name=f"t{k}") for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    # The other thread really ran while a message was being encoded.
+    inside: dict[str, bool] = {}
+    interleaved = 0
+    for name, what in events:
+        if what == "start":
+            inside[name] = True
+        elif what == "end":
+            inside[name] = False
+        elif any(v for k, v in inside.items() if k != name):
+            interleaved += 1
+    assert interleaved > 0

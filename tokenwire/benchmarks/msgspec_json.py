@@ -1,0 +1,173 @@
+"""TokenVector in msgspec and JSON stacks against list[int] (issue #11's targets).
+
+msgpack: an engine-core-style request (vLLM's `EngineCoreRequest` shape: a msgspec Struct with
+``array_like=True, omit_defaults=True, gc=False``, a nested sampling-params Struct) whose
+prompt is a ``list[int]`` encoded by plain msgspec (the baseline), against the same Struct with a
+TokenVector field through `tokenwire.msgspec`'s hooks, and through its out-of-band
+Encoder/Decoder. JSON: the same ids as an HTTP body's field, ``json.dumps/loads`` and
+``msgspec.json`` of a list (the baseline) against `to_base64` / `from_base64` of a frame. Each
+row is encode + decode; ratio = baseline (*) time / row time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Dict, List, Optional
+
+import msgspec
+
+import tokenwire
+import tokenwire.msgspec as tw_msgspec
+from tokenwire import TokenVector
+from tokenwire.benchmarks.data import token_stream
+from tokenwire.benchmarks.harness import Method, Result, Target, grouped_suite_main
+
+
+class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: Optional[int] = 16
+    stop: List[str] = []
+    seed: Optional[int] = None
+
+
+class ListRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    request_id: str
+    prompt_token_ids: Optional[List[int]]
+    mm_features: Optional[List[Any]]
+    sampling_params: Optional[SamplingParams]
+    pooling_params: Optional[Dict[str, Any]]
+    eos_token_id: Optional[int]
+    arrival_time: float
+    lora_request: Optional[Dict[str, Any]]
+    cache_salt: Optional[str]
+    data_parallel_rank: Optional[int]
+    client_index: int = 0
+    current_wave: int = 0
+    priority: int = 0
+
+
+class TokenRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    request_id: str
+    prompt_token_ids: Optional[TokenVector]
+    mm_features: Optional[List[Any]]
+    sampling_params: Optional[SamplingParams]
+    pooling_params: Optional[Dict[str, Any]]
+    eos_token_id: Optional[int]
+    arrival_time: float
+    lora_request: Optional[Dict[str, Any]]
+    cache_salt: Optional[str]
+    data_parallel_rank: Optional[int]
+    client_index: int = 0
+    current_wave: int = 0
+    priority: int = 0
+
+
+def _request(cls: type, prompt: Any) -> Any:
+    return cls("cmpl-0123456789abcdef", prompt, None, SamplingParams(temperature=0.7, seed=1),
+               None, 151_645, 1_700_000_000.25, None, None, None)
+
+
+G_MSGPACK = "engine-core Struct, msgpack encode+decode"
+G_JSON = "JSON body field, encode+decode"
+HOOKS = "TokenVector field, tokenwire.msgspec hooks"
+OOB = "TokenVector field, out-of-band Encoder/Decoder"
+B64 = "to_base64(TokenVector) / from_base64"
+B64_LIST = "to_base64(list[int]) / from_base64"
+
+
+def methods_for(n: int) -> list[Method]:
+    ids = token_stream(n)
+    lst = ids.tolist()
+    tv = tokenwire.as_tokens(ids)
+
+    list_req = _request(ListRequest, lst)
+    enc_list = msgspec.msgpack.Encoder()
+    dec_list = msgspec.msgpack.Decoder(ListRequest)
+    wire_list = enc_list.encode(list_req)
+
+    tv_req = _request(TokenRequest, tv)
+    enc_hooks = msgspec.msgpack.Encoder(enc_hook=tw_msgspec.enc_hook)
+    dec_hooks = msgspec.msgpack.Decoder(TokenRequest, ext_hook=tw_msgspec.ext_hook,
+                                        dec_hook=tw_msgspec.dec_hook)
+    wire_hooks = enc_hooks.encode(tv_req)
+
+    enc_oob, dec_oob = tw_msgspec.Encoder(), tw_msgspec.Decoder(TokenRequest)
+    # What a receiver holds: the main frame and the buffers as received bytes.
+    wire_oob = [bytes(f) for f in enc_oob.encode(tv_req)]
+
+    body_list = {"prompt_token_ids": lst}
+    json_text = json.dumps(body_list)
+    ms_json = msgspec.json.encode(body_list)
+    text = tokenwire.to_base64(tv)
+
+    def m(group: str, name: str, enc: Callable[[], object], dec: Callable[[], object],
+          baseline: bool = False) -> Method:
+        return Method(name, {"encode": enc, "decode": dec}, group, baseline)
+
+    return [
+        m(G_MSGPACK, "list[int] field, plain msgspec", lambda: enc_list.encode(list_req),
+          lambda: dec_list.decode(wire_list), True),
+        m(G_MSGPACK, HOOKS, lambda: enc_hooks.encode(tv_req), lambda: dec_hooks.decode(wire_hooks)),
+        m(G_MSGPACK, OOB, lambda: enc_oob.encode(tv_req), lambda: dec_oob.decode(wire_oob)),
+        m(G_JSON, "msgspec.json(list[int])", lambda: msgspec.json.encode(body_list),
+          lambda: msgspec.json.decode(ms_json), True),
+        m(G_JSON, "json.dumps/loads(list[int])", lambda: json.dumps(body_list),
+          lambda: json.loads(json_text)),
+        m(G_JSON, B64, lambda: tokenwire.to_base64(tv), lambda: tokenwire.from_base64(text)),
+        m(G_JSON, B64_LIST, lambda: tokenwire.to_base64(lst), lambda: tokenwire.from_base64(text)),
+    ] + ([
+        m(G_JSON, B64 + " (binascii)", lambda: _binascii(tokenwire.to_base64, tv),
+          lambda: _binascii(tokenwire.from_base64, text)),
+    ] if tokenwire.text.base64_backend() == "pybase64" else [])
+
+
+def _binascii(fn: Callable[[Any], object], arg: Any) -> object:
+    # The fallback, measured beside pybase64 (switching costs two global stores).
+    previous = tokenwire.text._set_pybase64(False)
+    try:
+        return fn(arg)
+    finally:
+        tokenwire.text._set_pybase64(previous)
+
+
+TARGETS: list[Target] = [
+    ("Struct with TokenVector via hooks >= 100x faster than list[int] via msgspec", G_MSGPACK,
+     HOOKS, lambda r: r >= 100),
+    ("out-of-band Encoder/Decoder >= 200x faster", G_MSGPACK, OOB, lambda r: r >= 200),
+    ("from_base64(to_base64(tv)) >= 25x faster than msgspec.json of the list", G_JSON, B64,
+     lambda r: r >= 25),
+    ("to_base64(list) + from_base64 >= 10x faster than msgspec.json of the list", G_JSON,
+     B64_LIST, lambda r: r >= 10),
+]
+
+
+def _sizes(results: Sequence[Result]) -> None:
+    # Not timed: the size of the text and of the messages, from the same seeded ids.
+    for n in sorted({r.isl for r in results}):
+        ids = token_stream(n)
+        chars = len(tokenwire.to_base64(ids))
+        width = int(ids.max()).bit_length()
+        ok = "ok" if width > 18 or chars / n <= 3.1 else "MISSED"
+        list_bytes = len(msgspec.msgpack.encode(_request(ListRequest, ids.tolist())))
+        json_chars = len(msgspec.json.encode(ids.tolist()))
+        oob = tw_msgspec.Encoder().encode(_request(TokenRequest, tokenwire.as_tokens(ids)))
+        print(f"  [{ok if n == 40_000 else 'info'}] ISL {n:,}: base64 text {chars / n:.3f} characters "
+              f"per id ({width}-bit ids; target <= 3.1), JSON array {json_chars / n:.3f}; msgpack message: list {list_bytes:,} "
+              f"bytes, out-of-band {' + '.join(f'{memoryview(f).nbytes:,}' for f in oob)} bytes; "
+              f"pybase64: {tokenwire.text.base64_backend() == 'pybase64'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return grouped_suite_main(argv, suite="msgspec", doc=__doc__ or "",
+                              default_isl="1000,40000,128000", methods_for=methods_for,
+                              targets=TARGETS, note=f"; base64 via {tokenwire.text.base64_backend()}",
+                              after=_sizes)
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())
