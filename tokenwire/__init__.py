@@ -15,16 +15,30 @@ from tokenwire._core import (
     tolist,
 )
 from tokenwire.errors import ChecksumError, TokenwireError, WireFormatError
-from tokenwire.request import GenerationRequest, TokenIds, TokenWireMixin
+from tokenwire.request import (
+    PICKLE_GLOBALS,
+    GenerationRequest,
+    TokenIds,
+    TokenWireMixin,
+    find_class,
+    list_on_wire,
+    token_buffer,
+    token_fields,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "INT_CACHE_SIZE",
+    "PICKLE_GLOBALS",
     "ChecksumError",
     "GenerationRequest",
     "TokenIds",
     "TokenWireMixin",
+    "find_class",
+    "list_on_wire",
+    "token_buffer",
+    "token_fields",
     "FrameInfo",
     "ImmutableBuffer",
     "TokenVector",
