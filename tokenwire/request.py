@@ -47,6 +47,7 @@ See docs/adopting.md for converting an existing request class.
 
 from __future__ import annotations
 
+import _compat_pickle
 import copy
 import importlib
 import os
@@ -106,6 +107,12 @@ def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
             def find_class(self, module, name):
                 return tokenwire.find_class(module, name, allow=MY_REQUEST_CLASSES)
     """
+    # Protocols 0-2 spell some globals with Python 2 names (copy_reg._reconstructor,
+    # __builtin__.object); map them as Unpickler(fix_imports=True) does, then check.
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+    elif module in _compat_pickle.IMPORT_MAPPING:
+        module = _compat_pickle.IMPORT_MAPPING[module]
     if (module, name) not in PICKLE_GLOBALS and (module, name) not in allow:
         raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed")
     obj: Any = importlib.import_module(module)
@@ -440,6 +447,7 @@ def _configure(cls: type, list_on_wire: Optional[bool]) -> None:
     fields = _collect_fields(cls)
     setattr(cls, "_tokenwire_fields", fields)
     setattr(cls, "_tokenwire_keys", frozenset(name for name, _ in fields))
+    setattr(cls, "_tokenwire_fieldmap", types.MappingProxyType(dict(fields)))
     if list_on_wire is not None or "_tokenwire_list_on_wire" not in vars(cls):
         inherited = getattr(cls, "_tokenwire_list_on_wire", None)
         setattr(cls, "_tokenwire_list_on_wire", inherited if list_on_wire is None else list_on_wire)
@@ -457,6 +465,8 @@ class TokenWireMixin:
     _tokenwire_fields: ClassVar[tuple[tuple[str, TokenIds], ...]] = ()
     #: The names of those fields (also their instance-__dict__ keys).
     _tokenwire_keys: ClassVar[frozenset[str]] = frozenset()
+    #: name -> descriptor, read-only.
+    _tokenwire_fieldmap: ClassVar[types.MappingProxyType[str, TokenIds]] = types.MappingProxyType({})
     #: True/False: this class's choice of list-on-the-wire; None: follow ``list_on_wire()``.
     _tokenwire_list_on_wire: ClassVar[Optional[bool]] = None
 
@@ -469,22 +479,19 @@ class TokenWireMixin:
     def __getstate__(self) -> dict[str, Any]:
         cls = type(self)               # configuration is read from the class, never the instance
         attrs = self.__dict__
-        keys = cls._tokenwire_keys
         as_lists = cls._tokenwire_list_on_wire
         if as_lists is None:
             as_lists = _list_on_wire
         state: dict[str, Any] = {} if as_lists else {_VERSION_KEY: STATE_VERSION}
-        for name, desc in cls._tokenwire_fields:
-            value = attrs.get(name, _MISSING)
-            if value is _MISSING:
-                continue                                   # unset stays unset
-            if as_lists:
-                state[name] = desc.__get__(self, cls)      # the list-form state: a plain list
-            else:
-                state[name] = desc._payload(self, value)
-        for key, value in attrs.items():
-            if key not in keys:
+        fields = cls._tokenwire_fieldmap
+        for key, value in attrs.items():          # in the object's order (an unset field: absent)
+            desc = fields.get(key)
+            if desc is None:
                 state[key] = value
+            elif as_lists:
+                state[key] = desc.__get__(self, cls)      # the list-form state: a plain list
+            else:
+                state[key] = desc._payload(self, value)
         return state
 
     def __setstate__(self, state: Any) -> None:
@@ -502,33 +509,36 @@ class TokenWireMixin:
         if slots is not None and type(slots) is not dict:
             raise WireFormatError(f"{owner} slot state must be a dict, got {type(slots).__name__}")
         fields = dict(cls._tokenwire_fields)
-        # Everything is checked before anything is stored: a refused state leaves no trace.
-        updates: dict[str, Any] = {}
-        skip: set[Any] = set(fields)
         version = state.get(_VERSION_KEY)
-        if version is None:
-            # List form: written before tokenwire, or with list_on_wire. A field may be under
-            # its public name or under "_<name>" (a property's backing attribute);
-            # "_<name>_i32" was the hand-written side channel this layer replaces.
-            for name in fields:
-                value = state.get(name, _MISSING)
-                if value is _MISSING:
-                    value = state.get("_" + name, _MISSING)
-                skip.update(("_" + name, "_" + name + "_i32"))
-                updates[name] = value if value is _MISSING else _field_from_state(owner, name, value)
-        elif type(version) is not int or not 1 <= version <= STATE_VERSION:
+        legacy = version is None
+        if not legacy and (type(version) is not int or not 1 <= version <= STATE_VERSION):
             raise WireFormatError(
                 f"{owner} state version {version!r} is not supported "
                 f"(this tokenwire reads versions 1..{STATE_VERSION})"
             )
-        else:
-            skip.add(_VERSION_KEY)
+        # List form (legacy): written before tokenwire, or with list_on_wire. A field may be
+        # under its public name or under "_<name>" (a property's backing attribute);
+        # "_<name>_i32" was the hand-written side channel this layer replaces.
+        aliases: dict[Any, str] = {}
+        if legacy:
             for name in fields:
-                value = state.get(name, _MISSING)
-                updates[name] = value if value is _MISSING else _field_from_state(owner, name, value)
+                aliases["_" + name] = name
+                aliases["_" + name + "_i32"] = ""
+        # Everything is checked before anything is stored: a refused state leaves no trace.
+        # Keys keep the state's order, so vars() lists them as the sender's object did.
+        updates: dict[str, Any] = {}
         for key, value in state.items():
-            if key not in skip:
+            if key in fields:
+                updates[key] = _field_from_state(owner, key, value)
+            elif key in aliases:
+                name = aliases[key]
+                if name and name not in state:           # the public name wins
+                    updates[name] = _field_from_state(owner, name, value)
+            elif key != _VERSION_KEY or legacy:
                 updates[_checked_state_key(cls, key)] = value
+        for name in fields:
+            if name not in updates:
+                updates[name] = _MISSING                 # absent from the state: unset
         slot_updates: list[tuple[str, Any]] = []
         if slots:
             for key, value in slots.items():
