@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import copyreg
 import json
+import re
 import pickle
 from pathlib import Path
 
@@ -557,3 +558,128 @@ def test_descriptor_without_the_mixin_pickles_like_a_plain_attribute():
     assert type(vars(out)["ids"]) is _TokenField and not NoMixin.ids.is_materialized(out)
     assert out.ids == [4, 5]
     assert copy.deepcopy(obj).ids == [4, 5]
+
+
+# --------------------------------------------------------------------------------------------
+# hostile states (issue #8, item 3): class configuration is never taken from instance state,
+# a token field only ever holds None, a list[int] or a TokenVector, refusals name the key
+
+
+FIELD_NAMES = ("prompt_token_ids", "query_token_ids")
+CLASS_CONFIG = (GenerationRequest._tokenwire_fields, GenerationRequest._tokenwire_keys)
+
+
+def assert_sane(req: GenerationRequest, expected_prompt=None) -> None:
+    assert (type(req)._tokenwire_fields, type(req)._tokenwire_keys) == CLASS_CONFIG
+    assert not any(k.startswith("_tokenwire") for k in vars(req))
+    for name in FIELD_NAMES:
+        raw = vars(req).get(name)
+        assert raw is None or type(raw) is list or (
+            type(raw) is _TokenField and type(raw.vector) is TokenVector), (name, raw)
+        value = getattr(req, name, None)
+        assert value is None or (type(value) is list and all(isinstance(v, int) for v in value))
+        held = getattr(GenerationRequest, name).held_buffer(req)
+        assert held is None or type(held) is TokenVector
+    side = req._prompt_token_ids_i32
+    assert side is None or type(side) is TokenVector
+    if expected_prompt is not None:       # the next pickle still carries the ids
+        assert roundtrip(req).prompt_token_ids == expected_prompt
+
+
+def forged_field() -> _TokenField:
+    """A holder whose "vector" is a mutable int64 ndarray (as a crafted pickle can build)."""
+    forged = _TokenField.__new__(_TokenField)
+    forged.ids, forged.vector = None, np.arange(3)
+    return forged
+
+
+def fresh() -> GenerationRequest:
+    return GenerationRequest.__new__(GenerationRequest)
+
+
+HOSTILE_STATES = {
+    "replace _tokenwire_keys, then set a private key": (
+        {"__tokenwire__": 1, "_tokenwire_keys": frozenset(), "_tw_prompt_token_ids": "junk"},
+        "_tokenwire_keys"),
+    "set _tokenwire_fields (the next pickle would drop the ids)": (
+        {"__tokenwire__": 1, "prompt_token_ids": TokenVector([1, 2]), "_tokenwire_fields": ()},
+        "_tokenwire_fields"),
+    "legacy form sets _tokenwire_fields": (
+        {"prompt_token_ids": [1, 2], "_tokenwire_fields": ()}, "_tokenwire_fields"),
+    "slots form: field's storage as a _TokenField of a mutable int64 ndarray": (
+        ({}, {"prompt_token_ids": forged_field()}), "prompt_token_ids"),
+    "dict form: field's storage as a _TokenField of a mutable int64 ndarray": (
+        {"__tokenwire__": 1, "prompt_token_ids": forged_field()}, "prompt_token_ids"),
+    "slots form: the side channel as an int64 ndarray": (
+        ({}, {"_prompt_token_ids_i32": np.arange(3)}), "_prompt_token_ids_i32"),
+    "slots form: the private key of the original layout": (
+        (None, {"_tw_prompt_token_ids": "junk"}), "_tw_prompt_token_ids"),
+    "slots form: replace the class": (({}, {"__class__": dict}), "__class__"),
+    "dict form: the side channel as an int64 ndarray": (
+        {"__tokenwire__": 1, "_prompt_token_ids_i32": np.arange(3)}, "_prompt_token_ids_i32"),
+    "field payload: an int64 ndarray": (
+        {"__tokenwire__": 1, "prompt_token_ids": np.arange(3)}, "prompt_token_ids"),
+    "field payload: a string": ({"__tokenwire__": 1, "query_token_ids": "abc"}, "query_token_ids"),
+    "field payload: a nested list": ({"__tokenwire__": 1, "prompt_token_ids": [[1]]}, "prompt_token_ids"),
+    "legacy field: a dict": ({"prompt_token_ids": {"a": 1}}, "prompt_token_ids"),
+    "dunder key": ({"__tokenwire__": 1, "__dict__": {}}, "__dict__"),
+    "slots form: slots not a dict": (({}, [("a", 1)]), "slot state must be a dict"),
+    "state not a dict": ([("prompt_token_ids", [1])], "state must be a dict"),
+    "tuple of three": (({}, {}, {}), "must be (dict, slots)"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_STATES), ids=list(HOSTILE_STATES))
+def test_hostile_state_is_refused_naming_the_key(case):
+    state, key = HOSTILE_STATES[case]
+    req = fresh()
+    with pytest.raises(WireFormatError, match=re.escape(key)):
+        req.__setstate__(state)
+    assert vars(req) == {}                                    # nothing was stored
+    assert_sane(req)
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_STATES), ids=list(HOSTILE_STATES))
+def test_hostile_state_inside_a_real_pickle(case):
+    state, key = HOSTILE_STATES[case]
+    import io
+
+    class Crafter(pickle.Pickler):
+        def reducer_override(self, obj):
+            if type(obj) is GenerationRequest:
+                return copyreg.__newobj__, (GenerationRequest,), state
+            if type(obj) is _TokenField:      # the forged holder: its constructor, its args
+                return _TokenField, (obj.vector,)
+            return NotImplemented
+
+    out = io.BytesIO()
+    Crafter(out, protocol=4).dump(GenerationRequest(None))
+    with pytest.raises(WireFormatError, match=re.escape(key) + "|_TokenField"):
+        pickle.loads(out.getvalue())
+
+
+_keys = st.sampled_from([
+    "prompt_token_ids", "query_token_ids", "_prompt_token_ids", "_query_token_ids",
+    "_prompt_token_ids_i32", "_tw_prompt_token_ids", "_tokenwire_keys", "_tokenwire_fields",
+    "_tokenwire_list_on_wire", "__tokenwire__", "__dict__", "__class__", "id", "sampling_params", 5,
+])
+_values = st.one_of(
+    st.none(), st.integers(-3, 3), st.text(max_size=3), st.just(np.arange(3)),
+    st.just(np.arange(3, dtype=np.int32)), st.just(TokenVector([1, 2])),
+    st.lists(st.integers(-(2**40), 2**40), max_size=4), st.just([[1, 2]]), st.just(frozenset()),
+    st.just(()), st.just(b"TWIR\x01junk"), st.builds(lambda: tokenwire.encode([3, 4])),
+)
+_dicts = st.dictionaries(_keys, _values, max_size=6)
+
+
+@given(state=st.one_of(_dicts, st.tuples(st.one_of(st.none(), _dicts), st.one_of(st.none(), _dicts))))
+def test_any_state_either_refused_or_sane(state):
+    req = fresh()
+    try:
+        req.__setstate__(state)
+    except WireFormatError:
+        assert vars(req) == {}
+        return
+    assert_sane(req)
+    if "prompt_token_ids" in vars(req):
+        roundtrip(req)      # whatever was accepted pickles again

@@ -160,8 +160,11 @@ class _TokenField:
 
     __slots__ = ("ids", "vector")
 
-    def __init__(self, ids: Optional[list[int]], vector: TokenVector) -> None:
-        self.ids = ids
+    def __init__(self, vector: TokenVector) -> None:
+        if type(vector) is not TokenVector:
+            # Reachable from a pickle (see __reduce__): never hold anything else.
+            raise WireFormatError(f"_TokenField needs a TokenVector, got {type(vector).__name__}")
+        self.ids: Optional[list[int]] = None
         self.vector = vector
 
     def __repr__(self) -> str:
@@ -171,7 +174,7 @@ class _TokenField:
     def __reduce__(self) -> tuple[Any, ...]:
         # Only reached when a class uses TokenIds without TokenWireMixin / token_fields
         # (default pickling of its __dict__): send the buffer, never the list.
-        return _TokenField, (None, self.vector)
+        return _TokenField, (self.vector,)
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,7 +216,7 @@ def _field_from_state(owner: str, name: str, payload: Any) -> Any:
         return None
     kind = type(payload)
     if kind is TokenVector:
-        return _TokenField(None, payload)
+        return _TokenField(payload)
     if kind is list or kind is tuple:
         # A list-form state (written before tokenwire, or with list_on_wire), or a list that is
         # not int32 ids (the fallback of __getstate__): kept as the list it was.
@@ -222,7 +225,7 @@ def _field_from_state(owner: str, name: str, payload: Any) -> Any:
         return payload if kind is list else list(payload)
     if kind is bytes or kind is bytearray or kind is memoryview:
         try:
-            return _TokenField(None, decode(payload))
+            return _TokenField(decode(payload))
         except WireFormatError as exc:
             raise type(exc)(f"{owner} state key {name!r}: token field {name!r}: {exc}") from None
     raise WireFormatError(
@@ -315,7 +318,7 @@ class TokenIds:
                 vector = as_tokens(value)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise _field_error(exc, f"{type(obj).__name__}.{self.name}") from None
-            obj.__dict__[self.name] = _TokenField(None, vector)
+            obj.__dict__[self.name] = _TokenField(vector)
 
     def __delete__(self, obj: Any) -> None:
         try:
@@ -587,7 +590,7 @@ class TokenWireMixin:
                 value = self.__dict__[name]
             if type(value) is _TokenField:
                 # itself if owned (immutable), else one memcpy
-                new_attrs[name] = _TokenField(None, copy.deepcopy(value.vector, memo))
+                new_attrs[name] = _TokenField(copy.deepcopy(value.vector, memo))
             elif id(value) in memo:
                 new_attrs[name] = memo[id(value)]
             elif _all_ints(value):
