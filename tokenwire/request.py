@@ -451,6 +451,7 @@ def _configure(cls: type, list_on_wire: Optional[bool]) -> None:
     setattr(cls, "_tokenwire_fields", fields)
     setattr(cls, "_tokenwire_keys", frozenset(name for name, _ in fields))
     setattr(cls, "_tokenwire_fieldmap", types.MappingProxyType(dict(fields)))
+    setattr(cls, "_tokenwire_reserved", _reserved_names(cls))
     if list_on_wire is not None or "_tokenwire_list_on_wire" not in vars(cls):
         inherited = getattr(cls, "_tokenwire_list_on_wire", None)
         setattr(cls, "_tokenwire_list_on_wire", inherited if list_on_wire is None else list_on_wire)
@@ -470,6 +471,8 @@ class TokenWireMixin:
     _tokenwire_keys: ClassVar[frozenset[str]] = frozenset()
     #: name -> descriptor, read-only.
     _tokenwire_fieldmap: ClassVar[types.MappingProxyType[str, TokenIds]] = types.MappingProxyType({})
+    #: Names a pickled state may not set (the class's data descriptors), see _checked_state_key.
+    _tokenwire_reserved: ClassVar[frozenset[str]] = frozenset()
     #: True/False: this class's choice of list-on-the-wire; None: follow ``list_on_wire()``.
     _tokenwire_list_on_wire: ClassVar[Optional[bool]] = None
 
@@ -511,7 +514,8 @@ class TokenWireMixin:
             raise WireFormatError(f"{owner} state must be a dict, got {type(state).__name__}")
         if slots is not None and type(slots) is not dict:
             raise WireFormatError(f"{owner} slot state must be a dict, got {type(slots).__name__}")
-        fields = dict(cls._tokenwire_fields)
+        fields = cls._tokenwire_fieldmap
+        reserved = cls._tokenwire_reserved
         version = state.get(_VERSION_KEY)
         legacy = version is None
         if not legacy and (type(version) is not int or not 1 <= version <= STATE_VERSION):
@@ -519,26 +523,31 @@ class TokenWireMixin:
                 f"{owner} state version {version!r} is not supported "
                 f"(this tokenwire reads versions 1..{STATE_VERSION})"
             )
+        # Everything is checked before anything is stored: a refused state leaves no trace.
+        # Keys keep the state's order, so vars() lists them as the sender's object did.
+        updates = dict(state)
+        if not legacy:
+            del updates[_VERSION_KEY]
         # List form (legacy): written before tokenwire, or with list_on_wire. A field may be
         # under its public name or under "_<name>" (a property's backing attribute);
         # "_<name>_i32" was the hand-written side channel this layer replaces.
-        aliases: dict[Any, str] = {}
+        aliases: dict[str, str] = {}
         if legacy:
             for name in fields:
                 aliases["_" + name] = name
                 aliases["_" + name + "_i32"] = ""
-        # Everything is checked before anything is stored: a refused state leaves no trace.
-        # Keys keep the state's order, so vars() lists them as the sender's object did.
-        updates: dict[str, Any] = {}
-        for key, value in state.items():
-            if key in fields:
-                updates[key] = _field_from_state(owner, key, value)
-            elif key in aliases:
-                name = aliases[key]
-                if name and name not in state:           # the public name wins
+        for key in updates:        # inline: this loop runs for every attribute of every request
+            if (type(key) is not str or key in reserved or key.startswith(_CONFIG_PREFIX)
+                    or key[:2] == "__" == key[-2:]) and key not in fields and key not in aliases:
+                _checked_state_key(cls, key)            # raises, naming the key
+        for name in fields:
+            if name in updates:
+                updates[name] = _field_from_state(owner, name, updates[name])
+        for alias, name in aliases.items():
+            if alias in updates:
+                value = updates.pop(alias)
+                if name and name not in updates:        # the public name wins
                     updates[name] = _field_from_state(owner, name, value)
-            elif key != _VERSION_KEY or legacy:
-                updates[_checked_state_key(cls, key)] = value
         for name in fields:
             if name not in updates:
                 updates[name] = _MISSING                 # absent from the state: unset
@@ -613,20 +622,27 @@ class TokenWireMixin:
         return f"{cls.__name__}({', '.join(parts)})"
 
 
-def _checked_state_key(cls: type, key: Any) -> str:
+def _checked_state_key(cls: Any, key: Any) -> str:
     """An ordinary attribute name from a pickled state: a str, not a dunder, not a class-level
     tokenwire setting, not a name the class defines as a property or other data descriptor
     (the instance __dict__ entry would be dead, or -- for settings -- would shadow the class)."""
+    if (type(key) is str and key not in cls._tokenwire_reserved
+            and not key.startswith(_CONFIG_PREFIX) and not (key[:2] == "__" == key[-2:])):
+        return cast(str, key)
     owner = cls.__name__
     if type(key) is not str:
         raise WireFormatError(f"{owner} state has a non-string key {key!r}")
-    if key.startswith(_CONFIG_PREFIX) or (key.startswith("__") and key.endswith("__")):
-        raise WireFormatError(f"{owner} state key {key!r} names class-level configuration")
-    attr = getattr(cls, key, None)
-    if attr is not None and hasattr(type(attr), "__set__") and not isinstance(
-            attr, types.MemberDescriptorType):
+    if key in cls._tokenwire_reserved:
         raise WireFormatError(f"{owner} state key {key!r} names a property or descriptor of the class")
-    return key
+    raise WireFormatError(f"{owner} state key {key!r} names class-level configuration")
+
+
+def _reserved_names(cls: type) -> frozenset[str]:
+    """Names the class defines as data descriptors (properties, TokenIds...), slots excepted."""
+    return frozenset(
+        name for klass in cls.__mro__ for name, attr in vars(klass).items()
+        if hasattr(type(attr), "__set__") and not isinstance(attr, types.MemberDescriptorType)
+    )
 
 
 _C = TypeVar("_C", bound=type)
