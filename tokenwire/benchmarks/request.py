@@ -269,3 +269,42 @@ def main(argv: list[str] | None = None) -> int:
     return grouped_suite_main(argv, suite="request", doc=__doc__ or "", default_isl="40000",
                               methods_for=methods_for, targets=TARGETS,
                               note=f"; pickle protocol {PROTOCOL}", after=_deepcopy_note)
+
+
+def proxy_serialize_loop(count: int = 3000, isl: int = 40_000) -> None:
+    """Issue #10, item 4: where the proxy-side serialize time goes. Runs `count`
+    `pickle.dumps(GenerationRequest(list))` in a process whose heap has seen nothing else (the
+    list comes straight from Python, as a tokenizer's does), then prints the median time per
+    request next to `as_tokens(list)` and `dumps` of a built request measured apart. Run it
+    under `perf stat -e page-faults` with and without the glibc settings of
+    docs/adopting.md, section 6::
+
+        perf stat -e page-faults python -c \\
+            "from tokenwire.benchmarks.request import proxy_serialize_loop as f; f()"
+    """
+    import random
+    import time
+
+    rnd = random.Random(0)
+    lst = [rnd.randrange(151_936) for _ in range(isl)]
+    sp = SamplingParams()
+    built = GenerationRequest(tokenwire.as_tokens(lst), sp, id=1, arrival_time=1.0)
+
+    def serialize() -> Any:
+        return pickle.dumps(GenerationRequest(lst, sp, id=1, arrival_time=1.0), protocol=PROTOCOL)
+
+    def median_us(fn: Callable[[], Any], n: int) -> float:
+        rounds = []
+        for _ in range(9):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            rounds.append((time.perf_counter() - t0) / n * 1e6)
+        return sorted(rounds)[4]
+
+    n = max(1, count // 9)
+    ser = median_us(serialize, n)
+    conv = median_us(lambda: tokenwire.as_tokens(lst), n)
+    dump = median_us(lambda: pickle.dumps(built, protocol=PROTOCOL), n)
+    print(f"ISL {isl:,}: dumps(GenerationRequest(list)) {ser:.1f} us; as_tokens(list) {conv:.1f} us"
+          f" + dumps(built request) {dump:.1f} us = {conv + dump:.1f} us; ratio {ser / (conv + dump):.2f}x")
