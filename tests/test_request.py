@@ -683,3 +683,20 @@ def test_any_state_either_refused_or_sane(state):
     assert_sane(req)
     if "prompt_token_ids" in vars(req):
         roundtrip(req)      # whatever was accepted pickles again
+
+
+def test_golden_dropin_fixtures_still_load():
+    # Written once by `make_request_fixtures.py --dropin`: the list form (list_on_wire), the
+    # list fallback for ints that are not int32, and protocol 2 without _codecs.
+    listform = (FIXTURES / "request_listform_p5.pickle").read_bytes()
+    assert b"tokenwire._core" not in listform
+    out = pickle.loads(listform)
+    assert out.prompt_token_ids == BOUNDARY_IDS and out.query_token_ids == [7, 8, 9]
+    assert type(vars(out)["prompt_token_ids"]) is list and out.id == 42
+    wide = pickle.loads((FIXTURES / "request_v1_intlist_p5.pickle").read_bytes())
+    assert wide.prompt_token_ids == [2**31, -(2**31) - 1, True, 5]
+    assert type(wide.prompt_token_ids[2]) is bool
+    p2 = (FIXTURES / "request_v1_str_p2.pickle").read_bytes()
+    assert b"_codecs" not in p2
+    out = pickle.loads(p2)
+    assert not PROMPT.is_materialized(out) and out.prompt_token_ids == BOUNDARY_IDS
