@@ -628,7 +628,7 @@ def _checked_state_key(cls: Any, key: Any) -> str:
     (the instance __dict__ entry would be dead, or -- for settings -- would shadow the class)."""
     if (type(key) is str and key not in cls._tokenwire_reserved
             and not key.startswith(_CONFIG_PREFIX) and not (key[:2] == "__" == key[-2:])):
-        return cast(str, key)
+        return key
     owner = cls.__name__
     if type(key) is not str:
         raise WireFormatError(f"{owner} state has a non-string key {key!r}")
@@ -674,7 +674,7 @@ def token_fields(*names: str, codec: str = "raw",
     _check_codec(codec)
 
     def decorate(cls: _C) -> _C:
-        if "__slots__" in vars(cls) and "__dict__" not in cls.__slots__:
+        if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
             raise TypeError(f"token_fields({cls.__name__}): instances need a __dict__, "
                             f"the class has __slots__ without one")
         for name in names:
