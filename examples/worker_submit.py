@@ -9,7 +9,7 @@ This script is the worker. It binds a PULL socket and spawns a proxy process tha
 `GenerationRequest` from a Python list (what a tokenizer hands the proxy) and sends it with
 `tokenwire.transport.send_pyobj_oob`: the pickle in one frame, the int32 ids out-of-band in
 another, no per-token work. The worker unpickles it (the ids view the received frame) and gives
-`request._prompt_token_ids_i32` to `native_request_ctor`, a stand-in for an engine's
+`tokenwire.token_buffer(request, "prompt_token_ids")` to `native_request_ctor`, a stand-in for an engine's
 `Request(input_token_ids=...)` constructor with a memcpy fast path for 1-D int32 buffers. No
 `list[int]` is built on the worker: the script checks that, and that the ids are the ones sent.
 
@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from tokenwire import GenerationRequest
+from tokenwire import GenerationRequest, token_buffer
 from tokenwire.transport import key_from_env, recv_pyobj_oob, send_pyobj_oob
 
 
@@ -54,11 +54,12 @@ def native_request_ctor(input_token_ids) -> np.ndarray:
 
 
 def submit(request: GenerationRequest) -> np.ndarray:
-    """What the worker does with each request it receives (cf. BaseWorker._enqueue_request)."""
-    buffer = request._prompt_token_ids_i32
-    if buffer is not None:
-        return native_request_ctor(buffer)                       # memcpy, no list
-    return native_request_ctor(request.prompt_token_ids)         # fallback: the list path
+    """What the worker does with each request it receives (cf. BaseWorker._enqueue_request).
+
+    The one changed line: `token_buffer(request, "prompt_token_ids")` instead of
+    `request.prompt_token_ids` -- the int32 buffer the request holds (no list built); for ids
+    that arrived as a list, one C pass (still no per-token cast in the engine's binding)."""
+    return native_request_ctor(token_buffer(request, "prompt_token_ids"))   # memcpy, no list
 
 
 def proxy(endpoint: str, requests: int, isl: int, key_env: str | None = None) -> None:
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             engine_tokens = submit(request)
             dt = (time.perf_counter() - t0) * 1e6
             assert request._prompt_token_ids_i32 is not None, "ids should arrive as a buffer"
+            # (`_prompt_token_ids_i32`, the seed's name: the held buffer, None for a list)
             assert not GenerationRequest.prompt_token_ids.is_materialized(request), \
                 "the submit path built a list"
             expected = make_prompt(request.id, args.isl)

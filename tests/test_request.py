@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import copyreg
 import json
+import re
 import pickle
 from pathlib import Path
 
@@ -128,10 +129,13 @@ def test_reduce_tuple(protocol):
     assert state["__tokenwire__"] == STATE_VERSION and no_lists_in(state)
     func, args = state["prompt_token_ids"].__reduce_ex__(protocol)
     assert func is tokenwire._core._restore_token_vector
+    raw = (1).to_bytes(4, "little") + (2).to_bytes(4, "little") + (3).to_bytes(4, "little")
     if protocol >= 5:
         assert type(args[0]) is pickle.PickleBuffer
-    else:
-        assert args == (b"\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00",)
+    elif protocol >= 3:
+        assert args == (raw,)
+    else:       # no bytes opcode below 3: a latin-1 str, which names no global
+        assert args == (raw.decode("latin-1"),)
 
 
 @pytest.mark.parametrize("with_query", [False, True])
@@ -176,15 +180,12 @@ def test_state_version_checks():
     req = GenerationRequest.__new__(GenerationRequest)
     with pytest.raises(WireFormatError, match="state version 2 is not supported"):
         req.__setstate__({"__tokenwire__": 2, "prompt_token_ids": None})
-    with pytest.raises(WireFormatError, match="token field .prompt_token_ids.: expected a TokenVector or a wire frame, got list"):
-        req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": [1, 2]})
+    with pytest.raises(WireFormatError, match="key 'prompt_token_ids': a token field list must hold ints"):
+        req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": [1, "x"]})
     assert isinstance(WireFormatError("x"), ValueError)
-    with pytest.raises(WireFormatError, match="private storage of a token field"):
-        req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": None, "_tw_prompt_token_ids": "junk"})
-    with pytest.raises(WireFormatError, match="private storage of a token field"):
-        req.__setstate__({"prompt_token_ids": [1], "_tw_query_token_ids": "junk"})   # legacy
     with pytest.raises(WireFormatError, match="non-string key"):
         req.__setstate__({"__tokenwire__": 1, 5: "x"})
+    assert vars(req) == {}                           # every refused state left nothing behind
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,8 +236,10 @@ def test_legacy_state_loads(protocol, private):
 def test_legacy_state_public_name_wins_and_missing_fields_are_unset():
     req = GenerationRequest.__new__(GenerationRequest)
     req.__setstate__({"prompt_token_ids": [1], "_prompt_token_ids": [2], "id": 1})
-    assert req.prompt_token_ids == [1] and req.query_token_ids is None and req.id == 1
+    assert req.prompt_token_ids == [1] and req.id == 1
     assert "_prompt_token_ids" not in vars(req)
+    with pytest.raises(AttributeError, match="query_token_ids"):   # as the old class: unset
+        req.query_token_ids
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,8 +346,12 @@ def test_unset_fields_read_none():
     assert req.prompt_len == 0 and not PROMPT.is_materialized(req)
     assert roundtrip(req).prompt_token_ids is None
     req.prompt_token_ids = [1]
-    del req.prompt_token_ids
-    assert req.prompt_token_ids is None
+    del req.prompt_token_ids                    # unset, as a plain attribute: AttributeError
+    with pytest.raises(AttributeError, match="'GenerationRequest' object has no attribute 'prompt_token_ids'"):
+        req.prompt_token_ids
+    with pytest.raises(AttributeError):
+        del req.prompt_token_ids
+    assert "prompt_token_ids" not in roundtrip(req).__dict__
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,27 +379,41 @@ def test_missing_attribute_is_a_plain_attribute_error():
 # copy / deepcopy
 
 
-@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
 @pytest.mark.parametrize("wire", [False, True], ids=["list_built", "decoded"])
-def test_copies_are_independent(copier, wire):
+def test_deepcopies_are_independent(wire):
     ids = big_ids(10_000)
     sp = {"stop": ["</s>"]}
     req = from_wire(ids, sampling_params=sp) if wire else GenerationRequest(list(ids), sp)
     req.prompt_token_ids                                    # materialize the original
-    dup = copier(req)
+    dup = copy.deepcopy(req)
     assert type(dup) is GenerationRequest
-    assert not PROMPT.is_materialized(dup)                  # copies hold the buffer only
+    # A held buffer is copied as the buffer (no list built); a list as a new list.
+    assert PROMPT.is_materialized(dup) == (not wire)
     assert (dup._prompt_token_ids_i32 is not None) == wire  # held-ness is kept
-    assert dup.prompt_token_ids == ids
+    assert dup.prompt_token_ids == ids and dup.prompt_token_ids is not req.prompt_token_ids
     dup.prompt_token_ids.append(1)
     req.prompt_token_ids.sort()
     assert dup.prompt_token_ids == ids + [1]
     assert req.prompt_token_ids == sorted(ids)
     assert dup._prompt_token_ids_i32 is None and req._prompt_token_ids_i32 is None
-    if copier is copy.copy:
-        assert dup.sampling_params is req.sampling_params  # shallow, like any object
-    else:
-        assert dup.sampling_params == sp and dup.sampling_params is not req.sampling_params
+    assert dup.sampling_params == sp and dup.sampling_params is not req.sampling_params
+
+
+@pytest.mark.parametrize("wire", [False, True], ids=["list_built", "decoded"])
+@pytest.mark.parametrize("read_first", [False, True], ids=["copy_then_read", "read_then_copy"])
+def test_shallow_copy_shares_the_list_like_a_plain_object(wire, read_first):
+    ids = big_ids(1000)
+    req = from_wire(ids) if wire else GenerationRequest(list(ids), {"n": 1})
+    if read_first:
+        req.prompt_token_ids
+    dup = copy.copy(req)
+    assert dup.prompt_token_ids is req.prompt_token_ids     # one list, as upstream
+    assert dup.sampling_params is req.sampling_params
+    dup.prompt_token_ids.append(7)
+    assert req.prompt_token_ids[-1] == 7
+    assert PROMPT.buffer(req) == ids + [7] and PROMPT.buffer(dup) == ids + [7]
+    dup.prompt_token_ids = [1]                              # rebinding is per object
+    assert req.prompt_token_ids == ids + [7]
 
 
 def test_copy_shares_the_immutable_vector_no_per_token_work():
@@ -525,11 +546,157 @@ def test_mixin_on_another_class():
     assert "ids=[0, 1, 2, 3, 4]" in repr(out)
 
 
-def test_descriptor_without_the_mixin_pickles_the_buffer_not_the_list():
+def test_descriptor_without_the_mixin_pickles_like_a_plain_attribute():
+    # Without TokenWireMixin / token_fields the object pickles by default: a list the user set
+    # travels as that list; ids held as a buffer travel as the buffer, never as a list.
     obj = NoMixin()
     obj.ids = [1, 2, 3]
-    data = pickle.dumps(obj, protocol=5)
-    out = pickle.loads(data)
-    assert out.ids == [1, 2, 3]
-    assert type(vars(out)["_tw_ids"]) is _TokenField
-    assert copy.deepcopy(obj).ids == [1, 2, 3]
+    out = pickle.loads(pickle.dumps(obj, protocol=5))
+    assert out.ids == [1, 2, 3] and type(vars(out)["ids"]) is list
+    obj.ids = np.array([4, 5], np.int32)
+    out = pickle.loads(pickle.dumps(obj, protocol=5))
+    assert type(vars(out)["ids"]) is _TokenField and not NoMixin.ids.is_materialized(out)
+    assert out.ids == [4, 5]
+    assert copy.deepcopy(obj).ids == [4, 5]
+
+
+# --------------------------------------------------------------------------------------------
+# hostile states (issue #8, item 3): class configuration is never taken from instance state,
+# a token field only ever holds None, a list[int] or a TokenVector, refusals name the key
+
+
+FIELD_NAMES = ("prompt_token_ids", "query_token_ids")
+CLASS_CONFIG = (GenerationRequest._tokenwire_fields, GenerationRequest._tokenwire_keys)
+
+
+def assert_sane(req: GenerationRequest, expected_prompt=None) -> None:
+    assert (type(req)._tokenwire_fields, type(req)._tokenwire_keys) == CLASS_CONFIG
+    assert not any(k.startswith("_tokenwire") for k in vars(req))
+    for name in FIELD_NAMES:
+        raw = vars(req).get(name)
+        assert raw is None or type(raw) is list or (
+            type(raw) is _TokenField and type(raw.vector) is TokenVector), (name, raw)
+        value = getattr(req, name, None)
+        assert value is None or (type(value) is list and all(isinstance(v, int) for v in value))
+        held = getattr(GenerationRequest, name).held_buffer(req)
+        assert held is None or type(held) is TokenVector
+    side = req._prompt_token_ids_i32
+    assert side is None or type(side) is TokenVector
+    if expected_prompt is not None:       # the next pickle still carries the ids
+        assert roundtrip(req).prompt_token_ids == expected_prompt
+
+
+def forged_field() -> _TokenField:
+    """A holder whose "vector" is a mutable int64 ndarray (as a crafted pickle can build)."""
+    forged = _TokenField.__new__(_TokenField)
+    forged.ids, forged.vector = None, np.arange(3)
+    return forged
+
+
+def fresh() -> GenerationRequest:
+    return GenerationRequest.__new__(GenerationRequest)
+
+
+HOSTILE_STATES = {
+    "replace _tokenwire_keys, then set a private key": (
+        {"__tokenwire__": 1, "_tokenwire_keys": frozenset(), "_tw_prompt_token_ids": "junk"},
+        "_tokenwire_keys"),
+    "set _tokenwire_fields (the next pickle would drop the ids)": (
+        {"__tokenwire__": 1, "prompt_token_ids": TokenVector([1, 2]), "_tokenwire_fields": ()},
+        "_tokenwire_fields"),
+    "legacy form sets _tokenwire_fields": (
+        {"prompt_token_ids": [1, 2], "_tokenwire_fields": ()}, "_tokenwire_fields"),
+    "slots form: field's storage as a _TokenField of a mutable int64 ndarray": (
+        ({}, {"prompt_token_ids": forged_field()}), "prompt_token_ids"),
+    "dict form: field's storage as a _TokenField of a mutable int64 ndarray": (
+        {"__tokenwire__": 1, "prompt_token_ids": forged_field()}, "prompt_token_ids"),
+    "slots form: the side channel as an int64 ndarray": (
+        ({}, {"_prompt_token_ids_i32": np.arange(3)}), "_prompt_token_ids_i32"),
+    "slots form: the private key of the original layout": (
+        (None, {"_tw_prompt_token_ids": "junk"}), "_tw_prompt_token_ids"),
+    "slots form: replace the class": (({}, {"__class__": dict}), "__class__"),
+    "dict form: the side channel as an int64 ndarray": (
+        {"__tokenwire__": 1, "_prompt_token_ids_i32": np.arange(3)}, "_prompt_token_ids_i32"),
+    "field payload: an int64 ndarray": (
+        {"__tokenwire__": 1, "prompt_token_ids": np.arange(3)}, "prompt_token_ids"),
+    "field payload: a string": ({"__tokenwire__": 1, "query_token_ids": "abc"}, "query_token_ids"),
+    "field payload: a nested list": ({"__tokenwire__": 1, "prompt_token_ids": [[1]]}, "prompt_token_ids"),
+    "legacy field: a dict": ({"prompt_token_ids": {"a": 1}}, "prompt_token_ids"),
+    "dunder key": ({"__tokenwire__": 1, "__dict__": {}}, "__dict__"),
+    "slots form: slots not a dict": (({}, [("a", 1)]), "slot state must be a dict"),
+    "state not a dict": ([("prompt_token_ids", [1])], "state must be a dict"),
+    "tuple of three": (({}, {}, {}), "must be (dict, slots)"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_STATES), ids=list(HOSTILE_STATES))
+def test_hostile_state_is_refused_naming_the_key(case):
+    state, key = HOSTILE_STATES[case]
+    req = fresh()
+    with pytest.raises(WireFormatError, match=re.escape(key)):
+        req.__setstate__(state)
+    assert vars(req) == {}                                    # nothing was stored
+    assert_sane(req)
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_STATES), ids=list(HOSTILE_STATES))
+def test_hostile_state_inside_a_real_pickle(case):
+    state, key = HOSTILE_STATES[case]
+    import io
+
+    class Crafter(pickle.Pickler):
+        def reducer_override(self, obj):
+            if type(obj) is GenerationRequest:
+                return copyreg.__newobj__, (GenerationRequest,), state
+            if type(obj) is _TokenField:      # the forged holder: its constructor, its args
+                return _TokenField, (obj.vector,)
+            return NotImplemented
+
+    out = io.BytesIO()
+    Crafter(out, protocol=4).dump(GenerationRequest(None))
+    with pytest.raises(WireFormatError, match=re.escape(key) + "|_TokenField"):
+        pickle.loads(out.getvalue())
+
+
+_keys = st.sampled_from([
+    "prompt_token_ids", "query_token_ids", "_prompt_token_ids", "_query_token_ids",
+    "_prompt_token_ids_i32", "_tw_prompt_token_ids", "_tokenwire_keys", "_tokenwire_fields",
+    "_tokenwire_list_on_wire", "__tokenwire__", "__dict__", "__class__", "id", "sampling_params", 5,
+])
+_values = st.one_of(
+    st.none(), st.integers(-3, 3), st.text(max_size=3), st.just(np.arange(3)),
+    st.just(np.arange(3, dtype=np.int32)), st.just(TokenVector([1, 2])),
+    st.lists(st.integers(-(2**40), 2**40), max_size=4), st.just([[1, 2]]), st.just(frozenset()),
+    st.just(()), st.just(b"TWIR\x01junk"), st.builds(lambda: tokenwire.encode([3, 4])),
+)
+_dicts = st.dictionaries(_keys, _values, max_size=6)
+
+
+@given(state=st.one_of(_dicts, st.tuples(st.one_of(st.none(), _dicts), st.one_of(st.none(), _dicts))))
+def test_any_state_either_refused_or_sane(state):
+    req = fresh()
+    try:
+        req.__setstate__(state)
+    except WireFormatError:
+        assert vars(req) == {}
+        return
+    assert_sane(req)
+    if "prompt_token_ids" in vars(req):
+        roundtrip(req)      # whatever was accepted pickles again
+
+
+def test_golden_dropin_fixtures_still_load():
+    # Written once by `make_request_fixtures.py --dropin`: the list form (list_on_wire), the
+    # list fallback for ints that are not int32, and protocol 2 without _codecs.
+    listform = (FIXTURES / "request_listform_p5.pickle").read_bytes()
+    assert b"tokenwire._core" not in listform
+    out = pickle.loads(listform)
+    assert out.prompt_token_ids == BOUNDARY_IDS and out.query_token_ids == [7, 8, 9]
+    assert type(vars(out)["prompt_token_ids"]) is list and out.id == 42
+    wide = pickle.loads((FIXTURES / "request_v1_intlist_p5.pickle").read_bytes())
+    assert wide.prompt_token_ids == [2**31, -(2**31) - 1, True, 5]
+    assert type(wide.prompt_token_ids[2]) is bool
+    p2 = (FIXTURES / "request_v1_str_p2.pickle").read_bytes()
+    assert b"_codecs" not in p2
+    out = pickle.loads(p2)
+    assert not PROMPT.is_materialized(out) and out.prompt_token_ids == BOUNDARY_IDS

@@ -153,9 +153,10 @@ def test_pickle_round_trip_every_protocol(protocol: int, ids: list[int]) -> None
 
 def test_reduce_tuple_carries_owned_bytes() -> None:
     tv = TokenVector([1, 2, -3])
-    fn, args = tv.__reduce_ex__(2)
+    fn, args = tv.__reduce_ex__(3)
     assert fn is _restore_token_vector
     assert args == (np.array([1, 2, -3], dtype="<i4").tobytes(),)
+    assert tv.__reduce_ex__(2) == (fn, (args[0].decode("latin-1"),))   # no bytes opcode below 3
     fn5, (pb,) = tv.__reduce_ex__(5)
     assert fn5 is _restore_token_vector and isinstance(pb, pickle.PickleBuffer)
     assert bytes(pb.raw()) == tv.tobytes()

@@ -7,7 +7,6 @@ attacker's pickle did not run (its reduce function would record a call in `EXECU
 
 from __future__ import annotations
 
-import importlib
 import os
 import pickle
 import subprocess
@@ -150,13 +149,14 @@ def test_key_from_env(monkeypatch):
 
 
 def test_find_class_allow_list():
-    def find_class(module: str, name: str):
-        if not module.startswith("tokenwire."):
-            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
-        return getattr(importlib.import_module(module), name)
+    """recv/loads_oob(find_class=...) with tokenwire's own allow-list helper: only
+    tokenwire.PICKLE_GLOBALS and the request classes the caller names may load."""
+    import functools
+    allow = {("tokenwire.request", "GenerationRequest"), ("builtins", "dict")}
+    find_class = functools.partial(tokenwire.find_class, allow=allow)
 
     evil = dumps_oob(Payload(), key=KEY)              # signed by a key holder, still refused
-    with pytest.raises(pickle.UnpicklingError, match="_record is not allowed"):
+    with pytest.raises(pickle.UnpicklingError, match="_record' is not allowed"):
         loads_oob(evil, key=KEY, find_class=find_class)
     with pytest.raises(pickle.UnpicklingError, match="not allowed"):
         loads_oob(dumps_oob(Payload()), find_class=find_class)

@@ -15,7 +15,16 @@ from tokenwire._core import (
     tolist,
 )
 from tokenwire.errors import AuthenticationError, ChecksumError, TokenwireError, WireFormatError
-from tokenwire.request import GenerationRequest, TokenIds, TokenWireMixin
+from tokenwire.request import (
+    PICKLE_GLOBALS,
+    GenerationRequest,
+    TokenIds,
+    TokenWireMixin,
+    find_class,
+    list_on_wire,
+    token_buffer,
+    token_fields,
+)
 from tokenwire.text import from_base64, to_base64
 
 __version__ = "0.1.0"
@@ -23,10 +32,15 @@ __version__ = "0.1.0"
 __all__ = [
     "AuthenticationError",
     "INT_CACHE_SIZE",
+    "PICKLE_GLOBALS",
     "ChecksumError",
     "GenerationRequest",
     "TokenIds",
     "TokenWireMixin",
+    "find_class",
+    "list_on_wire",
+    "token_buffer",
+    "token_fields",
     "FrameInfo",
     "ImmutableBuffer",
     "TokenVector",

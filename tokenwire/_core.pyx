@@ -904,10 +904,29 @@ cdef class TokenVector:
         if protocol >= 5:
             # Out-of-band when the pickler has a buffer_callback, in-band bytes otherwise.
             return _restore_token_vector, (PickleBuffer(self),)
-        return _restore_token_vector, (self.tobytes(),)
+        if protocol >= 3:
+            return _restore_token_vector, (self.tobytes(),)
+        # Protocols 0-2 have no bytes opcode: pickle spells bytes as `_codecs.encode(...)`, a
+        # global a restricted unpickler would have to allow. A latin-1 str maps each byte to
+        # one code point and needs no global at all (see tokenwire.PICKLE_GLOBALS).
+        return _restore_token_vector, (self.tobytes().decode("latin-1"),)
 
     def __reduce__(self):
         return self.__reduce_ex__(2)
+
+    # -- + and * (the rule is written once, above _tv_concat) ----------------------------------
+
+    def __add__(self, other):
+        return _tv_concat(self, other)
+
+    def __radd__(self, other):
+        return _tv_concat(other, self)
+
+    def __mul__(self, times):
+        return _tv_repeat(self, times)
+
+    def __rmul__(self, times):
+        return _tv_repeat(self, times)
 
     def __copy__(self):
         return self          # immutable: a copy is the same value
@@ -923,8 +942,54 @@ _Sequence.register(TokenVector)
 
 
 def _restore_token_vector(data):
-    """Unpickling constructor (a stable name: pickles refer to it)."""
+    """Unpickling constructor (a stable name: pickles refer to it, see PICKLE_GLOBALS).
+
+    `data` is the raw int32 bytes, or at protocols 0-2 the same bytes as a latin-1 str."""
+    if type(data) is str:
+        try:
+            data = (<str>data).encode("latin-1")
+        except UnicodeEncodeError:
+            raise ValueError("pickled TokenVector text holds a code point above 255") from None
     return TokenVector.frombuffer(data)
+
+
+# -- concatenation and repetition (issue #12) --------------------------------------------------
+# Rule: the result is a TokenVector only when every operand is one (tv + tv, tv * n: the ids
+# stay int32 and stay immutable, like tuple + tuple); mixed with a list or a tuple, the result is
+# a list, what code written for `list[int]` expects (`ids[1:] + [ids[0]]`, then `.append`).
+# Caveat, as with an ndarray: `lst += tv` rebinds `lst` to a new list (Python asks the right
+# operand before list's in-place concat); `lst.extend(tv)` extends in place.
+
+cdef object _tv_concat(object left, object right):
+    cdef TokenVector a, b, out
+    if type(left) is TokenVector and type(right) is TokenVector:
+        a, b = left, right
+        out = tv_alloc(a._len + b._len)
+        memcpy(out._data, a._data, <size_t>a._len * 4)
+        memcpy(out._data + a._len, b._data, <size_t>b._len * 4)
+        return out
+    if isinstance(left, (list, tuple)) or isinstance(right, (list, tuple)):
+        return (left.tolist() if type(left) is TokenVector else list(left)) + (
+            right.tolist() if type(right) is TokenVector else list(right))
+    return NotImplemented
+
+
+cdef object _tv_repeat(TokenVector tv, object times):
+    cdef Py_ssize_t n, i
+    cdef TokenVector out
+    try:
+        n = operator.index(times)
+    except TypeError:
+        return NotImplemented
+    if n <= 0 or tv._len == 0:
+        return tv_alloc(0)
+    if n > (<Py_ssize_t>(sys.maxsize // 4)) // tv._len:
+        raise MemoryError(f"TokenVector of {tv._len} ids repeated {n} times")
+    out = tv_alloc(tv._len * n)
+    for i in range(n):
+        memcpy(out._data + i * tv._len, tv._data, <size_t>tv._len * 4)
+    return out
+
 
 
 

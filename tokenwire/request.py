@@ -5,12 +5,15 @@ consumers read ``request.prompt_token_ids`` as a ``list[int]``. Pickling that li
 PyLong frame per token each way; this module keeps the ``list[int]`` contract while the hot path
 never builds the list:
 
-* ``TokenIds`` is a data descriptor for one token-id field. The ids are held as a ``TokenVector``
-  (native int32) and a ``list`` is built from it, in C, only when someone reads the attribute;
-  the list is cached and later reads return the same object.
-* ``TokenWireMixin`` gives a class ``__getstate__`` / ``__setstate__`` that send each field as its
-  buffer (an unread field is never turned into a list on either side), ``__copy__`` /
-  ``__deepcopy__`` that share or memcpy the buffer, and a short ``__repr__``.
+* ``TokenIds`` is a data descriptor for one token-id field. Ids that arrive as a buffer are held
+  as a ``TokenVector`` (native int32) and a ``list`` is built from it, in C, only when someone
+  reads the attribute; the list is cached and later reads return the same object. A list the
+  user sets is kept as that list (no copy, no conversion until the ids are pickled).
+* ``TokenWireMixin`` (a base class) or ``token_fields`` (a class decorator, for dataclasses) give
+  a class ``__getstate__`` / ``__setstate__`` that send each field as its buffer (an unread field
+  is never turned into a list on either side) and ``__copy__`` / ``__deepcopy__`` that share or
+  memcpy the buffer.
+* ``token_buffer(obj, name)`` is the worker's hand-off: the ids as a TokenVector, no list built.
 * ``GenerationRequest`` is a reference drop-in request built on both.
 
 Why a descriptor and not a class-level ``__getattr__``: ``__getattr__`` runs a Python frame and
@@ -20,92 +23,158 @@ interpreter's C-level miss. Why the attribute stays a ``list`` and not an array:
 [first]`` silently broadcasts on an ndarray and ``if ids:`` raises.
 
 Never stale: a consumer may mutate the materialized list in place (append, sort, slice
-assignment). Whenever the ids are needed as a buffer (``TokenIds.buffer``, the
-``_prompt_token_ids_i32`` side channel, pickling, copying) a field whose list exists re-reads that
-list with ``as_tokens`` -- one C pass, about the cost of ``TokenVector.tolist()`` -- and keeps the
-previous vector only if it is byte-identical (a memcmp). A field that was never read costs
-nothing: without a list there is nothing that could have changed.
+assignment). Whenever the ids are needed as a buffer (``token_buffer``, pickling, copying) a
+field whose list exists re-reads that list with ``as_tokens`` -- one C pass, about the cost of
+``TokenVector.tolist()`` -- and keeps the held vector only if it is byte-identical (a memcmp).
+A vector built from a user's list is not kept: it lives as long as the pickling that needed it.
 
 Pickled state (version 1) is a dict::
 
     {"__tokenwire__": 1,                   # state version
-     "<field>": TokenVector | bytes | None,  # one entry per TokenIds field, under its public
-                                           # name: the vector ("raw") or a wire frame
+     "<field>": TokenVector | bytes | list | None,  # one entry per set TokenIds field, under
+                                           # its public name: the vector ("raw"), a wire frame,
+                                           # or -- for ints that are not int32 ids -- the list
      "<attr>": value, ...}                 # every other instance attribute, pickled as usual
 
 A ``TokenVector`` pickles as raw int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so a
 pickler with a ``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart frames,
-Ray, Dask). A state without ``"__tokenwire__"`` is one written before tokenwire was adopted: a
-plain ``list[int]`` under the public name or under ``_<field>``; it still loads.
+Ray, Dask). A state without ``"__tokenwire__"`` is the list form: what the class pickled before
+tokenwire was adopted (a plain ``list[int]`` under the public name or under ``_<field>``), and
+what ``list_on_wire`` writes during a rolling upgrade; it loads.
+
+See docs/adopting.md for converting an existing request class.
 """
 
 from __future__ import annotations
 
+import _compat_pickle
 import copy
+import importlib
+import os
+import pickle
 import reprlib
-from typing import Any, ClassVar, Optional, cast
+import types
+from typing import Any, Callable, ClassVar, Optional, TypeVar, cast
 
 from tokenwire._core import TokenVector, as_tokens, decode, encode
 from tokenwire.errors import WireFormatError
 
-__all__ = ["STATE_VERSION", "GenerationRequest", "TokenIds", "TokenWireMixin"]
+__all__ = [
+    "PICKLE_GLOBALS",
+    "STATE_VERSION",
+    "GenerationRequest",
+    "TokenIds",
+    "TokenWireMixin",
+    "find_class",
+    "list_on_wire",
+    "token_buffer",
+    "token_fields",
+]
 
 #: Version of the pickled state written by ``TokenWireMixin.__getstate__``.
 STATE_VERSION = 1
 
-#: Key of the version in the pickled state; its absence marks a pre-tokenwire (legacy) state.
+#: Key of the version in the pickled state; its absence marks a list-form (legacy) state.
 _VERSION_KEY = "__tokenwire__"
 
 #: Codecs a field may name (those of tokenwire.encode). "raw" travels as the TokenVector itself
 #: (a memcpy each way, out-of-band at protocol 5); the others as a wire frame (bytes).
 _CODECS = ("raw", "u16", "packed", "auto", "zstd")
 
-_MISSING = object()
+#: The globals tokenwire's own objects name in a pickle, at every protocol >= 2: a restricted
+#: unpickler allows these plus the request classes it already trusts. (Protocols 0 and 1 name
+#: ``copyreg._reconstructor`` and ``builtins.object`` for *any* plain object, tokenwire or not.)
+PICKLE_GLOBALS: frozenset[tuple[str, str]] = frozenset({
+    ("tokenwire._core", "_restore_token_vector"),
+})
+
+_MISSING: Any = object()
+
+#: Class-level settings live in names starting with this prefix; a pickled state may never set one.
+_CONFIG_PREFIX = "_tokenwire"
+
+
+# --------------------------------------------------------------------------------------------
+# Restricted unpicklers
+
+
+def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
+    """``Unpickler.find_class`` for an allow-list: resolve ``module.name`` only when it is in
+    `allow` (pairs ``(module, name)``) or in ``PICKLE_GLOBALS``; otherwise raise
+    ``pickle.UnpicklingError`` naming the global. Nothing else is imported::
+
+        class SafeUnpickler(pickle.Unpickler):
+            def find_class(self, module, name):
+                return tokenwire.find_class(module, name, allow=MY_REQUEST_CLASSES)
+    """
+    # Protocols 0-2 spell some globals with Python 2 names (copy_reg._reconstructor,
+    # __builtin__.object); map them as Unpickler(fix_imports=True) does, then check.
+    if (module, name) in _compat_pickle.NAME_MAPPING:
+        module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+    elif module in _compat_pickle.IMPORT_MAPPING:
+        module = _compat_pickle.IMPORT_MAPPING[module]
+    if (module, name) not in PICKLE_GLOBALS and (module, name) not in allow:
+        raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# --------------------------------------------------------------------------------------------
+# Rolling upgrades: "list on the wire"
+
+_list_on_wire = os.environ.get("TOKENWIRE_LIST_ON_WIRE", "") not in ("", "0")
+
+
+def list_on_wire(enabled: Optional[bool] = None) -> bool:
+    """Process-wide: pickle token fields as plain ``list[int]`` (the format of the class before
+    tokenwire), so that processes still running the unmodified class can read them. With
+    `enabled`, set it and return the previous value; without, return it. Starts from the
+    environment variable ``TOKENWIRE_LIST_ON_WIRE`` (``1`` on). A class can override it with
+    ``list_on_wire=True/False`` (see TokenWireMixin / token_fields). Receivers need no setting:
+    tokenwire classes read both forms."""
+    global _list_on_wire
+    previous = _list_on_wire
+    if enabled is not None:
+        _list_on_wire = bool(enabled)
+    return previous
 
 
 # --------------------------------------------------------------------------------------------
 # Per-instance storage of one field
+#
+# obj.__dict__[name] is, for a TokenIds field `name`:
+#   absent        -- never set: reading raises AttributeError, as for any unset attribute;
+#   None          -- set to None;
+#   a list        -- the list the user set (or a list-form state carried): the ids' source;
+#   a _TokenField -- the ids held as a TokenVector (decoded from the wire, or set from a buffer),
+#                    plus the list built from it on first read.
+# So vars(obj) shows the public name, and shows the very list on an object built from a list.
 
 
 class _TokenField:
-    """What an instance holds for one TokenIds field (stored in its ``__dict__``).
+    """Ids held as a TokenVector (`vector`, the source) and the list built from it on first
+    read (`ids`, else None). Once that list is found changed in place, the field is replaced by
+    the bare list (the list is the source from then on)."""
 
-    ``ids``    -- the materialized ``list[int]`` (or the list the user set), else None;
-    ``vector`` -- a TokenVector of the ids, else None (at least one of the two is set);
-    ``held``   -- True when ``vector`` is the source of the ids (decoded from the wire or set from
-                  a buffer) rather than a cache built from a list. Cleared once a materialized
-                  list is found to differ from it.
-    """
+    __slots__ = ("ids", "vector")
 
-    __slots__ = ("ids", "vector", "held")
-
-    def __init__(self, ids: Optional[list[int]], vector: Optional[TokenVector], held: bool) -> None:
-        self.ids = ids
+    def __init__(self, vector: TokenVector) -> None:
+        if type(vector) is not TokenVector:
+            # Reachable from a pickle (see __reduce__): never hold anything else.
+            raise WireFormatError(f"_TokenField needs a TokenVector, got {type(vector).__name__}")
+        self.ids: Optional[list[int]] = None
         self.vector = vector
-        self.held = held
-
-    def sync(self) -> TokenVector:
-        """The ids as a TokenVector, reflecting any in-place change to the list."""
-        ids = self.ids
-        if ids is None:
-            return cast(TokenVector, self.vector)      # a field holds a list or a vector
-        fresh = as_tokens(ids)            # one C pass over the list (validates every id)
-        vec = self.vector
-        if vec is not None and vec == fresh:   # TokenVector == TokenVector is a memcmp
-            return vec
-        self.vector = fresh
-        self.held = False
-        return fresh
 
     def __repr__(self) -> str:
-        ids = "None" if self.ids is None else f"<list of {len(self.ids)}>"
-        vec = "None" if self.vector is None else f"<TokenVector of {len(self.vector)}>"
-        return f"_TokenField(ids={ids}, vector={vec}, held={self.held})"
+        listed = "" if self.ids is None else ", list built"
+        return f"<token ids: {len(self.vector)} held as int32{listed}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Only reached when a class uses TokenIds without TokenWireMixin (default pickling of
-        # its __dict__): send the buffer, never the list.
-        return _TokenField, (None, self.sync(), self.held)
+        # Only reached when a class uses TokenIds without TokenWireMixin / token_fields
+        # (default pickling of its __dict__): send the buffer, never the list.
+        return _TokenField, (self.vector,)
 
 
 # --------------------------------------------------------------------------------------------
@@ -124,24 +193,44 @@ def _check_codec(codec: str) -> str:
 
 def _pack_field(codec: str, vector: TokenVector) -> Any:
     """The pickled payload of one field: for "raw" the vector itself (raw int32, out-of-band at
-    protocol 5), for the compact codecs a wire frame (bytes, decoded by `_unpack_field`)."""
+    protocol 5), for the compact codecs a wire frame (bytes, decoded by `_field_from_state`)."""
     if codec == "raw":
         return vector
     return encode(vector, codec=cast(Any, codec))
 
 
-def _unpack_field(name: str, payload: Any) -> TokenVector:
-    """A field's TokenVector from its pickled payload (self-describing: dispatch on its type)."""
-    if type(payload) is TokenVector:
-        return payload
-    if isinstance(payload, (bytes, bytearray, memoryview)):
+def _all_ints(values: list[Any]) -> bool:
+    """Every item is an int (bool included, as list[int] allows); the C pass first, it covers
+    every list of int32 ids."""
+    try:
+        as_tokens(values)
+        return True
+    except (TypeError, OverflowError, ValueError):
+        return all(isinstance(v, int) for v in values)
+
+
+def _field_from_state(owner: str, name: str, payload: Any) -> Any:
+    """What an instance stores for field `name` from its pickled payload: None, a list[int], or
+    a _TokenField. Anything else is hostile or damaged: WireFormatError naming the key."""
+    if payload is None:
+        return None
+    kind = type(payload)
+    if kind is TokenVector:
+        return _TokenField(payload)
+    if kind is list or kind is tuple:
+        # A list-form state (written before tokenwire, or with list_on_wire), or a list that is
+        # not int32 ids (the fallback of __getstate__): kept as the list it was.
+        if not _all_ints(payload):
+            raise WireFormatError(f"{owner} state key {name!r}: a token field list must hold ints")
+        return payload if kind is list else list(payload)
+    if kind is bytes or kind is bytearray or kind is memoryview:
         try:
-            return decode(payload)
+            return _TokenField(decode(payload))
         except WireFormatError as exc:
-            raise type(exc)(f"token field {name!r}: {exc}") from None
+            raise type(exc)(f"{owner} state key {name!r}: token field {name!r}: {exc}") from None
     raise WireFormatError(
-        f"token field {name!r}: expected a TokenVector or a wire frame, "
-        f"got {type(payload).__name__}"
+        f"{owner} state key {name!r}: token field {name!r}: expected a TokenVector, a wire frame, "
+        f"a list of ints or None, got {kind.__name__}"
     )
 
 
@@ -160,12 +249,17 @@ class TokenIds:
         class Req(TokenWireMixin):
             prompt_token_ids = TokenIds()
 
-    * reading returns the ids as a ``list`` (or None when unset); the first read of ids held as a
-      buffer builds the list in C and caches it, later reads return that same list object;
-    * setting accepts a list or tuple (held as a list: no conversion until the ids are needed
-      as a buffer), a TokenVector (shared: it is immutable), an ndarray or any integer buffer
-      (converted with ``as_tokens``: one memcpy for native int32), or None;
-    * ``Req.prompt_token_ids.buffer(obj)`` -- the ids as a TokenVector without building a list;
+    (on a dataclass, or to leave a class's bases alone, use the ``token_fields`` decorator.)
+
+    * reading returns the ids as a ``list`` (None when set to None; AttributeError when never
+      set, as for any attribute); the first read of ids held as a buffer builds the list in C
+      and caches it, later reads return that same list object;
+    * setting accepts a list (kept as it is, like a plain attribute) or tuple (kept as a list),
+      a TokenVector (shared: it is immutable), an ndarray or any integer buffer (converted with
+      ``as_tokens``: one memcpy for native int32), or None. A nested list (a batch of prompts)
+      is refused here, naming the field: a token field holds one sequence of ids;
+    * ``Req.prompt_token_ids.buffer(obj)`` / ``tokenwire.token_buffer(obj, "prompt_token_ids")``
+      -- the ids as a TokenVector (the hand-off to an engine), without building a list;
     * ``Req.prompt_token_ids.is_materialized(obj)`` -- whether a list exists.
 
     ``codec`` names how the field is sent when pickled: "raw" (int32, a memcpy each way, the
@@ -177,12 +271,15 @@ class TokenIds:
     def __init__(self, *, codec: str = "raw", doc: Optional[str] = None) -> None:
         self.codec = _check_codec(codec)
         self.name = "<unbound>"
-        self.key = ""
         self.__doc__ = doc
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
-        self.key = "_tw_" + name
+
+    @property
+    def key(self) -> str:
+        """The instance-__dict__ key the field stores under: its public name."""
+        return self.name
 
     def __repr__(self) -> str:
         return f"TokenIds(name={self.name!r}, codec={self.codec!r})"
@@ -192,83 +289,140 @@ class TokenIds:
     def __get__(self, obj: Any, objtype: Optional[type] = None) -> Any:
         if obj is None:
             return self
-        field = obj.__dict__.get(self.key)
-        if field is None:
-            return None
-        ids = field.ids
-        if ids is None:
-            ids = field.ids = field.vector.tolist()
-        return ids
+        try:
+            value = obj.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(
+                f"{type(obj).__name__!r} object has no attribute {self.name!r}"
+            ) from None
+        if type(value) is _TokenField:
+            ids = value.ids
+            if ids is None:
+                ids = value.ids = value.vector.tolist()
+            return ids
+        return value
 
     def __set__(self, obj: Any, value: Any) -> None:
         if value is None:
-            obj.__dict__.pop(self.key, None)
-        elif isinstance(value, list):
-            obj.__dict__[self.key] = _TokenField(value, None, False)
-        elif isinstance(value, tuple):
-            obj.__dict__[self.key] = _TokenField(list(value), None, False)
+            obj.__dict__[self.name] = None
+        elif isinstance(value, (list, tuple)):
+            if value and isinstance(value[0], (list, tuple)):
+                raise TypeError(
+                    f"{type(obj).__name__}.{self.name}: a token field holds one sequence of ids, "
+                    f"got a nested {type(value).__name__} (item 0 is a {type(value[0]).__name__}); "
+                    f"keep a batch of prompts in a plain attribute"
+                )
+            obj.__dict__[self.name] = value if isinstance(value, list) else list(value)
         else:
             try:
                 vector = as_tokens(value)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise _field_error(exc, f"{type(obj).__name__}.{self.name}") from None
-            obj.__dict__[self.key] = _TokenField(None, vector, True)
+            obj.__dict__[self.name] = _TokenField(vector)
 
     def __delete__(self, obj: Any) -> None:
-        obj.__dict__.pop(self.key, None)
+        try:
+            del obj.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
 
     # -- buffer access -------------------------------------------------------------------------
 
-    def _sync(self, obj: Any, field: _TokenField) -> TokenVector:
+    def _vector(self, obj: Any, value: Any) -> Optional[TokenVector]:
+        """The stored `value` as a TokenVector, reflecting in-place changes to a list."""
+        if value is None:
+            return None
         try:
-            return field.sync()
+            if type(value) is _TokenField:
+                ids = value.ids
+                if ids is None:
+                    return value.vector
+                fresh = as_tokens(ids)              # one C pass over the list
+                if fresh == value.vector:           # TokenVector == TokenVector: a memcmp
+                    return value.vector
+                obj.__dict__[self.name] = ids       # changed in place: the list is the source now
+                return fresh
+            return as_tokens(value)
         except (TypeError, ValueError, OverflowError) as exc:
-            # A list mutated to hold something that is not an int32 id.
             raise _field_error(exc, f"{type(obj).__name__}.{self.name}") from None
 
     def buffer(self, obj: Any) -> Optional[TokenVector]:
-        """The ids as a TokenVector (None when unset), without building a list.
-
-        If the list exists it is re-read (one C pass), so in-place changes to it are reflected.
-        """
-        field = obj.__dict__.get(self.key)
-        return None if field is None else self._sync(obj, field)
+        """The ids as a TokenVector (None when set to None), without building a list -- the
+        worker's hand-off to an engine. Held ids are returned as they are; a list is converted
+        (one C pass), so in-place changes to it are reflected. AttributeError when unset."""
+        try:
+            value = obj.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(
+                f"{type(obj).__name__!r} object has no attribute {self.name!r}"
+            ) from None
+        return self._vector(obj, value)
 
     def held_buffer(self, obj: Any) -> Optional[TokenVector]:
         """The TokenVector the ids are held as -- decoded from the wire or set from a buffer --
         as long as any materialized list still equals it; None otherwise: unset, set from a
         Python list, or the list was found changed in place (from then on the list is the
         source of the ids, even if it is later changed back)."""
-        field = obj.__dict__.get(self.key)
-        if field is None or not field.held:
+        value = obj.__dict__.get(self.name)
+        if type(value) is not _TokenField:
             return None
-        vector = self._sync(obj, field)
-        return vector if field.held else None
+        vector = self._vector(obj, value)
+        return vector if obj.__dict__.get(self.name) is value else None
 
     def is_materialized(self, obj: Any) -> bool:
         """Whether a ``list`` of the ids exists on `obj` (read, or set as a list)."""
-        field = obj.__dict__.get(self.key)
-        return field is not None and field.ids is not None
+        value = obj.__dict__.get(self.name)
+        return isinstance(value, list) or (type(value) is _TokenField and value.ids is not None)
 
     def length(self, obj: Any) -> int:
-        """Number of ids (0 when unset), without building a list."""
-        field = obj.__dict__.get(self.key)
-        if field is None:
+        """Number of ids (0 when unset or None), without building a list."""
+        value = obj.__dict__.get(self.name)
+        if value is None:
             return 0
-        return len(field.ids) if field.ids is not None else len(field.vector)
+        return len(value.vector) if type(value) is _TokenField else len(value)
 
     def summary(self, obj: Any) -> str:
         """A short description of the ids for ``__repr__``: length, head and tail."""
-        field = obj.__dict__.get(self.key)
-        if field is None:
+        value = obj.__dict__.get(self.name, _MISSING)
+        if value is _MISSING:
+            return "<unset>"
+        if value is None:
             return "None"
-        ids = field.ids if field.ids is not None else field.vector
+        ids = value.vector if type(value) is _TokenField else value
         n = len(ids)
         if n <= 6:
             return repr(list(ids))
         head = ", ".join(str(ids[i]) for i in range(3))
         tail = ", ".join(str(ids[i]) for i in range(n - 3, n))
         return f"<{n} ids: [{head}, ..., {tail}]>"
+
+    # -- pickling ------------------------------------------------------------------------------
+
+    def _payload(self, obj: Any, value: Any) -> Any:
+        """The pickled payload of the stored `value` (current state format)."""
+        try:
+            vector = self._vector(obj, value)
+        except (TypeError, OverflowError):
+            # Not int32 ids -- ids >= 2**31, bools: what the unmodified class pickled fine is
+            # sent as that same list. Anything else in the list still fails, naming the field.
+            if isinstance(value, list) and _all_ints(value):
+                return value
+            raise
+        return None if vector is None else _pack_field(self.codec, vector)
+
+
+def token_buffer(obj: Any, name: str) -> Optional[TokenVector]:
+    """The token ids of ``obj.<name>`` as a TokenVector, for a hand-off to native code (an
+    engine's ``Request(input_token_ids=...)`` constructor memcpys a 1-D int32 buffer).
+
+    On a tokenwire field, the held buffer without building a list (see TokenIds.buffer); on any
+    other attribute -- a plain ``list[int]`` of a class not (yet) converted -- one ``as_tokens``
+    pass. None when the value is None; AttributeError when unset."""
+    desc = getattr(type(obj), name, None)
+    if isinstance(desc, TokenIds):
+        return desc.buffer(obj)
+    value = getattr(obj, name)
+    return None if value is None else as_tokens(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,144 +435,259 @@ _short.maxlist = 6
 _short.maxdict = 6
 
 
+def _collect_fields(cls: type) -> tuple[tuple[str, TokenIds], ...]:
+    fields: dict[str, TokenIds] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if isinstance(value, TokenIds):
+                fields[name] = value
+            elif name in fields:        # overridden by something that is not a field
+                del fields[name]
+    return tuple(fields.items())
+
+
+def _configure(cls: type, list_on_wire: Optional[bool]) -> None:
+    fields = _collect_fields(cls)
+    setattr(cls, "_tokenwire_fields", fields)
+    setattr(cls, "_tokenwire_keys", frozenset(name for name, _ in fields))
+    setattr(cls, "_tokenwire_fieldmap", types.MappingProxyType(dict(fields)))
+    setattr(cls, "_tokenwire_reserved", _reserved_names(cls))
+    if list_on_wire is not None or "_tokenwire_list_on_wire" not in vars(cls):
+        inherited = getattr(cls, "_tokenwire_list_on_wire", None)
+        setattr(cls, "_tokenwire_list_on_wire", inherited if list_on_wire is None else list_on_wire)
+
+
 class TokenWireMixin:
     """Pickling, copying and ``__repr__`` for a class with ``TokenIds`` fields.
 
     Instances need a ``__dict__`` (the fields keep their storage there). See the module
-    docstring for the state format.
+    docstring for the state format. ``class Req(TokenWireMixin, list_on_wire=True)`` pickles
+    this class's token fields as plain lists regardless of the process-wide ``list_on_wire()``.
     """
 
     #: (name, descriptor) of every TokenIds field of the class, base classes included.
     _tokenwire_fields: ClassVar[tuple[tuple[str, TokenIds], ...]] = ()
-    #: The instance-__dict__ keys the fields store under.
+    #: The names of those fields (also their instance-__dict__ keys).
     _tokenwire_keys: ClassVar[frozenset[str]] = frozenset()
+    #: name -> descriptor, read-only.
+    _tokenwire_fieldmap: ClassVar[types.MappingProxyType[str, TokenIds]] = types.MappingProxyType({})
+    #: Names a pickled state may not set (the class's data descriptors), see _checked_state_key.
+    _tokenwire_reserved: ClassVar[frozenset[str]] = frozenset()
+    #: True/False: this class's choice of list-on-the-wire; None: follow ``list_on_wire()``.
+    _tokenwire_list_on_wire: ClassVar[Optional[bool]] = None
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, list_on_wire: Optional[bool] = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        fields: dict[str, TokenIds] = {}
-        for klass in reversed(cls.__mro__):
-            for name, value in vars(klass).items():
-                if isinstance(value, TokenIds):
-                    fields[name] = value
-                elif name in fields:        # overridden by something that is not a field
-                    del fields[name]
-        cls._tokenwire_fields = tuple(fields.items())
-        cls._tokenwire_keys = frozenset(d.key for d in fields.values())
+        _configure(cls, list_on_wire)
 
     # -- pickling ------------------------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
+        cls = type(self)               # configuration is read from the class, never the instance
         attrs = self.__dict__
-        keys = self._tokenwire_keys
-        state: dict[str, Any] = {_VERSION_KEY: STATE_VERSION}
-        for name, desc in self._tokenwire_fields:
-            field = attrs.get(desc.key)
-            state[name] = None if field is None else _pack_field(desc.codec, desc._sync(self, field))
-        for key, value in attrs.items():
-            if key not in keys:
+        as_lists = cls._tokenwire_list_on_wire
+        if as_lists is None:
+            as_lists = _list_on_wire
+        state: dict[str, Any] = {} if as_lists else {_VERSION_KEY: STATE_VERSION}
+        fields = cls._tokenwire_fieldmap
+        for key, value in attrs.items():          # in the object's order (an unset field: absent)
+            desc = fields.get(key)
+            if desc is None:
                 state[key] = value
+            elif as_lists:
+                state[key] = desc.__get__(self, cls)      # the list-form state: a plain list
+            else:
+                state[key] = desc._payload(self, value)
         return state
 
     def __setstate__(self, state: Any) -> None:
-        slots = None
-        if isinstance(state, tuple) and len(state) == 2:   # (dict, slots) from default pickling
+        cls = type(self)
+        owner = cls.__name__
+        slots: Any = None
+        if type(state) is tuple:                            # (dict, slots) of default pickling
+            if len(state) != 2:
+                raise WireFormatError(f"{owner} state tuple must be (dict, slots), got {len(state)} items")
             state, slots = state
-        state = state or {}
+        if state is None:
+            state = {}
+        if type(state) is not dict:
+            raise WireFormatError(f"{owner} state must be a dict, got {type(state).__name__}")
+        if slots is not None and type(slots) is not dict:
+            raise WireFormatError(f"{owner} slot state must be a dict, got {type(slots).__name__}")
+        fields = cls._tokenwire_fieldmap
+        reserved = cls._tokenwire_reserved
         version = state.get(_VERSION_KEY)
-        if version is None:
-            self._setstate_legacy(state)
-        elif type(version) is not int or not 1 <= version <= STATE_VERSION:
+        legacy = version is None
+        if not legacy and (type(version) is not int or not 1 <= version <= STATE_VERSION):
             raise WireFormatError(
-                f"{type(self).__name__} state version {version!r} is not supported "
+                f"{owner} state version {version!r} is not supported "
                 f"(this tokenwire reads versions 1..{STATE_VERSION})"
             )
-        else:
-            attrs = self.__dict__
-            fields = self._tokenwire_fields
-            for name, desc in fields:
-                payload = state.get(name)
-                if payload is None:
-                    attrs.pop(desc.key, None)
-                else:
-                    attrs[desc.key] = _TokenField(None, _unpack_field(name, payload), True)
-            names = {name for name, _ in fields}
-            for key, value in state.items():
-                if key != _VERSION_KEY and key not in names:
-                    attrs[self._checked_state_key(key)] = value
+        # Everything is checked before anything is stored: a refused state leaves no trace.
+        # Keys keep the state's order, so vars() lists them as the sender's object did.
+        updates = dict(state)
+        if not legacy:
+            del updates[_VERSION_KEY]
+        # List form (legacy): written before tokenwire, or with list_on_wire. A field may be
+        # under its public name or under "_<name>" (a property's backing attribute);
+        # "_<name>_i32" was the hand-written side channel this layer replaces.
+        aliases: dict[str, str] = {}
+        if legacy:
+            for name in fields:
+                aliases["_" + name] = name
+                aliases["_" + name + "_i32"] = ""
+        for key in updates:        # inline: this loop runs for every attribute of every request
+            if (type(key) is not str or key in reserved or key.startswith(_CONFIG_PREFIX)
+                    or key[:2] == "__" == key[-2:]) and key not in fields and key not in aliases:
+                _checked_state_key(cls, key)            # raises, naming the key
+        for name in fields:
+            if name in updates:
+                updates[name] = _field_from_state(owner, name, updates[name])
+        for alias, name in aliases.items():
+            if alias in updates:
+                value = updates.pop(alias)
+                if name and name not in updates:        # the public name wins
+                    updates[name] = _field_from_state(owner, name, value)
+        for name in fields:
+            if name not in updates:
+                updates[name] = _MISSING                 # absent from the state: unset
+        slot_updates: list[tuple[str, Any]] = []
         if slots:
             for key, value in slots.items():
-                setattr(self, key, value)
-
-    def _setstate_legacy(self, state: dict[str, Any]) -> None:
-        """A state pickled before tokenwire: each field a plain list under its public name or
-        under ``_<name>`` (a property's backing attribute)."""
-        skip: set[str] = set()
-        for name, desc in self._tokenwire_fields:
-            value = state.get(name, _MISSING)
-            private = state.get("_" + name, _MISSING)
-            if value is _MISSING:
-                value = private
-            # `_<name>_i32` was the hand-written side channel this layer replaces.
-            skip.update((name, "_" + name, "_" + name + "_i32"))
-            desc.__set__(self, None if value is _MISSING else value)
+                if key in fields:
+                    updates[key] = _field_from_state(owner, key, value)
+                elif not isinstance(key, str) or not isinstance(
+                        getattr(cls, key, None), types.MemberDescriptorType):
+                    raise WireFormatError(f"{owner} slot state key {key!r} is not a slot of the class")
+                else:
+                    slot_updates.append((key, value))
         attrs = self.__dict__
-        for key, value in state.items():
-            if key not in skip:
-                attrs[self._checked_state_key(key)] = value
-
-    def _checked_state_key(self, key: Any) -> str:
-        """An ordinary attribute name from a pickled state; never a field's private storage."""
-        if type(key) is not str:
-            raise WireFormatError(f"{type(self).__name__} state has a non-string key {key!r}")
-        if key in self._tokenwire_keys:
-            raise WireFormatError(
-                f"{type(self).__name__} state sets {key!r}, the private storage of a token field"
-            )
-        return key
+        for key, value in updates.items():
+            if value is _MISSING:
+                attrs.pop(key, None)
+            else:
+                attrs[key] = value
+        for key, value in slot_updates:
+            setattr(self, key, value)
 
     # -- copying: the buffer is shared (immutable) or memcpy'd, never copied per token ---------
 
-    def _copy_fields_into(self, new: Any, memo: Optional[dict[int, Any]]) -> None:
-        attrs, new_attrs = self.__dict__, new.__dict__
-        for _, desc in self._tokenwire_fields:
-            field = attrs.get(desc.key)
-            if field is not None:
-                vector = desc._sync(self, field)
-                if memo is not None:
-                    vector = copy.deepcopy(vector, memo)   # itself if owned, else one memcpy
-                new_attrs[desc.key] = _TokenField(None, vector, field.held)
-
     def __copy__(self) -> Any:
+        # Like a plain object's shallow copy: the same list (and the same held ids) is shared.
         cls = type(self)
         new = cls.__new__(cls)
-        keys = self._tokenwire_keys
-        new.__dict__.update((k, v) for k, v in self.__dict__.items() if k not in keys)
-        self._copy_fields_into(new, None)
+        new.__dict__.update(self.__dict__)
         return new
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         cls = type(self)
         new = cls.__new__(cls)
         memo[id(self)] = new
-        keys = self._tokenwire_keys
+        keys = cls._tokenwire_keys
         new_attrs = new.__dict__
         for key, value in self.__dict__.items():
             if key not in keys:
                 new_attrs[key] = copy.deepcopy(value, memo)
-        self._copy_fields_into(new, memo)
+        for name, desc in cls._tokenwire_fields:
+            value = self.__dict__.get(name, _MISSING)
+            if value is _MISSING or value is None:
+                if value is None:
+                    new_attrs[name] = None
+                continue
+            if type(value) is _TokenField:
+                desc._vector(self, value)                   # a changed list becomes the source
+                value = self.__dict__[name]
+            if type(value) is _TokenField:
+                # itself if owned (immutable), else one memcpy
+                new_attrs[name] = _TokenField(copy.deepcopy(value.vector, memo))
+            elif id(value) in memo:
+                new_attrs[name] = memo[id(value)]
+            elif _all_ints(value):
+                new_attrs[name] = memo[id(value)] = value[:]     # ints are immutable
+            else:
+                new_attrs[name] = copy.deepcopy(value, memo)
         return new
 
     # -- repr ----------------------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        parts = [f"{name}={desc.summary(self)}" for name, desc in self._tokenwire_fields]
-        keys = self._tokenwire_keys
+        cls = type(self)
+        parts = [f"{name}={desc.summary(self)}" for name, desc in cls._tokenwire_fields]
+        keys = cls._tokenwire_keys
         parts += [
             f"{key}={_short.repr(value)}"
             for key, value in self.__dict__.items()
             if key not in keys and not key.startswith("_")
         ]
-        return f"{type(self).__name__}({', '.join(parts)})"
+        return f"{cls.__name__}({', '.join(parts)})"
+
+
+def _checked_state_key(cls: Any, key: Any) -> str:
+    """An ordinary attribute name from a pickled state: a str, not a dunder, not a class-level
+    tokenwire setting, not a name the class defines as a property or other data descriptor
+    (the instance __dict__ entry would be dead, or -- for settings -- would shadow the class)."""
+    if (type(key) is str and key not in cls._tokenwire_reserved
+            and not key.startswith(_CONFIG_PREFIX) and not (key[:2] == "__" == key[-2:])):
+        return key
+    owner = cls.__name__
+    if type(key) is not str:
+        raise WireFormatError(f"{owner} state has a non-string key {key!r}")
+    if key in cls._tokenwire_reserved:
+        raise WireFormatError(f"{owner} state key {key!r} names a property or descriptor of the class")
+    raise WireFormatError(f"{owner} state key {key!r} names class-level configuration")
+
+
+def _reserved_names(cls: type) -> frozenset[str]:
+    """Names the class defines as data descriptors (properties, TokenIds...), slots excepted."""
+    return frozenset(
+        name for klass in cls.__mro__ for name, attr in vars(klass).items()
+        if hasattr(type(attr), "__set__") and not isinstance(attr, types.MemberDescriptorType)
+    )
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def token_fields(*names: str, codec: str = "raw",
+                 list_on_wire: Optional[bool] = None) -> Callable[[_C], _C]:
+    """Class decorator: make the attributes `names` token-id fields (TokenIds) and give the class
+    tokenwire's pickling and copying -- without touching its bases, annotations or signature.
+
+    Written above ``@dataclass``, it runs after the dataclass is built, so the fields keep
+    their place in ``__init__`` (positional construction, fields without defaults after them),
+    and ``dataclasses.fields/asdict/astuple/replace``, the generated ``__eq__`` and ``__repr__``
+    behave as before::
+
+        @tokenwire.token_fields("input_ids")
+        @dataclass
+        class TokenizedGenerateReqInput:
+            rid: str
+            input_text: str
+            input_ids: List[int]
+            ...
+
+    Methods the class defines itself (``__getstate__``, ``__copy__``...) are kept. Instances
+    need a ``__dict__`` (``@dataclass(slots=True)`` is refused)."""
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"token_fields() takes attribute names, got {name!r}")
+    _check_codec(codec)
+
+    def decorate(cls: _C) -> _C:
+        if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
+            raise TypeError(f"token_fields({cls.__name__}): instances need a __dict__, "
+                            f"the class has __slots__ without one")
+        for name in names:
+            desc = TokenIds(codec=codec)
+            desc.__set_name__(cls, name)
+            setattr(cls, name, desc)
+        for method in ("__getstate__", "__setstate__", "__copy__", "__deepcopy__"):
+            if method not in vars(cls):
+                setattr(cls, method, vars(TokenWireMixin)[method])
+        _configure(cls, list_on_wire)
+        return cls
+
+    return decorate
 
 
 # --------------------------------------------------------------------------------------------
@@ -429,8 +698,9 @@ class GenerationRequest(TokenWireMixin):
     """A drop-in generation request whose token ids cross process boundaries as int32 buffers.
 
     ``prompt_token_ids`` / ``query_token_ids`` read as ``list[int]`` (lazily, see TokenIds);
-    worker code that hands the ids to a native constructor reads ``_prompt_token_ids_i32``
-    instead and never builds the list.
+    worker code that hands the ids to a native constructor takes
+    ``tokenwire.token_buffer(request, "prompt_token_ids")`` instead and never builds the list
+    (``_prompt_token_ids_i32``, the seed's name, is kept: the held buffer, or None).
     """
 
     prompt_token_ids = TokenIds(doc="The prompt's token ids, a list[int] built on first read.")

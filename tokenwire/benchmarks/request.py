@@ -1,4 +1,6 @@
-"""GenerationRequest against the same request holding a plain list field (issue #4's targets).
+"""GenerationRequest against the same request holding a plain list field (issue #4's targets),
+a ~30-field dataclass adopted with `token_fields` against the unmodified one (issue #12), and
+the proxy-side serialize of a request built from a list (issue #10, item 4).
 
 The baseline, `PlainGenerationRequest` (tokenwire.benchmarks.baseline), is the request as it was
 before tokenwire: the same attributes, `prompt_token_ids` a plain `list[int]`, default pickling
@@ -12,7 +14,10 @@ from __future__ import annotations
 import copy
 import pickle
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
 
 import tokenwire
 from tokenwire import GenerationRequest
@@ -20,6 +25,7 @@ from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
 from tokenwire.benchmarks.data import token_stream
 from tokenwire.benchmarks.harness import Method, Result, Target, group_ratios, grouped_suite_main
 from tokenwire.transport import dumps_oob, loads_oob
+from tokenwire.request import token_buffer, token_fields
 
 PROTOCOL = 5
 PROMPT = GenerationRequest.prompt_token_ids
@@ -40,7 +46,138 @@ G_FIRST_READ = "first read of prompt_token_ids"
 G_ACCESS = "hot path: attribute access (incl. ~40 ns lambda call)"
 
 
+@dataclass
+class TokenizedReq:
+    """An SGLang-style tokenized request: 32 fields, built positionally, `input_ids` followed by
+    fields without defaults. The unmodified baseline."""
+
+    rid: str
+    input_text: str
+    input_ids: List[int]
+    mm_inputs: Optional[Dict[str, Any]]
+    sampling_params: Any
+    return_logprob: bool
+    logprob_start_len: int
+    top_logprobs_num: int
+    token_ids_logprob: Optional[List[int]]
+    stream: bool
+    lora_id: Optional[str] = None
+    input_embeds: Optional[List[List[float]]] = None
+    session_params: Optional[Dict[str, Any]] = None
+    custom_logit_processor: Optional[str] = None
+    return_hidden_states: bool = False
+    bootstrap_host: Optional[str] = None
+    bootstrap_port: Optional[int] = None
+    bootstrap_room: Optional[int] = None
+    data_parallel_rank: Optional[int] = None
+    priority: Optional[int] = None
+    extra_key: Optional[str] = None
+    no_logs: bool = False
+    log_metrics: bool = True
+    return_bytes: bool = False
+    require_reasoning: bool = False
+    routed_dp_rank: Optional[int] = None
+    disagg_prefill_dp_rank: Optional[int] = None
+    token_type_ids: Optional[List[int]] = None
+    created_time: float = 0.0
+    http_worker_ipc: Optional[str] = None
+    lora_path: Optional[str] = None
+    meta: Dict[str, Any] = field(default_factory=dict)
+
+
+@token_fields("input_ids")
+@dataclass
+class TwTokenizedReq(TokenizedReq):
+    """The same dataclass after adoption (docs/adopting.md: one import, one decorator)."""
+
+
+def _tokenized(cls: Any, ids: list[int], sp: Any) -> Any:
+    return cls("rid-0", "", ids, None, sp, False, -1, 0, None, False)
+
+
+def engine_request(input_token_ids: Any) -> np.ndarray:
+    """Stand-in for an engine's `Request(input_token_ids=...)`: a 1-D int32 buffer is one
+    memcpy; a list[int] is cast element by element, as a binding's default conversion does."""
+    if isinstance(input_token_ids, list):
+        return np.array(input_token_ids, dtype=np.int32)
+    return np.frombuffer(input_token_ids, dtype=np.int32).copy()
+
+
+def submit_unchanged(req: Any) -> Any:
+    """The worker's code before adoption: its own deep copy of the ids, the list to the engine."""
+    ids = copy.deepcopy(req.input_ids)
+    return engine_request(ids), ids
+
+
+def submit_buffer(req: Any) -> Any:
+    """+ buffer hand-off: the engine gets the int32 buffer; the deepcopy is still there."""
+    ids = copy.deepcopy(req.input_ids)
+    return engine_request(token_buffer(req, "input_ids")), ids
+
+
+def submit_adopted(req: Any) -> Any:
+    """+ no deepcopy: ints are immutable, a shallow `list(...)` is an independent list."""
+    ids = list(req.input_ids)
+    return engine_request(token_buffer(req, "input_ids")), ids
+
+
+G_DC_P4 = "dataclass (32 fields): pickle.dumps+loads, protocol 4"
+G_DC_P5 = "dataclass (32 fields): pickle.dumps+loads, protocol 5"
+G_SUBMIT = "dataclass: whole submit = loads + worker's hand-off (protocol 5)"
+G_PROXY = "proxy serialize: request built from a list, pickle.dumps protocol 5"
+
+
+def dataclass_methods(n: int) -> list[Method]:
+    lst = token_stream(n).tolist()
+    sp = SamplingParams()
+    plain, adopted = _tokenized(TokenizedReq, lst, sp), _tokenized(TwTokenizedReq, lst, sp)
+    data_plain = pickle.dumps(plain, protocol=5)
+    data_tw = pickle.dumps(adopted, protocol=5)
+    assert submit_adopted(pickle.loads(data_tw))[1] == lst
+
+    def rt_p(obj: Any, protocol: int) -> Any:
+        return pickle.loads(pickle.dumps(obj, protocol=protocol))
+
+    def build_and_rt(cls: Any, protocol: int) -> Callable[[], Any]:
+        return lambda: rt_p(_tokenized(cls, lst, sp), protocol)
+
+    return [
+        _m(G_DC_P4, "unmodified dataclass", build_and_rt(TokenizedReq, 4), True),
+        _m(G_DC_P4, "token_fields dataclass", build_and_rt(TwTokenizedReq, 4)),
+        _m(G_DC_P5, "unmodified dataclass", build_and_rt(TokenizedReq, 5), True),
+        _m(G_DC_P5, "token_fields dataclass", build_and_rt(TwTokenizedReq, 5)),
+        _m(G_SUBMIT, "unmodified: loads, deepcopy(ids), engine(list)",
+           lambda: submit_unchanged(pickle.loads(data_plain)), True),
+        _m(G_SUBMIT, "pickle only (worker unchanged)", lambda: submit_unchanged(pickle.loads(data_tw))),
+        _m(G_SUBMIT, "+ buffer hand-off", lambda: submit_buffer(pickle.loads(data_tw))),
+        _m(G_SUBMIT, "+ no deepcopy (list(ids))", lambda: submit_adopted(pickle.loads(data_tw))),
+    ]
+
+
+def proxy_methods(n: int) -> list[Method]:
+    lst = token_stream(n).tolist()
+    sp = SamplingParams()
+    kw: dict[str, Any] = dict(id=1, arrival_time=1.0)
+    built = GenerationRequest(tokenwire.as_tokens(lst), sp, **kw)
+
+    def reference() -> Any:
+        tokenwire.as_tokens(lst)
+        return pickle.dumps(built, protocol=PROTOCOL)
+
+    return [
+        _m(G_PROXY, "as_tokens(list) + dumps(request already built)", reference, True),
+        _m(G_PROXY, "dumps(GenerationRequest(list))",
+           lambda: pickle.dumps(GenerationRequest(lst, sp, **kw), protocol=PROTOCOL)),
+        _m(G_PROXY, "dumps_oob(GenerationRequest(list))",
+           lambda: dumps_oob(GenerationRequest(lst, sp, **kw))),
+    ]
+
+
 def methods_for(n: int) -> list[Method]:
+    return request_methods(n) + dataclass_methods(n) + proxy_methods(n)
+
+
+def request_methods(n: int) -> list[Method]:
     ids = token_stream(n)
     lst = ids.tolist()
     sp = SamplingParams()
@@ -106,6 +243,16 @@ TARGETS: list[Target] = [
     # The descriptor adds one dict lookup to a ~50 µs build: 2% is for run-to-run noise only.
     ("first read of prompt_token_ids <= TokenVector.tolist() (within 2% noise)",
      G_FIRST_READ, "reset + req.prompt_token_ids (first read)", lambda r: 1 / r <= 1.02),
+    # issue #12
+    ("dataclass pickle.dumps+loads, protocol 4: >= 15x faster", G_DC_P4,
+     "token_fields dataclass", lambda r: r >= 15),
+    ("dataclass pickle.dumps+loads, protocol 5: >= 15x faster", G_DC_P5,
+     "token_fields dataclass", lambda r: r >= 15),
+    ("whole submit with the documented worker changes: >= 20x faster", G_SUBMIT,
+     "+ no deepcopy (list(ids))", lambda r: r >= 20),
+    # issue #10, item 4
+    ("proxy serialize <= 1.5x (as_tokens(list) + dumps of the built request)", G_PROXY,
+     "dumps(GenerationRequest(list))", lambda r: 1 / r <= 1.5),
 ]
 
 
@@ -122,3 +269,42 @@ def main(argv: list[str] | None = None) -> int:
     return grouped_suite_main(argv, suite="request", doc=__doc__ or "", default_isl="40000",
                               methods_for=methods_for, targets=TARGETS,
                               note=f"; pickle protocol {PROTOCOL}", after=_deepcopy_note)
+
+
+def proxy_serialize_loop(count: int = 3000, isl: int = 40_000) -> None:
+    """Issue #10, item 4: where the proxy-side serialize time goes. Runs `count`
+    `pickle.dumps(GenerationRequest(list))` in a process whose heap has seen nothing else (the
+    list comes straight from Python, as a tokenizer's does), then prints the median time per
+    request next to `as_tokens(list)` and `dumps` of a built request measured apart. Run it
+    under `perf stat -e page-faults` with and without the glibc settings of
+    docs/adopting.md, section 6::
+
+        perf stat -e page-faults python -c \\
+            "from tokenwire.benchmarks.request import proxy_serialize_loop as f; f()"
+    """
+    import random
+    import time
+
+    rnd = random.Random(0)
+    lst = [rnd.randrange(151_936) for _ in range(isl)]
+    sp = SamplingParams()
+    built = GenerationRequest(tokenwire.as_tokens(lst), sp, id=1, arrival_time=1.0)
+
+    def serialize() -> Any:
+        return pickle.dumps(GenerationRequest(lst, sp, id=1, arrival_time=1.0), protocol=PROTOCOL)
+
+    def median_us(fn: Callable[[], Any], n: int) -> float:
+        rounds = []
+        for _ in range(9):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            rounds.append((time.perf_counter() - t0) / n * 1e6)
+        return sorted(rounds)[4]
+
+    n = max(1, count // 9)
+    ser = median_us(serialize, n)
+    conv = median_us(lambda: tokenwire.as_tokens(lst), n)
+    dump = median_us(lambda: pickle.dumps(built, protocol=PROTOCOL), n)
+    print(f"ISL {isl:,}: dumps(GenerationRequest(list)) {ser:.1f} us; as_tokens(list) {conv:.1f} us"
+          f" + dumps(built request) {dump:.1f} us = {conv + dump:.1f} us; ratio {ser / (conv + dump):.2f}x")
