@@ -13,7 +13,6 @@ this time / np.copyto of the same ids as int32 (the floor; < 1 only for zero-cop
 from __future__ import annotations
 
 import argparse
-import json
 import pickle
 import sys
 from collections.abc import Callable, Sequence
@@ -26,13 +25,14 @@ import tokenwire
 from tokenwire.benchmarks.baseline import SamplingParams
 from tokenwire.benchmarks.data import VOCABS, token_stream
 from tokenwire.benchmarks.harness import (
+    Figures,
     Method,
     Result,
-    end_progress,
+    Suite,
+    Target,
     machine,
     measure,
-    results_json,
-    stderr_progress,
+    suite_main,
 )
 
 PICKLE_LIST = "pickle(list[int])"
@@ -130,6 +130,8 @@ def rows_of(results: Sequence[Result]) -> list[Row]:
     by = {(r.name, r.isl): r for r in results}
     rows = []
     for r in results:
+        if r.group == PER_CALL:
+            continue
         pk, mc = by[(PICKLE_LIST, r.isl)], by[(MEMCPY, r.isl)]
         e, d = r.stats["encode"], r.stats["decode"]
         rows.append(Row(r.name, r.isl, e.median_us, e.iqr_pct, d.median_us, d.iqr_pct,
@@ -149,63 +151,56 @@ def print_rows(rows: Sequence[Row]) -> None:
                   f"{r.x_memcpy:>9.2f}x")
 
 
-def per_call(repeat: int, round_s: float) -> dict[str, float]:
-    """Per-call overhead: a 16-id frame (list in, TokenVector out)."""
-    lst = token_stream(16).tolist()
+PER_CALL = "per call"
+PER_CALL_IDS = 16
+
+
+def per_call(repeat: int, round_s: float) -> list[Result]:
+    """Per-call overhead: a 16-id frame (list in, TokenVector out), rows of group `PER_CALL`."""
+    lst = token_stream(PER_CALL_IDS).tolist()
     frame = tokenwire.encode(lst)
-    methods = [Method("encode(list of 16)", {"time": lambda: tokenwire.encode(lst)}),
-               Method("decode(16-id frame)", {"time": lambda: tokenwire.decode(frame)}),
-               Method("pickle.dumps(list of 16)", {"time": lambda: pickle.dumps(lst, 5)})]
-    return {r.name: r.stats["time"].median_us for r in measure(methods, 16, repeat, round_s)}
+    methods = [Method("encode(list of 16)", {"time": lambda: tokenwire.encode(lst)}, PER_CALL),
+               Method("decode(16-id frame)", {"time": lambda: tokenwire.decode(frame)}, PER_CALL),
+               Method("pickle.dumps(list of 16)", {"time": lambda: pickle.dumps(lst, 5)}, PER_CALL)]
+    return measure(methods, PER_CALL_IDS, repeat, round_s)
 
 
-def check_targets(results: Sequence[Result], small: dict[str, float], isl: int, width: int) -> bool:
-    """Print every target whose rows were measured (--only may leave some out)."""
-    by = {(r.name, r.isl): r for r in results}
-    if (MEMCPY, isl) not in by:
-        return True
-    mc = by[(MEMCPY, isl)].stats["encode"].median_us
-    packed, u16, raw = "tokenwire packed", "tokenwire u16 (ids < 65,536)", "tokenwire raw"
+PACKED, U16, RAW = "tokenwire packed", "tokenwire u16 (ids < 65,536)", "tokenwire raw"
 
-    def us(name: str, op: str) -> float:
-        return by[(name, isl)].stats[op].median_us
 
-    def gtok(name: str, op: str) -> float:
-        return isl / us(name, op) / 1e3          # ids per µs / 1e3 = G ids/s
+def _gtok(name: str, op: str) -> Callable[[Figures], float]:
+    """G ids per second of one operation of a row."""
+    return lambda f: f.isl / f.us(name, op) / 1e3
 
-    def payload_check() -> tuple[bool, str]:
-        size = by[(packed, isl)].nbytes
-        return size == 16 + -(-isl * width // 8), f"{size} bytes = 16-byte header + ceil({isl}*{width}/8)"
 
-    checks: list[tuple[str, Callable[[], tuple[bool, str]]]] = [
-        ("packed decode >= 3 G tokens/s",
-         lambda: (gtok(packed, "decode") >= 3.0, f"{gtok(packed, 'decode'):.2f} G/s")),
-        ("packed decode <= 3x memcpy",
-         lambda: (us(packed, "decode") / mc <= 3.0, f"{us(packed, 'decode') / mc:.2f}x memcpy")),
-        ("packed encode >= 1.2 G tokens/s (max scan incl.)",
-         lambda: (gtok(packed, "encode") >= 1.2, f"{gtok(packed, 'encode'):.2f} G/s")),
-        ("u16 encode >= 5 G tokens/s", lambda: (gtok(u16, "encode") >= 5.0, f"{gtok(u16, 'encode'):.2f} G/s")),
-        ("u16 decode >= 5 G tokens/s", lambda: (gtok(u16, "decode") >= 5.0, f"{gtok(u16, 'decode'):.2f} G/s")),
-        ("raw encode <= 2x memcpy",
-         lambda: (us(raw, "encode") / mc <= 2.0, f"{us(raw, 'encode') / mc:.2f}x memcpy")),
-        ("packed payload == ceil(n*w/8)", payload_check),
-    ]
-    def per_call_check(t: float) -> Callable[[], tuple[bool, str]]:
-        return lambda: (t <= 1.0, f"{t:.3f} µs")
+def _x_memcpy(name: str, op: str) -> Callable[[Figures], float]:
+    return lambda f: f.us(name, op) / f.us(MEMCPY, "encode")
 
-    for name, t in small.items():
-        if not name.startswith("pickle"):
-            checks.append((f"16-id frame {name} <= 1 µs", per_call_check(t)))
-    print(f"\nTargets at ISL {isl:,} (from this run):")
-    ok_all = True
-    for desc, check in checks:
-        try:
-            ok, shown = check()
-        except KeyError:
-            continue                               # that row was not measured (--only)
-        ok_all &= ok
-        print(f"  [{'ok' if ok else 'MISSED'}] {desc}: {shown}")
-    return ok_all
+
+def _per_call(name: str) -> Target:
+    return Target(f"16-id frame {name} <= 1 µs", lambda f: f.us(name, isl=PER_CALL_IDS),
+                  lambda t: t <= 1.0, lambda f, t: f"{t:.3f} µs")
+
+
+def _gs(f: Figures, v: float) -> str:
+    return f"{v:.2f} G/s"
+
+
+def _xm(f: Figures, v: float) -> str:
+    return f"{v:.2f}x memcpy"
+
+
+TARGETS: list[Target] = [
+    Target("packed decode >= 3 G tokens/s", _gtok(PACKED, "decode"), lambda v: v >= 3.0, _gs),
+    Target("packed decode <= 3x memcpy", _x_memcpy(PACKED, "decode"), lambda v: v <= 3.0, _xm),
+    Target("packed encode >= 1.2 G tokens/s (max scan incl.)", _gtok(PACKED, "encode"),
+           lambda v: v >= 1.2, _gs),
+    Target("u16 encode >= 5 G tokens/s", _gtok(U16, "encode"), lambda v: v >= 5.0, _gs),
+    Target("u16 decode >= 5 G tokens/s", _gtok(U16, "decode"), lambda v: v >= 5.0, _gs),
+    Target("raw encode <= 2x memcpy", _x_memcpy(RAW, "encode"), lambda v: v <= 2.0, _xm),
+    _per_call("encode(list of 16)"),
+    _per_call("decode(16-id frame)"),
+]
 
 
 # The plot shows a few series, each once: peers muted and dashed, tokenwire strong and solid.
@@ -312,59 +307,76 @@ def tokenizer_streams(path: str, isls: Sequence[int], text: str | None) -> dict[
     return {n: np.resize(ids, n) for n in isls}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="tokenwire bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--isl", default="1000,40000,128000", help="comma-separated prompt lengths")
-    p.add_argument("--quick", action="store_true", help="seconds, not a minute: ISL 1k/40k, few rounds")
-    p.add_argument("--repeat", type=int, default=11, help="timed rounds per method (median)")
-    p.add_argument("--round-ms", type=float, default=10.0, help="target duration of one round")
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="measure only rows whose name contains one of these (pickle(list) and "
                         "memcpy are always kept: the ratios need them)")
     p.add_argument("--tokenizer", metavar="TOKENIZER_JSON",
                    help="ids from a real tokenizer (a `tokenizers` tokenizer.json) on local text")
     p.add_argument("--text", metavar="FILE", help="the text for --tokenizer (default: stdlib sources)")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     p.add_argument("--plot", metavar="PNG", help="also draw time and size against ISL")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
-    args = p.parse_args(argv)
-    isls = [1000, 40_000] if args.quick else [int(x) for x in args.isl.split(",") if x]
-    repeat, round_s = (5, 0.003) if args.quick else (args.repeat, args.round_ms / 1e3)
-    if args.tokenizer:
-        streams = tokenizer_streams(args.tokenizer, isls, args.text)
-        source = f"tokenizer {args.tokenizer}"
-    else:
-        streams = {n: token_stream(n) for n in isls}
-        source = f"Zipf stream over a {VOCABS['qwen']:,}-id vocabulary"
-    header = (f"tokenwire bench — {machine()}\nids: {source}; CRC-32C hardware: "
-              f"{tokenwire._core.CRC32C_HARDWARE}; median of {repeat} interleaved rounds of "
-              f"~{round_s * 1e3:g} ms")
-    print("# " + header.replace("\n", "\n# "))
-    results: list[Result] = []
-    for n in isls:
-        methods = methods_for(streams[n], token_stream(n, VOCABS["llama2"], seed=1))
+
+
+class _Run:
+    """The state of one `tokenwire bench` run that the suite's callbacks share: the id streams
+    (seeded or from a tokenizer) and the header that names them."""
+
+    def __init__(self) -> None:
+        self.streams: dict[int, np.ndarray] = {}
+        self.source = f"Zipf stream over a {VOCABS['qwen']:,}-id vocabulary"
+        self.header = ""
+
+    def stream(self, n: int, args: argparse.Namespace) -> np.ndarray:
+        if n not in self.streams:
+            self.streams[n] = (tokenizer_streams(args.tokenizer, [n], args.text)[n]
+                               if args.tokenizer else token_stream(n))
+        return self.streams[n]
+
+    def methods(self, n: int, args: argparse.Namespace) -> list[Method]:
+        methods = methods_for(self.stream(n, args), token_stream(n, VOCABS["llama2"], seed=1))
         if args.only:
             methods = [m for m in methods if m.name in (PICKLE_LIST, MEMCPY)
                        or any(o.lower() in m.name.lower() for o in args.only)]
-        results += measure(methods, n, repeat, round_s, stderr_progress)
-    small = per_call(repeat, round_s)
-    end_progress()
-    rows = rows_of(results)
-    print_rows(rows)
-    print("\nper call (16 ids): " + ", ".join(f"{k} {v:.3f} µs" for k, v in small.items()))
-    width = int(max(int(s.max()) for s in streams.values())).bit_length()
-    ok = check_targets(results, small, 40_000, width)
-    if args.json:
-        doc = results_json(results, suite="codec", source=source, per_call_us=small)
-        doc["table"] = [r.__dict__ for r in rows]
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1)
-        print(f"\nwrote {args.json}")
-    if args.plot:
-        plot(rows, args.plot, header)
-        print(f"wrote {args.plot}")
-    return 0 if ok or not args.check_targets else 1
+        return methods
+
+    def make_header(self, args: argparse.Namespace) -> str:
+        if args.tokenizer:
+            self.source = f"tokenizer {args.tokenizer}"
+        self.header = (f"tokenwire bench — {machine()}\nids: {self.source}; CRC-32C hardware: "
+                       f"{tokenwire._core.CRC32C_HARDWARE}")
+        return self.header
+
+    def payload_target(self) -> Target:
+        """The packed frame is exactly header + ceil(n * width / 8) bytes (width of this run's
+        ids); the value is the difference in bytes."""
+        def expected(f: Figures) -> int:
+            return 16 + -(-f.isl * int(self.streams[f.isl].max()).bit_length() // 8)
+
+        return Target("packed payload == ceil(n*w/8)",
+                      lambda f: float((f.row(PACKED).nbytes or 0) - expected(f)),
+                      lambda diff: diff == 0,
+                      lambda f, diff: f"{f.row(PACKED).nbytes} bytes, {expected(f)} expected "
+                                      f"(16-byte header + ceil(n * width / 8))")
+
+    def after(self, results: Sequence[Result], args: argparse.Namespace) -> None:
+        rows = rows_of(results)
+        small = [r for r in results if r.group == PER_CALL]
+        print("\nper call (16 ids): " + ", ".join(f"{r.name} {r.total_us():.3f} µs" for r in small))
+        if args.plot:
+            plot(rows, args.plot, self.header)
+            print(f"wrote {args.plot}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    run = _Run()
+    return suite_main(argv, Suite(
+        name="codec", prog="tokenwire bench", doc=__doc__ or "", default_isl="1000,40000,128000",
+        methods=run.methods, targets=[*TARGETS, run.payload_target()], repeat=11, round_ms=10.0,
+        table=lambda results: print_rows(rows_of(results)),
+        extra=lambda args: per_call(*((5, 0.003) if args.quick else (args.repeat, args.round_ms / 1e3))),
+        after=run.after, add_arguments=_add_arguments, header=run.make_header,
+        json_meta=lambda args, results: {"source": run.source,
+                                         "table": [r.__dict__ for r in rows_of(results)]}))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ the median.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import statistics
@@ -126,15 +127,82 @@ def results_json(results: Sequence[Result], **meta: object) -> dict[str, object]
 
 
 # --------------------------------------------------------------------------------------------
-# Grouped suites: every group has one baseline row; ratio = baseline time / row time.
+# Targets: one kind, one checker, for every suite.
 
-#: (description, group, method name, check on the ratio)
-Target = tuple[str, str, str, Callable[[float], bool]]
+
+class Figures:
+    """The figures of one run, looked up by row: what a `Target` computes its value from. A
+    lookup of a row that was not measured raises KeyError (the target is then not shown)."""
+
+    def __init__(self, results: Sequence[Result], isl: int) -> None:
+        self.isl = isl
+        self._by = {(r.group, r.name, r.isl): r for r in results}
+        self._by_name = {(r.name, r.isl): r for r in results}
+        self._base = {(r.group, r.isl): r for r in results if r.baseline}
+
+    def row(self, name: str, isl: int | None = None, group: str | None = None) -> Result:
+        i = self.isl if isl is None else isl
+        return self._by[(group, name, i)] if group is not None else self._by_name[(name, i)]
+
+    def us(self, name: str, op: str | None = None, isl: int | None = None) -> float:
+        """A row's median µs for one operation, or for all of them added up."""
+        r = self.row(name, isl)
+        return r.total_us() if op is None else r.stats[op].median_us
+
+    def baseline(self, group: str) -> Result:
+        return self._base[(group, self.isl)]
+
+    def ratio(self, group: str, name: str) -> float:
+        """The group's baseline time / this row's time (> 1 is faster)."""
+        return self.baseline(group).total_us() / self.row(name, group=group).total_us()
+
+
+@dataclass
+class Target:
+    """A figure of the run and the bound it must meet, printed as `[ok]` or `[MISSED]`."""
+
+    description: str
+    value: Callable[[Figures], float]
+    ok: Callable[[float], bool]
+    shown: Callable[[Figures, float], str] = lambda f, v: f"{v:.2f}"
+
+
+def ratio_target(description: str, group: str, name: str,
+                 ok: Callable[[float], bool]) -> Target:
+    """A target on a grouped suite's ratio (baseline time / row time) at the target ISL."""
+    def shown(f: Figures, ratio: float) -> str:
+        head = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x the baseline's time"
+        return (f"{head} ({f.row(name, group=group).total_us():.1f} µs vs "
+                f"{f.baseline(group).total_us():.1f} µs)")
+    return Target(description, lambda f: f.ratio(group, name), ok, shown)
+
+
+def check_targets(results: Sequence[Result], targets: Sequence[Target], isl: int) -> bool:
+    """Print each target whose rows were measured, with ok/MISSED; True when all of those hold."""
+    figures = Figures(results, isl)
+    lines, ok_all = [], True
+    for t in targets:
+        try:
+            value = t.value(figures)
+        except KeyError:
+            continue                                   # its rows were not measured (--only, --isl)
+        ok = t.ok(value)
+        ok_all &= ok
+        lines.append(f"  [{'ok' if ok else 'MISSED'}] {t.description}: {t.shown(figures, value)}")
+    if lines:
+        print(f"\nTargets at ISL {isl:,} (from this run):")
+        print("\n".join(lines))
+    return ok_all
+
+
+# --------------------------------------------------------------------------------------------
+# Grouped suites: every group has one baseline row; ratio = baseline time / row time.
 
 
 def group_ratios(results: Sequence[Result]) -> dict[tuple[str, str, int], float]:
     base = {(r.group, r.isl): r.total_us() for r in results if r.baseline}
-    return {(r.group, r.name, r.isl): base[(r.group, r.isl)] / r.total_us() for r in results}
+    return {(r.group, r.name, r.isl): base[(r.group, r.isl)] / r.total_us() for r in results
+            if (r.group, r.isl) in base}
 
 
 def print_grouped_table(results: Sequence[Result]) -> None:
@@ -161,57 +229,88 @@ def print_grouped_table(results: Sequence[Result]) -> None:
         print(f"  {name:<{width - 2}}" + "".join(cells))
 
 
-def check_grouped_targets(results: Sequence[Result], targets: Sequence[Target],
-                          isl: int) -> bool:
-    """Print each target's measured ratio with ok/MISSED; True when all hold."""
-    if not any(r.isl == isl for r in results):
-        return True
-    rat = group_ratios(results)
-    by = {(r.group, r.name, r.isl): r for r in results}
-    base = {(r.group, r.isl): r for r in results if r.baseline}
-    print(f"\nTargets at ISL {isl:,} (ratios from this run):")
-    ok_all = True
-    for desc, g, name, check in targets:
-        ratio = rat[(g, name, isl)]
-        ok = check(ratio)
-        ok_all &= ok
-        shown = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x the baseline's time"
-        print(f"  [{'ok' if ok else 'MISSED'}] {desc}: {shown} "
-              f"({by[(g, name, isl)].total_us():.1f} µs vs {base[(g, isl)].total_us():.1f} µs)")
-    return ok_all
+# --------------------------------------------------------------------------------------------
+# The one command line every measured suite runs through.
+
+
+@dataclass
+class Suite:
+    """What a benchmark module provides; `suite_main` does the rest (arguments, the run, the
+    table, the targets, JSON).
+
+    `methods(isl, args)` returns the rows of one ISL; `extra(args)` may return more results
+    measured apart (e.g. per-call overhead at another size); `table(results)` prints them;
+    `after(results, args)` runs last (notes, plots); `add_arguments(parser)` adds options;
+    `json_meta(args, results)` adds keys to the JSON document."""
+
+    name: str
+    prog: str
+    doc: str
+    default_isl: str
+    methods: Callable[[int, argparse.Namespace], Sequence[Method]]
+    targets: Sequence[Target] = ()
+    target_isl: int = 40_000
+    note: str = ""
+    repeat: int = 15
+    round_ms: float = 20.0
+    quick: tuple[str, int, float] = ("1000,40000", 5, 3.0)      # ISLs, rounds, ms per round
+    table: Callable[[Sequence[Result]], None] = print_grouped_table
+    extra: Callable[[argparse.Namespace], Sequence[Result]] | None = None
+    after: Callable[[Sequence[Result], argparse.Namespace], None] | None = None
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+    header: Callable[[argparse.Namespace], str] | None = None
+    json_meta: Callable[[argparse.Namespace, Sequence[Result]], dict[str, object]] | None = None
+
+
+def suite_main(argv: list[str] | None, suite: Suite) -> int:
+    """Parse the common options, measure every ISL (peers interleaved), print the table and the
+    targets, write JSON. A missed target makes the exit code 1 only with --check-targets."""
+    import json
+
+    p = argparse.ArgumentParser(prog=suite.prog, description=suite.doc.split("\n\n")[0])
+    p.add_argument("--isl", default=suite.default_isl, help="comma-separated prompt lengths")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a smoke run: ISL {suite.quick[0]}, {suite.quick[1]} short rounds")
+    p.add_argument("--repeat", type=int, default=suite.repeat, help="timed rounds per method (median)")
+    p.add_argument("--round-ms", type=float, default=suite.round_ms,
+                   help="target duration of one round")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    p.add_argument("--check-targets", action="store_true",
+                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
+    if suite.add_arguments:
+        suite.add_arguments(p)
+    args = p.parse_args(argv)
+    isl_text, repeat, round_ms = (suite.quick if args.quick
+                                  else (args.isl, args.repeat, args.round_ms))
+    isls = [int(x) for x in isl_text.split(",") if x]
+    head = suite.header(args) if suite.header else f"tokenwire {suite.name} benchmark — {machine()}"
+    print("# " + head.replace("\n", "\n# "))
+    print(f"# median of {repeat} interleaved rounds of ~{round_ms:g} ms{suite.note}\n")
+    results: list[Result] = []
+    for isl in isls:
+        results += measure(suite.methods(isl, args), isl, repeat, round_ms / 1e3, stderr_progress)
+    extra = list(suite.extra(args)) if suite.extra else []
+    end_progress()
+    suite.table(results)
+    ok = check_targets(results + extra, suite.targets, suite.target_isl)
+    if suite.after:
+        suite.after(results + extra, args)
+    if args.json:
+        meta = suite.json_meta(args, results + extra) if suite.json_meta else {}
+        with open(args.json, "w") as f:
+            json.dump(results_json(results + extra, suite=suite.name, **meta), f, indent=1)
+        print(f"\nwrote {args.json}")
+    return 0 if ok or not args.check_targets else 1
 
 
 def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str, default_isl: str,
                        methods_for: Callable[[int], Sequence[Method]],
                        targets: Sequence[Target], note: str = "",
                        after: Callable[[Sequence[Result]], None] | None = None) -> int:
-    """The command line of a grouped suite (bench_core, bench_request): measure, print the table
-    and the targets, optionally write JSON. A missed target fails only with --check-targets."""
-    import argparse
-    import json
-
-    p = argparse.ArgumentParser(prog=f"tokenwire bench-{suite}", description=doc)
-    p.add_argument("--isl", default=default_isl, help="comma-separated prompt lengths")
-    p.add_argument("--repeat", type=int, default=15, help="timed rounds per method (median)")
-    p.add_argument("--round-ms", type=float, default=20.0, help="target duration of one round")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
-    args = p.parse_args(argv)
-    isls = [int(x) for x in args.isl.split(",") if x]
-    print(f"# tokenwire {suite} benchmark — {machine()}")
-    print(f"# median of {args.repeat} interleaved rounds of ~{args.round_ms:g} ms; "
-          f"ratio = baseline (*) time / method time{note}\n")
-    results: list[Result] = []
-    for isl in isls:
-        results += measure(methods_for(isl), isl, args.repeat, args.round_ms / 1e3, stderr_progress)
-    end_progress()
-    print_grouped_table(results)
-    ok = check_grouped_targets(results, targets, 40_000)
-    if after:
-        after(results)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results_json(results, suite=suite), f, indent=1)
-        print(f"\nwrote {args.json}")
-    return 0 if ok or not args.check_targets else 1
+    """`suite_main` for a grouped suite (core, request, transport, msgspec): ratio = baseline (*)
+    time / method time in each group."""
+    return suite_main(argv, Suite(
+        name=suite, prog=f"tokenwire bench-{suite}", doc=doc, default_isl=default_isl,
+        methods=lambda isl, _args: methods_for(isl), targets=targets,
+        note=f"; ratio = baseline (*) time / method time{note}",
+        after=(lambda results, _args: after(results)) if after else None))

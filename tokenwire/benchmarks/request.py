@@ -23,7 +23,7 @@ import tokenwire
 from tokenwire import GenerationRequest
 from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
 from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import Method, Result, Target, group_ratios, grouped_suite_main
+from tokenwire.benchmarks.harness import Method, Result, Target, ratio_target, group_ratios, grouped_suite_main
 from tokenwire.transport import dumps_oob, loads_oob
 from tokenwire.request import token_buffer, token_fields
 
@@ -230,28 +230,28 @@ def request_methods(n: int) -> list[Method]:
 
 #: The issue's targets: (description, group, method, check on ratio = baseline / method time)
 TARGETS: list[Target] = [
-    ("pickle.dumps+loads, decoded & unread: >= 50x faster", G_PICKLE_HELD,
+    ratio_target("pickle.dumps+loads, decoded & unread: >= 50x faster", G_PICKLE_HELD,
      "decoded from the wire, unread", lambda r: r >= 50),
-    ("pickle.dumps+loads, built from an ndarray: >= 50x faster", G_PICKLE_HELD,
+    ratio_target("pickle.dumps+loads, built from an ndarray: >= 50x faster", G_PICKLE_HELD,
      "built from an ndarray", lambda r: r >= 50),
-    ("pickle.dumps+loads, built from a list: >= 15x faster", G_PICKLE_LIST,
+    ratio_target("pickle.dumps+loads, built from a list: >= 15x faster", G_PICKLE_LIST,
      "GenerationRequest(list), built", lambda r: r >= 15),
-    ("copy.deepcopy, ids held as a buffer: >= 100x faster", G_DEEPCOPY,
+    ratio_target("copy.deepcopy, ids held as a buffer: >= 100x faster", G_DEEPCOPY,
      "decoded from the wire, unread", lambda r: r >= 100),
     # "No more than TokenVector.tolist()": the descriptor adds well under a microsecond to a
     # ~50 µs build, below this machine's run-to-run noise, so 5% is allowed for noise.
     # The descriptor adds one dict lookup to a ~50 µs build: 2% is for run-to-run noise only.
-    ("first read of prompt_token_ids <= TokenVector.tolist() (within 2% noise)",
+    ratio_target("first read of prompt_token_ids <= TokenVector.tolist() (within 2% noise)",
      G_FIRST_READ, "reset + req.prompt_token_ids (first read)", lambda r: 1 / r <= 1.02),
     # issue #12
-    ("dataclass pickle.dumps+loads, protocol 4: >= 15x faster", G_DC_P4,
+    ratio_target("dataclass pickle.dumps+loads, protocol 4: >= 15x faster", G_DC_P4,
      "token_fields dataclass", lambda r: r >= 15),
-    ("dataclass pickle.dumps+loads, protocol 5: >= 15x faster", G_DC_P5,
+    ratio_target("dataclass pickle.dumps+loads, protocol 5: >= 15x faster", G_DC_P5,
      "token_fields dataclass", lambda r: r >= 15),
-    ("whole submit with the documented worker changes: >= 20x faster", G_SUBMIT,
+    ratio_target("whole submit with the documented worker changes: >= 20x faster", G_SUBMIT,
      "+ no deepcopy (list(ids))", lambda r: r >= 20),
     # issue #10, item 4
-    ("proxy serialize <= 1.5x (as_tokens(list) + dumps of the built request)", G_PROXY,
+    ratio_target("proxy serialize <= 1.5x (as_tokens(list) + dumps of the built request)", G_PROXY,
      "dumps(GenerationRequest(list))", lambda r: 1 / r <= 1.5),
 ]
 
