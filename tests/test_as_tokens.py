@@ -287,3 +287,19 @@ def test_every_wide_dtype_range_checks(dtype: object) -> None:
         i = int(np.flatnonzero(arr == info.max)[0])
         with pytest.raises(OverflowError, match=f"token id at index {i} is {info.max}"):
             as_tokens(arr)
+
+
+def test_empty_inputs_follow_the_readme_table():
+    """README, "What as_tokens accepts": empty accepted inputs give an empty TokenVector; the
+    dtype and shape rules still apply to empty arrays."""
+    import numpy as np
+    import pytest
+
+    import tokenwire
+    for empty in ([], (), range(0), iter([]), np.array([], dtype=np.int64),
+                  np.array([], dtype=np.uint16)):
+        assert len(tokenwire.as_tokens(empty)) == 0
+    with pytest.raises(TypeError, match="dtype float32"):
+        tokenwire.as_tokens(np.array([], dtype=np.float32))
+    with pytest.raises(ValueError, match=r"shape \(0, 2\)"):
+        tokenwire.as_tokens(np.zeros((0, 2), dtype=np.int32))
