@@ -125,6 +125,8 @@ def test_buffer_contents_are_covered_only_with_sign_buffers():
 def test_signed_message_needs_the_key():
     with pytest.raises(AuthenticationError, match="pass key="):
         loads_oob(dumps_oob(request(), key=KEY))
+    with pytest.raises(AuthenticationError, match="pass key="):      # any bytes-like frames
+        loads_oob([memoryview(f) for f in dumps_oob(request(), key=KEY)])
 
 
 def test_keys_are_checked():
@@ -132,6 +134,29 @@ def test_keys_are_checked():
         dumps_oob(request(3), key=b"short")
     with pytest.raises(TypeError, match="got str"):
         dumps_oob(request(3), key="a" * 32)           # type: ignore[arg-type]
+    # bytes(32) of an int is 32 zero bytes: a key anyone can guess.
+    for guessable in (32, [1] * 16):
+        with pytest.raises(TypeError, match="key must be bytes"):
+            dumps_oob(request(3), key=guessable)      # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="key must be bytes"):
+            loads_oob([b"x"], key=guessable)          # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="32 zero bytes"):
+        dumps_oob(request(3), key=bytes(32))
+    for key in (bytearray(KEY), memoryview(KEY)):     # bytes-like keys are the same key
+        assert loads_oob(dumps_oob({"a": 1}, key=key), key=KEY) == {"a": 1}
+
+
+def test_swapped_buffers_of_one_length():
+    """Two buffers of the same length swapped: their contents are not signed by default, so this
+    is the documented limit (the ids change, nothing runs); sign_buffers=True refuses it."""
+    ids = np.arange(20_000, dtype=np.int32)
+    req = GenerationRequest(ids, {}, query_token_ids=ids[::-1].copy(), id=1)
+    sig, head, a, b = [bytes(f) for f in dumps_oob(req, key=KEY)]
+    out = loads_oob([sig, head, b, a], key=KEY)
+    assert out.prompt_token_ids == req.query_token_ids      # swapped ids, nothing else
+    sig, head, a, b = [bytes(f) for f in dumps_oob(req, key=KEY, sign_buffers=True)]
+    with pytest.raises(AuthenticationError, match="sign_buffers=True"):
+        loads_oob([sig, head, b, a], key=KEY, sign_buffers=True)
 
 
 def test_key_from_env(monkeypatch):
@@ -197,6 +222,10 @@ def test_zmq_worker_rejects_an_attacker_and_keeps_serving(zmq_ctx):
         except AuthenticationError:
             rejected += 1
     assert (rejected, len(received)) == (2, 1)
+    # A signed message read without a key, as zmq.Frame objects: refused, not unpickled.
+    send_pyobj_oob(proxy, req, key=KEY)
+    with pytest.raises(AuthenticationError, match="pass key="):
+        loads_oob(pull.recv_multipart(copy=False))
     out = received[0]
     assert out.prompt_token_ids == req.prompt_token_ids
     assert type(out._prompt_token_ids_i32) is TokenVector
@@ -216,7 +245,8 @@ def test_worker_example_with_a_key(tmp_path):
     assert "ok: 2 requests" in result.stdout and "signed: yes" in result.stdout
 
 
-@pytest.mark.parametrize("key", [KEY, bytes(16), bytes(range(64)), bytes(range(100))])
+@pytest.mark.parametrize("key", [KEY, b"\x01" * 16, bytes(range(64)), bytes(range(100))],
+                         ids=["32", "16", "64", "100"])
 @pytest.mark.parametrize("sign_buffers", [False, True])
 def test_signature_is_standard_hmac_sha256(key, sign_buffers):
     """The signature is plain HMAC-SHA256 over the documented input, so any language's HMAC can

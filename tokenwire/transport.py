@@ -17,10 +17,11 @@ unpickle a message that anyone able to reach its socket could have sent. With ``
 puts an HMAC-SHA256 signature frame in front of the message, computed over a domain tag, the
 pickle frame, and the number and byte lengths of the buffer frames; the receiver checks it (in
 constant time) *before* anything is unpickled and raises `AuthenticationError` for an unsigned,
-truncated, reordered or tampered message. The buffer frames' *contents* are not covered by
-default: they are raw bytes that the signed pickle hands to a type it names (a TokenVector takes
-them as int32 ids), so they cannot run code; changing them can only change the ids, and their
-count and sizes are signed. Pass ``sign_buffers=True`` (on both sides) to cover every byte as
+truncated or tampered message, or one whose frames were dropped, added or moved to where a frame
+of another length stood. The buffer frames' *contents* are not covered by default: they are raw
+bytes that the signed pickle hands to a type it names (a TokenVector takes them as int32 ids), so
+they cannot run code; changing them (or swapping two buffers of the same length) can only change
+the ids, and their count and sizes are signed. Pass ``sign_buffers=True`` (on both sides) to cover every byte as
 well, at the cost of one SHA-256 pass over the ids, which is what the default avoids.
 ``find_class=`` additionally restricts which globals the pickle may name (an allow-list, see
 `pickle.Unpickler.find_class`).
@@ -82,12 +83,17 @@ def _keyed(key: bytes) -> tuple[Any, Any]:
 
 
 def _as_key(key: Any) -> bytes:
-    if isinstance(key, str):
-        raise TypeError("key must be bytes (e.g. key_from_env() or bytes.fromhex(...)), got str")
-    try:
-        return bytes(key)
-    except TypeError:
-        raise TypeError(f"key must be bytes, got {type(key).__name__}") from None
+    """The key as bytes. Only bytes-like keys are taken: ``bytes(32)`` of an int is 32 zero
+    bytes, a key anyone can guess, so ints (and str, lists, ...) are refused, and so is a key
+    that is all zeros."""
+    if not isinstance(key, (bytes, bytearray, memoryview)):
+        raise TypeError(f"key must be bytes (e.g. key_from_env() or secrets.token_bytes(32)), "
+                        f"got {type(key).__name__}")
+    key = bytes(key)
+    if not any(key):
+        raise ValueError(f"the key is {len(key)} zero bytes: use a random key "
+                         f"(secrets.token_bytes(32))")
+    return key
 
 
 def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool) -> bytes:
@@ -155,22 +161,22 @@ def _verify(frames: Sequence[Any], key: bytes, sign_buffers: bool) -> None:
         raise AuthenticationError(
             f"unsigned message: {len(frames)} frame(s), a signed one has a signature frame and "
             f"a pickle frame")
-    sig = bytes(frames[0])
-    if len(sig) != SIGNATURE_BYTES or not sig.startswith(_SIG_MAGIC):
+    first = memoryview(frames[0])
+    if first.nbytes != SIGNATURE_BYTES or first[:4] != _SIG_MAGIC:
         raise AuthenticationError(
-            f"unsigned message: the first frame ({len(sig)} bytes) is not a tokenwire "
+            f"unsigned message: the first frame ({first.nbytes} bytes) is not a tokenwire "
             f"signature ({SIGNATURE_BYTES} bytes starting with {_SIG_MAGIC!r})")
+    sig = first.tobytes()
     expected = _signature(key, frames[1], frames[2:], sign_buffers)
     if not hmac.compare_digest(sig, expected):
         raise AuthenticationError(
             f"bad signature: the message ({len(frames) - 1} frames after the signature) was not "
-            f"signed with this key, or was changed in transit")
+            f"signed with this key and sign_buffers={sign_buffers}, or was changed in transit")
 
 
 def _check_unsigned(frames: Sequence[Any]) -> None:
-    first = frames[0]
-    if (len(frames) > 1 and memoryview(first).nbytes == SIGNATURE_BYTES
-            and bytes(first[:4]) == _SIG_MAGIC):
+    first = memoryview(frames[0])
+    if len(frames) > 1 and first.nbytes == SIGNATURE_BYTES and first[:4] == _SIG_MAGIC:
         raise AuthenticationError("the message is signed: pass key= to verify and load it")
 
 
