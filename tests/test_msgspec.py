@@ -501,9 +501,17 @@ def test_one_encoder_and_decoder_shared_by_threads() -> None:
     import time
 
     events: list[tuple[str, str]] = []
+    # Both threads meet once inside the hook, i.e. each in the middle of a message: the
+    # interleaving is forced, not left to the scheduler (which on 3.9 often ran them apart).
+    meet = threading.Barrier(2, timeout=30)
+    met: set[str] = set()
 
     def yielding_enc(obj: Any) -> Any:
-        events.append((threading.current_thread().name, "hook"))
+        name = threading.current_thread().name
+        events.append((name, "hook"))
+        if name not in met:
+            met.add(name)
+            meet.wait()
         time.sleep(0)
         return None
 
