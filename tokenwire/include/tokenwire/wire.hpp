@@ -205,7 +205,7 @@ inline size_t payload_size(unsigned codec, unsigned width, uint64_t total) {
 inline Layout parse_header(const uint8_t* buf, size_t n) {
     Layout L;
     const size_t k = n >= 4 ? 4 : n;
-    if (std::memcmp(buf, "TWIR", k) != 0)
+    if (k != 0 && std::memcmp(buf, "TWIR", k) != 0)
         fail("bad magic " + bytes_repr(buf, k) + ": not a tokenwire frame (expected b'TWIR')");
     if (n < kHeaderSize)
         fail("truncated: header needs 16 bytes, has " + dec(uint64_t(n)));
