@@ -153,6 +153,40 @@ def test_malformed_frames_fail_with_python_messages(cpp: Conformance, frame: byt
     assert_agree(cpp, frame)
 
 
+def _zstd_section(frame: bytes, section: bytes, checksum: bool = False) -> bytes:
+    """`frame` (single-sequence, zstd) with its zstd section replaced; checksum recomputed."""
+    body = frame[:16] + struct.pack("<Q", len(section)) + section
+    return body + struct.pack("<I", tokenwire._core._crc32c(body)) if checksum else body
+
+
+def test_zstd_sections_fail_with_python_messages(cpp: Conformance) -> None:
+    import zstandard
+
+    ids = [1, 2, 3, 4] * 50
+    frame = tokenwire.encode(ids, codec="zstd")
+    (clen,) = struct.unpack_from("<Q", frame, 16)
+    comp = frame[24:24 + clen]
+    plain = tokenwire.encode(ids, codec="packed")[16:]
+    cases = [
+        comp + b"abcde",                                   # trailing bytes after the zstd frame
+        comp + comp,                                       # two zstd frames
+        comp[:-3],                                         # the zstd frame does not end
+        comp[:6],
+        comp[:-4] + bytes([comp[-4] ^ 0x40]) + comp[-3:],  # corrupt block
+        zstandard.ZstdCompressor(write_content_size=False).compress(plain),     # size unknown
+        zstandard.ZstdCompressor().compress(plain + b"\0"),                     # wrong size
+        zstandard.ZstdCompressor(write_checksum=True).compress(plain),
+        b"\0" * len(comp),
+    ]
+    for section in cases:
+        for checksum in (False, True):
+            bad = _zstd_section(frame, section, checksum)
+            if checksum:
+                bad = bad[:7] + bytes([bad[7] | 0x01]) + bad[8:-4]
+                bad += struct.pack("<I", tokenwire._core._crc32c(bad))
+            assert_agree(cpp, bad)
+
+
 def test_vocab_check_matches(cpp: Conformance) -> None:
     one = tokenwire.encode([1, 5, 3, 70000])
     many = tokenwire.encode_many([[1, 2], [3, 9, 4]], codec="raw")
