@@ -69,17 +69,20 @@ NB_MODULE(_tokenwire_engine, m) {
              [](RequestTokens* self, tokenwire::Tokens ids, int32_t max_tokens) {
                  new (self) RequestTokens{{std::move(ids.ids), max_tokens}};
              },
-             nb::arg("input_token_ids"), nb::arg("max_tokens"))
+             // .none(): let None reach the caster, which raises as_tokens' TypeError for it
+             // (nanobind refuses None before any caster runs otherwise).
+             nb::arg("input_token_ids").none(), nb::arg("max_tokens"))
         .def("__len__", &size<RequestTokens>)
         .def_prop_ro("max_tokens", &max_tokens<RequestTokens>)
         .def("ids_bytes", &ids_bytes<RequestTokens>);
     m.def("to_vector_len",
           [](nb::handle obj, int64_t vocab_size) { return tokenwire::to_vector(obj, vocab_size).size(); },
-          nb::arg("obj"), nb::arg("vocab_size") = -1);
+          nb::arg("obj").none(), nb::arg("vocab_size") = -1);
     m.def("to_vector_bytes", [](nb::handle obj, int64_t vocab_size) {
         std::vector<int32_t> v = tokenwire::to_vector(obj, vocab_size);
         return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
-    }, nb::arg("obj"), nb::arg("vocab_size") = -1);
+    }, nb::arg("obj").none(), nb::arg("vocab_size") = -1);
+    m.def("tokens_roundtrip", [](tokenwire::Tokens t) { return t; });
     m.def("stock_len", [](std::vector<int32_t> v) { return v.size(); });
     m.def("memcpy_len", &memcpy_len);
     m.def("decode_len", &decode_len);

@@ -63,30 +63,38 @@ inline bool resize(std::vector<int32_t>& out, size_t n) {
     return true;
 }
 
-// A C-contiguous or strided 1-D native int32 buffer into out; the GIL is released for large ones.
+// A C-contiguous or strided 1-D native int32 buffer into out: one memcpy (vector::assign of a
+// contiguous range) or one strided pass; allocation and copy run without the GIL from
+// tokenwire.gil_release_threshold() bytes on.
 inline bool copy_int32(const Py_buffer& view, std::vector<int32_t>& out) {
     const Py_ssize_t n = view.shape ? view.shape[0] : view.len / 4;
     const Py_ssize_t stride = view.strides ? view.strides[0] : 4;
     Py_ssize_t threshold = 0;
-    if (!resize(out, size_t(n)) || !gil_threshold(&threshold)) return false;
-    if (n == 0) return true;
+    if (!gil_threshold(&threshold)) return false;
     const char* src = static_cast<const char*>(view.buf);
-    int32_t* dst = out.data();
+    bool ok = true;
     auto copy = [&] {
-        if (stride == 4) {
-            std::memcpy(dst, src, size_t(n) * 4);
-        } else {
-            for (Py_ssize_t i = 0; i < n; i++) std::memcpy(dst + i, src + i * stride, 4);
+        try {
+            if (stride == 4) {
+                const int32_t* p = reinterpret_cast<const int32_t*>(src);
+                out.assign(p, p + n);
+            } else {
+                out.resize(size_t(n));
+                for (Py_ssize_t i = 0; i < n; i++) std::memcpy(&out[size_t(i)], src + i * stride, 4);
+            }
+        } catch (const std::exception&) {   // bad_alloc, length_error
+            ok = false;
         }
     };
-    if (n * 4 >= threshold) {
+    if (n > 0 && n * 4 >= threshold) {
         Py_BEGIN_ALLOW_THREADS
         copy();
         Py_END_ALLOW_THREADS
     } else {
         copy();
     }
-    return true;
+    if (!ok) PyErr_NoMemory();
+    return ok;
 }
 
 // A 1-D buffer of native-order 4-byte signed ints: usable as int32_t where it lies.
