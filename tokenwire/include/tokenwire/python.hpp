@@ -27,9 +27,11 @@
 namespace tokenwire {
 namespace detail_py {
 
-// A new reference to tokenwire._core.<name>, or nullptr with an error set. Looked up per call
-// (a dict lookup in sys.modules once the module is imported): no process-global references, so
-// nothing dangles across interpreter restarts or sub-interpreters.
+// A new reference to tokenwire._core.<name>, or nullptr with an error set. The function is
+// looked up once and kept for the life of the process (one reference, never released): a
+// lookup per call would cost more than copying a short prompt. Plain statics, set under the
+// GIL (not a C++ function-local static: its guard could deadlock with an import that releases
+// the GIL); a race between two first calls at worst looks the function up twice.
 inline PyObject* core_attr(const char* name) {
     PyObject* mod = PyImport_ImportModule("tokenwire._core");
     if (!mod) return nullptr;
@@ -38,9 +40,25 @@ inline PyObject* core_attr(const char* name) {
     return attr;
 }
 
+inline PyObject* cached(PyObject** slot, const char* name) {
+    if (!*slot) *slot = core_attr(name);
+    Py_XINCREF(*slot);
+    return *slot;
+}
+
+inline PyObject* as_tokens_function() {
+    static PyObject* fn = nullptr;
+    return cached(&fn, "as_tokens");
+}
+
+inline PyObject* gil_release_threshold_function() {
+    static PyObject* fn = nullptr;
+    return cached(&fn, "gil_release_threshold");
+}
+
 // tokenwire.gil_release_threshold(): bytes from which copies run with the GIL released.
 inline bool gil_threshold(Py_ssize_t* out) {
-    PyObject* f = core_attr("gil_release_threshold");
+    PyObject* f = gil_release_threshold_function();
     if (!f) return false;
     PyObject* r = PyObject_CallNoArgs(f);
     Py_DECREF(f);
@@ -111,7 +129,7 @@ inline bool is_native_int32(const Py_buffer& view) {
 
 // as_tokens(obj[, vocab_size=...]) copied into out: the general path and every error.
 inline bool via_as_tokens(PyObject* obj, int64_t vocab_size, std::vector<int32_t>& out) {
-    PyObject* as_tokens = core_attr("as_tokens");
+    PyObject* as_tokens = as_tokens_function();
     if (!as_tokens) return false;
     PyObject* args = PyTuple_Pack(1, obj);
     PyObject* kwargs = nullptr;
