@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import array
 import importlib.util
+import os
 import pathlib
+import subprocess
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -36,9 +38,16 @@ def _load(name: str, path: pathlib.Path) -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def nb_engine(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+def cache_home(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """An XDG_CACHE_HOME whose tokenwire/engine holds this session's engine build, so that the
+    `tokenwire e2e --engine nanobind` subprocess below reuses it."""
+    return tmp_path_factory.mktemp("cache-home")
+
+
+@pytest.fixture(scope="session")
+def nb_engine(cache_home: pathlib.Path) -> ModuleType:
     require_compiler()
-    return engine.load(tmp_path_factory.mktemp("nanobind-engine"))
+    return engine.load(cache_home / "tokenwire" / "engine")
 
 
 @pytest.fixture(scope="session")
@@ -188,3 +197,30 @@ def test_large_buffers_are_copied_without_the_gil(nb_engine: ModuleType) -> None
     tokenwire.gil_release_threshold(2**62)
     held = longest_stall_fraction(lambda: nb_engine.to_vector_len(big))
     assert released < 0.3 and held > 0.5, (released, held)
+
+
+def _e2e(env_cache: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, XDG_CACHE_HOME=env_cache)
+    return subprocess.run([sys.executable, "-m", "tokenwire", "e2e", "--isl", "2000",
+                           "--requests", "4", "--engine", "nanobind"],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_e2e_with_the_nanobind_engine(nb_engine: ModuleType, cache_home: pathlib.Path) -> None:
+    r = _e2e(str(cache_home))
+    assert r.returncode == 0, r.stderr
+    assert "engine: nanobind C++ Request" in r.stdout
+    assert "correctness: tokens received == tokens sent" in r.stdout
+    for column in ("prep p50", "ctor p50", "trip p50"):
+        assert column in r.stdout
+
+
+def test_e2e_falls_back_when_the_engine_cannot_be_built(tmp_path: pathlib.Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")                 # the build directory cannot be created under a file
+    r = _e2e(str(blocker))
+    assert r.returncode == 0, r.stderr
+    assert "cannot build the nanobind engine" in r.stderr
+    assert "falling back to the numpy stand-in" in r.stderr
+    assert "engine: numpy stand-in" in r.stdout
+    assert "correctness: tokens received == tokens sent" in r.stdout

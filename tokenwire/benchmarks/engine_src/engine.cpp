@@ -41,8 +41,8 @@ template <class R> int32_t max_tokens(const R& r) { return r.max_tokens; }
 size_t memcpy_len(nb::handle obj) {
     Py_buffer view;
     if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_SIMPLE) != 0) throw nb::python_error();
-    std::vector<int32_t> v(size_t(view.len) / sizeof(int32_t));
-    std::memcpy(v.data(), view.buf, v.size() * sizeof(int32_t));
+    const int32_t* p = static_cast<const int32_t*>(view.buf);
+    std::vector<int32_t> v(p, p + size_t(view.len) / sizeof(int32_t));   // allocate + memcpy
     PyBuffer_Release(&view);
     return v.size();
 }
