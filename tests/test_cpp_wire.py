@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import struct
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -20,7 +21,15 @@ from hypothesis import strategies as st
 
 import tokenwire
 from tokenwire import ChecksumError, WireFormatError
-from cpp.harness import Conformance, CppError, compile_conformance, have_zstd_header, require_compiler
+from cpp.harness import (
+    Conformance,
+    CppError,
+    compile_conformance,
+    cxx,
+    extra_flags,
+    have_zstd_header,
+    require_compiler,
+)
 from strategies import CODECS, damaged_frames, frames, ids_for_codec
 
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
@@ -253,6 +262,18 @@ def test_damaged_frames_agree(cpp: Conformance, frame: bytes) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Without zstd compiled in
+
+
+@pytest.mark.parametrize("opt", ["-O0", "-O2"])
+def test_two_translation_units_share_frames(cpp_build_dir: pathlib.Path, opt: str) -> None:
+    # The kernels keep tables and CPU flags in file-local statics: every unit must use its own.
+    exe = cpp_build_dir / f"two-units{opt}"
+    cpp_dir = pathlib.Path(__file__).resolve().parent / "cpp"
+    subprocess.run([cxx(), "-std=c++17", opt, "-Wall", "-Wextra", "-Werror",
+                    "-I", tokenwire.get_include(), str(cpp_dir / "two_units_a.cpp"),
+                    str(cpp_dir / "two_units_b.cpp"), "-o", str(exe), *extra_flags()], check=True)
+    r = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert (r.returncode, r.stdout.strip()) == (0, "ok")
 
 
 def test_without_zstd_zstd_frames_are_refused(cpp_build_dir: pathlib.Path) -> None:

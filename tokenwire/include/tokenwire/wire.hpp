@@ -80,7 +80,12 @@ struct FrameInfo {
     size_t nbytes;                     // the whole frame, checksum included
 };
 
+// Every function below has internal linkage (an unnamed namespace): the kernels' tables and CPU
+// flags are file-local statics of each translation unit, so a function that reads them must be
+// that unit's own copy too. (With ordinary inline functions the linker keeps one copy of each,
+// possibly from different units: one unit's init would fill another unit's tables.)
 namespace detail {
+namespace {
 
 // ---- format constants (docs/wire-format.md) --------------------------------------------------
 
@@ -597,7 +602,10 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
     return frame;
 }
 
+}  // namespace
 }  // namespace detail
+
+namespace {
 
 // ---- public API -------------------------------------------------------------------------------
 
@@ -689,6 +697,7 @@ inline std::vector<uint8_t> encode_many(const std::vector<std::vector<int32_t>>&
     return detail::encode_frame(v.data(), v.size(), true, codec, checksum);
 }
 
+}  // namespace
 }  // namespace tokenwire
 
 #endif  // TOKENWIRE_WIRE_HPP
