@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import os
 import pathlib
@@ -41,14 +42,14 @@ def _tool(name: str) -> str:
 
 def _fingerprint() -> str:
     try:
-        import nanobind
-    except ImportError:
+        nanobind_version = importlib.metadata.version("nanobind")
+    except importlib.metadata.PackageNotFoundError:
         raise EngineBuildError("nanobind is not installed (pip install 'tokenwire[bench]')") from None
     h = hashlib.sha256()
     inc = pathlib.Path(tokenwire.get_include()) / "tokenwire"
     for path in sorted(SOURCE_DIR.iterdir()) + sorted(inc.iterdir()):
         h.update(path.name.encode() + b"\0" + path.read_bytes())
-    h.update(f"{nanobind.__version__} {sys.version} {sysconfig.get_platform()}".encode())
+    h.update(f"{nanobind_version} {sys.version} {sysconfig.get_platform()}".encode())
     return h.hexdigest()[:16]
 
 
