@@ -71,13 +71,13 @@ def build(build_root: str | os.PathLike[str] | None = None, *, quiet: bool = Tru
     configure = [cmake, "-S", str(SOURCE_DIR), "-B", str(work), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={ninja}", f"-DPython_EXECUTABLE={sys.executable}",
                  "-DCMAKE_BUILD_TYPE=Release",
+                 # the headers of this tokenwire, whatever a child interpreter would import
+                 f"-DTOKENWIRE_INCLUDE={tokenwire.get_include()}",
                  f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out}"]
-    # The headers must come from this tokenwire, whatever the child interpreter would import.
-    env = dict(os.environ)
-    pkg_parent = str(pathlib.Path(tokenwire.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = pkg_parent + os.pathsep + env.get("PYTHONPATH", "")
+    out.mkdir(parents=True, exist_ok=True)
     for cmd in (configure, [cmake, "--build", str(work)]):
-        proc = subprocess.run(cmd, env=env, capture_output=quiet, text=True)
+        # cwd: not the caller's directory, where a source checkout could shadow the package
+        proc = subprocess.run(cmd, cwd=out, capture_output=quiet, text=True)
         if proc.returncode != 0:
             detail = (proc.stdout or "")[-2000:] + (proc.stderr or "")[-2000:] if quiet else ""
             raise EngineBuildError(f"{' '.join(cmd[:2])} ... failed:\n{detail}")
