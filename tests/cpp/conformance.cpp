@@ -109,8 +109,8 @@ std::string serve(uint8_t op, uint8_t codec, bool checksum, int64_t vocab,
     Reader r{p, p + n};
     if (op == 'e') {
         const std::vector<int32_t> ids = r.ids();
-        return "frame " + hex(tokenwire::encode(ids.data(), ids.size(), codec_of(codec), checksum)) +
-               "\n";
+        const auto frame = tokenwire::encode(ids.data(), ids.size(), codec_of(codec), checksum);
+        return "frame " + hex(frame) + "\n";
     }
     std::vector<std::vector<int32_t>> seqs(r.u32());
     for (auto& s : seqs) s = r.ids();

@@ -76,7 +76,9 @@ NB_MODULE(_tokenwire_engine, m) {
         .def_prop_ro("max_tokens", &max_tokens<RequestTokens>)
         .def("ids_bytes", &ids_bytes<RequestTokens>);
     m.def("to_vector_len",
-          [](nb::handle obj, int64_t vocab_size) { return tokenwire::to_vector(obj, vocab_size).size(); },
+          [](nb::handle obj, int64_t vocab_size) {
+              return tokenwire::to_vector(obj, vocab_size).size();
+          },
           nb::arg("obj").none(), nb::arg("vocab_size") = -1);
     m.def("to_vector_bytes", [](nb::handle obj, int64_t vocab_size) {
         std::vector<int32_t> v = tokenwire::to_vector(obj, vocab_size);

@@ -98,7 +98,8 @@ inline bool copy_int32(const Py_buffer& view, std::vector<int32_t>& out) {
                 out.assign(p, p + n);
             } else {
                 out.resize(size_t(n));
-                for (Py_ssize_t i = 0; i < n; i++) std::memcpy(&out[size_t(i)], src + i * stride, 4);
+                for (Py_ssize_t i = 0; i < n; i++)
+                    std::memcpy(&out[size_t(i)], src + i * stride, 4);
             }
         } catch (const std::exception&) {   // bad_alloc, length_error
             ok = false;

@@ -145,7 +145,9 @@ inline std::string dec(u128 v) {
     return std::string(buf + i, sizeof buf - i);
 }
 inline std::string dec(uint64_t v) { return dec(u128(v)); }
-inline std::string dec(int64_t v) { return v < 0 ? "-" + dec(u128(0 - uint64_t(v))) : dec(u128(v)); }
+inline std::string dec(int64_t v) {
+    return v < 0 ? "-" + dec(u128(0 - uint64_t(v))) : dec(u128(v));
+}
 inline std::string dec(unsigned v) { return dec(u128(v)); }
 inline std::string dec(int v) { return dec(int64_t(v)); }
 
@@ -525,7 +527,8 @@ inline void write_header(uint8_t* out, unsigned codec, unsigned width, unsigned 
     store_le64(out + 8, count);
     if (multi) {
         std::memset(out + kHeaderSize, 0, table_len);
-        for (size_t k = 0; k < nseq; k++) store_le32(out + kHeaderSize + 4 * k, uint32_t(seqs[k].n));
+        for (size_t k = 0; k < nseq; k++)
+            store_le32(out + kHeaderSize + 4 * k, uint32_t(seqs[k].n));
     }
 }
 
