@@ -9,7 +9,8 @@
 //   op 'd' decode(data), 'm' decode_many(data), 'i' frame_info(data): data is a frame; after a
 //          successful decode the ids are re-encoded with `codec` unless codec is 255;
 //   op 'e' encode(ids), 'E' encode_many(seqs): data is u32 count + int32 ids (for 'E': u32
-//          nseq, then per sequence u32 count + int32 ids).
+//          nseq, then per sequence u32 count + int32 ids);
+//   op 'v': the libzstd version compiled in ("zstd 1.5.4", or "zstd none").
 // codec: 0 auto, 1 raw, 2 u16, 3 packed, 4 zstd.
 // Answer: u64 length, then that many bytes of text:
 //   "error <kind>\n<what()>"   kind: wire, checksum, invalid, length
@@ -83,6 +84,13 @@ std::string serve(uint8_t op, uint8_t codec, bool checksum, int64_t vocab,
                   const std::vector<uint8_t>& data) {
     const uint8_t* p = data.data();
     const size_t n = data.size();
+    if (op == 'v') {
+#ifdef TOKENWIRE_WITH_ZSTD
+        return std::string("zstd ") + ZSTD_versionString();
+#else
+        return "zstd none";
+#endif
+    }
     if (op == 'i') {
         const tokenwire::FrameInfo info = tokenwire::frame_info(p, n);
         std::string s = "info " + std::to_string(info.version) + " " + info.codec + " " +

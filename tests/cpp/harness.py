@@ -127,6 +127,11 @@ class Conformance:
                 "checksum": checksum == "1", "nbytes": int(nbytes),
                 "counts": tuple(int(c) for c in lines[1:])}
 
+    def zstd_version(self) -> tuple[int, ...] | None:
+        """The libzstd version the server was compiled against (None: built without zstd)."""
+        v = self._call(b"v", b"").split()[1]
+        return None if v == "none" else tuple(int(x) for x in v.split("."))
+
     def encode(self, ids: list[int], codec: str = "auto", checksum: bool = False) -> bytes:
         data = struct.pack(f"<I{len(ids)}i", len(ids), *ids)
         return bytes.fromhex(self._call(b"e", data, codec, checksum).split()[1])
