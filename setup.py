@@ -56,6 +56,8 @@ extensions = [
         extra_compile_args=compile_args,
         extra_link_args=link_args,
         define_macros=macros,
+        # The C kernels live in tokenwire/include/tokenwire/ (shared with the C++ headers).
+        include_dirs=["tokenwire/include"],
     )
 ]
 

@@ -1,5 +1,7 @@
 """tokenwire: move LLM token ids across process and machine boundaries at memcpy speed."""
 
+import os as _os
+
 from tokenwire._core import (
     INT_CACHE_SIZE,
     FrameInfo,
@@ -29,6 +31,14 @@ from tokenwire.text import from_base64, to_base64
 
 __version__ = "0.1.0"
 
+
+def get_include() -> str:
+    """The directory to put on a C++ compiler's include path (`-I`) for `#include
+    <tokenwire/wire.hpp>` (frames in C++17, no Python), `<tokenwire/nanobind.hpp>` and
+    `<tokenwire/pybind11.hpp>` (token ids from Python into `std::vector<int32_t>`); docs/cpp.md."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+
+
 __all__ = [
     "AuthenticationError",
     "INT_CACHE_SIZE",
@@ -53,6 +63,7 @@ __all__ = [
     "encode_many",
     "frame_info",
     "from_base64",
+    "get_include",
     "gil_release_threshold",
     "to_base64",
     "tolist",

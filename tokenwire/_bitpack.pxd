@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""Bit-packing kernels of the "packed" and "u16" codecs (C in _bitpack.h; see its header comment).
+"""Bit-packing kernels of the "packed" and "u16" codecs (C in include/tokenwire/bitpack.h; see
+its header comment).
 
 All are `noexcept nogil` and trust their caller: lengths are checked by the frame parser in
 _wire.pxi before any of these runs.
@@ -7,7 +8,7 @@ _wire.pxi before any of these runs.
 
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
-cdef extern from "_bitpack.h" nogil:
+cdef extern from "tokenwire/bitpack.h" nogil:
     ctypedef struct twbp_packer:
         uint8_t* out
         uint64_t acc

@@ -5,6 +5,7 @@
   tokenwire bench-request    request objects against the same request holding a plain list
   tokenwire bench-transport  what HMAC signing adds to an out-of-band request round trip
   tokenwire bench-msgspec    msgspec Structs and JSON bodies: list[int] vs TokenVector, base64
+  tokenwire bench-cpp        the C++ hand-off (to_vector, C++ decode) against memcpy and nanobind
   tokenwire e2e              proxy -> worker over pyzmq (and Ray): submit latency, GIL held
   tokenwire inspect FILE     print a frame's header and validate the whole frame
 
@@ -27,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "bench-request": "tokenwire.benchmarks.request",
     "bench-transport": "tokenwire.benchmarks.transport",
     "bench-msgspec": "tokenwire.benchmarks.msgspec_json",
+    "bench-cpp": "tokenwire.benchmarks.cpp",
     "e2e": "tokenwire.benchmarks.e2e",
     "inspect": "tokenwire.cli",
 }

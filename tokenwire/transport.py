@@ -89,11 +89,11 @@ def _as_key(key: Any) -> bytes:
     if not isinstance(key, (bytes, bytearray, memoryview)):
         raise TypeError(f"key must be bytes (e.g. key_from_env() or secrets.token_bytes(32)), "
                         f"got {type(key).__name__}")
-    key = bytes(key)
-    if not any(key):
-        raise ValueError(f"the key is {len(key)} zero bytes: use a random key "
+    raw = bytes(key)
+    if not any(raw):
+        raise ValueError(f"the key is {len(raw)} zero bytes: use a random key "
                          f"(secrets.token_bytes(32))")
-    return key
+    return raw
 
 
 def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool) -> bytes:

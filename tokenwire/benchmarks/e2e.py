@@ -1,9 +1,20 @@
 """End-to-end: a proxy process submits requests to a worker process over a real pyzmq socket.
 
 The worker times its submit path — receive, unpickle, get the ids as int32, build the native
-token vector (a stand-in for an engine's `std::vector<int32>` constructor: `np.array(list,
-dtype=int32)` casts element by element like nanobind does for a list; a buffer is one memcpy) —
-for three modes side by side:
+token vector — for three modes side by side. The engine the ids end in (`--engine`):
+
+  numpy          a stand-in for an engine's `std::vector<int32>` constructor: `np.array(list,
+                 dtype=int32)` casts element by element like nanobind does for a list; a buffer
+                 is one memcpy
+  nanobind       a real C++ `Request(input_token_ids, max_tokens)` storing std::vector<int32_t>
+                 (tokenwire.benchmarks.engine, built on first use): the baseline goes through
+                 nanobind's stock vector caster, the tokenwire modes through tokenwire::Tokens
+
+Per request the worker reports token prep (getting the ids the constructor takes from the
+request), request ctor (the constructor) and their sum with receive + unpickle (worker submit);
+the proxy adds whole trip: from the start of its serialize to the end of the worker's submit
+(proxy serialize + transport + worker submit; one clock, CLOCK_MONOTONIC, across processes).
+No submit pays for freeing an earlier request: that happens outside the timed windows.
 
   baseline       PlainGenerationRequest: the same request with a plain `list[int]` field,
                  pickled whole (send_pyobj)
@@ -13,9 +24,9 @@ for three modes side by side:
 
 While submits run, a background Python thread in the worker (the engine loop's stand-in) wakes
 every few microseconds and records when it could not run; the time it was blocked inside a
-submit window is the time that submit held the GIL. The proxy serializes a row's requests first
-(timed: its own cost), then sends them back to back, so the worker drains a queue as a busy worker
-does and proxy-side pickling never competes with the submits being measured.
+submit window is the time that submit held the GIL. The proxy serializes and sends one request at a
+time and waits for the worker's acknowledgement before the next, so proxy-side pickling never
+competes with the submit being measured and the whole trip is one request's, not a queue's.
 Every run ends with a correctness check: a CRC-32 of the int32 ids the worker built, per request,
 against the ids the proxy sent.
 
@@ -59,17 +70,71 @@ def make_request(mode: str, ids: np.ndarray, i: int) -> Any:
     return GenerationRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
 
 
-def native_ids(req: Any) -> np.ndarray:
-    """The worker's hand-off to the engine: an owned int32 vector built from the request."""
+def token_source(req: Any) -> Any:
+    """Token prep: what the worker hands the engine's constructor -- the int32 buffer a
+    tokenwire request carries, else the `list[int]`."""
     if isinstance(req, GenerationRequest):
         buf = req._prompt_token_ids_i32
         if buf is not None:
-            return np.array(buf, dtype=np.int32)        # buffer protocol: one memcpy
-    return np.array(req.prompt_token_ids, dtype=np.int32)  # element by element
+            return buf
+    return req.prompt_token_ids
 
 
-def crc(ids: np.ndarray) -> int:
+def native_ids(req: Any) -> np.ndarray:
+    """The worker's hand-off to the numpy stand-in engine: an owned int32 vector."""
+    return np.array(token_source(req), dtype=np.int32)   # a buffer: one memcpy; a list: per id
+
+
+def crc(ids: Any) -> int:
+    """CRC-32 of the ids as little-endian int32 (an ndarray, or an engine Request's ids)."""
+    if hasattr(ids, "ids_bytes"):
+        return zlib.crc32(np.frombuffer(ids.ids_bytes(), dtype=np.int32).astype("<i4").tobytes())
     return zlib.crc32(np.ascontiguousarray(ids, dtype="<i4").tobytes())
+
+
+class Engine:
+    """Where the worker's ids end: `build(req)` is the request constructor."""
+
+    name = "numpy"
+
+    def build(self, req: Any, source: Any) -> Any:
+        return np.array(source, dtype=np.int32)
+
+
+class NanobindEngine(Engine):
+    """The C++ engine stand-in: the baseline's list through nanobind's stock std::vector
+    caster (engines today), tokenwire's buffer through tokenwire::Tokens."""
+
+    name = "nanobind"
+
+    def __init__(self, path: str) -> None:
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("_tokenwire_engine", path)
+        assert spec is not None and spec.loader is not None
+        self.module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.module)
+
+    def build(self, req: Any, source: Any) -> Any:
+        max_tokens = req.sampling_params.max_tokens
+        if isinstance(req, GenerationRequest):
+            return self.module.RequestTokens(source, max_tokens)
+        return self.module.RequestStock(source, max_tokens)
+
+
+def build_engine(name: str) -> str | None:
+    """The nanobind engine's module path (built or cached), or None -- with the reason on
+    stderr -- when it cannot be built here (the numpy stand-in is used instead)."""
+    if name != "nanobind":
+        return None
+    from tokenwire.benchmarks import engine
+    stderr_progress("building the nanobind engine stand-in (cached after the first run)")
+    try:
+        return str(engine.build())
+    except (engine.EngineBuildError, OSError) as e:
+        print(f"tokenwire e2e: cannot build the nanobind engine ({e}); falling back to the numpy "
+              f"stand-in. Install the tools with: pip install 'tokenwire[bench]' (nanobind, "
+              f"cmake, ninja) and a C++17 compiler.", file=sys.stderr)
+        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -162,9 +227,11 @@ def _receive(sock: Any, mode: str) -> Any:
     return sock.recv_pyobj()
 
 
-def worker_main(data_addr: str, result_addr: str) -> None:
-    """Receive (mode, isl, count) then `count` requests, time each submit, report."""
+def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None) -> None:
+    """Receive (mode, isl, count) then `count` requests, time each submit, acknowledge each,
+    report."""
     import zmq
+    eng = NanobindEngine(engine_path) if engine_path else Engine()
     ctx = zmq.Context()
     data = ctx.socket(zmq.PULL)
     data.connect(data_addr)
@@ -177,21 +244,35 @@ def worker_main(data_addr: str, result_addr: str) -> None:
             if ctl is None:
                 break
             mode, count = ctl["mode"], ctl["count"]
-            windows, crcs, fallbacks = [], [], 0
+            windows, prep, ctor, crcs, fallbacks = [], [], [], [], 0
+            keep: Any = None
             for _ in range(count):
                 data.poll()                     # wait (GIL released) outside the timed window
                 t0 = time.perf_counter()
                 req = _receive(data, mode)
-                vec = native_ids(req)
+                ta = time.perf_counter()
+                source = token_source(req)
+                tb = time.perf_counter()
+                vec = eng.build(req, source)
                 t1 = time.perf_counter()
+                results.send_pyobj(None)        # ack: the proxy may send the next request
                 windows.append((t0, t1))
+                prep.append((tb - ta) * 1e6)
+                ctor.append((t1 - tb) * 1e6)
                 if isinstance(req, GenerationRequest) and (
                         req._prompt_token_ids_i32 is None
                         or GenerationRequest.prompt_token_ids.is_materialized(req)):
                     fallbacks += 1
                 crcs.append(crc(vec))
+                # Keep this request alive through the next window and free the one before it
+                # here, outside any window: rebinding the names inside the next window would
+                # bill a deallocation (40k ints for a list) to that submit.
+                keep = (req, source, vec)  # noqa: F841
             results.send_pyobj({
                 "latency_us": [(b - a) * 1e6 for a, b in windows],
+                "prep_us": prep,
+                "ctor_us": ctor,
+                "end_times": [b for _, b in windows],
                 "gil_us": [s * 1e6 for s in mon.blocked_in(windows)],
                 "crcs": crcs,
                 "fallbacks": fallbacks,
@@ -219,6 +300,10 @@ class ModeResult:
     send_us: list[float] = field(default_factory=list)
     correct: bool = False
     gil_resolution_us: float = 0.0   # stalls shorter than this are not seen by the monitor
+    engine: str = "numpy"
+    prep_us: list[float] = field(default_factory=list)     # token prep (worker)
+    ctor_us: list[float] = field(default_factory=list)     # request constructor (worker)
+    trip_us: list[float] = field(default_factory=list)     # proxy serialize -> worker submit end
 
     def p(self, values: list[float], q: float) -> float:
         return float(np.percentile(values, q)) if values else float("nan")
@@ -240,9 +325,15 @@ def gil_ratio(base: ModeResult, r: ModeResult) -> tuple[float, bool]:
     return base.p(base.gil_us, 50) / max(v, floor), v < floor
 
 
+def _us(r: ModeResult, values: list[float]) -> str:
+    return f"{r.p(values, 50):.1f}µs" if values else "n/a"
+
+
 def print_table(results: Sequence[ModeResult]) -> None:
     print(f"{'transport':<10}{'ISL':>9}  {'mode':<15}{'submit p50':>11}{'p99':>11}"
-          f"{'GIL p50':>10}{'p99':>11}{'proxy ser. p50':>16}  {'vs baseline: submit':>20}{'GIL':>9}  ok")
+          f"{'prep p50':>10}{'ctor p50':>11}"
+          f"{'GIL p50':>10}{'p99':>11}{'proxy ser. p50':>16}{'trip p50':>11}"
+          f"  {'vs baseline: submit':>20}{'GIL':>9}{'trip':>8}  ok")
     base = {(r.transport, r.isl): r for r in results if r.mode == "baseline"}
     for r in results:
         b = base[(r.transport, r.isl)]
@@ -252,10 +343,12 @@ def print_table(results: Sequence[ModeResult]) -> None:
             gil_vs = "n/a"      # even the baseline's stall is below the monitor's resolution
         else:
             gil_vs = ('>=' if bound else '') + format(rg, '.1f') + "x"
+        rt = f"{b.p(b.trip_us, 50) / r.p(r.trip_us, 50):.1f}x" if r.trip_us else "n/a"
         print(f"{r.transport:<10}{r.isl:>9,}  {r.mode:<15}{r.p(r.latency_us, 50):>9.1f}µs"
-              f"{r.p(r.latency_us, 99):>9.1f}µs{_gil_cell(r, 50):>10}{_gil_cell(r, 99):>11}"
-              f"{r.p(r.send_us, 50):>14.1f}µs  {rs:>19.1f}x{gil_vs:>9}"
-              f"  {'yes' if r.correct else 'NO'}")
+              f"{r.p(r.latency_us, 99):>9.1f}µs{_us(r, r.prep_us):>10}{_us(r, r.ctor_us):>11}"
+              f"{_gil_cell(r, 50):>10}{_gil_cell(r, 99):>11}"
+              f"{r.p(r.send_us, 50):>14.1f}µs{_us(r, r.trip_us):>11}  {rs:>19.1f}x{gil_vs:>9}"
+              f"{rt:>8}  {'yes' if r.correct else 'NO'}")
 
 
 def check_targets(results: Sequence[ModeResult], isl: int = 40_000) -> None:
@@ -263,12 +356,18 @@ def check_targets(results: Sequence[ModeResult], isl: int = 40_000) -> None:
     b = rows.get(("baseline", "zmq"))
     if b is None:
         return
-    print(f"\nTargets at ISL {isl:,} (this run, zmq, p50):")
+    print(f"\nTargets at ISL {isl:,} (this run, zmq, p50, engine: {b.engine}):")
     for mode in ("tokenwire", "tokenwire-oob"):
         r = rows.get((mode, "zmq"))
         if r is None:
             continue
         rs = b.p(b.latency_us, 50) / r.p(r.latency_us, 50)
+        if r.engine == "nanobind":
+            rt = b.p(b.trip_us, 50) / r.p(r.trip_us, 50)
+            print(f"  [{'ok' if rs >= 20 else 'MISSED'}] {mode}: worker submit into the C++ "
+                  f"Request {rs:.1f}x lower than the list baseline's (target >= 20x)")
+            print(f"  [{'ok' if rt >= 10 else 'MISSED'}] {mode}: whole trip (proxy serialize + "
+                  f"transport + worker submit) {rt:.1f}x lower than the baseline's (target >= 10x)")
         rg, bound = gil_ratio(b, r)
         print(f"  [{'ok' if rs >= 10 else 'MISSED'}] {mode}: worker submit {rs:.1f}x lower than "
               f"the baseline's (target >= 10x)")
@@ -290,7 +389,8 @@ def serialize(mode: str, req: Any) -> list[Any]:
     return [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)]   # = socket.send_pyobj
 
 
-def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc") -> list[ModeResult]:
+def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
+            engine_path: str | None = None) -> list[ModeResult]:
     import zmq
 
     ctx = zmq.Context()
@@ -305,8 +405,8 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc") -> list[Mod
         port_d = data.bind_to_random_port("tcp://127.0.0.1")
         port_r = results.bind_to_random_port("tcp://127.0.0.1")
         data_addr, result_addr = f"tcp://127.0.0.1:{port_d}", f"tcp://127.0.0.1:{port_r}"
-    proc = mp.get_context("spawn").Process(target=worker_main, args=(data_addr, result_addr),
-                                           daemon=True)
+    proc = mp.get_context("spawn").Process(target=worker_main,
+                                           args=(data_addr, result_addr, engine_path), daemon=True)
     proc.start()
     out: list[ModeResult] = []
     try:
@@ -317,25 +417,32 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc") -> list[Mod
         for isl in isls:
             for mode in MODES:
                 stderr_progress(f"e2e zmq/{transport}: ISL {isl:,}, {mode}")
-                res = ModeResult(transport="zmq", mode=mode, isl=isl, requests=count)
-                # Serialize every request first (timed: the proxy's cost), then send them back
-                # to back: the worker drains a queue, as a busy worker does, and proxy-side
-                # pickling never competes with the submits being measured.
-                expected, messages = [], []
+                res = ModeResult(transport="zmq", mode=mode, isl=isl, requests=count,
+                                 engine="nanobind" if engine_path else "numpy")
+                # One request at a time: serialize (timed: the proxy's cost), send, wait for
+                # the worker's ack, so proxy-side pickling never competes with the submit being
+                # measured. The requests are built beforehand (they arrive from the tokenizer).
+                expected, requests, starts = [], [], []
                 for i in range(count):
                     ids = token_stream(isl, seed=1000 * isl + i)
                     expected.append(crc(ids))
-                    req = make_request(mode, ids, i)
-                    t0 = time.perf_counter()
-                    messages.append(serialize(mode, req))
-                    res.send_us.append((time.perf_counter() - t0) * 1e6)
+                    requests.append(make_request(mode, ids, i))
                 data.send_pyobj({"mode": mode, "count": count})
-                for frames in messages:
+                for req in requests:
+                    t0 = time.perf_counter()
+                    frames = serialize(mode, req)
+                    res.send_us.append((time.perf_counter() - t0) * 1e6)
+                    starts.append(t0)
                     data.send_multipart(frames, copy=len(frames) == 1)
+                    if not results.poll(300_000):
+                        raise RuntimeError("the worker stopped answering")
+                    results.recv_pyobj()        # ack
                 if not results.poll(300_000):
                     raise RuntimeError("the worker stopped answering")
                 report = results.recv_pyobj()
                 res.latency_us, res.gil_us = report["latency_us"], report["gil_us"]
+                res.prep_us, res.ctor_us = report["prep_us"], report["ctor_us"]
+                res.trip_us = [(e - s) * 1e6 for s, e in zip(starts, report["end_times"])]
                 res.gil_resolution_us = idle_gap_us
                 # Right ids, and every tokenwire request took the buffer path (no list built).
                 res.correct = report["crcs"] == expected and report["fallbacks"] == 0
@@ -441,14 +548,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--ray", action="store_true", help="also run actor to actor through Ray")
     p.add_argument("--quick", action="store_true", help="ISL 1k/40k, 12 requests: a smoke test")
+    p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
+                   help="where the worker's ids end: the numpy stand-in, or a C++ Request built "
+                        "with nanobind (needs nanobind, cmake, ninja: the bench extra)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = p.parse_args(argv)
+    engine_path = build_engine(args.engine)
     isls = [1000, 40_000] if args.quick else [int(x) for x in args.isl.split(",") if x]
     count = args.requests or (12 if args.quick else 60)
     print(f"# tokenwire e2e — {machine()}")
     print(f"# proxy process -> worker process over pyzmq {args.transport}://, {count} requests "
-          f"per row, queued; latency = worker's receive+unpickle+int32 hand-off\n")
-    results = run_zmq(isls, count, args.transport)
+          f"per row, one at a time; engine: "
+          f"{'nanobind C++ Request' if engine_path else 'numpy stand-in'}; submit = worker's "
+          f"receive+unpickle+token prep+request ctor; trip = proxy serialize+transport+submit\n")
+    results = run_zmq(isls, count, args.transport, engine_path)
     if args.ray:
         results += run_ray(isls, count)
     print("", file=sys.stderr)

@@ -1,0 +1,153 @@
+"""Build and drive the C++ side of the tests: the conformance server (conformance.cpp) and the
+pybind11 engine (pybind_engine.cpp); the nanobind engine is tokenwire.benchmarks.engine.
+
+Compiler: $CXX or g++. Extra flags from $TOKENWIRE_CXXFLAGS (.ci/run's sanitizer build sets
+-fsanitize=address,undefined there). zstd support is compiled in when zstd.h is available.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shlex
+import shutil
+import struct
+import subprocess
+import sysconfig
+
+import tokenwire
+
+HERE = pathlib.Path(__file__).resolve().parent
+CODEC_IDS = {"auto": 0, "raw": 1, "u16": 2, "packed": 3, "zstd": 4, None: 255}
+
+
+def cxx() -> str:
+    return os.environ.get("CXX") or "g++"
+
+
+def extra_flags() -> list[str]:
+    return shlex.split(os.environ.get("TOKENWIRE_CXXFLAGS", ""))
+
+
+def have_zstd_header() -> bool:
+    probe = subprocess.run([cxx(), "-E", "-x", "c++", "-"], input="#include <zstd.h>\n",
+                           capture_output=True, text=True)
+    return probe.returncode == 0
+
+
+def compile_conformance(out_dir: pathlib.Path, *, zstd: bool) -> pathlib.Path:
+    exe = out_dir / ("conformance-zstd" if zstd else "conformance")
+    cmd = [cxx(), "-std=c++17", "-O2", "-g", "-Wall", "-Wextra", "-Werror",
+           "-I", tokenwire.get_include(), str(HERE / "conformance.cpp"), "-o", str(exe),
+           *extra_flags()]
+    if zstd:
+        cmd[1:1] = ["-DTOKENWIRE_WITH_ZSTD"]
+        cmd.append("-lzstd")
+    subprocess.run(cmd, check=True)
+    return exe
+
+
+def compile_pybind_engine(out_dir: pathlib.Path) -> pathlib.Path:
+    """The pybind11 flavour of the engine stand-in, with the compiler directly (no CMake)."""
+    import pybind11
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    target = out_dir / f"_tokenwire_pybind_engine{suffix}"
+    cmd = [cxx(), "-std=c++17", "-O2", "-shared", "-fPIC", "-fvisibility=hidden",
+           "-I", tokenwire.get_include(), "-I", pybind11.get_include(),
+           "-I", sysconfig.get_paths()["include"],
+           str(HERE / "pybind_engine.cpp"), "-o", str(target), *extra_flags()]
+    subprocess.run(cmd, check=True)
+    return target
+
+
+class CppError(Exception):
+    """What the C++ side threw: kind is wire, checksum, invalid or length."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+class Conformance:
+    """The conformance server as a long-lived subprocess (one per test session)."""
+
+    def __init__(self, exe: pathlib.Path) -> None:
+        env = dict(os.environ)
+        env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
+        self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        rc = self.proc.wait(timeout=60)
+        assert rc == 0, f"conformance server exited with {rc}"
+
+    def _call(self, op: bytes, data: bytes, codec: str | None = None, checksum: bool = False,
+              vocab_size: int = -1) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(op + bytes([CODEC_IDS[codec], int(checksum), 0])
+                              + struct.pack("<qQ", vocab_size, len(data)) + data)
+        self.proc.stdin.flush()
+        head = self.proc.stdout.read(8)
+        if len(head) != 8:
+            raise RuntimeError(f"conformance server died (exit {self.proc.wait(timeout=10)})")
+        (n,) = struct.unpack("<Q", head)
+        text = self.proc.stdout.read(n).decode()
+        if text.startswith("error "):
+            kind, _, message = text[6:].partition("\n")
+            raise CppError(kind, message)
+        return text
+
+    @staticmethod
+    def _ids(text: str) -> tuple[list[list[int]], bytes | None]:
+        lines = text.splitlines()
+        nseq = int(lines[0].split()[1])
+        seqs = [[int(x) for x in line.split()[1:]] for line in lines[1:1 + nseq]]
+        frame = None
+        if len(lines) > 1 + nseq:
+            frame = bytes.fromhex(lines[1 + nseq].split()[1])
+        return seqs, frame
+
+    def decode(self, frame: bytes, *, vocab_size: int = -1, reencode: str | None = None,
+               checksum: bool = False) -> tuple[list[int], bytes | None]:
+        seqs, again = self._ids(self._call(b"d", frame, reencode, checksum, vocab_size))
+        return seqs[0], again
+
+    def decode_many(self, frame: bytes, *, vocab_size: int = -1, reencode: str | None = None,
+                    checksum: bool = False) -> tuple[list[list[int]], bytes | None]:
+        return self._ids(self._call(b"m", frame, reencode, checksum, vocab_size))
+
+    def frame_info(self, frame: bytes) -> dict[str, object]:
+        lines = self._call(b"i", frame).splitlines()
+        _, version, codec, width, checksum, nbytes = lines[0].split()
+        return {"version": int(version), "codec": codec, "width": int(width),
+                "checksum": checksum == "1", "nbytes": int(nbytes),
+                "counts": tuple(int(c) for c in lines[1:])}
+
+    def zstd_version(self) -> tuple[int, ...] | None:
+        """The libzstd version the server was compiled against (None: built without zstd)."""
+        v = self._call(b"v", b"").split()[1]
+        return None if v == "none" else tuple(int(x) for x in v.split("."))
+
+    def encode(self, ids: list[int], codec: str = "auto", checksum: bool = False) -> bytes:
+        data = struct.pack(f"<I{len(ids)}i", len(ids), *ids)
+        return bytes.fromhex(self._call(b"e", data, codec, checksum).split()[1])
+
+    def encode_many(self, seqs: list[list[int]], codec: str = "auto",
+                    checksum: bool = False) -> bytes:
+        data = struct.pack("<I", len(seqs)) + b"".join(
+            struct.pack(f"<I{len(s)}i", len(s), *s) for s in seqs)
+        return bytes.fromhex(self._call(b"E", data, codec, checksum).split()[1])
+
+
+def require_compiler() -> None:
+    """Fail (never skip) when the toolchain is missing: CI must run these tests."""
+    if shutil.which(cxx()) is None:
+        raise RuntimeError(f"no C++ compiler ({cxx()}); install g++ (Debian: build-essential)")
+
+
+__all__ = ["CppError", "Conformance", "compile_conformance", "compile_pybind_engine", "cxx",
+           "have_zstd_header", "require_compiler"]

@@ -1,0 +1,100 @@
+"""The C++ engine stand-in: a nanobind extension built on demand from engine_src/.
+
+`Request(input_token_ids, max_tokens)` stores `std::vector<int32_t>` like TensorRT-LLM's
+`tle::Request`; `RequestStock` converts with nanobind's stock vector caster, `RequestTokens` with
+`tokenwire::Tokens` (tokenwire/nanobind.hpp). Built with nanobind's CMake support, cmake and
+ninja from PyPI (the `bench` and `test` extras), against `tokenwire.get_include()`. The build is
+cached in a directory keyed by the sources, tokenwire's headers, nanobind and the interpreter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import sysconfig
+from types import ModuleType
+
+import tokenwire
+
+SOURCE_DIR = pathlib.Path(__file__).resolve().parent / "engine_src"
+MODULE = "_tokenwire_engine"
+
+
+class EngineBuildError(RuntimeError):
+    """The engine could not be built (missing nanobind / cmake / ninja / a C++ compiler)."""
+
+
+def _tool(name: str) -> str:
+    """A build tool from this interpreter's environment (pip's cmake / ninja), else from PATH."""
+    here = pathlib.Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        raise EngineBuildError(f"{name} not found (pip install {name})")
+    return found
+
+
+def _fingerprint() -> str:
+    try:
+        nanobind_version = importlib.metadata.version("nanobind")
+    except importlib.metadata.PackageNotFoundError:
+        raise EngineBuildError(
+            "nanobind is not installed (pip install 'tokenwire[bench]')") from None
+    h = hashlib.sha256()
+    inc = pathlib.Path(tokenwire.get_include()) / "tokenwire"
+    for path in sorted(SOURCE_DIR.iterdir()) + sorted(inc.iterdir()):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(f"{nanobind_version} {sys.version} {sysconfig.get_platform()}".encode())
+    return h.hexdigest()[:16]
+
+
+def default_build_dir() -> pathlib.Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(cache) / "tokenwire" / "engine"
+
+
+def build(build_root: str | os.PathLike[str] | None = None, *, quiet: bool = True) -> pathlib.Path:
+    """Build the extension (or reuse a cached build) and return the path of the module file."""
+    root = pathlib.Path(build_root) if build_root is not None else default_build_dir()
+    out = root / _fingerprint()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    target = out / (MODULE + suffix)
+    if target.exists():
+        return target
+    cmake, ninja = _tool("cmake"), _tool("ninja")
+    work = out / "build"
+    configure = [cmake, "-S", str(SOURCE_DIR), "-B", str(work), "-G", "Ninja",
+                 f"-DCMAKE_MAKE_PROGRAM={ninja}", f"-DPython_EXECUTABLE={sys.executable}",
+                 "-DCMAKE_BUILD_TYPE=Release",
+                 # the headers of this tokenwire, whatever a child interpreter would import
+                 f"-DTOKENWIRE_INCLUDE={tokenwire.get_include()}",
+                 f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out}"]
+    out.mkdir(parents=True, exist_ok=True)
+    for cmd in (configure, [cmake, "--build", str(work)]):
+        # cwd: not the caller's directory, where a source checkout could shadow the package
+        proc = subprocess.run(cmd, cwd=out, capture_output=quiet, text=True)
+        if proc.returncode != 0:
+            detail = (proc.stdout or "")[-2000:] + (proc.stderr or "")[-2000:] if quiet else ""
+            raise EngineBuildError(f"{' '.join(cmd[:2])} ... failed:\n{detail}")
+    if not target.exists():
+        raise EngineBuildError(f"the build did not produce {target}")
+    return target
+
+
+def load(build_root: str | os.PathLike[str] | None = None) -> ModuleType:
+    """The engine extension module, built if need be."""
+    path = build(build_root)
+    if MODULE in sys.modules:
+        return sys.modules[MODULE]
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[MODULE] = module
+    return module

@@ -1,0 +1,706 @@
+// tokenwire wire format, version 1, for C++17: decode, encode and inspect frames without Python.
+//
+// Header-only; needs nothing beyond the standard library. zstd frames need libzstd: define
+// TOKENWIRE_WITH_ZSTD and link -lzstd (Debian: libzstd-dev); without it they are refused.
+//
+// The format and every validation message are specified in docs/wire-format.md; this file
+// follows the Cython implementation (tokenwire/_wire.pxi) check for check, so that both accept
+// the same frames and reject the same frames with the same text, and encode byte-for-byte the
+// same frames. The bit-packing and CRC-32C kernels are the very C headers the Python extension
+// compiles (tokenwire/bitpack.h, tokenwire/crc32c.h): one implementation for both languages.
+// The test suite checks the agreement (tests/test_cpp_wire.py).
+//
+// Allocation bound (untrusted input): nothing is allocated before the frame has been checked to
+// hold what its header claims; the ids then take 4*N bytes. A zstd payload additionally takes
+// its declared size, at most 64x the compressed bytes received, and the decompressor is never
+// given room for more than that size + 1 byte.
+#ifndef TOKENWIRE_WIRE_HPP
+#define TOKENWIRE_WIRE_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#ifdef TOKENWIRE_WITH_ZSTD
+#include <zstd.h>
+#endif
+
+// The kernels are C99 (`restrict`, file-local statics); C++ spells the qualifier __restrict.
+// Some of their helpers go unused in a given translation unit: not worth a warning there.
+#pragma push_macro("restrict")
+#undef restrict
+#define restrict __restrict
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+#pragma GCC diagnostic ignored "-Wsign-conversion"
+#pragma GCC diagnostic ignored "-Wconversion"
+#pragma GCC diagnostic ignored "-Wcast-align"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuseless-cast"
+#endif
+#pragma GCC diagnostic ignored "-Wpedantic"
+#endif
+#include "bitpack.h"
+#include "crc32c.h"
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+#pragma pop_macro("restrict")
+
+namespace tokenwire {
+
+// ---- errors ---------------------------------------------------------------------------------
+
+// A malformed frame. what() is the text Python's tokenwire.WireFormatError carries.
+class wire_format_error : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
+// A checksum mismatch (Python: tokenwire.ChecksumError).
+class checksum_error : public wire_format_error {
+  public:
+    using wire_format_error::wire_format_error;
+};
+
+enum class Codec { Auto, Raw, U16, Packed, Zstd };
+
+struct FrameInfo {
+    int version;
+    std::string codec;                 // "raw", "u16" or "packed"
+    int width;                         // bits per id
+    std::vector<uint64_t> counts;      // ids per sequence (one entry for a single-sequence frame)
+    bool checksum;
+    size_t nbytes;                     // the whole frame, checksum included
+};
+
+// Every function below has internal linkage (an unnamed namespace): the kernels' tables and CPU
+// flags are file-local statics of each translation unit, so a function that reads them must be
+// that unit's own copy too. (With ordinary inline functions the linker keeps one copy of each,
+// possibly from different units: one unit's init would fill another unit's tables.)
+namespace detail {
+namespace {
+
+// ---- format constants (docs/wire-format.md) --------------------------------------------------
+
+constexpr unsigned kVersion = 1;
+constexpr size_t kHeaderSize = 16;
+constexpr size_t kChecksumSize = 4;
+constexpr size_t kZstdLengthSize = 8;
+constexpr unsigned kRaw = 0, kU16 = 1, kPacked = 2;
+constexpr unsigned kFlagChecksum = 0x01, kFlagMulti = 0x02, kFlagZstd = 0x04, kFlagReserved = 0xF8;
+constexpr uint64_t kZstdMaxExpansion = 64;
+constexpr uint64_t kCountLimit = uint64_t(1) << 58;
+constexpr const char* kCodecNames[3] = {"raw", "u16", "packed"};
+
+__extension__ typedef unsigned __int128 u128;   // exact byte counts of absurd claims, for messages
+
+// The kernels probe the CPU once (AVX2 unpack, SSE4.2 CRC); C++ guarantees this runs once.
+inline void init_kernels() {
+    static const bool done = [] {
+        twcrc_init();
+        twbp_init();
+        return true;
+    }();
+    (void)done;
+}
+
+inline uint32_t load_le32(const uint8_t* p) {
+    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+inline uint64_t load_le64(const uint8_t* p) {
+    return uint64_t(load_le32(p)) | uint64_t(load_le32(p + 4)) << 32;
+}
+inline void store_le32(uint8_t* p, uint32_t v) {
+    for (int k = 0; k < 4; k++) p[k] = uint8_t(v >> (8 * k));
+}
+inline void store_le64(uint8_t* p, uint64_t v) {
+    for (int k = 0; k < 8; k++) p[k] = uint8_t(v >> (8 * k));
+}
+
+inline bool host_big_endian() {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return true;
+#else
+    return false;
+#endif
+}
+
+// ---- message formatting (the same text as Python's f-strings) --------------------------------
+
+inline std::string dec(u128 v) {
+    if (v == 0) return "0";
+    char buf[48];
+    size_t i = sizeof buf;
+    while (v) {
+        buf[--i] = char('0' + unsigned(v % 10));
+        v /= 10;
+    }
+    return std::string(buf + i, sizeof buf - i);
+}
+inline std::string dec(uint64_t v) { return dec(u128(v)); }
+inline std::string dec(int64_t v) {
+    return v < 0 ? "-" + dec(u128(0 - uint64_t(v))) : dec(u128(v));
+}
+inline std::string dec(unsigned v) { return dec(u128(v)); }
+inline std::string dec(int v) { return dec(int64_t(v)); }
+
+inline std::string hex(uint32_t v, int digits) {
+    static const char* x = "0123456789abcdef";
+    std::string s(size_t(digits), '0');
+    for (int i = digits - 1; i >= 0; i--, v >>= 4) s[size_t(i)] = x[v & 15];
+    return s;
+}
+
+// repr() of a Python bytes object.
+inline std::string bytes_repr(const uint8_t* p, size_t n) {
+    bool has_single = false, has_double = false;
+    for (size_t i = 0; i < n; i++) {
+        has_single |= p[i] == '\'';
+        has_double |= p[i] == '"';
+    }
+    const char quote = (has_single && !has_double) ? '"' : '\'';
+    std::string s = "b";
+    s += quote;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t c = p[i];
+        if (c == quote || c == '\\') {
+            s += '\\';
+            s += char(c);
+        } else if (c == '\t') {
+            s += "\\t";
+        } else if (c == '\n') {
+            s += "\\n";
+        } else if (c == '\r') {
+            s += "\\r";
+        } else if (c < 0x20 || c >= 0x7f) {
+            s += "\\x" + hex(c, 2);
+        } else {
+            s += char(c);
+        }
+    }
+    s += quote;
+    return s;
+}
+
+[[noreturn]] inline void fail(const std::string& msg) { throw wire_format_error(msg); }
+
+// ---- frame layout -----------------------------------------------------------------------------
+
+struct Layout {
+    unsigned codec = 0, width = 0, flags = 0;
+    uint64_t nseq = 0;          // sequences (1 for a single-sequence frame)
+    uint64_t total = 0;         // ids over all sequences
+    size_t payload_off = 0;     // after header and count table
+    size_t payload_len = 0;     // decoded payload size, bytes
+    size_t stored_len = 0;      // bytes the payload takes in the frame (zstd: prefix + data)
+    size_t nbytes = 0;          // the whole frame, checksum included
+};
+
+inline size_t payload_size(unsigned codec, unsigned width, uint64_t total) {
+    // total < 2**58, width <= 32: no overflow.
+    if (codec == kRaw) return size_t(total * 4);
+    if (codec == kU16) return size_t(total * 2);
+    return size_t((total * width + 7) / 8);
+}
+
+// Header, count table and zstd length prefix: everything frame_info needs (not the payload).
+inline Layout parse_header(const uint8_t* buf, size_t n) {
+    Layout L;
+    const size_t k = n >= 4 ? 4 : n;
+    if (k != 0 && std::memcmp(buf, "TWIR", k) != 0)
+        fail("bad magic " + bytes_repr(buf, k) + ": not a tokenwire frame (expected b'TWIR')");
+    if (n < kHeaderSize)
+        fail("truncated: header needs 16 bytes, has " + dec(uint64_t(n)));
+    const unsigned version = buf[4], codec = buf[5], width = buf[6], flags = buf[7];
+    if (version != kVersion)
+        fail("unsupported version " + dec(version) + " (this tokenwire reads version 1)");
+    if (codec == kRaw) {
+        if (width != 32) fail("bad width " + dec(width) + " for codec 'raw' (must be 32)");
+    } else if (codec == kU16) {
+        if (width != 16) fail("bad width " + dec(width) + " for codec 'u16' (must be 16)");
+    } else if (codec == kPacked) {
+        if (width < 1 || width > 31)
+            fail("bad width " + dec(width) + " for codec 'packed' (must be 1..31)");
+    } else {
+        fail("unknown codec " + dec(codec) + " (known: 0 raw, 1 u16, 2 packed)");
+    }
+    if (flags & kFlagReserved)
+        fail("reserved flag bits set: 0x" + hex(flags & kFlagReserved, 2));
+    uint64_t count = load_le64(buf + 8);
+    L.codec = codec;
+    L.width = width;
+    L.flags = flags;
+    size_t off = kHeaderSize;
+    uint64_t total = 0;
+    if (flags & kFlagMulti) {
+        // The table: `count` uint32 counts, zero-padded to a multiple of 8 bytes.
+        if (count > (n - kHeaderSize) / 4 || kHeaderSize + (count * 4 + 7) / 8 * 8 > n) {
+            const u128 need = (u128(count) * 4 + 7) / 8 * 8;
+            fail("truncated: count table needs " + dec(need) + " bytes, has " +
+                 dec(uint64_t(n - kHeaderSize)));
+        }
+        const size_t table_len = size_t((count * 4 + 7) / 8 * 8);
+        for (size_t i = 0; i < count; i++) total += load_le32(buf + kHeaderSize + 4 * i);
+        for (size_t i = kHeaderSize + size_t(count) * 4; i < kHeaderSize + table_len; i++)
+            if (buf[i] != 0)
+                fail("nonzero padding byte at offset " + dec(uint64_t(i)) +
+                     ", after the count table");
+        off += table_len;
+        L.nseq = count;
+    } else {
+        total = count;
+        L.nseq = 1;
+    }
+    L.total = total;
+    L.payload_off = off;
+    const size_t trailer = (flags & kFlagChecksum) ? kChecksumSize : 0;
+    const auto have_after = [&](size_t used) -> uint64_t {   // max(n - used, 0)
+        return n > used ? uint64_t(n - used) : 0;
+    };
+    if (total >= kCountLimit) {
+        // Cannot be in memory; say what it would need.
+        const u128 need = (u128(total) * (codec == kRaw ? 32 : width) + 7) / 8;
+        fail("truncated: payload needs " + dec(need) + " bytes, has " +
+             dec(have_after(off + trailer)));
+    }
+    L.payload_len = payload_size(codec, width, total);
+    if (flags & kFlagZstd) {
+        if (n - off < kZstdLengthSize)
+            fail("truncated: zstd length needs 8 bytes, has " + dec(uint64_t(n - off)));
+        count = load_le64(buf + off);     // compressed size
+        if (count > n)
+            fail("truncated: zstd payload needs " + dec(count) + " bytes, has " +
+                 dec(have_after(off + 8 + trailer)));
+        if (L.payload_len > count * kZstdMaxExpansion)
+            fail("zstd payload of " + dec(count) + " bytes claims to expand to " +
+                 dec(uint64_t(L.payload_len)) +
+                 " bytes, more than the 64x this decoder accepts");
+        L.stored_len = kZstdLengthSize + size_t(count);
+    } else {
+        L.stored_len = L.payload_len;
+    }
+    L.nbytes = off + L.stored_len + trailer;
+    return L;
+}
+
+inline void check_padding_bits(const uint8_t* payload, const Layout& L) {
+    // A packed payload's unused high bits of the last byte must be 0: one frame per content.
+    if (L.codec == kPacked && L.payload_len > 0) {
+        const unsigned tail_bits = unsigned((L.total * L.width) & 7);
+        if (tail_bits && (payload[L.payload_len - 1] >> tail_bits))
+            fail("nonzero padding bits after the last id of the packed payload");
+    }
+}
+
+// All structural checks of a whole frame, and the checksum.
+inline Layout check_frame(const uint8_t* buf, size_t n) {
+    init_kernels();
+    const Layout L = parse_header(buf, n);
+    const size_t trailer = (L.flags & kFlagChecksum) ? kChecksumSize : 0;
+    const size_t have = n - L.payload_off;
+    const bool zstd = (L.flags & kFlagZstd) != 0;
+    if (have < L.stored_len) {
+        const size_t prefix = zstd ? kZstdLengthSize : 0;
+        fail(std::string("truncated: ") + (zstd ? "zstd payload" : "payload") + " needs " +
+             dec(uint64_t(L.stored_len - prefix)) + " bytes, has " +
+             dec(int64_t(have) - int64_t(prefix)));
+    }
+    if (have < L.stored_len + trailer)
+        fail("truncated: checksum needs 4 bytes, has " + dec(uint64_t(have - L.stored_len)));
+    if (n > L.nbytes)
+        fail("trailing bytes: the frame ends at byte " + dec(uint64_t(L.nbytes)) +
+             ", the buffer has " + dec(uint64_t(n)) + " (" + dec(uint64_t(n - L.nbytes)) +
+             " extra)");
+    if (trailer) {
+        const uint32_t stored = load_le32(buf + n - kChecksumSize);
+        const uint32_t actual = tw_crc32c(buf, n - kChecksumSize);
+        if (stored != actual)
+            throw checksum_error("checksum mismatch: the frame says 0x" + hex(stored, 8) +
+                                 ", its contents give 0x" + hex(actual, 8));
+    }
+    if (!zstd) check_padding_bits(buf + L.payload_off, L);
+    return L;
+}
+
+// The decompressed payload of a checked zstd frame: exactly L.payload_len bytes.
+inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
+#ifdef TOKENWIRE_WITH_ZSTD
+    const uint8_t* comp = buf + L.payload_off + kZstdLengthSize;
+    const size_t clen = L.stored_len - kZstdLengthSize;
+    const unsigned long long declared = ZSTD_getFrameContentSize(comp, clen);
+    if (declared == ZSTD_CONTENTSIZE_ERROR)
+        fail("zstd payload is corrupt: error when determining content size");
+    const int64_t declared_signed =
+        declared == ZSTD_CONTENTSIZE_UNKNOWN ? -1 : int64_t(declared);
+    if (declared_signed != int64_t(L.payload_len))
+        fail("zstd payload declares " + dec(declared_signed) + " bytes, the header needs " +
+             dec(uint64_t(L.payload_len)));
+    // Streaming, so that the end of the zstd frame is seen (trailing data is an error), into a
+    // buffer of the declared size + 1: libzstd can never write more than that.
+    std::vector<uint8_t> out(L.payload_len + 1);
+    struct DCtx {
+        ZSTD_DCtx* p = ZSTD_createDCtx();
+        ~DCtx() { ZSTD_freeDCtx(p); }
+    } dctx;
+    if (!dctx.p) throw std::bad_alloc();
+    ZSTD_inBuffer in{comp, clen, 0};
+    ZSTD_outBuffer ob{out.data(), out.size(), 0};
+    bool eof = false;
+    while (in.pos < in.size) {
+        const size_t r = ZSTD_decompressStream(dctx.p, &ob, &in);
+        if (ZSTD_isError(r))
+            fail(std::string("zstd payload is corrupt: zstd decompressor error: ") +
+                 ZSTD_getErrorName(r));
+        if (r == 0) {
+            eof = true;
+            break;
+        }
+        if (ob.pos == ob.size) break;     // more output than declared: reported below
+    }
+    if (!eof && ob.pos <= L.payload_len)
+        fail("zstd payload is truncated: the zstd frame does not end");
+    if (eof && in.pos < in.size)
+        fail("zstd payload has " + dec(uint64_t(in.size - in.pos)) +
+             " trailing bytes after its zstd frame");
+    if (ob.pos != L.payload_len)
+        fail("zstd payload decompresses to " +
+             (ob.pos > L.payload_len ? "more than " + dec(uint64_t(L.payload_len))
+                                     : dec(uint64_t(ob.pos))) +
+             " bytes, the header needs " + dec(uint64_t(L.payload_len)));
+    out.resize(L.payload_len);
+    check_padding_bits(out.data(), L);
+    return out;
+#else
+    (void)buf;
+    (void)L;
+    fail("zstd-compressed frame, but zstd support is not compiled in "
+         "(define TOKENWIRE_WITH_ZSTD and link -lzstd)");
+#endif
+}
+
+// Ids [start, start + n) of a checked payload into dst.
+inline void read_payload(const uint8_t* payload, const Layout& L, uint64_t start, size_t n,
+                         int32_t* dst) {
+    if (n == 0) return;
+    if (L.codec == kRaw) {
+        if (host_big_endian()) {
+            for (size_t i = 0; i < n; i++) dst[i] = int32_t(load_le32(payload + 4 * (start + i)));
+        } else {
+            std::memcpy(dst, payload + 4 * start, n * 4);
+        }
+    } else if (L.codec == kU16) {
+        twbp_widen16(payload + 2 * start, n, dst);
+    } else {
+        const uint64_t bit = start * L.width;
+        twbp_unpack(payload + (bit >> 3), L.payload_len - size_t(bit >> 3), unsigned(bit & 7),
+                    dst, n, L.width);
+    }
+}
+
+inline uint32_t vocab_limit(int64_t vocab_size) {
+    if (vocab_size == 0 || vocab_size < -1)
+        throw std::invalid_argument("vocab_size must be positive, got " + dec(vocab_size));
+    return vocab_size > (int64_t(1) << 31) ? uint32_t(1) << 31 : uint32_t(vocab_size);
+}
+
+inline void check_vocab(const std::vector<int32_t>& ids, uint32_t limit, int64_t vocab_size,
+                        int64_t seq) {
+    // Unsigned compare: a negative id wraps to >= 2**31 >= limit. Branch-free first pass.
+    bool ok = true;
+    for (int32_t v : ids) ok &= uint32_t(v) < limit;
+    if (ok) return;
+    for (size_t i = 0; i < ids.size(); i++)
+        if (uint32_t(ids[i]) >= limit)
+            fail((seq >= 0 ? "sequence " + dec(seq) + ": " : std::string()) + "token id at index " +
+                 dec(uint64_t(i)) + " is " + dec(ids[i]) + ", outside the vocabulary [0, " +
+                 dec(vocab_size) + ")");
+}
+
+// ---- encoding ---------------------------------------------------------------------------------
+
+inline unsigned bit_length(uint32_t v) {
+    unsigned w = 0;
+    for (; v; v >>= 1) w++;
+    return w;
+}
+
+struct Seq {
+    const int32_t* ids;
+    size_t n;
+};
+
+[[noreturn]] inline void codec_error(unsigned codec, const Seq* seqs, size_t nseq, bool multi) {
+    for (size_t k = 0; k < nseq; k++)
+        for (size_t i = 0; i < seqs[k].n; i++) {
+            const int32_t v = seqs[k].ids[i];
+            if ((codec == kU16 && uint32_t(v) >= 65536) || (codec == kPacked && v < 0))
+                throw std::invalid_argument(
+                    std::string("codec '") + kCodecNames[codec] + "' needs ids in " +
+                    (codec == kU16 ? "[0, 65536)" : "[0, 2147483647]") + "; " +
+                    (multi ? "sequence " + dec(uint64_t(k)) + ": " : std::string()) +
+                    "id at index " + dec(uint64_t(i)) + " is " + dec(v));
+        }
+    throw std::invalid_argument("codec cannot hold these ids");
+}
+
+// The wire codec for ids whose bitwise OR is `orv` (the rule of docs/wire-format.md).
+inline unsigned choose_codec(Codec request, uint32_t orv, uint64_t total, unsigned* width,
+                             const Seq* seqs, size_t nseq, bool multi) {
+    const bool negative = (orv >> 31) != 0;
+    const unsigned w = orv == 0 ? 1 : bit_length(orv);
+    if (request == Codec::Raw) {
+        *width = 32;
+        return kRaw;
+    }
+    if (request == Codec::U16) {
+        if (orv >= 65536) codec_error(kU16, seqs, nseq, multi);
+        *width = 16;
+        return kU16;
+    }
+    if (request == Codec::Packed) {
+        if (negative) codec_error(kPacked, seqs, nseq, multi);
+        *width = w;
+        return kPacked;
+    }
+    // auto (and zstd's inner payload): the smallest; on a tie the faster, raw < u16 < packed.
+    *width = 32;
+    if (negative) return kRaw;
+    unsigned best = kRaw;
+    size_t best_size = payload_size(kRaw, 32, total);
+    if (orv < 65536 && payload_size(kU16, 16, total) < best_size) {
+        best = kU16;
+        best_size = payload_size(kU16, 16, total);
+        *width = 16;
+    }
+    if (payload_size(kPacked, w, total) < best_size) {
+        best = kPacked;
+        *width = w;
+    }
+    return best;
+}
+
+inline void write_payload(uint8_t* out, const Seq* seqs, size_t nseq, unsigned codec,
+                          unsigned width) {
+    if (codec == kPacked) {
+        twbp_packer pk{out, 0, 0};
+        for (size_t k = 0; k < nseq; k++) twbp_pack(&pk, seqs[k].ids, seqs[k].n, width);
+        twbp_pack_finish(&pk);
+        return;
+    }
+    for (size_t k = 0; k < nseq; k++) {
+        const size_t n = seqs[k].n;
+        if (codec == kRaw) {
+            if (host_big_endian()) {
+                for (size_t i = 0; i < n; i++) store_le32(out + 4 * i, uint32_t(seqs[k].ids[i]));
+            } else if (n) {
+                std::memcpy(out, seqs[k].ids, n * 4);
+            }
+            out += n * 4;
+        } else {
+            if (reinterpret_cast<uintptr_t>(out) % 2 == 0) {
+                twbp_narrow16(seqs[k].ids, n, out);
+            } else {   // narrow16 stores uint16 words: give it 2-aligned memory
+                std::vector<uint8_t> tmp(n * 2);
+                twbp_narrow16(seqs[k].ids, n, tmp.data());
+                if (n) std::memcpy(out, tmp.data(), n * 2);
+            }
+            out += n * 2;
+        }
+    }
+}
+
+inline void write_header(uint8_t* out, unsigned codec, unsigned width, unsigned flags,
+                         uint64_t count, const Seq* seqs, size_t nseq, bool multi,
+                         size_t table_len) {
+    std::memcpy(out, "TWIR", 4);
+    out[4] = uint8_t(kVersion);
+    out[5] = uint8_t(codec);
+    out[6] = uint8_t(width);
+    out[7] = uint8_t(flags);
+    store_le64(out + 8, count);
+    if (multi) {
+        std::memset(out + kHeaderSize, 0, table_len);
+        for (size_t k = 0; k < nseq; k++)
+            store_le32(out + kHeaderSize + 4 * k, uint32_t(seqs[k].n));
+    }
+}
+
+inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool multi, Codec request,
+                                         bool checksum) {
+    init_kernels();
+#ifndef TOKENWIRE_WITH_ZSTD
+    if (request == Codec::Zstd)
+        throw std::invalid_argument(
+            "codec 'zstd' needs zstd support compiled in (define TOKENWIRE_WITH_ZSTD and link "
+            "-lzstd)");
+#endif
+    uint64_t total = 0;
+    uint32_t orv = 0;
+    for (size_t k = 0; k < nseq; k++) {
+        total += seqs[k].n;
+        if (request != Codec::Raw && seqs[k].n) orv |= twbp_or_all(seqs[k].ids, seqs[k].n);
+    }
+    unsigned width = 32;
+    const unsigned codec = choose_codec(request, orv, total, &width, seqs, nseq, multi);
+    unsigned flags = 0;
+    size_t table_len = 0;
+    if (multi) {
+        flags |= kFlagMulti;
+        table_len = (nseq * 4 + 7) / 8 * 8;
+    }
+    if (checksum) flags |= kFlagChecksum;
+    const size_t off = kHeaderSize + table_len;
+    const size_t payload_len = payload_size(codec, width, total);
+    const uint64_t count = multi ? uint64_t(nseq) : total;
+    std::vector<uint8_t> frame;
+#ifdef TOKENWIRE_WITH_ZSTD
+    if (request == Codec::Zstd) {
+        // zstd level 3 over the chosen payload, content size written (as Python's zstandard
+        // does); stored plain when that is not smaller or would expand more than 64x.
+        std::vector<uint8_t> plain(payload_len);
+        write_payload(plain.data(), seqs, nseq, codec, width);
+        std::vector<uint8_t> comp(ZSTD_compressBound(payload_len));
+        struct CCtx {
+            ZSTD_CCtx* p = ZSTD_createCCtx();
+            ~CCtx() { ZSTD_freeCCtx(p); }
+        } cctx;
+        if (!cctx.p) throw std::bad_alloc();
+        ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_compressionLevel, 3);
+        ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_contentSizeFlag, 1);
+        ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_checksumFlag, 0);
+        const size_t clen = ZSTD_compress2(cctx.p, comp.data(), comp.size(), plain.data(),
+                                           plain.size());
+        if (ZSTD_isError(clen))
+            throw std::runtime_error(std::string("zstd compression failed: ") +
+                                     ZSTD_getErrorName(clen));
+        const bool use = clen + kZstdLengthSize < payload_len &&
+                         payload_len <= clen * kZstdMaxExpansion;
+        if (use) flags |= kFlagZstd;
+        const size_t stored = use ? kZstdLengthSize + clen : payload_len;
+        frame.resize(off + stored + (checksum ? kChecksumSize : 0));
+        write_header(frame.data(), codec, width, flags, count, seqs, nseq, multi, table_len);
+        if (use) {
+            store_le64(frame.data() + off, clen);
+            std::memcpy(frame.data() + off + kZstdLengthSize, comp.data(), clen);
+        } else if (payload_len) {
+            std::memcpy(frame.data() + off, plain.data(), payload_len);
+        }
+        if (checksum)
+            store_le32(frame.data() + off + stored, tw_crc32c(frame.data(), off + stored));
+        return frame;
+    }
+#endif
+    frame.resize(off + payload_len + (checksum ? kChecksumSize : 0));
+    write_header(frame.data(), codec, width, flags, count, seqs, nseq, multi, table_len);
+    write_payload(frame.data() + off, seqs, nseq, codec, width);
+    if (checksum)
+        store_le32(frame.data() + off + payload_len, tw_crc32c(frame.data(), off + payload_len));
+    return frame;
+}
+
+}  // namespace
+}  // namespace detail
+
+namespace {
+
+// ---- public API -------------------------------------------------------------------------------
+
+// What a frame's header says, without decoding its payload (which `data` need not hold yet:
+// `nbytes` tells a stream reader where the frame ends). The checksum is not verified.
+inline FrameInfo frame_info(const uint8_t* data, size_t size) {
+    using namespace detail;
+    const Layout L = parse_header(data, size);
+    FrameInfo info;
+    info.version = int(kVersion);
+    info.codec = kCodecNames[L.codec];
+    info.width = int(L.width);
+    if (L.flags & kFlagMulti) {
+        info.counts.resize(size_t(L.nseq));
+        for (size_t k = 0; k < L.nseq; k++) info.counts[k] = load_le32(data + kHeaderSize + 4 * k);
+    } else {
+        info.counts.assign(1, L.total);
+    }
+    info.checksum = (L.flags & kFlagChecksum) != 0;
+    info.nbytes = L.nbytes;
+    return info;
+}
+
+// Decode a single-sequence frame. With vocab_size >= 1, every id must lie in [0, vocab_size).
+// Throws wire_format_error (checksum_error on a checksum mismatch) for a malformed frame, and
+// for a multi-sequence frame (read those with decode_many).
+inline std::vector<int32_t> decode(const uint8_t* data, size_t size, int64_t vocab_size = -1) {
+    using namespace detail;
+    const uint32_t limit = vocab_size == -1 ? 0 : vocab_limit(vocab_size);
+    const Layout L = check_frame(data, size);
+    if (L.flags & kFlagMulti)
+        fail("multi-sequence frame (" + dec(L.nseq) + " sequences): read it with decode_many()");
+    std::vector<uint8_t> plain;
+    const uint8_t* payload = data + L.payload_off;
+    if (L.flags & kFlagZstd) {
+        plain = zstd_payload(data, L);
+        payload = plain.data();
+    }
+    std::vector<int32_t> ids(size_t(L.total));
+    read_payload(payload, L, 0, ids.size(), ids.data());
+    if (limit) check_vocab(ids, limit, vocab_size, -1);
+    return ids;
+}
+
+// Decode a frame to one vector per sequence (a one-element result for a single-sequence frame).
+inline std::vector<std::vector<int32_t>> decode_many(const uint8_t* data, size_t size,
+                                                     int64_t vocab_size = -1) {
+    using namespace detail;
+    const uint32_t limit = vocab_size == -1 ? 0 : vocab_limit(vocab_size);
+    const Layout L = check_frame(data, size);
+    std::vector<uint8_t> plain;
+    const uint8_t* payload = data + L.payload_off;
+    if (L.flags & kFlagZstd) {
+        plain = zstd_payload(data, L);
+        payload = plain.data();
+    }
+    std::vector<std::vector<int32_t>> out(size_t(L.nseq));
+    uint64_t start = 0;
+    for (size_t k = 0; k < L.nseq; k++) {
+        const size_t n = (L.flags & kFlagMulti) ? load_le32(data + kHeaderSize + 4 * k)
+                                                : size_t(L.total);
+        out[k].resize(n);
+        read_payload(payload, L, start, n, out[k].data());
+        start += n;
+        if (limit) check_vocab(out[k], limit, vocab_size, int64_t(k));
+    }
+    return out;
+}
+
+// Encode ids as one frame: byte-for-byte what Python's tokenwire.encode returns for the same
+// arguments. Throws std::invalid_argument when a forced codec cannot hold an id (naming it).
+inline std::vector<uint8_t> encode(const int32_t* ids, size_t n, Codec codec = Codec::Auto,
+                                   bool checksum = false) {
+    const detail::Seq seq{ids, n};
+    return detail::encode_frame(&seq, 1, false, codec, checksum);
+}
+
+// Several sequences in one frame (Python: tokenwire.encode_many); each holds < 2**32 ids.
+inline std::vector<uint8_t> encode_many(const std::vector<std::vector<int32_t>>& seqs,
+                                        Codec codec = Codec::Auto, bool checksum = false) {
+    std::vector<detail::Seq> v(seqs.size());
+    for (size_t k = 0; k < seqs.size(); k++) {
+        if (seqs[k].size() > 0xFFFFFFFFu)
+            throw std::length_error("sequence " + detail::dec(uint64_t(k)) + " has " +
+                                    detail::dec(uint64_t(seqs[k].size())) +
+                                    " ids; a multi-sequence frame holds < 2**32 per sequence");
+        v[k] = detail::Seq{seqs[k].data(), seqs[k].size()};
+    }
+    return detail::encode_frame(v.data(), v.size(), true, codec, checksum);
+}
+
+}  // namespace
+}  // namespace tokenwire
+
+#endif  // TOKENWIRE_WIRE_HPP
