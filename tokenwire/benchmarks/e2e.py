@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,7 +54,7 @@ import numpy as np
 from tokenwire import GenerationRequest
 from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
 from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import machine, stderr_progress
+from tokenwire.benchmarks.harness import Target, machine, report_targets, stderr_progress
 from tokenwire.transport import dumps_oob, recv_pyobj_oob
 
 MODES = ("baseline", "tokenwire", "tokenwire-oob")
@@ -351,30 +351,65 @@ def print_table(results: Sequence[ModeResult]) -> None:
               f"{rt:>8}  {'yes' if r.correct else 'NO'}")
 
 
-def check_targets(results: Sequence[ModeResult], isl: int = 40_000) -> None:
-    rows = {(r.mode, r.transport): r for r in results if r.isl == isl}
-    b = rows.get(("baseline", "zmq"))
-    if b is None:
-        return
-    print(f"\nTargets at ISL {isl:,} (this run, zmq, p50, engine: {b.engine}):")
+class E2EFigures:
+    """What e2e's targets read: the p50 of each (mode, transport) row at one ISL."""
+
+    def __init__(self, results: Sequence[ModeResult], isl: int) -> None:
+        self.rows = {(r.mode, r.transport): r for r in results if r.isl == isl}
+
+    def row(self, mode: str) -> ModeResult:
+        return self.rows[(mode, "zmq")]
+
+    def lower(self, mode: str, column: str) -> float:
+        """How many times lower `mode`'s p50 of `column` is than the list baseline's."""
+        b, r = self.row("baseline"), self.row(mode)
+        return b.p(getattr(b, column), 50) / r.p(getattr(r, column), 50)
+
+
+def _lower(mode: str, column: str) -> Callable[[E2EFigures], float]:
+    return lambda f: f.lower(mode, column)
+
+
+def _times(f: E2EFigures, v: float) -> str:
+    return f"{v:.1f}x lower"
+
+
+def _gil_target(mode: str) -> Target:
+    def shown(f: E2EFigures, v: float) -> str:
+        r = f.row(mode)
+        bound = gil_ratio(f.row("baseline"), r)[1]
+        return (f"{'at least ' if bound else ''}{v:.1f}x lower"
+                + (f"; its stall is below the monitor's {r.gil_resolution_us:.0f} µs resolution"
+                   if bound else ""))
+    return Target(f"{mode}: GIL held by the submit >= 10x lower than the baseline's",
+                  lambda f: gil_ratio(f.row("baseline"), f.row(mode))[0], lambda v: v >= 10, shown)
+
+
+def targets_for(engine: str) -> list[Target]:
+    """The issue targets at ISL 40k: worker submit and GIL for every engine; with the C++
+    engine also the submit into the real Request and the whole trip (issue #10)."""
+    out: list[Target] = []
     for mode in ("tokenwire", "tokenwire-oob"):
-        r = rows.get((mode, "zmq"))
-        if r is None:
-            continue
-        rs = b.p(b.latency_us, 50) / r.p(r.latency_us, 50)
-        if r.engine == "nanobind":
-            rt = b.p(b.trip_us, 50) / r.p(r.trip_us, 50)
-            print(f"  [{'ok' if rs >= 20 else 'MISSED'}] {mode}: worker submit into the C++ "
-                  f"Request {rs:.1f}x lower than the list baseline's (target >= 20x)")
-            print(f"  [{'ok' if rt >= 10 else 'MISSED'}] {mode}: whole trip (proxy serialize + "
-                  f"transport + worker submit) {rt:.1f}x lower than the baseline's (target >= 10x)")
-        rg, bound = gil_ratio(b, r)
-        print(f"  [{'ok' if rs >= 10 else 'MISSED'}] {mode}: worker submit {rs:.1f}x lower than "
-              f"the baseline's (target >= 10x)")
-        print(f"  [{'ok' if rg >= 10 else 'MISSED'}] {mode}: GIL held by the submit "
-              f"{'at least ' if bound else ''}{rg:.1f}x lower than the baseline's (target >= 10x)"
-              + (f"; its stall is below the monitor's {r.gil_resolution_us:.0f} µs resolution"
-                 if bound else ""))
+        if engine == "nanobind":
+            out += [Target(f"{mode}: worker submit into the C++ Request >= 20x lower than the "
+                           f"list baseline's", _lower(mode, "latency_us"),
+                           lambda v: v >= 20, _times),
+                    Target(f"{mode}: whole trip (proxy serialize + transport + worker submit) "
+                           f">= 10x lower", _lower(mode, "trip_us"),
+                           lambda v: v >= 10, _times)]
+        out += [Target(f"{mode}: worker submit >= 10x lower than the baseline's",
+                       _lower(mode, "latency_us"), lambda v: v >= 10, _times),
+                _gil_target(mode)]
+    return out
+
+
+def check_targets(results: Sequence[ModeResult], isl: int = 40_000) -> bool:
+    figures = E2EFigures(results, isl)
+    if ("baseline", "zmq") not in figures.rows:
+        return True
+    engine = figures.row("baseline").engine
+    return report_targets(figures, targets_for(engine),
+                          f"Targets at ISL {isl:,} (this run, zmq, p50, engine: {engine}):")
 
 
 # --------------------------------------------------------------------------------------------
@@ -552,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the worker's ids end: the numpy stand-in, or a C++ Request built "
                         "with nanobind (needs nanobind, cmake, ninja: the bench extra)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--check-targets", action="store_true",
+                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
     args = p.parse_args(argv)
     engine_path = build_engine(args.engine)
     isls = [1000, 40_000] if args.quick else [int(x) for x in args.isl.split(",") if x]
@@ -566,14 +603,14 @@ def main(argv: list[str] | None = None) -> int:
         results += run_ray(isls, count)
     print("", file=sys.stderr)
     print_table(results)
-    check_targets(results)
+    targets_ok = check_targets(results)
     ok = all(r.correct for r in results)
     print(f"\ncorrectness: tokens received {'==' if ok else '!='} tokens sent "
           f"({sum(r.requests for r in results)} requests)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(), "results": [asdict(r) for r in results]}, f, indent=1)
-    return 0 if ok else 1
+    return 0 if ok and (targets_ok or not args.check_targets) else 1
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 Op = Callable[[], object]
 
@@ -162,9 +163,9 @@ class Target:
     """A figure of the run and the bound it must meet, printed as `[ok]` or `[MISSED]`."""
 
     description: str
-    value: Callable[[Figures], float]
+    value: Callable[[Any], float]
     ok: Callable[[float], bool]
-    shown: Callable[[Figures, float], str] = lambda f, v: f"{v:.2f}"
+    shown: Callable[[Any, float], str] = lambda f, v: f"{v:.2f}"
 
 
 def ratio_target(description: str, group: str, name: str,
@@ -177,22 +178,28 @@ def ratio_target(description: str, group: str, name: str,
     return Target(description, lambda f: f.ratio(group, name), ok, shown)
 
 
-def check_targets(results: Sequence[Result], targets: Sequence[Target], isl: int) -> bool:
-    """Print each target whose rows were measured, with ok/MISSED; True when all of those hold."""
-    figures = Figures(results, isl)
+def report_targets(figures: Any, targets: Sequence[Target], heading: str) -> bool:
+    """Print each target whose figures exist (a KeyError means a row was not measured: --only,
+    --isl), with ok/MISSED; True when all of those hold. `figures` is what the targets' value
+    functions read: a `Figures`, or a suite's own lookup (e2e's)."""
     lines, ok_all = [], True
     for t in targets:
         try:
             value = t.value(figures)
         except KeyError:
-            continue                                   # its rows were not measured (--only, --isl)
+            continue
         ok = t.ok(value)
         ok_all &= ok
         lines.append(f"  [{'ok' if ok else 'MISSED'}] {t.description}: {t.shown(figures, value)}")
     if lines:
-        print(f"\nTargets at ISL {isl:,} (from this run):")
+        print(f"\n{heading}")
         print("\n".join(lines))
     return ok_all
+
+
+def check_targets(results: Sequence[Result], targets: Sequence[Target], isl: int) -> bool:
+    """`report_targets` over the figures of a measured suite at one ISL."""
+    return report_targets(Figures(results, isl), targets, f"Targets at ISL {isl:,} (from this run):")
 
 
 # --------------------------------------------------------------------------------------------
