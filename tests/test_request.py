@@ -25,7 +25,7 @@ from strategies import (
 )
 from tokenwire import GenerationRequest, TokenIds, TokenVector, TokenWireMixin
 from tokenwire.errors import WireFormatError
-from tokenwire.request import STATE_VERSION, _TokenField
+from tokenwire.request import STATE_VERSION, _config, _TokenField
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROMPT = GenerationRequest.prompt_token_ids
@@ -60,12 +60,12 @@ def no_lists_in(obj) -> bool:
 def test_roundtrip_any_source_read_or_unread(ids, kind, read, protocol):
     req = GenerationRequest(as_source(ids, kind), {"max_tokens": 8}, query_token_ids=ids[:3], id=7)
     if read:
-        assert req.prompt_token_ids == ids
+        assert list(req.prompt_token_ids) == ids
     out = roundtrip(req, protocol)
     assert not PROMPT.is_materialized(out)          # decoding never builds the list
     assert out._prompt_token_ids_i32 == ids         # the side channel holds the ids
-    assert out.prompt_token_ids == ids
-    assert type(out.prompt_token_ids) is list
+    assert list(out.prompt_token_ids) == ids
+    assert type(out.prompt_token_ids) is (tuple if kind == "tuple" else list)   # a tuple stays one
     assert out.query_token_ids == ids[:3]
     assert (out.sampling_params, out.id, out.streaming) == ({"max_tokens": 8}, 7, False)
 
@@ -183,7 +183,7 @@ def test_state_version_checks():
     with pytest.raises(WireFormatError, match="key 'prompt_token_ids': a token field list must hold ints"):
         req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": [1, "x"]})
     assert isinstance(WireFormatError("x"), ValueError)
-    with pytest.raises(WireFormatError, match="non-string key"):
+    with pytest.raises(WireFormatError, match="state key 5 is not a string"):
         req.__setstate__({"__tokenwire__": 1, 5: "x"})
     assert vars(req) == {}                           # every refused state left nothing behind
 
@@ -309,7 +309,7 @@ def test_user_list_is_held_and_its_mutations_reflected():
     assert PROMPT.buffer(req) == [0, 2, 3, 4]
 
 
-@pytest.mark.parametrize("bad, exc", [("x", TypeError), (2**40, OverflowError), (None, TypeError)])
+@pytest.mark.parametrize("bad, exc", [("x", TypeError), (None, TypeError)])
 def test_list_mutated_to_hold_a_non_id_fails_loudly_naming_the_field(bad, exc):
     req = from_wire([1, 2, 3])
     req.prompt_token_ids.append(bad)
@@ -443,7 +443,7 @@ def test_setting_buffers_is_held_and_snapshotted():
     assert req.prompt_token_ids == [0, 2, 4, 6, 8]
     assert req._prompt_token_ids_i32 == [0, 2, 4, 6, 8]     # read, unchanged: still held
     assert GenerationRequest((1, 2))._prompt_token_ids_i32 is None
-    assert GenerationRequest((1, 2)).prompt_token_ids == [1, 2]
+    assert GenerationRequest((1, 2)).prompt_token_ids == (1, 2)         # kept as it is
     assert GenerationRequest([1, 2])._prompt_token_ids_i32 is None
 
 
@@ -481,7 +481,7 @@ def test_repr_is_short_and_does_not_materialize():
 
 def test_codecs():
     assert TokenIds().codec == "raw" and PROMPT.codec == "raw"
-    with pytest.raises(ValueError, match="unknown token codec 'zip'"):
+    with pytest.raises(ValueError, match="unknown codec 'zip'"):        # the core's message
         TokenIds(codec="zip")
 
 
@@ -516,7 +516,7 @@ def test_compact_codec_errors_name_the_field():
         pickle.dumps(obj)
     state = Compact().__getstate__()
     state["ids"] = b"TWIR\x01garbage"
-    with pytest.raises(tokenwire.WireFormatError, match="token field 'ids'"):
+    with pytest.raises(tokenwire.WireFormatError, match="^Compact state key 'ids': truncated"):
         Compact().__setstate__(state)
 
 
@@ -538,7 +538,7 @@ class NoMixin:
 
 
 def test_mixin_on_another_class():
-    assert [name for name, _ in Child._tokenwire_fields] == ["ids", "more"]
+    assert [name for name, _ in _config(Child).fields] == ["ids", "more"]
     obj = Child(np.arange(5, dtype=np.int32), [7, 8], note="hi")
     out = roundtrip(obj)
     assert (out.ids, out.more, out.note, out.extra) == ([0, 1, 2, 3, 4], [7, 8], "hi", None)
@@ -566,11 +566,11 @@ def test_descriptor_without_the_mixin_pickles_like_a_plain_attribute():
 
 
 FIELD_NAMES = ("prompt_token_ids", "query_token_ids")
-CLASS_CONFIG = (GenerationRequest._tokenwire_fields, GenerationRequest._tokenwire_keys)
+CLASS_CONFIG = _config(GenerationRequest)
 
 
 def assert_sane(req: GenerationRequest, expected_prompt=None) -> None:
-    assert (type(req)._tokenwire_fields, type(req)._tokenwire_keys) == CLASS_CONFIG
+    assert vars(type(req))["_tokenwire_config"] is CLASS_CONFIG
     assert not any(k.startswith("_tokenwire") for k in vars(req))
     for name in FIELD_NAMES:
         raw = vars(req).get(name)
