@@ -8,11 +8,15 @@ never builds the list:
 * ``TokenIds`` is a data descriptor for one token-id field. Ids that arrive as a buffer are held
   as a ``TokenVector`` (native int32) and a ``list`` is built from it, in C, only when someone
   reads the attribute; the list is cached and later reads return the same object. A list the
-  user sets is kept as that list (no copy, no conversion until the ids are pickled).
+  user sets is kept as that list (no copy, no conversion until the ids are pickled); a tuple is
+  kept as that tuple, and read back as a tuple after pickling.
 * ``TokenWireMixin`` (a base class) or ``token_fields`` (a class decorator, for dataclasses) give
   a class ``__getstate__`` / ``__setstate__`` that send each field as its buffer (an unread field
   is never turned into a list on either side) and ``__copy__`` / ``__deepcopy__`` that share or
-  memcpy the buffer.
+  memcpy the buffer; slots of base classes travel and are copied too. ``token_fields`` wraps a
+  ``__getstate__`` / ``__setstate__`` the class already has. Each class (each subclass too) is
+  configured from its own attributes, resolved through the MRO as attribute lookup resolves
+  them, on first use.
 * ``token_buffer(obj, name)`` is the worker's hand-off: the ids as a TokenVector, no list built.
 * ``GenerationRequest`` is a reference drop-in request built on both.
 
@@ -31,16 +35,20 @@ A vector built from a user's list is not kept: it lives as long as the pickling 
 Pickled state (version 1) is a dict::
 
     {"__tokenwire__": 1,                   # state version
-     "<field>": TokenVector | bytes | list | None,  # one entry per set TokenIds field, under
-                                           # its public name: the vector ("raw"), a wire frame,
-                                           # or -- for ints that are not int32 ids -- the list
+     "<field>": TokenVector | bytes | str | (payload,) | list | tuple | None,
+                                           # one entry per set TokenIds field, under its public
+                                           # name: the vector ("raw"), or a wire frame (bytes;
+                                           # a latin-1 str below protocol 3); ids that were a
+                                           # tuple as a one-item tuple around that payload; for
+                                           # ints that are not int32 ids, the list (tuple) itself
      "<attr>": value, ...}                 # every other instance attribute, pickled as usual
 
-A ``TokenVector`` pickles as raw int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so a
-pickler with a ``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart frames,
-Ray, Dask). A state without ``"__tokenwire__"`` is the list form: what the class pickled before
-tokenwire was adopted (a plain ``list[int]`` under the public name or under ``_<field>``), and
-what ``list_on_wire`` writes during a rolling upgrade; it loads.
+or ``(that dict, {slot: value})`` when base classes have slots. A ``TokenVector`` pickles as raw
+int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so a pickler with a
+``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart frames, Ray, Dask). A
+state without ``"__tokenwire__"`` is the list form: what the class pickled before tokenwire was
+adopted (a plain ``list[int]`` under the public name or under ``_<field>``), and what
+``list_on_wire`` writes during a rolling upgrade; it loads.
 
 See docs/adopting.md for converting an existing request class.
 """
