@@ -1142,3 +1142,14 @@ def test_frame_error_names_the_key_once():
     with pytest.raises(WireFormatError) as info:
         Compact().__setstate__(state)
     assert str(info.value).count("'ids'") == 1
+
+
+def test_golden_tuple_fixtures_still_load():
+    # Written once by `make_request_fixtures.py --tuple`: a tuple field as (TokenVector,).
+    for protocol in (2, 5):
+        data = (FIXTURES / f"request_v1_tuple_p{protocol}.pickle").read_bytes()
+        assert b"_codecs" not in data
+        out = pickle.loads(data)
+        assert not PROMPT.is_materialized(out)
+        assert out.prompt_token_ids == tuple(BOUNDARY_IDS) and out.query_token_ids == [7, 8, 9]
+        assert out.id == 44
