@@ -917,18 +917,21 @@ def token_fields(*names: str, codec: str = "raw",
             desc.__set_name__(cls, name)
             setattr(cls, name, desc)
         getstate, setstate = _own_method(cls, "__getstate__"), _own_method(cls, "__setstate__")
-        if getstate is not None or getattr(cls, "__getstate__", None) not in _OURS:
-            cls.__getstate__ = (  # type: ignore[attr-defined]
-                _wrap_getstate(getstate) if getstate is not None else vars(TokenWireMixin)["__getstate__"])
-        if setstate is not None or getattr(cls, "__setstate__", None) not in _OURS:
-            cls.__setstate__ = (  # type: ignore[attr-defined]
-                _wrap_setstate(setstate) if setstate is not None else vars(TokenWireMixin)["__setstate__"])
+        mixin = vars(TokenWireMixin)
+        if getstate is not None:
+            setattr(cls, "__getstate__", _wrap_getstate(getstate))
+        elif getattr(cls, "__getstate__", None) not in _OURS:
+            setattr(cls, "__getstate__", mixin["__getstate__"])
+        if setstate is not None:
+            setattr(cls, "__setstate__", _wrap_setstate(setstate))
+        elif getattr(cls, "__setstate__", None) not in _OURS:
+            setattr(cls, "__setstate__", mixin["__setstate__"])
         if getattr(cls, "__reduce_ex__") is object.__reduce_ex__ and \
                 getattr(cls, "__reduce__") is object.__reduce__:
-            cls.__reduce_ex__ = vars(TokenWireMixin)["__reduce_ex__"]  # type: ignore[method-assign]
+            setattr(cls, "__reduce_ex__", mixin["__reduce_ex__"])
         for method in ("__copy__", "__deepcopy__"):
             if getattr(cls, method, None) is None:
-                setattr(cls, method, vars(TokenWireMixin)[method])
+                setattr(cls, method, mixin[method])
         if list_on_wire is not None:
             setattr(cls, "_tokenwire_list_on_wire", bool(list_on_wire))
         _reconfigure(cls)
