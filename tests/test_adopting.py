@@ -7,9 +7,24 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
+
+import msgspec
+import zmq
+
+import tokenwire
+from tokenwire.msgspec import Decoder, Encoder, dec_hook, enc_hook, ext_hook
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "adopting.md"
+
+
+class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """docs/adopting.md, section 1: vLLM's engine-core request with a TokenVector field."""
+
+    request_id: str
+    prompt_token_ids: Optional[tokenwire.TokenVector]
+    arrival_time: float
 
 
 def _run(*args: str) -> str:
@@ -44,3 +59,33 @@ def test_doc_shows_the_exact_adoption_lines():
                  '+@tokenwire.token_fields("prompt_token_ids", "query_token_ids")',
                  '+@tokenwire.token_fields("input_ids")'):
         assert line in text, line
+
+
+def test_msgspec_section_as_documented():
+    """Section 1's msgspec Struct: a TokenVector field through tokenwire.msgspec, over a real
+    pair of pyzmq sockets (out of band) and through the hooks (one message)."""
+    text = DOC.read_text()
+    assert "input_ids: bytes" not in text
+    assert "+    prompt_token_ids: Optional[tokenwire.TokenVector]" in text
+    assert "+Encoder().send(socket, req)" in text and "+req = Decoder(EngineCoreRequest).recv(socket)" in text
+
+    ids = list(range(100_000, 140_000))
+    req = EngineCoreRequest("r1", tokenwire.as_tokens(ids), 1.5)
+    ctx = zmq.Context.instance()
+    proxy, worker = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        port = worker.bind_to_random_port("tcp://127.0.0.1")
+        proxy.connect(f"tcp://127.0.0.1:{port}")
+        Encoder().send(proxy, req)
+        assert worker.poll(10_000), "nothing arrived"
+        got = Decoder(EngineCoreRequest).recv(worker)
+    finally:
+        proxy.close(linger=0)
+        worker.close(linger=0)
+    assert type(got.prompt_token_ids) is tokenwire.TokenVector and got.prompt_token_ids == ids
+    inline = msgspec.msgpack.Encoder(enc_hook=enc_hook).encode(req)
+    dec = msgspec.msgpack.Decoder(EngineCoreRequest, ext_hook=ext_hook, dec_hook=dec_hook)
+    assert dec.decode(inline) == req
+    # An old proxy's list[int] is read by the new worker type too (workers first).
+    old = msgspec.msgpack.encode(["r1", ids[:5], 1.5])
+    assert dec.decode(old).prompt_token_ids == ids[:5]

@@ -25,7 +25,7 @@ from strategies import (
 )
 from tokenwire import GenerationRequest, TokenIds, TokenVector, TokenWireMixin
 from tokenwire.errors import WireFormatError
-from tokenwire.request import STATE_VERSION, _TokenField
+from tokenwire.request import STATE_VERSION, _config, _TokenField
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROMPT = GenerationRequest.prompt_token_ids
@@ -60,12 +60,12 @@ def no_lists_in(obj) -> bool:
 def test_roundtrip_any_source_read_or_unread(ids, kind, read, protocol):
     req = GenerationRequest(as_source(ids, kind), {"max_tokens": 8}, query_token_ids=ids[:3], id=7)
     if read:
-        assert req.prompt_token_ids == ids
+        assert list(req.prompt_token_ids) == ids
     out = roundtrip(req, protocol)
     assert not PROMPT.is_materialized(out)          # decoding never builds the list
     assert out._prompt_token_ids_i32 == ids         # the side channel holds the ids
-    assert out.prompt_token_ids == ids
-    assert type(out.prompt_token_ids) is list
+    assert list(out.prompt_token_ids) == ids
+    assert type(out.prompt_token_ids) is (tuple if kind == "tuple" else list)   # a tuple stays one
     assert out.query_token_ids == ids[:3]
     assert (out.sampling_params, out.id, out.streaming) == ({"max_tokens": 8}, 7, False)
 
@@ -183,7 +183,7 @@ def test_state_version_checks():
     with pytest.raises(WireFormatError, match="key 'prompt_token_ids': a token field list must hold ints"):
         req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": [1, "x"]})
     assert isinstance(WireFormatError("x"), ValueError)
-    with pytest.raises(WireFormatError, match="non-string key"):
+    with pytest.raises(WireFormatError, match="state key 5 is not a string"):
         req.__setstate__({"__tokenwire__": 1, 5: "x"})
     assert vars(req) == {}                           # every refused state left nothing behind
 
@@ -309,7 +309,7 @@ def test_user_list_is_held_and_its_mutations_reflected():
     assert PROMPT.buffer(req) == [0, 2, 3, 4]
 
 
-@pytest.mark.parametrize("bad, exc", [("x", TypeError), (2**40, OverflowError), (None, TypeError)])
+@pytest.mark.parametrize("bad, exc", [("x", TypeError), (None, TypeError)])
 def test_list_mutated_to_hold_a_non_id_fails_loudly_naming_the_field(bad, exc):
     req = from_wire([1, 2, 3])
     req.prompt_token_ids.append(bad)
@@ -443,7 +443,7 @@ def test_setting_buffers_is_held_and_snapshotted():
     assert req.prompt_token_ids == [0, 2, 4, 6, 8]
     assert req._prompt_token_ids_i32 == [0, 2, 4, 6, 8]     # read, unchanged: still held
     assert GenerationRequest((1, 2))._prompt_token_ids_i32 is None
-    assert GenerationRequest((1, 2)).prompt_token_ids == [1, 2]
+    assert GenerationRequest((1, 2)).prompt_token_ids == (1, 2)         # kept as it is
     assert GenerationRequest([1, 2])._prompt_token_ids_i32 is None
 
 
@@ -481,7 +481,7 @@ def test_repr_is_short_and_does_not_materialize():
 
 def test_codecs():
     assert TokenIds().codec == "raw" and PROMPT.codec == "raw"
-    with pytest.raises(ValueError, match="unknown token codec 'zip'"):
+    with pytest.raises(ValueError, match="unknown codec 'zip'"):        # the core's message
         TokenIds(codec="zip")
 
 
@@ -516,7 +516,7 @@ def test_compact_codec_errors_name_the_field():
         pickle.dumps(obj)
     state = Compact().__getstate__()
     state["ids"] = b"TWIR\x01garbage"
-    with pytest.raises(tokenwire.WireFormatError, match="token field 'ids'"):
+    with pytest.raises(tokenwire.WireFormatError, match="^Compact state key 'ids': truncated"):
         Compact().__setstate__(state)
 
 
@@ -538,7 +538,7 @@ class NoMixin:
 
 
 def test_mixin_on_another_class():
-    assert [name for name, _ in Child._tokenwire_fields] == ["ids", "more"]
+    assert [name for name, _ in _config(Child).fields] == ["ids", "more"]
     obj = Child(np.arange(5, dtype=np.int32), [7, 8], note="hi")
     out = roundtrip(obj)
     assert (out.ids, out.more, out.note, out.extra) == ([0, 1, 2, 3, 4], [7, 8], "hi", None)
@@ -566,18 +566,18 @@ def test_descriptor_without_the_mixin_pickles_like_a_plain_attribute():
 
 
 FIELD_NAMES = ("prompt_token_ids", "query_token_ids")
-CLASS_CONFIG = (GenerationRequest._tokenwire_fields, GenerationRequest._tokenwire_keys)
+CLASS_CONFIG = _config(GenerationRequest)
 
 
 def assert_sane(req: GenerationRequest, expected_prompt=None) -> None:
-    assert (type(req)._tokenwire_fields, type(req)._tokenwire_keys) == CLASS_CONFIG
+    assert vars(type(req))["_tokenwire_config"] is CLASS_CONFIG
     assert not any(k.startswith("_tokenwire") for k in vars(req))
     for name in FIELD_NAMES:
         raw = vars(req).get(name)
-        assert raw is None or type(raw) is list or (
+        assert raw is None or type(raw) in (list, tuple) or (
             type(raw) is _TokenField and type(raw.vector) is TokenVector), (name, raw)
         value = getattr(req, name, None)
-        assert value is None or (type(value) is list and all(isinstance(v, int) for v in value))
+        assert value is None or (type(value) in (list, tuple) and all(isinstance(v, int) for v in value))
         held = getattr(GenerationRequest, name).held_buffer(req)
         assert held is None or type(held) is TokenVector
     side = req._prompt_token_ids_i32
@@ -700,3 +700,456 @@ def test_golden_dropin_fixtures_still_load():
     assert b"_codecs" not in p2
     out = pickle.loads(p2)
     assert not PROMPT.is_materialized(out) and out.prompt_token_ids == BOUNDARY_IDS
+
+
+# --------------------------------------------------------------------------------------------
+# review findings on the request layer (issue #12 follow-up): each test below failed on the
+# code before its fix
+
+
+import dataclasses  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from typing import Generic, List, Optional, TypeVar  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@tokenwire.token_fields("input_ids")
+@dataclasses.dataclass
+class DcBase:
+    rid: str
+    input_ids: List[int]
+    n: int
+
+
+@dataclasses.dataclass
+class DcRedeclares(DcBase):              # redeclares the field with a default: a plain field
+    input_ids: Optional[List[int]] = None
+    n: int = 0
+
+
+@dataclasses.dataclass
+class DcInherits(DcBase):                # keeps the base's token field
+    extra: int = 0
+
+
+class DcWithProperty(DcBase):            # a plain subclass adding a property
+    @property
+    def prompt_len(self) -> int:
+        return len(self.input_ids)
+
+
+class ShadowsField(GenerationRequest):
+    prompt_token_ids = None              # a plain attribute where the base has a token field
+
+
+class LabelBase(TokenWireMixin):
+    ids = TokenIds()
+
+    @property
+    def label(self) -> str:
+        return "base"
+
+
+class ShadowsProperty(LabelBase):
+    label = None                         # a plain class attribute that instances set
+
+
+def test_subclass_redeclaring_a_dataclass_token_field_gets_a_plain_field():
+    c = DcRedeclares("r", list(range(5)))
+    out = roundtrip(c)
+    assert out.input_ids == [0, 1, 2, 3, 4] and out == c
+    assert type(vars(out)["input_ids"]) is list          # not tokenwire's holder
+    assert [n for n, _ in _config(DcRedeclares).fields] == []
+
+
+def test_subclass_inheriting_a_dataclass_token_field_keeps_it():
+    c = DcInherits("r", list(range(5)), 1, 2)
+    out = roundtrip(c)
+    assert type(vars(out)["input_ids"]) is _TokenField and out == c and out.extra == 2
+
+
+def test_subclass_property_is_never_set_from_state():
+    obj = DcWithProperty.__new__(DcWithProperty)
+    with pytest.raises(WireFormatError, match="state key 'prompt_len' names a class-level"):
+        obj.__setstate__({"__tokenwire__": 1, "rid": "r", "input_ids": [1], "n": 1, "prompt_len": 99})
+    assert vars(obj) == {}
+    assert roundtrip(DcWithProperty("r", [1, 2], 3)).prompt_len == 2
+
+
+def test_subclass_shadowing_a_descriptor_with_a_plain_attribute_pickles():
+    out = roundtrip(ShadowsField([1, 2]))
+    assert out.prompt_token_ids == [1, 2] and type(vars(out)["prompt_token_ids"]) is list
+    obj = ShadowsProperty()
+    obj.ids, obj.label = [1], "x"
+    assert roundtrip(obj).label == "x"
+
+
+# -- classes with their own __getstate__ / __setstate__: wrapped, not kept ---------------------
+
+
+@tokenwire.token_fields("ids")
+class OwnGetstate:
+    def __init__(self, ids):
+        self.ids = ids
+        self.lock = threading.Lock()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("lock", None)           # a received object has none (no own __setstate__)
+        return state
+
+
+@tokenwire.token_fields("ids")
+class OwnSetstate:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.restored = True
+
+
+@tokenwire.token_fields("ids", "more")
+class OwnBoth:
+    def __init__(self, ids, more=None):
+        self.ids = ids
+        self.more = more
+        self.lock = threading.Lock()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        del state["lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.ids = state.pop("ids")                   # by setattr, through the descriptor
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
+
+
+class UndecoratedBase:
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+
+@tokenwire.token_fields("ids")
+class InheritsGetstate(UndecoratedBase):
+    def __init__(self, ids):
+        self.ids = ids
+        self.lock = threading.Lock()
+
+
+def _globals_named(data: bytes) -> set:
+    seen: set = set()
+
+    class Recorder(pickle.Unpickler):
+        def find_class(self, module, name):
+            seen.add((module, name))
+            return super().find_class(module, name)
+
+    Recorder(io.BytesIO(data)).load()
+    return seen
+
+
+@pytest.mark.parametrize("cls", [OwnGetstate, OwnBoth, InheritsGetstate])
+@pytest.mark.parametrize("source", ["list", "buffer", "received"])
+def test_own_getstate_is_wrapped(cls, source):
+    ids = list(range(1000))
+    obj = cls(np.array(ids, np.int32) if source == "buffer" else list(ids))
+    if source == "received":
+        obj = roundtrip(obj)                           # a worker forwarding what it received
+    state = obj.__getstate__()
+    assert "lock" not in state and type(state["ids"]) is TokenVector   # the user's rule, then ours
+    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
+        data = pickle.dumps(obj, protocol)
+        assert {g for g in _globals_named(data) if g[0] != __name__} <= set(tokenwire.PICKLE_GLOBALS)
+        out = pickle.loads(data)
+        assert type(vars(out)["ids"]) is _TokenField and out.ids == ids
+    if cls is OwnBoth:
+        assert type(out.lock) is type(threading.Lock())      # the user's __setstate__ ran
+    assert cls.__getstate__.__name__ == "__getstate__"
+
+
+def test_own_setstate_is_wrapped_and_receives_checked_state():
+    out = roundtrip(OwnSetstate(np.arange(3, dtype=np.int32)))
+    assert out.restored and out.ids == [0, 1, 2] and type(vars(out)["ids"]) is _TokenField
+    for bad, key in ((
+            {"__tokenwire__": 1, "ids": [1], "_tokenwire_fields": ()}, "_tokenwire_fields"),
+            ({"__tokenwire__": 1, "ids": np.arange(3)}, "ids"),
+            ({"__tokenwire__": 1, "ids": forged_field()}, "ids")):
+        obj = OwnSetstate.__new__(OwnSetstate)
+        with pytest.raises(WireFormatError, match=re.escape(key)):
+            obj.__setstate__(bad)
+        assert vars(obj) == {}                        # refused before the user's code ran
+    legacy = OwnSetstate.__new__(OwnSetstate)          # a pickle of the class before tokenwire
+    legacy.__setstate__({"ids": [4, 5]})
+    assert legacy.ids == [4, 5] and legacy.restored
+
+
+@tokenwire.token_fields("ids")
+class OwnTupleState:
+    def __init__(self, ids):
+        self.ids = ids
+
+    def __getstate__(self):
+        return (self.ids, "v2")                         # not a dict: left as the class made it
+
+    def __setstate__(self, state):
+        self.ids, self.version = state
+
+
+def test_own_non_dict_state_is_left_alone():
+    out = roundtrip(OwnTupleState([1, 2]))
+    assert out.ids == [1, 2] and out.version == "v2"
+
+
+# -- slots of base classes ---------------------------------------------------------------------
+
+
+class SlotBase:
+    __slots__ = ("priority", "__secret", "unset")
+
+
+@tokenwire.token_fields("ids")
+class WithBaseSlots(SlotBase):
+    def __init__(self, ids, priority):
+        self.ids, self.priority = ids, priority
+        self._SlotBase__secret = [priority]
+
+
+class MixinWithBaseSlots(SlotBase, TokenWireMixin):
+    ids = TokenIds()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_base_class_slots_survive_pickle_and_copies(protocol):
+    obj = WithBaseSlots([1, 2], 7)
+    out = roundtrip(obj, protocol)
+    assert (out.ids, out.priority, out._SlotBase__secret) == ([1, 2], 7, [7])
+    assert not hasattr(out, "unset")
+    shallow, deep = copy.copy(obj), copy.deepcopy(obj)
+    assert shallow.priority == deep.priority == 7
+    assert shallow._SlotBase__secret is obj._SlotBase__secret
+    assert deep._SlotBase__secret == [7] and deep._SlotBase__secret is not obj._SlotBase__secret
+    m = MixinWithBaseSlots()
+    m.ids, m.priority = [3], 1
+    assert roundtrip(m, protocol).priority == 1 and copy.copy(m).priority == 1
+
+
+def test_slot_state_names_only_slots():
+    obj = WithBaseSlots.__new__(WithBaseSlots)
+    with pytest.raises(WireFormatError, match="slot state key 'ids_extra' is not a slot"):
+        obj.__setstate__(({"__tokenwire__": 1}, {"ids_extra": 1}))
+    with pytest.raises(WireFormatError, match="state key 'priority' names a class-level"):
+        obj.__setstate__({"__tokenwire__": 1, "priority": 1})    # a slot, in the dict part
+
+
+# -- dunder keys: refused only when they shadow something class-level -------------------------
+
+T = TypeVar("T")
+
+
+@tokenwire.token_fields("prompt_token_ids")
+class GenericReq(Generic[T]):
+    def __init__(self, ids, params):
+        self.prompt_token_ids, self.params = ids, params
+
+
+def test_generic_request_class_pickles_with_orig_class():
+    req = GenericReq[dict]([1, 2], {})
+    assert "__orig_class__" in vars(req)
+    out = roundtrip(req)
+    assert out.prompt_token_ids == [1, 2] and out.__orig_class__ == GenericReq[dict]
+
+
+@pytest.mark.parametrize("key", ["__reduce_ex__", "__class__", "__dict__", "__init__", "__weakref__"])
+def test_special_names_the_class_defines_are_refused(key):
+    req = fresh()
+    with pytest.raises(WireFormatError,
+                       match=f"GenerationRequest state key '{key}' names a class-level attribute"):
+        req.__setstate__({"__tokenwire__": 1, key: 1})
+    assert vars(req) == {}
+
+
+def test_one_predicate_decides_every_key():
+    from tokenwire.request import _state_key_problem
+    config = _config(GenerationRequest)
+    assert _state_key_problem(config, "__orig_class__") is None
+    assert _state_key_problem(config, "id") is None
+    assert "not a string" in _state_key_problem(config, 5)
+    assert "class-level configuration" in _state_key_problem(config, "_tokenwire_x")
+    assert "class-level attribute" in _state_key_problem(config, "_prompt_token_ids_i32")
+
+
+# -- ints that are not int32 ids: the list fallback however the list came to be ----------------
+
+
+@pytest.mark.parametrize("extra", [2**31, -(2**31) - 1, 2**40, True])
+def test_received_list_changed_to_non_int32_travels_as_that_list(extra):
+    req = from_wire([1, 2])
+    req.prompt_token_ids.append(extra)
+    assert req._prompt_token_ids_i32 is None                # no longer held as a buffer, no raise
+    for protocol in PROTOCOLS:
+        out = roundtrip(req, protocol)
+        assert out.prompt_token_ids == [1, 2, extra] and type(out.prompt_token_ids[2]) is type(extra)
+    deep = copy.deepcopy(req)
+    assert deep.prompt_token_ids == [1, 2, extra] and deep.prompt_token_ids is not req.prompt_token_ids
+    assert type(vars(req)["prompt_token_ids"]) is list        # the list is the source now
+    with pytest.raises((OverflowError, TypeError), match=r"GenerationRequest\.prompt_token_ids: token id at index 2"):
+        PROMPT.buffer(req)
+
+
+# -- compact codecs below protocol 3: no _codecs global ---------------------------------------
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2])
+def test_compact_frames_below_protocol_3_name_no_codecs_global(protocol):
+    obj = Compact()
+    obj.ids, obj.small, obj.raw = [1, 2, 3], (4, 5), [6]
+    data = pickle.dumps(obj, protocol)
+    assert b"_codecs" not in data
+    allow = {(__name__, "Compact")} | ({("copyreg", "_reconstructor"), ("builtins", "object")}
+                                       if protocol < 2 else set())   # any plain object, below 2
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module, name):
+            return tokenwire.find_class(module, name, allow=allow)
+
+    out = Restricted(io.BytesIO(data)).load()
+    assert not Compact.ids.is_materialized(out)               # decoded to a buffer
+    assert (out.ids, out.small, out.raw) == ([1, 2, 3], (4, 5), [6])
+    assert type(obj.__getstate__()["ids"]) is bytes          # protocol 3+: the frame as bytes
+
+
+def test_frame_as_text_must_be_latin1():
+    state = Compact().__getstate__()
+    state["ids"] = "\u0100" + tokenwire.encode([1]).decode("latin-1")
+    with pytest.raises(WireFormatError, match="Compact state key 'ids': a frame sent as text must be latin-1"):
+        Compact().__setstate__(state)
+
+
+# -- tuples stay tuples -----------------------------------------------------------------------
+
+
+@tokenwire.token_fields("input_ids")
+@dataclasses.dataclass(frozen=True)
+class FrozenTuple:
+    rid: str
+    input_ids: tuple
+    n: int = 0
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_frozen_dataclass_with_a_tuple_field_stays_hashable(protocol):
+    f = FrozenTuple("r", (1, 2, 3))
+    assert f.input_ids == (1, 2, 3) and hash(f) == hash(("r", (1, 2, 3), 0))
+    out = roundtrip(f, protocol)
+    assert not FrozenTuple.input_ids.is_materialized(out)     # travelled as a buffer
+    assert out == f and hash(out) == hash(f) and type(out.input_ids) is tuple
+    assert copy.deepcopy(f).input_ids == (1, 2, 3) and hash(copy.deepcopy(out)) == hash(f)
+    big = FrozenTuple("r", (2**31, 1))                        # not int32: the tuple itself
+    assert roundtrip(big, protocol).input_ids == (2**31, 1)
+
+
+def test_tuple_state_payload_forms():
+    req = fresh()
+    req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": (TokenVector([1, 2]),)})
+    assert req.prompt_token_ids == (1, 2)
+    with pytest.raises(WireFormatError, match="state key 'prompt_token_ids': a token field tuple must hold ints"):
+        fresh().__setstate__({"__tokenwire__": 1, "prompt_token_ids": (TokenVector([1]), TokenVector([2]))})
+    previous = tokenwire.list_on_wire(True)
+    try:
+        assert GenerationRequest((1, 2)).__getstate__()["prompt_token_ids"] == (1, 2)
+    finally:
+        tokenwire.list_on_wire(previous)
+
+
+# -- TOKENWIRE_LIST_ON_WIRE and the no-cache promise ------------------------------------------
+
+
+def test_list_on_wire_environment_words(monkeypatch):
+    from tokenwire.request import _env_flag
+    for word, expected in (("1", True), ("true", True), ("YES", True), (" on ", True),
+                           ("0", False), ("false", False), ("No", False), ("off", False), ("", False)):
+        monkeypatch.setenv("TOKENWIRE_LIST_ON_WIRE", word)
+        assert _env_flag("TOKENWIRE_LIST_ON_WIRE") is expected, word
+    monkeypatch.setenv("TOKENWIRE_LIST_ON_WIRE", "maybe")
+    with pytest.raises(ValueError, match="TOKENWIRE_LIST_ON_WIRE='maybe' is not a boolean"):
+        _env_flag("TOKENWIRE_LIST_ON_WIRE")
+    r = subprocess.run([sys.executable, "-c", "import tokenwire; print(tokenwire.list_on_wire())"],
+                       capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT), "TOKENWIRE_LIST_ON_WIRE": "off"})
+    assert r.stdout.strip() == "False", r.stderr
+
+
+def test_list_on_wire_caches_no_list_on_the_sender():
+    req = GenerationRequest(np.arange(1000, dtype=np.int32))
+    previous = tokenwire.list_on_wire(True)
+    try:
+        data = pickle.dumps(req)
+    finally:
+        tokenwire.list_on_wire(previous)
+    assert not PROMPT.is_materialized(req)
+    assert pickle.loads(data).prompt_token_ids == list(range(1000))
+
+
+# -- token_fields mistakes are refused ---------------------------------------------------------
+
+
+def test_token_fields_typo_on_a_dataclass_is_refused():
+    with pytest.raises(TypeError, match=r"token_fields\(A\): 'input_idz' is not a field of the "
+                                        r"dataclass \(its fields: rid, input_ids\)"):
+        @tokenwire.token_fields("input_idz")
+        @dataclasses.dataclass
+        class A:
+            rid: str
+            input_ids: List[int]
+
+
+@pytest.mark.parametrize("later_field", [False, True])
+def test_token_fields_below_dataclass_is_refused(later_field):
+    with pytest.raises(TypeError, match=r"B\.input_ids is a token field.*write "
+                                        r"@tokenwire\.token_fields\(\.\.\.\) above @dataclass"):
+        @dataclasses.dataclass
+        @tokenwire.token_fields("input_ids")
+        class B:
+            rid: str
+            input_ids: List[int]
+            if later_field:
+                n: int
+    with pytest.raises(TypeError, match=r"M\.input_ids is a token field"):
+        @dataclasses.dataclass
+        class M(TokenWireMixin):
+            input_ids: List[int] = TokenIds()
+
+
+def test_codec_names_come_from_the_core():
+    with pytest.raises(ValueError) as core:
+        tokenwire.encode([], codec="zip")
+    with pytest.raises(ValueError) as ours:
+        TokenIds(codec="zip")
+    assert str(ours.value) == str(core.value)
+
+
+def test_frame_error_names_the_key_once():
+    state = Compact().__getstate__()
+    state["ids"] = b"TWIR\x01garbage"
+    with pytest.raises(WireFormatError) as info:
+        Compact().__setstate__(state)
+    assert str(info.value).count("'ids'") == 1
+
+
+def test_golden_tuple_fixtures_still_load():
+    # Written once by `make_request_fixtures.py --tuple`: a tuple field as (TokenVector,).
+    for protocol in (2, 5):
+        data = (FIXTURES / f"request_v1_tuple_p{protocol}.pickle").read_bytes()
+        assert b"_codecs" not in data
+        out = pickle.loads(data)
+        assert not PROMPT.is_materialized(out)
+        assert out.prompt_token_ids == tuple(BOUNDARY_IDS) and out.query_token_ids == [7, 8, 9]
+        assert out.id == 44

@@ -8,11 +8,15 @@ never builds the list:
 * ``TokenIds`` is a data descriptor for one token-id field. Ids that arrive as a buffer are held
   as a ``TokenVector`` (native int32) and a ``list`` is built from it, in C, only when someone
   reads the attribute; the list is cached and later reads return the same object. A list the
-  user sets is kept as that list (no copy, no conversion until the ids are pickled).
+  user sets is kept as that list (no copy, no conversion until the ids are pickled); a tuple is
+  kept as that tuple, and read back as a tuple after pickling.
 * ``TokenWireMixin`` (a base class) or ``token_fields`` (a class decorator, for dataclasses) give
   a class ``__getstate__`` / ``__setstate__`` that send each field as its buffer (an unread field
   is never turned into a list on either side) and ``__copy__`` / ``__deepcopy__`` that share or
-  memcpy the buffer.
+  memcpy the buffer; slots of base classes travel and are copied too. ``token_fields`` wraps a
+  ``__getstate__`` / ``__setstate__`` the class already has. Each class (each subclass too) is
+  configured from its own attributes, resolved through the MRO as attribute lookup resolves
+  them, on first use.
 * ``token_buffer(obj, name)`` is the worker's hand-off: the ids as a TokenVector, no list built.
 * ``GenerationRequest`` is a reference drop-in request built on both.
 
@@ -31,16 +35,20 @@ A vector built from a user's list is not kept: it lives as long as the pickling 
 Pickled state (version 1) is a dict::
 
     {"__tokenwire__": 1,                   # state version
-     "<field>": TokenVector | bytes | list | None,  # one entry per set TokenIds field, under
-                                           # its public name: the vector ("raw"), a wire frame,
-                                           # or -- for ints that are not int32 ids -- the list
+     "<field>": TokenVector | bytes | str | (payload,) | list | tuple | None,
+                                           # one entry per set TokenIds field, under its public
+                                           # name: the vector ("raw"), or a wire frame (bytes;
+                                           # a latin-1 str below protocol 3); ids that were a
+                                           # tuple as a one-item tuple around that payload; for
+                                           # ints that are not int32 ids, the list (tuple) itself
      "<attr>": value, ...}                 # every other instance attribute, pickled as usual
 
-A ``TokenVector`` pickles as raw int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so a
-pickler with a ``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart frames,
-Ray, Dask). A state without ``"__tokenwire__"`` is the list form: what the class pickled before
-tokenwire was adopted (a plain ``list[int]`` under the public name or under ``_<field>``), and
-what ``list_on_wire`` writes during a rolling upgrade; it loads.
+or ``(that dict, {slot: value})`` when base classes have slots. A ``TokenVector`` pickles as raw
+int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so a pickler with a
+``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart frames, Ray, Dask). A
+state without ``"__tokenwire__"`` is the list form: what the class pickled before tokenwire was
+adopted (a plain ``list[int]`` under the public name or under ``_<field>``), and what
+``list_on_wire`` writes during a rolling upgrade; it loads.
 
 See docs/adopting.md for converting an existing request class.
 """
@@ -49,10 +57,14 @@ from __future__ import annotations
 
 import _compat_pickle
 import copy
+import copyreg
+import dataclasses
+import functools
 import importlib
 import os
 import pickle
 import reprlib
+import sys
 import types
 from typing import Any, Callable, ClassVar, Optional, TypeVar, cast
 
@@ -76,10 +88,6 @@ STATE_VERSION = 1
 
 #: Key of the version in the pickled state; its absence marks a list-form (legacy) state.
 _VERSION_KEY = "__tokenwire__"
-
-#: Codecs a field may name (those of tokenwire.encode). "raw" travels as the TokenVector itself
-#: (a memcpy each way, out-of-band at protocol 5); the others as a wire frame (bytes).
-_CODECS = ("raw", "u16", "packed", "auto", "zstd")
 
 #: The globals tokenwire's own objects name in a pickle, at every protocol >= 2: a restricted
 #: unpickler allows these plus the request classes it already trusts. (Protocols 0 and 1 name
@@ -124,16 +132,33 @@ def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
 # --------------------------------------------------------------------------------------------
 # Rolling upgrades: "list on the wire"
 
-_list_on_wire = os.environ.get("TOKENWIRE_LIST_ON_WIRE", "") not in ("", "0")
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+_FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
+
+
+def _env_flag(name: str) -> bool:
+    """A boolean environment variable: 1/true/yes/on or 0/false/no/off (any case; unset or
+    empty is off). Anything else raises ValueError naming the variable and its value."""
+    raw = os.environ.get(name, "")
+    word = raw.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise ValueError(f"{name}={raw!r} is not a boolean: use 1/true/yes/on or 0/false/no/off")
+
+
+_list_on_wire = _env_flag("TOKENWIRE_LIST_ON_WIRE")
 
 
 def list_on_wire(enabled: Optional[bool] = None) -> bool:
     """Process-wide: pickle token fields as plain ``list[int]`` (the format of the class before
     tokenwire), so that processes still running the unmodified class can read them. With
     `enabled`, set it and return the previous value; without, return it. Starts from the
-    environment variable ``TOKENWIRE_LIST_ON_WIRE`` (``1`` on). A class can override it with
-    ``list_on_wire=True/False`` (see TokenWireMixin / token_fields). Receivers need no setting:
-    tokenwire classes read both forms."""
+    environment variable ``TOKENWIRE_LIST_ON_WIRE`` (``1``/``true``/``yes``/``on`` on,
+    ``0``/``false``/``no``/``off`` or unset off; any other value fails at import). A class can
+    override it with ``list_on_wire=True/False`` (see TokenWireMixin / token_fields).
+    Receivers need no setting: tokenwire classes read both forms."""
     global _list_on_wire
     previous = _list_on_wire
     if enabled is not None:
@@ -147,25 +172,33 @@ def list_on_wire(enabled: Optional[bool] = None) -> bool:
 # obj.__dict__[name] is, for a TokenIds field `name`:
 #   absent        -- never set: reading raises AttributeError, as for any unset attribute;
 #   None          -- set to None;
-#   a list        -- the list the user set (or a list-form state carried): the ids' source;
+#   a list/tuple  -- the list or tuple the user set (or a list-form state carried): the source;
 #   a _TokenField -- the ids held as a TokenVector (decoded from the wire, or set from a buffer),
-#                    plus the list built from it on first read.
+#                    plus the list (or, for ids that were a tuple, the tuple) built from it on
+#                    first read.
 # So vars(obj) shows the public name, and shows the very list on an object built from a list.
 
 
 class _TokenField:
     """Ids held as a TokenVector (`vector`, the source) and the list built from it on first
-    read (`ids`, else None). Once that list is found changed in place, the field is replaced by
-    the bare list (the list is the source from then on)."""
+    read (`ids`, else None); `as_tuple`: the ids were a tuple, and read back as one. Once the
+    list is found changed in place, the field is replaced by the bare list (the list is the
+    source from then on)."""
 
-    __slots__ = ("ids", "vector")
+    __slots__ = ("ids", "vector", "as_tuple")
 
-    def __init__(self, vector: TokenVector) -> None:
+    def __init__(self, vector: TokenVector, as_tuple: bool = False) -> None:
         if type(vector) is not TokenVector:
             # Reachable from a pickle (see __reduce__): never hold anything else.
             raise WireFormatError(f"_TokenField needs a TokenVector, got {type(vector).__name__}")
-        self.ids: Optional[list[int]] = None
+        self.ids: Any = None
         self.vector = vector
+        self.as_tuple = as_tuple is True
+
+    def built(self) -> Any:
+        """A new list (or tuple) of the ids; not cached."""
+        ids = self.vector.tolist()
+        return tuple(ids) if self.as_tuple else ids
 
     def __repr__(self) -> str:
         listed = "" if self.ids is None else ", list built"
@@ -174,7 +207,7 @@ class _TokenField:
     def __reduce__(self) -> tuple[Any, ...]:
         # Only reached when a class uses TokenIds without TokenWireMixin / token_fields
         # (default pickling of its __dict__): send the buffer, never the list.
-        return _TokenField, (self.vector,)
+        return (_TokenField, (self.vector, True)) if self.as_tuple else (_TokenField, (self.vector,))
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,12 +215,9 @@ class _TokenField:
 
 
 def _check_codec(codec: str) -> str:
-    if codec not in _CODECS:
-        raise ValueError(
-            f"unknown token codec {codec!r}; expected one of {', '.join(map(repr, _CODECS))}"
-        )
-    if codec != "raw":
-        encode([], codec=cast(Any, codec))   # "zstd" without the zstandard package fails here, not later
+    """The core's codec table is the one home of codec names: an unknown one raises its
+    ValueError (listing the names), "zstd" without the zstandard package fails here, not later."""
+    encode([], codec=cast(Any, codec))
     return codec
 
 
@@ -199,7 +229,7 @@ def _pack_field(codec: str, vector: TokenVector) -> Any:
     return encode(vector, codec=cast(Any, codec))
 
 
-def _all_ints(values: list[Any]) -> bool:
+def _all_ints(values: Any) -> bool:
     """Every item is an int (bool included, as list[int] allows); the C pass first, it covers
     every list of int32 ids."""
     try:
@@ -209,29 +239,56 @@ def _all_ints(values: list[Any]) -> bool:
         return all(isinstance(v, int) for v in values)
 
 
+_HELD_KINDS = (TokenVector, bytes, bytearray, memoryview, str)
+
+
+def _held_from_state(owner: str, name: str, payload: Any, as_tuple: bool) -> _TokenField:
+    """A _TokenField from a TokenVector or a wire frame (bytes; a latin-1 str below protocol 3)."""
+    kind = type(payload)
+    if kind is TokenVector:
+        return _TokenField(payload, as_tuple)
+    try:
+        if kind is str:
+            try:
+                payload = payload.encode("latin-1")
+            except UnicodeEncodeError:
+                raise WireFormatError("a frame sent as text must be latin-1 (code points < 256)") from None
+        return _TokenField(decode(payload), as_tuple)
+    except WireFormatError as exc:
+        raise WireFormatError(f"{owner} state key {name!r}: {exc}") from None
+
+
 def _field_from_state(owner: str, name: str, payload: Any) -> Any:
-    """What an instance stores for field `name` from its pickled payload: None, a list[int], or
-    a _TokenField. Anything else is hostile or damaged: WireFormatError naming the key."""
+    """What an instance stores for field `name` from its pickled payload: None, a list or tuple
+    of ints, or a _TokenField. Anything else is hostile or damaged: WireFormatError naming the
+    key."""
     if payload is None:
         return None
     kind = type(payload)
-    if kind is TokenVector:
-        return _TokenField(payload)
+    if kind in _HELD_KINDS:
+        return _held_from_state(owner, name, payload, False)
+    if kind is tuple and len(payload) == 1 and type(payload[0]) in _HELD_KINDS:
+        return _held_from_state(owner, name, payload[0], True)   # ids that were a tuple
     if kind is list or kind is tuple:
-        # A list-form state (written before tokenwire, or with list_on_wire), or a list that is
-        # not int32 ids (the fallback of __getstate__): kept as the list it was.
+        # A list-form state (written before tokenwire, or with list_on_wire), or ints that are
+        # not int32 ids (the fallback of __getstate__): kept as the list or tuple it was.
         if not _all_ints(payload):
-            raise WireFormatError(f"{owner} state key {name!r}: a token field list must hold ints")
-        return payload if kind is list else list(payload)
-    if kind is bytes or kind is bytearray or kind is memoryview:
-        try:
-            return _TokenField(decode(payload))
-        except WireFormatError as exc:
-            raise type(exc)(f"{owner} state key {name!r}: token field {name!r}: {exc}") from None
+            raise WireFormatError(f"{owner} state key {name!r}: a token field {kind.__name__} must hold ints")
+        return payload
     raise WireFormatError(
-        f"{owner} state key {name!r}: token field {name!r}: expected a TokenVector, a wire frame, "
-        f"a list of ints or None, got {kind.__name__}"
+        f"{owner} state key {name!r}: a token field is a TokenVector, a wire frame, a list or "
+        f"tuple of ints or None, got {kind.__name__}"
     )
+
+
+def _frames_as_text(payload: Any) -> Any:
+    """Below protocol 3 pickle has no bytes opcode (bytes pickle through ``_codecs.encode``):
+    a frame travels as a latin-1 str instead, as a TokenVector does."""
+    if type(payload) is bytes:
+        return payload.decode("latin-1")
+    if type(payload) is tuple and len(payload) == 1 and type(payload[0]) is bytes:
+        return (payload[0].decode("latin-1"),)
+    return payload
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,10 +311,11 @@ class TokenIds:
     * reading returns the ids as a ``list`` (None when set to None; AttributeError when never
       set, as for any attribute); the first read of ids held as a buffer builds the list in C
       and caches it, later reads return that same list object;
-    * setting accepts a list (kept as it is, like a plain attribute) or tuple (kept as a list),
-      a TokenVector (shared: it is immutable), an ndarray or any integer buffer (converted with
-      ``as_tokens``: one memcpy for native int32), or None. A nested list (a batch of prompts)
-      is refused here, naming the field: a token field holds one sequence of ids;
+    * setting accepts a list or a tuple (kept as it is, like a plain attribute: a tuple stays
+      a tuple, through pickling too), a TokenVector (shared: it is immutable), an ndarray or
+      any integer buffer (converted with ``as_tokens``: one memcpy for native int32), or None.
+      A nested list (a batch of prompts) is refused here, naming the field: a token field
+      holds one sequence of ids;
     * ``Req.prompt_token_ids.buffer(obj)`` / ``tokenwire.token_buffer(obj, "prompt_token_ids")``
       -- the ids as a TokenVector (the hand-off to an engine), without building a list;
     * ``Req.prompt_token_ids.is_materialized(obj)`` -- whether a list exists.
@@ -288,6 +346,15 @@ class TokenIds:
 
     def __get__(self, obj: Any, objtype: Optional[type] = None) -> Any:
         if obj is None:
+            if sys._getframe(1).f_globals.get("__name__") == "dataclasses":
+                # @dataclass is reading the class attribute as the field's default: the
+                # descriptor was installed before the dataclass was built.
+                raise TypeError(
+                    f"{getattr(objtype, '__name__', '?')}.{self.name} is a token field, and "
+                    f"@dataclass would take it as the field's default: write "
+                    f"@tokenwire.token_fields(...) above @dataclass (not below it, and not "
+                    f"`{self.name}: ... = TokenIds()`)"
+                )
             return self
         try:
             value = obj.__dict__[self.name]
@@ -298,7 +365,7 @@ class TokenIds:
         if type(value) is _TokenField:
             ids = value.ids
             if ids is None:
-                ids = value.ids = value.vector.tolist()
+                ids = value.ids = value.built()
             return ids
         return value
 
@@ -312,7 +379,10 @@ class TokenIds:
                     f"got a nested {type(value).__name__} (item 0 is a {type(value[0]).__name__}); "
                     f"keep a batch of prompts in a plain attribute"
                 )
-            obj.__dict__[self.name] = value if isinstance(value, list) else list(value)
+            obj.__dict__[self.name] = value
+        elif type(value) is _TokenField:
+            # tokenwire's holder, as a class's own __setstate__ receives it: a fresh, checked one
+            obj.__dict__[self.name] = _TokenField(value.vector, value.as_tuple)
         else:
             try:
                 vector = as_tokens(value)
@@ -329,19 +399,27 @@ class TokenIds:
     # -- buffer access -------------------------------------------------------------------------
 
     def _vector(self, obj: Any, value: Any) -> Optional[TokenVector]:
-        """The stored `value` as a TokenVector, reflecting in-place changes to a list."""
+        """The stored `value` as a TokenVector, reflecting in-place changes to a list. A held
+        field whose list was changed (even to values that are not int32 ids) is replaced by
+        that list first: from then on the list is the source, as on an object built from it."""
         if value is None:
             return None
-        try:
-            if type(value) is _TokenField:
-                ids = value.ids
-                if ids is None:
-                    return value.vector
-                fresh = as_tokens(ids)              # one C pass over the list
-                if fresh == value.vector:           # TokenVector == TokenVector: a memcmp
-                    return value.vector
-                obj.__dict__[self.name] = ids       # changed in place: the list is the source now
+        if type(value) is _TokenField:
+            ids = value.ids
+            if ids is None:
+                return value.vector
+            try:
+                fresh: Optional[TokenVector] = as_tokens(ids)     # one C pass over the list
+            except (TypeError, ValueError, OverflowError):
+                fresh = None
+            if fresh is not None and fresh == value.vector:       # a memcmp
+                return value.vector
+            if obj.__dict__.get(self.name) is value:
+                obj.__dict__[self.name] = ids                     # changed in place
+            if fresh is not None:
                 return fresh
+            value = ids
+        try:
             return as_tokens(value)
         except (TypeError, ValueError, OverflowError) as exc:
             raise _field_error(exc, f"{type(obj).__name__}.{self.name}") from None
@@ -349,7 +427,8 @@ class TokenIds:
     def buffer(self, obj: Any) -> Optional[TokenVector]:
         """The ids as a TokenVector (None when set to None), without building a list -- the
         worker's hand-off to an engine. Held ids are returned as they are; a list is converted
-        (one C pass), so in-place changes to it are reflected. AttributeError when unset."""
+        (one C pass), so in-place changes to it are reflected. AttributeError when unset;
+        the error of ``as_tokens``, naming the field, for ids that are not int32."""
         try:
             value = obj.__dict__[self.name]
         except KeyError:
@@ -362,17 +441,20 @@ class TokenIds:
         """The TokenVector the ids are held as -- decoded from the wire or set from a buffer --
         as long as any materialized list still equals it; None otherwise: unset, set from a
         Python list, or the list was found changed in place (from then on the list is the
-        source of the ids, even if it is later changed back)."""
+        source of the ids, even if it is later changed back). Never raises."""
         value = obj.__dict__.get(self.name)
         if type(value) is not _TokenField:
             return None
-        vector = self._vector(obj, value)
+        try:
+            vector = self._vector(obj, value)
+        except (TypeError, ValueError, OverflowError):
+            return None
         return vector if obj.__dict__.get(self.name) is value else None
 
     def is_materialized(self, obj: Any) -> bool:
-        """Whether a ``list`` of the ids exists on `obj` (read, or set as a list)."""
+        """Whether a ``list`` (or tuple) of the ids exists on `obj` (read, or set as one)."""
         value = obj.__dict__.get(self.name)
-        return isinstance(value, list) or (type(value) is _TokenField and value.ids is not None)
+        return isinstance(value, (list, tuple)) or (type(value) is _TokenField and value.ids is not None)
 
     def length(self, obj: Any) -> int:
         """Number of ids (0 when unset or None), without building a list."""
@@ -399,16 +481,30 @@ class TokenIds:
     # -- pickling ------------------------------------------------------------------------------
 
     def _payload(self, obj: Any, value: Any) -> Any:
-        """The pickled payload of the stored `value` (current state format)."""
+        """The pickled payload of the stored `value` (current state format): the vector or a
+        frame; ``(payload,)`` for ids that are a tuple; the list or tuple itself for ints that
+        are not int32 ids, however the list came to be (set, or read and changed in place)."""
         try:
             vector = self._vector(obj, value)
         except (TypeError, OverflowError):
             # Not int32 ids -- ids >= 2**31, bools: what the unmodified class pickled fine is
             # sent as that same list. Anything else in the list still fails, naming the field.
-            if isinstance(value, list) and _all_ints(value):
-                return value
+            ids = value.ids if type(value) is _TokenField else value
+            if isinstance(ids, (list, tuple)) and _all_ints(ids):
+                return ids
             raise
-        return None if vector is None else _pack_field(self.codec, vector)
+        if vector is None:
+            return None
+        payload = _pack_field(self.codec, vector)
+        if isinstance(value, tuple) or (type(value) is _TokenField and value.as_tuple):
+            return (payload,)
+        return payload
+
+    def _listed(self, value: Any) -> Any:
+        """The stored `value` as the unmodified class held it (list form), caching nothing."""
+        if type(value) is _TokenField:
+            return value.built() if value.ids is None else value.ids
+        return value
 
 
 def token_buffer(obj: Any, name: str) -> Optional[TokenVector]:
@@ -426,7 +522,9 @@ def token_buffer(obj: Any, name: str) -> Optional[TokenVector]:
 
 
 # --------------------------------------------------------------------------------------------
-# The mixin
+# Per-class configuration: computed for each class on first use, cached in that class's own
+# __dict__ (a subclass never uses its base's), every name resolved as attribute lookup
+# resolves it -- by the first class in the MRO that defines it.
 
 _short = reprlib.Repr()
 _short.maxstring = 60
@@ -434,141 +532,214 @@ _short.maxother = 80
 _short.maxlist = 6
 _short.maxdict = 6
 
-
-def _collect_fields(cls: type) -> tuple[tuple[str, TokenIds], ...]:
-    fields: dict[str, TokenIds] = {}
-    for klass in reversed(cls.__mro__):
-        for name, value in vars(klass).items():
-            if isinstance(value, TokenIds):
-                fields[name] = value
-            elif name in fields:        # overridden by something that is not a field
-                del fields[name]
-    return tuple(fields.items())
+_CONFIG_ATTR = "_tokenwire_config"
+_ACCEPTED_CACHE_MAX = 1024
 
 
-def _configure(cls: type, list_on_wire: Optional[bool]) -> None:
-    fields = _collect_fields(cls)
-    setattr(cls, "_tokenwire_fields", fields)
-    setattr(cls, "_tokenwire_keys", frozenset(name for name, _ in fields))
-    setattr(cls, "_tokenwire_fieldmap", types.MappingProxyType(dict(fields)))
-    setattr(cls, "_tokenwire_reserved", _reserved_names(cls))
-    if list_on_wire is not None or "_tokenwire_list_on_wire" not in vars(cls):
-        inherited = getattr(cls, "_tokenwire_list_on_wire", None)
-        setattr(cls, "_tokenwire_list_on_wire", inherited if list_on_wire is None else list_on_wire)
+class _Config:
+    """What pickling, copying and __setstate__'s checks need to know about one class."""
+
+    __slots__ = ("fields", "keys", "fieldmap", "reserved", "slotnames", "slots", "frames",
+                 "list_on_wire", "accepted")
+
+    def __init__(self, cls: type) -> None:
+        resolved: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):        # later (more derived) classes win
+            resolved.update(vars(klass))
+        #: (name, descriptor) of every TokenIds field, base classes' included, base order.
+        self.fields = tuple((n, a) for n, a in resolved.items() if isinstance(a, TokenIds))
+        self.keys = frozenset(n for n, _ in self.fields)
+        self.fieldmap = dict(self.fields)
+        #: Names a pickled state may not set in __dict__: data descriptors (properties,
+        #: slots, TokenIds, __dict__...) and special names the class defines.
+        self.reserved = frozenset(
+            n for n, a in resolved.items()
+            if hasattr(type(a), "__set__") or n[:2] == "__" == n[-2:])
+        self.slotnames: tuple[str, ...] = tuple(copyreg._slotnames(cls))  # type: ignore[attr-defined]
+        self.slots = frozenset(self.slotnames)
+        self.frames = any(d.codec != "raw" for _, d in self.fields)
+        #: True/False: this class's choice of list-on-the-wire; None: follow ``list_on_wire()``.
+        self.list_on_wire: Optional[bool] = getattr(cls, "_tokenwire_list_on_wire", None)
+        #: Ordinary keys already found acceptable (a bounded cache of the check below).
+        self.accepted: set[str] = set()
+
+
+def _config(cls: type) -> _Config:
+    config = cls.__dict__.get(_CONFIG_ATTR)
+    if config is None:
+        config = _Config(cls)
+        setattr(cls, _CONFIG_ATTR, config)
+    return cast(_Config, config)
+
+
+def _reconfigure(cls: type) -> _Config:
+    if _CONFIG_ATTR in vars(cls):
+        delattr(cls, _CONFIG_ATTR)
+    return _config(cls)
+
+
+def _state_key_problem(config: _Config, key: Any, strict: bool = True) -> Optional[str]:
+    """Why `key` may not become an instance attribute from a pickled state, or None. Never a
+    class-level tokenwire setting; with `strict` (tokenwire stores the state itself) also not a
+    non-string, nor a name that shadows something class-level -- a property, slot or other data
+    descriptor (the __dict__ entry would be dead) or a special name the class defines."""
+    if type(key) is not str:
+        return "is not a string" if strict else None
+    if key.startswith(_CONFIG_PREFIX):
+        return "names class-level configuration"
+    if strict and key in config.reserved:
+        return "names a class-level attribute (a property, slot, descriptor or special name)"
+    return None
+
+
+def _to_state(obj: Any, config: _Config, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The pickled dict state of `attrs` (the instance __dict__, or what a class's own
+    __getstate__ returned): token fields as payloads under a version key, or in list form."""
+    as_lists = config.list_on_wire
+    if as_lists is None:
+        as_lists = _list_on_wire
+    state: dict[str, Any] = {} if as_lists else {_VERSION_KEY: STATE_VERSION}
+    fields = config.fieldmap
+    for key, value in attrs.items():          # in the object's order (an unset field: absent)
+        desc = fields.get(key)
+        if desc is None:
+            state[key] = value
+        elif as_lists:
+            state[key] = desc._listed(value)          # the list-form state: a plain list
+        else:
+            state[key] = desc._payload(obj, value)
+    return state
+
+
+def _slot_values(obj: Any, slotnames: tuple[str, ...]) -> dict[str, Any]:
+    slots = {}
+    for name in slotnames:
+        try:
+            slots[name] = getattr(obj, name)
+        except AttributeError:
+            pass
+    return slots
+
+
+def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(updates, slot updates) from a pickled state: token fields converted to what an
+    instance stores (_MISSING: unset), every key checked. Raises WireFormatError naming the key
+    before anything is stored."""
+    owner = cls.__name__
+    config = _config(cls)
+    slots: Any = None
+    if type(state) is tuple:                            # (dict, slots) of default pickling
+        if len(state) != 2:
+            raise WireFormatError(f"{owner} state tuple must be (dict, slots), got {len(state)} items")
+        state, slots = state
+    if state is None:
+        state = {}
+    if type(state) is not dict:
+        raise WireFormatError(f"{owner} state must be a dict, got {type(state).__name__}")
+    if slots is not None and type(slots) is not dict:
+        raise WireFormatError(f"{owner} slot state must be a dict, got {type(slots).__name__}")
+    fields = config.fieldmap
+    version = state.get(_VERSION_KEY)
+    legacy = version is None
+    if not legacy and (type(version) is not int or not 1 <= version <= STATE_VERSION):
+        raise WireFormatError(
+            f"{owner} state version {version!r} is not supported "
+            f"(this tokenwire reads versions 1..{STATE_VERSION})"
+        )
+    # Keys keep the state's order, so vars() lists them as the sender's object did.
+    updates = dict(state)
+    if not legacy:
+        del updates[_VERSION_KEY]
+    # List form (legacy): written before tokenwire, or with list_on_wire. A field may be
+    # under its public name or under "_<name>" (a property's backing attribute);
+    # "_<name>_i32" was the hand-written side channel this layer replaces.
+    aliases: dict[str, str] = {}
+    if legacy:
+        for name in fields:
+            aliases["_" + name] = name
+            aliases["_" + name + "_i32"] = ""
+    accepted = config.accepted if strict else set()
+    for key in updates:        # runs for every attribute of every request: cached when fine
+        if key in accepted or key in fields or key in aliases:
+            continue
+        problem = _state_key_problem(config, key, strict)
+        if problem is not None:
+            raise WireFormatError(f"{owner} state key {key!r} {problem}")
+        if strict and len(accepted) < _ACCEPTED_CACHE_MAX:
+            accepted.add(key)
+    for name in fields:
+        if name in updates:
+            updates[name] = _field_from_state(owner, name, updates[name])
+    for alias, name in aliases.items():
+        if alias in updates:
+            value = updates.pop(alias)
+            if name and name not in updates:        # the public name wins
+                updates[name] = _field_from_state(owner, name, value)
+    for name in fields:
+        if name not in updates:
+            updates[name] = _MISSING                 # absent from the state: unset
+    slot_updates: dict[str, Any] = {}
+    if slots:
+        for key, value in slots.items():
+            if key in fields:
+                updates[key] = _field_from_state(owner, key, value)
+            elif key in config.slots or not strict and type(key) is str and not key.startswith(_CONFIG_PREFIX):
+                slot_updates[key] = value
+            else:
+                raise WireFormatError(f"{owner} slot state key {key!r} is not a slot of the class")
+    return updates, slot_updates
+
+
+# --------------------------------------------------------------------------------------------
+# The mixin
 
 
 class TokenWireMixin:
     """Pickling, copying and ``__repr__`` for a class with ``TokenIds`` fields.
 
-    Instances need a ``__dict__`` (the fields keep their storage there). See the module
-    docstring for the state format. ``class Req(TokenWireMixin, list_on_wire=True)`` pickles
-    this class's token fields as plain lists regardless of the process-wide ``list_on_wire()``.
+    Instances need a ``__dict__`` (the fields keep their storage there); slots of base classes
+    are pickled and copied too. See the module docstring for the state format.
+    ``class Req(TokenWireMixin, list_on_wire=True)`` pickles this class's token fields as plain
+    lists regardless of the process-wide ``list_on_wire()``. Every subclass gets its own
+    configuration: a subclass that overrides a field with a plain attribute has a plain
+    attribute there, one that adds a property keeps states from setting it.
     """
 
-    #: (name, descriptor) of every TokenIds field of the class, base classes included.
-    _tokenwire_fields: ClassVar[tuple[tuple[str, TokenIds], ...]] = ()
-    #: The names of those fields (also their instance-__dict__ keys).
-    _tokenwire_keys: ClassVar[frozenset[str]] = frozenset()
-    #: name -> descriptor, read-only.
-    _tokenwire_fieldmap: ClassVar[types.MappingProxyType[str, TokenIds]] = types.MappingProxyType({})
-    #: Names a pickled state may not set (the class's data descriptors), see _checked_state_key.
-    _tokenwire_reserved: ClassVar[frozenset[str]] = frozenset()
     #: True/False: this class's choice of list-on-the-wire; None: follow ``list_on_wire()``.
     _tokenwire_list_on_wire: ClassVar[Optional[bool]] = None
 
     def __init_subclass__(cls, list_on_wire: Optional[bool] = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _configure(cls, list_on_wire)
+        if list_on_wire is not None:
+            cls._tokenwire_list_on_wire = bool(list_on_wire)
 
     # -- pickling ------------------------------------------------------------------------------
 
-    def __getstate__(self) -> dict[str, Any]:
-        cls = type(self)               # configuration is read from the class, never the instance
-        attrs = self.__dict__
-        as_lists = cls._tokenwire_list_on_wire
-        if as_lists is None:
-            as_lists = _list_on_wire
-        state: dict[str, Any] = {} if as_lists else {_VERSION_KEY: STATE_VERSION}
-        fields = cls._tokenwire_fieldmap
-        for key, value in attrs.items():          # in the object's order (an unset field: absent)
-            desc = fields.get(key)
-            if desc is None:
-                state[key] = value
-            elif as_lists:
-                state[key] = desc.__get__(self, cls)      # the list-form state: a plain list
-            else:
-                state[key] = desc._payload(self, value)
+    def __getstate__(self) -> Any:
+        config = _config(type(self))       # configuration is read from the class, never the instance
+        state = _to_state(self, config, self.__dict__)
+        if config.slotnames:
+            slots = _slot_values(self, config.slotnames)
+            if slots:
+                return state, slots
         return state
 
     def __setstate__(self, state: Any) -> None:
-        cls = type(self)
-        owner = cls.__name__
-        slots: Any = None
-        if type(state) is tuple:                            # (dict, slots) of default pickling
-            if len(state) != 2:
-                raise WireFormatError(f"{owner} state tuple must be (dict, slots), got {len(state)} items")
-            state, slots = state
-        if state is None:
-            state = {}
-        if type(state) is not dict:
-            raise WireFormatError(f"{owner} state must be a dict, got {type(state).__name__}")
-        if slots is not None and type(slots) is not dict:
-            raise WireFormatError(f"{owner} slot state must be a dict, got {type(slots).__name__}")
-        fields = cls._tokenwire_fieldmap
-        reserved = cls._tokenwire_reserved
-        version = state.get(_VERSION_KEY)
-        legacy = version is None
-        if not legacy and (type(version) is not int or not 1 <= version <= STATE_VERSION):
-            raise WireFormatError(
-                f"{owner} state version {version!r} is not supported "
-                f"(this tokenwire reads versions 1..{STATE_VERSION})"
-            )
-        # Everything is checked before anything is stored: a refused state leaves no trace.
-        # Keys keep the state's order, so vars() lists them as the sender's object did.
-        updates = dict(state)
-        if not legacy:
-            del updates[_VERSION_KEY]
-        # List form (legacy): written before tokenwire, or with list_on_wire. A field may be
-        # under its public name or under "_<name>" (a property's backing attribute);
-        # "_<name>_i32" was the hand-written side channel this layer replaces.
-        aliases: dict[str, str] = {}
-        if legacy:
-            for name in fields:
-                aliases["_" + name] = name
-                aliases["_" + name + "_i32"] = ""
-        for key in updates:        # inline: this loop runs for every attribute of every request
-            if (type(key) is not str or key in reserved or key.startswith(_CONFIG_PREFIX)
-                    or key[:2] == "__" == key[-2:]) and key not in fields and key not in aliases:
-                _checked_state_key(cls, key)            # raises, naming the key
-        for name in fields:
-            if name in updates:
-                updates[name] = _field_from_state(owner, name, updates[name])
-        for alias, name in aliases.items():
-            if alias in updates:
-                value = updates.pop(alias)
-                if name and name not in updates:        # the public name wins
-                    updates[name] = _field_from_state(owner, name, value)
-        for name in fields:
-            if name not in updates:
-                updates[name] = _MISSING                 # absent from the state: unset
-        slot_updates: list[tuple[str, Any]] = []
-        if slots:
-            for key, value in slots.items():
-                if key in fields:
-                    updates[key] = _field_from_state(owner, key, value)
-                elif not isinstance(key, str) or not isinstance(
-                        getattr(cls, key, None), types.MemberDescriptorType):
-                    raise WireFormatError(f"{owner} slot state key {key!r} is not a slot of the class")
-                else:
-                    slot_updates.append((key, value))
+        updates, slots = _checked_state(type(self), state, strict=True)
         attrs = self.__dict__
         for key, value in updates.items():
             if value is _MISSING:
                 attrs.pop(key, None)
             else:
                 attrs[key] = value
-        for key, value in slot_updates:
-            setattr(self, key, value)
+        for key, value in slots.items():
+            object.__setattr__(self, key, value)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        rv = object.__reduce_ex__(self, protocol)
+        if protocol >= 3 or not _config(type(self)).frames:
+            return rv
+        return _reduce_frames_as_text(self, rv)
 
     # -- copying: the buffer is shared (immutable) or memcpy'd, never copied per token ---------
 
@@ -577,75 +748,125 @@ class TokenWireMixin:
         cls = type(self)
         new = cls.__new__(cls)
         new.__dict__.update(self.__dict__)
+        for key, value in _slot_values(self, _config(cls).slotnames).items():
+            object.__setattr__(new, key, value)
         return new
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         cls = type(self)
+        config = _config(cls)
         new = cls.__new__(cls)
         memo[id(self)] = new
-        keys = cls._tokenwire_keys
+        keys = config.keys
         new_attrs = new.__dict__
         for key, value in self.__dict__.items():
             if key not in keys:
                 new_attrs[key] = copy.deepcopy(value, memo)
-        for name, desc in cls._tokenwire_fields:
+        for name, desc in config.fields:
             value = self.__dict__.get(name, _MISSING)
             if value is _MISSING or value is None:
                 if value is None:
                     new_attrs[name] = None
                 continue
             if type(value) is _TokenField:
-                desc._vector(self, value)                   # a changed list becomes the source
+                try:
+                    desc._vector(self, value)               # a changed list becomes the source
+                except (TypeError, ValueError, OverflowError):
+                    pass
                 value = self.__dict__[name]
             if type(value) is _TokenField:
                 # itself if owned (immutable), else one memcpy
-                new_attrs[name] = _TokenField(copy.deepcopy(value.vector, memo))
+                new_attrs[name] = _TokenField(copy.deepcopy(value.vector, memo), value.as_tuple)
             elif id(value) in memo:
                 new_attrs[name] = memo[id(value)]
-            elif _all_ints(value):
+            elif type(value) is tuple and _all_ints(value):
+                new_attrs[name] = value                      # immutable all the way down
+            elif type(value) is list and _all_ints(value):
                 new_attrs[name] = memo[id(value)] = value[:]     # ints are immutable
             else:
                 new_attrs[name] = copy.deepcopy(value, memo)
+        for key, value in _slot_values(self, config.slotnames).items():
+            object.__setattr__(new, key, copy.deepcopy(value, memo))
         return new
 
     # -- repr ----------------------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        cls = type(self)
-        parts = [f"{name}={desc.summary(self)}" for name, desc in cls._tokenwire_fields]
-        keys = cls._tokenwire_keys
+        config = _config(type(self))
+        parts = [f"{name}={desc.summary(self)}" for name, desc in config.fields]
+        keys = config.keys
         parts += [
             f"{key}={_short.repr(value)}"
             for key, value in self.__dict__.items()
             if key not in keys and not key.startswith("_")
         ]
-        return f"{cls.__name__}({', '.join(parts)})"
+        return f"{type(self).__name__}({', '.join(parts)})"
 
 
-def _checked_state_key(cls: Any, key: Any) -> str:
-    """An ordinary attribute name from a pickled state: a str, not a dunder, not a class-level
-    tokenwire setting, not a name the class defines as a property or other data descriptor
-    (the instance __dict__ entry would be dead, or -- for settings -- would shadow the class)."""
-    if (type(key) is str and key not in cls._tokenwire_reserved
-            and not key.startswith(_CONFIG_PREFIX) and not (key[:2] == "__" == key[-2:])):
-        return key
-    owner = cls.__name__
-    if type(key) is not str:
-        raise WireFormatError(f"{owner} state has a non-string key {key!r}")
-    if key in cls._tokenwire_reserved:
-        raise WireFormatError(f"{owner} state key {key!r} names a property or descriptor of the class")
-    raise WireFormatError(f"{owner} state key {key!r} names class-level configuration")
+def _reduce_frames_as_text(obj: Any, rv: Any) -> Any:
+    """`rv` (a reduce tuple below protocol 3) with compact-codec frames in tokenwire's state
+    sent as latin-1 str, so the pickle names no ``_codecs.encode``."""
+    if type(rv) is not tuple or len(rv) < 3:
+        return rv
+    state = rv[2]
+    slots = _MISSING
+    if type(state) is tuple and len(state) == 2:
+        state, slots = state
+    if type(state) is not dict or _VERSION_KEY not in state:
+        return rv                                 # not tokenwire's state (a class's own reduce)
+    state = dict(state)
+    for name, desc in _config(type(obj)).fields:
+        if desc.codec != "raw" and name in state:
+            state[name] = _frames_as_text(state[name])
+    return (*rv[:2], state if slots is _MISSING else (state, slots), *rv[3:])
 
 
-def _reserved_names(cls: type) -> frozenset[str]:
-    """Names the class defines as data descriptors (properties, TokenIds...), slots excepted."""
-    return frozenset(
-        name for klass in cls.__mro__ for name, attr in vars(klass).items()
-        if hasattr(type(attr), "__set__") and not isinstance(attr, types.MemberDescriptorType)
-    )
+_OURS = {vars(TokenWireMixin)[m] for m in ("__getstate__", "__setstate__", "__reduce_ex__",
+                                          "__copy__", "__deepcopy__")}
+
+
+def _wrap_getstate(user: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The class's own __getstate__, then tokenwire's conversion of the token fields in the
+    dict (or (dict, slots)) it returns; any other state is left as the class made it."""
+    @functools.wraps(user)
+    def __getstate__(self: Any) -> Any:
+        state = user(self)
+        config = _config(type(self))
+        if type(state) is dict:
+            return _to_state(self, config, state)
+        if type(state) is tuple and len(state) == 2 and type(state[0]) is dict:
+            return _to_state(self, config, state[0]), state[1]
+        return state
+    _OURS.add(__getstate__)
+    return __getstate__
+
+
+def _wrap_setstate(user: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """tokenwire's checks and conversion of the token fields (payloads to what an instance
+    stores; a class-level setting is never taken), then the class's own __setstate__ with the
+    converted state, in the shape it was sent."""
+    @functools.wraps(user)
+    def __setstate__(self: Any, state: Any) -> None:
+        shaped = type(state) is tuple and len(state) == 2 and all(
+            part is None or type(part) is dict for part in state)
+        if type(state) is dict or shaped:
+            updates, slots = _checked_state(type(self), state, strict=False)
+            clean = {k: v for k, v in updates.items() if v is not _MISSING}
+            state = (clean, slots or None) if shaped else clean
+        user(self, state)
+    _OURS.add(__setstate__)
+    return __setstate__
 
 
 _C = TypeVar("_C", bound=type)
+
+
+def _own_method(cls: type, name: str) -> Any:
+    """What `cls` resolves `name` to, unless that is object's default or tokenwire's own."""
+    method = getattr(cls, name, None)
+    if method is None or method is getattr(object, name, None) or method in _OURS:
+        return None
+    return method
 
 
 def token_fields(*names: str, codec: str = "raw",
@@ -666,8 +887,16 @@ def token_fields(*names: str, codec: str = "raw",
             input_ids: List[int]
             ...
 
-    Methods the class defines itself (``__getstate__``, ``__copy__``...) are kept. Instances
-    need a ``__dict__`` (``@dataclass(slots=True)`` is refused)."""
+    On a dataclass every name must be one of its fields (TypeError otherwise); written below
+    ``@dataclass`` it raises TypeError when the dataclass is built.
+
+    A ``__getstate__`` / ``__setstate__`` the class has (its own or a base's) is wrapped, not
+    replaced: tokenwire's ``__getstate__`` calls it and sends the token fields in the dict it
+    returns as buffers; tokenwire's ``__setstate__`` checks and converts them, then calls it
+    with the state (token fields as tokenwire's holders: store them with ``__dict__.update`` or
+    ``setattr``). ``__copy__`` / ``__deepcopy__`` / ``__reduce__`` the class has are kept.
+    Slots of base classes are pickled and copied. Instances need a ``__dict__``
+    (``@dataclass(slots=True)`` is refused)."""
     for name in names:
         if not isinstance(name, str) or not name.isidentifier():
             raise TypeError(f"token_fields() takes attribute names, got {name!r}")
@@ -677,14 +906,35 @@ def token_fields(*names: str, codec: str = "raw",
         if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
             raise TypeError(f"token_fields({cls.__name__}): instances need a __dict__, "
                             f"the class has __slots__ without one")
+        if dataclasses.is_dataclass(cls):
+            known = [f.name for f in dataclasses.fields(cls)]
+            for name in names:
+                if name not in known:
+                    raise TypeError(f"token_fields({cls.__name__}): {name!r} is not a field of "
+                                    f"the dataclass (its fields: {', '.join(known)})")
         for name in names:
             desc = TokenIds(codec=codec)
             desc.__set_name__(cls, name)
             setattr(cls, name, desc)
-        for method in ("__getstate__", "__setstate__", "__copy__", "__deepcopy__"):
-            if method not in vars(cls):
-                setattr(cls, method, vars(TokenWireMixin)[method])
-        _configure(cls, list_on_wire)
+        getstate, setstate = _own_method(cls, "__getstate__"), _own_method(cls, "__setstate__")
+        mixin = vars(TokenWireMixin)
+        if getstate is not None:
+            setattr(cls, "__getstate__", _wrap_getstate(getstate))
+        elif getattr(cls, "__getstate__", None) not in _OURS:
+            setattr(cls, "__getstate__", mixin["__getstate__"])
+        if setstate is not None:
+            setattr(cls, "__setstate__", _wrap_setstate(setstate))
+        elif getattr(cls, "__setstate__", None) not in _OURS:
+            setattr(cls, "__setstate__", mixin["__setstate__"])
+        if getattr(cls, "__reduce_ex__") is object.__reduce_ex__ and \
+                getattr(cls, "__reduce__") is object.__reduce__:
+            setattr(cls, "__reduce_ex__", mixin["__reduce_ex__"])
+        for method in ("__copy__", "__deepcopy__"):
+            if getattr(cls, method, None) is None:
+                setattr(cls, method, mixin[method])
+        if list_on_wire is not None:
+            setattr(cls, "_tokenwire_list_on_wire", bool(list_on_wire))
+        _reconfigure(cls)
         return cls
 
     return decorate
