@@ -43,9 +43,11 @@ def zstd_rle_bomb(blocks: int) -> bytes:
     def block(last: int) -> bytes:
         return ((ZSTD_BLOCK << 3) | (1 << 1) | last).to_bytes(3, "little") + b"\x00"
     body = [block(0)] * (blocks - 1) + [block(1)]
-    clen = 4 + 1 + 8 + 4 * blocks                      # magic, descriptor, content size, blocks
+    clen = 4 + 2 + 8 + 4 * blocks                      # magic, descriptors, content size, blocks
     declared = (64 * clen) // 4 * 4                    # P <= 64 * C, a whole number of ids
-    zframe = (b"\x28\xb5\x2f\xfd" + bytes([0xE0])      # single segment, 8-byte content size
+    # Frame header descriptor 0xC0: an 8-byte content size and a window descriptor (0x38: a
+    # 128 KiB window), so the decoder streams instead of writing into one P-byte buffer.
+    zframe = (b"\x28\xb5\x2f\xfd" + bytes([0xC0, 0x38])
               + struct.pack("<Q", declared) + b"".join(body))
     assert len(zframe) == clen
     header = b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x04, declared // 4)
@@ -59,6 +61,35 @@ def test_zstd_bomb_is_refused_before_decompressing() -> None:
         with pytest.raises(WireFormatError, match=r"zstd payload regenerates more than the \d+ "
                                                   r"bytes the header needs \(block at byte \d+\)"):
             fn(bomb)
+
+
+def test_compressed_blocks_are_cut_off_one_byte_past_the_declared_size() -> None:
+    """Compressed blocks do not say what they regenerate, so the decompressor's output is capped
+    instead: a real zstd frame of 8 MiB whose content-size field is rewritten to a legal small
+    value stops early (traced peak far below the 8 MiB it holds)."""
+    zstandard = pytest.importorskip("zstandard")
+    comp = zstandard.ZstdCompressor(level=1, write_content_size=True).compress(b"abcdefgh" * 2**20)
+    params = zstandard.get_frame_parameters(comp)
+    assert params.content_size == 8 * 2**20
+    hsize = zstandard.frame_header_size(comp)
+    # A new header: 8-byte content size and a 128 KiB window (not single-segment, so libzstd
+    # streams rather than decoding into one buffer of the declared size), checksum flag kept.
+    declared = (64 * (len(comp) - hsize + 14)) // 4 * 4
+    comp = (comp[:4] + bytes([0xC0 | (comp[4] & 0x04), 0x38]) + struct.pack("<Q", declared)
+            + comp[hsize:])
+    frame = (b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x04, declared // 4)
+             + struct.pack("<Q", len(comp)) + comp)
+    tracemalloc.start()
+    try:
+        # libzstd itself notices an overlong compressed block (one block past the declared size
+        # at most); the reader's cap is the second line of defence for any frame it misses.
+        with pytest.raises(WireFormatError, match=f"zstd payload (decompresses to more than "
+                                                  f"{declared} bytes|is corrupt)"):
+            tokenwire.decode(frame)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * declared + 2**20, peak
 
 
 BOMB_PATHS = {
