@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import gc
 import os
+import random
 import struct
 import sys
 
@@ -23,9 +24,12 @@ from strategies import (
     BOUNDARY_IDS,
     CODECS,
     VOCAB_SIZES,
+    WIRE_ERROR_KINDS,
+    damage_frame,
     damaged_frames,
     frames,
     ids_for_codec,
+    wire_error_kind,
 )
 
 HAS_ZSTD = "zstd" in CODECS
@@ -34,6 +38,10 @@ HAS_ZSTD = "zstd" in CODECS
 def header(codec: int = 0, width: int = 32, flags: int = 0, count: int = 0,
            magic: bytes = b"TWIR", version: int = 1) -> bytes:
     return magic + struct.pack("<BBBBQ", version, codec, width, flags, count)
+
+
+VALID_HEADERS = [header(codec=2, width=9, count=5), header(flags=0x02, count=3),
+                 header(codec=1, width=16, flags=0x05, count=7), header(flags=0x04, count=4)]
 
 
 def crc_frame(body: bytes) -> bytes:
@@ -404,23 +412,62 @@ class TestZstd:
 # Robustness: random and damaged bytes give correct ids or WireFormatError, nothing else
 
 
-@given(st.binary(max_size=200))
-def test_random_bytes_never_crash(data: bytes) -> None:
+def _rejections(data: bytes) -> list[str]:
+    """Run the three readers on `data`: each gives a result or a WireFormatError whose message
+    belongs to a known rejection branch (wire_error_kind raises otherwise)."""
+    kinds = []
     for fn in (tokenwire.decode, tokenwire.decode_many, tokenwire.frame_info):
         try:
             fn(data)
-        except WireFormatError:
-            pass
+        except WireFormatError as e:
+            kinds.append(wire_error_kind(str(e)))
+    return kinds
+
+
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.builds(lambda f, seed: damage_frame(random.Random(seed), f[0]), frames(), st.integers()),
+    st.builds(lambda h, tail: h + tail, st.sampled_from(VALID_HEADERS), st.binary(max_size=120)),
+))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    _rejections(data)
+
+
+def _valid_frame_pool() -> list[bytes]:
+    ids = [list(range(n)) for n in (0, 1, 3, 9, 40)] + [[7] * 300, [2**31 - 1, -5, 0]]
+    pool = []
+    for codec in CODECS:
+        for checksum in (False, True):
+            for seq in ids:
+                try:
+                    pool.append(tokenwire.encode(seq, codec=codec, checksum=checksum))
+                except ValueError:                                  # a codec that cannot hold them
+                    pass
+            seqs = [[1, 2, 3], [], [4] * 200]
+            pool.append(tokenwire.encode_many(seqs, codec=codec, checksum=checksum))
+    return pool
+
+
+def test_every_rejection_branch_is_reached() -> None:
+    """Random bytes almost only reach "bad magic"; damaged valid frames (every codec, checksum,
+    multi-sequence and zstd) reach every rejection of the decoder. Each branch must be hit."""
+    rng = random.Random(20261130)
+    pool = _valid_frame_pool()
+    seen: dict[str, int] = {}
+    for i in range(6000):
+        frame = rng.choice(pool)
+        data = frame if i % 50 == 0 else damage_frame(rng, frame)
+        for kind in _rejections(data):
+            seen[kind] = seen.get(kind, 0) + 1
+    expected = [k for k in WIRE_ERROR_KINDS if HAS_ZSTD or "zstd" not in k]
+    missing = [k for k in expected if k not in seen]
+    assert not missing, f"never reached: {missing}; reached: {seen}"
 
 
 @given(st.binary(max_size=120))
 def test_random_bytes_after_a_valid_header(tail: bytes) -> None:
-    for prefix in (header(codec=2, width=9, count=len(tail)), header(flags=0x02, count=3),
-                   header(codec=1, width=16, flags=0x05, count=7)):
-        try:
-            tokenwire.decode_many(prefix + tail)
-        except WireFormatError:
-            pass
+    for prefix in VALID_HEADERS:
+        _rejections(prefix + tail)
 
 
 @given(frames())
