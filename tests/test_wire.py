@@ -578,34 +578,6 @@ def test_zstd_section_must_be_exactly_one_zstd_frame() -> None:
             tokenwire.decode(bad)
 
 
-def test_decode_many_never_reads_past_the_payload_when_the_table_changes() -> None:
-    import threading
-
-    frame = tokenwire.encode_many([np.arange(1_000_000, dtype=np.int32), [7]], codec="raw")
-    ba = bytearray(frame)
-    armed = threading.Event()
-
-    def rewrite() -> None:
-        armed.wait()
-        ba[20:24] = struct.pack("<I", 200_000)     # the second count, while decode copies
-
-    t = threading.Thread(target=rewrite)
-    t.start()
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        armed.set()
-        try:
-            out = tokenwire.decode_many(ba)
-        except tokenwire.WireFormatError as e:
-            assert any(m in str(e) for m in ("count table changed", "truncated", "trailing", "payload"))
-        else:
-            assert [len(v) for v in out] in ([1_000_000, 1],)   # never a 200,000-id read
-    finally:
-        sys.setswitchinterval(old)
-        t.join()
-
-
 def test_misaligned_readonly_source_is_copied() -> None:
     frame = tokenwire.encode([1, 2, 3], codec="raw")
     blob = b"x" + frame
@@ -670,7 +642,8 @@ def _rss_bytes() -> int:
 @pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
                     reason="ASan's quarantine keeps freed memory resident")
 def test_decode_does_not_leak_memory() -> None:
-    # TokenVector storage is malloc'ed (invisible to tracemalloc): watch the resident set instead.
+    # The resident set as well as tracemalloc (tests/test_leaks.py): a leak outside Python's
+    # allocators (libzstd, the C library) shows here only.
     frame = tokenwire.encode(list(range(50_000)), codec="packed")   # 200 kB per decoded vector
     bad = frame + b"\0"
     for _ in range(50):
