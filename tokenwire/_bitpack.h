@@ -313,6 +313,28 @@ static uint32_t twbp_or_all(const int32_t *restrict src, size_t n) {
     return acc;
 }
 
+/* twbp_or_all while copying the ids to dst: one read of each id, for callers that must code
+ * exactly what they checked (the source may change under them; dst is theirs alone). */
+TWBP_CLONES
+static uint32_t twbp_copy_or_all(int32_t *restrict dst, const int32_t *restrict src, size_t n) {
+    uint32_t lane[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (unsigned j = 0; j < 16; j++) {
+            uint32_t v = twbp_id(src, i + j);
+            lane[j] |= v;
+            dst[i + j] = (int32_t)v;
+        }
+    uint32_t acc = 0;
+    for (unsigned j = 0; j < 16; j++) acc |= lane[j];
+    for (; i < n; i++) {
+        uint32_t v = twbp_id(src, i);
+        acc |= v;
+        dst[i] = (int32_t)v;
+    }
+    return acc;
+}
+
 /* u16 codec: store / load little-endian uint16 ids. */
 TWBP_CLONES
 static void twbp_narrow16(const int32_t *restrict src, size_t n, uint8_t *restrict dst) {

@@ -309,6 +309,41 @@ cdef Py_ssize_t _narrow_strided(const char* src, Py_ssize_t n, Py_ssize_t stride
     return -1
 
 
+ctypedef fused wide_int:
+    int64_t
+    uint64_t
+
+cdef enum:
+    _WIDE_CHUNK = 2048          # 16 KiB of 64-bit ids: stays in L1 between the copy and the check
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _narrow_wide(const char* src, Py_ssize_t n, Py_ssize_t stride, bint swap,
+                             int32_t* dst, uint64_t* bad, wide_int tag) noexcept nogil:
+    # A 64-bit id is checked on its two halves, which a compiler may load separately: with a
+    # writer racing (the GIL released) they could come from different writes and pass as a value
+    # never written. So each chunk is first copied into private memory (one read of each id), and
+    # checked and narrowed from there, where nothing else writes.
+    cdef wide_int buf[_WIDE_CHUNK]
+    cdef Py_ssize_t start = 0, m, j, r
+    while start < n:
+        m = min(<Py_ssize_t>_WIDE_CHUNK, n - start)
+        if stride == sizeof(wide_int):
+            memcpy(buf, src + start * stride, <size_t>m * sizeof(wide_int))
+        else:
+            for j in range(m):
+                memcpy(&buf[j], src + (start + j) * stride, sizeof(wide_int))
+        if swap:
+            r = _narrow_strided(<const char*>buf, m, sizeof(wide_int), True, dst + start, bad, tag)
+        else:
+            r = _narrow_contiguous(<const wide_int*>buf, m, dst + start, bad)
+        if r >= 0:
+            return start + r
+        start += m
+    return -1
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef Py_ssize_t _first_outside_vocab(const int32_t* p, Py_ssize_t n, uint32_t vocab) noexcept nogil:
@@ -452,9 +487,7 @@ cdef Py_ssize_t _dispatch_narrow(const char* src, Py_ssize_t n, Py_ssize_t strid
             return _narrow_strided(src, n, stride, swap, dst, bad, <int16_t>0)
         if itemsize == 4:
             return _narrow_strided(src, n, stride, swap, dst, bad, <int32_t>0)
-        if contiguous:
-            return _narrow_contiguous(<const int64_t*>src, n, dst, bad)
-        return _narrow_strided(src, n, stride, swap, dst, bad, <int64_t>0)
+        return _narrow_wide(src, n, stride, swap, dst, bad, <int64_t>0)
     if itemsize == 1:
         if contiguous:
             return _narrow_contiguous(<const uint8_t*>src, n, dst, bad)
@@ -467,9 +500,7 @@ cdef Py_ssize_t _dispatch_narrow(const char* src, Py_ssize_t n, Py_ssize_t strid
         if contiguous:
             return _narrow_contiguous(<const uint32_t*>src, n, dst, bad)
         return _narrow_strided(src, n, stride, swap, dst, bad, <uint32_t>0)
-    if contiguous:
-        return _narrow_contiguous(<const uint64_t*>src, n, dst, bad)
-    return _narrow_strided(src, n, stride, swap, dst, bad, <uint64_t>0)
+    return _narrow_wide(src, n, stride, swap, dst, bad, <uint64_t>0)
 
 
 cdef int32_t _item_slow(object o, Py_ssize_t i) except? -1:

@@ -9,6 +9,7 @@
 #   * the public functions.
 
 from tokenwire._bitpack cimport (
+    twbp_copy_or_all,
     twbp_have_avx2,
     twbp_init,
     twbp_narrow16,
@@ -631,9 +632,11 @@ cdef object _codec_error_detail(int codec, const int32_t** ptrs, const Py_ssize_
 
 
 cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq,
-                         bint multi, int request, bint checksum):
+                         bint multi, int request, bint checksum, int64_t known_or=-1):
+    """One frame of the ids at ptrs; `known_or`, when >= 0, is their bitwise OR (computed by the
+    caller while it copied them)."""
     cdef uint64_t total = 0
-    cdef uint32_t orv = 0
+    cdef uint32_t orv = <uint32_t>known_or if known_or >= 0 else 0
     cdef Py_ssize_t k, table_len = 0, off, payload_len, nbytes
     cdef unsigned width = 32
     cdef int codec
@@ -641,7 +644,7 @@ cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_
     cdef unsigned flags = 0
     for k in range(nseq):
         total += <uint64_t>lens[k]
-        if request != CODEC_RAW:
+        if request != CODEC_RAW and known_or < 0:
             orv |= _or_all(ptrs[k], lens[k])
     try:
         codec = _choose_codec(request, orv, total, &width)
@@ -738,6 +741,7 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     cdef bint have_view = False
     cdef const int32_t* ptr
     cdef Py_ssize_t n
+    cdef uint32_t orv
     cdef TokenVector tv
     if type(tokens) is TokenVector:
         tv = <TokenVector>tokens
@@ -754,12 +758,18 @@ def encode(tokens, *, codec="auto", bint checksum=False):
             else:
                 # Memory that may change: the width choice and the packing each read the ids,
                 # so a writer between them could make a frame hold ids never written. Copy once
-                # (one read), then check and code the copy. Raw reads the ids once (a memcpy).
+                # (one read of each id, OR-ed on the way), then check and code the copy. Raw
+                # reads the ids once anyway (one memcpy into the frame).
                 try:
-                    tv = tv_from_int32(ptr, n)
+                    tv = tv_alloc(n)
+                    if n * 4 >= NOGIL_BYTES:
+                        with nogil:
+                            orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+                    else:
+                        orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
                 finally:
                     PyBuffer_Release(&view)
-                ptr = tv._data
+                return _encode_frame(<const int32_t**>&tv._data, &n, 1, False, request, checksum, orv)
         else:
             PyBuffer_Release(&view)
             tv = _convert(tokens)
