@@ -222,7 +222,11 @@ def test_crafted_pickles_and_setstate_never_crash() -> None:
 class Flipper:
     """A thread that keeps overwriting `dest` with each of `patterns` in turn. np.copyto releases
     the GIL while it copies, so the writes really overlap a tokenwire call that runs without it.
-    `ran_during(fn)` calls fn and says whether the thread wrote at least once while fn ran."""
+    `ran_during(fn)` calls fn and says whether the thread wrote at least once while fn ran.
+
+    Patterns of another dtype (float64) make numpy store each id with one store through its cast
+    loop; a same-dtype copy is a memmove, which may store an id a byte at a time (it does under
+    ASan), so that the source itself briefly holds a mix of two values."""
 
     def __init__(self, dest: np.ndarray, *patterns: np.ndarray) -> None:
         self.dest, self.patterns = dest, patterns
@@ -233,7 +237,7 @@ class Flipper:
     def _run(self) -> None:
         while not self.stop.is_set():
             for p in self.patterns:
-                np.copyto(self.dest, p)
+                np.copyto(self.dest, p, casting="unsafe")
                 self.writes += 1
 
     def __enter__(self) -> "Flipper":
@@ -284,7 +288,7 @@ def test_as_tokens_race_returns_only_checked_values(gil_always_released: None) -
     n = 200_000
     arr = np.ones(n, dtype=np.int64)
     tail = arr[-1000:]        # read last by each pass: the writer flips it between the passes
-    with Flipper(tail, np.full(1000, bad, dtype=np.int64), np.ones(1000, dtype=np.int64)) as writer:
+    with Flipper(tail, np.full(1000, float(bad)), np.ones(1000)) as writer:
         for out in writer.calls(lambda: _call(lambda: tokenwire.as_tokens(arr))):
             if isinstance(out, OverflowError):
                 assert f" is {bad}, outside int32" in str(out), out
@@ -300,7 +304,7 @@ def test_encode_race_frames_hold_only_written_values(codec: str, gil_always_rele
     n = 200_000
     arr = np.ones(n, dtype=np.int32)
     values = (1, 6, 70_000)
-    with Flipper(arr[-1000:], *[np.full(1000, v, dtype=np.int32) for v in values]) as writer:
+    with Flipper(arr[-1000:], *[np.full(1000, float(v)) for v in values]) as writer:
         for out in writer.calls(lambda: _call(lambda: tokenwire.encode(arr, codec=codec))):
             if isinstance(out, Exception):
                 assert codec == "u16" and "70000" in str(out), out
