@@ -27,9 +27,11 @@ ZSTD_BLOCK = 128 * 1024
 
 
 def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `code` in a fresh interpreter (same environment, so the same tokenwire)."""
+    """Run `code` in a fresh interpreter (same environment, so the same tokenwire). It runs in
+    tests/: from the repository root, `-c` would import the uncompiled source tree instead of
+    the installed package."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent)
 
 
 # ---------------------------------------------------------------------------------------------
