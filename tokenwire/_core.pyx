@@ -314,7 +314,7 @@ ctypedef fused wide_int:
     uint64_t
 
 cdef enum:
-    _WIDE_CHUNK = 2048          # 16 KiB of 64-bit ids: stays in L1 between the copy and the check
+    _WIDE_CHUNK = 512           # 4 KiB of 64-bit ids: stays in L1 between the copy and the check
 
 
 @cython.boundscheck(False)
