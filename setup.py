@@ -7,6 +7,9 @@ Cython directives and compiler flags are set here, and only here. Environment sw
   TOKENWIRE_SANITIZE=address,undefined
                           compile and link with gcc's AddressSanitizer / UBSan; run the tests with
                           LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
+  TOKENWIRE_FUZZ=1        coverage for libFuzzer/atheris: -fsanitize=fuzzer-no-link (needs clang:
+                          CC=clang LDSHARED="clang -shared"); combine with TOKENWIRE_SANITIZE=address
+                          and see docs/fuzzing.md for how to run it
   TOKENWIRE_NATIVE=1      add -march=native (local builds only: the result is not portable)
   TOKENWIRE_DEBUG=1       -O0 -g and Cython's bounds checks back on
 """
@@ -31,6 +34,8 @@ link_args = []
 macros = []
 if _flag("TOKENWIRE_NATIVE"):
     compile_args.append("-march=native")
+if _flag("TOKENWIRE_FUZZ"):
+    sanitize = ["fuzzer-no-link", *sanitize]
 if sanitize:
     flags = ["-fsanitize=" + ",".join(sanitize), "-fno-omit-frame-pointer", "-g"]
     compile_args += flags
@@ -47,6 +52,10 @@ directives = {
     "cdivision": True,
     "embedsignature": True,
     "linetrace": linetrace,
+    # No generated pickle helpers (__reduce_cython__ / __setstate_cython__ / __pyx_unpickle_*):
+    # they index untrusted state without checks. A type that pickles says how (TokenVector's
+    # __reduce_ex__); every other extension type refuses with TypeError.
+    "auto_pickle": False,
 }
 
 extensions = [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -185,4 +187,70 @@ def damaged_frames(draw: st.DrawFn) -> bytes:
             buf[i:i] = draw(st.binary(min_size=1, max_size=8))
         else:
             buf += draw(st.binary(min_size=1, max_size=8))
+    return bytes(buf)
+
+
+# --------------------------------------------------------------------------------------------
+# Decoder rejection branches (tests/test_wire.py, fuzz/fuzz_decode.py)
+
+#: One entry per place the decoder rejects a frame: the start of its WireFormatError message
+#: (docs/wire-format.md, "Decoding rules"). A message that starts with none of these is a bug.
+WIRE_ERROR_KINDS = [
+    "bad magic", "truncated: header", "unsupported version", "unknown codec", "bad width",
+    "reserved flag", "truncated: count table", "nonzero padding byte", "truncated: payload",
+    "truncated: checksum", "trailing bytes", "checksum mismatch", "nonzero padding bits",
+    "truncated: zstd length", "truncated: zstd payload", "zstd payload of", "zstd payload is corrupt",
+    "zstd payload is truncated", "zstd payload has", "zstd payload declares",
+    "zstd payload regenerates", "multi-sequence",
+]
+#: Rejections no single-sequence mutation of a valid frame reaches by chance (a zstd frame that
+#: libzstd would have accepted, but whose output overruns the header's size; tested directly in
+#: tests/test_hostile.py).
+WIRE_ERROR_KINDS_RARE = ["zstd payload decompresses to"]
+
+
+def wire_error_kind(message: str) -> str:
+    """The WIRE_ERROR_KINDS entry a decoder message belongs to (AssertionError if none)."""
+    for kind in WIRE_ERROR_KINDS + WIRE_ERROR_KINDS_RARE:
+        if message.startswith(kind):
+            return kind
+    raise AssertionError(f"unclassified WireFormatError message: {message!r}")
+
+
+def damage_frame(rng: random.Random, frame: bytes) -> bytes:
+    """A valid frame with 1-4 random edits aimed at every field: a bit flip, a header byte, the
+    64-bit count, a cut, an append; in a zstd frame a byte, the length prefix, bytes after the
+    zstd frame or its first block header."""
+    buf = bytearray(frame)
+    for _ in range(rng.randint(1, 4)):
+        op = rng.randrange(9)
+        if op == 0 and buf:
+            buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+        elif op == 1 and buf:
+            buf[rng.randrange(min(len(buf), 40))] = rng.randrange(256)
+        elif op == 2 and len(buf) >= 16:
+            buf[8:16] = rng.choice([0, 1, 2, 3, 7, 2**32, 2**58, 2**64 - 1,
+                                    rng.randrange(2**64)]).to_bytes(8, "little")
+        elif op == 3 and buf:
+            del buf[rng.randrange(len(buf)):]
+        elif op == 4:
+            buf += bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        elif op == 5 and len(buf) > 24 and buf[7] & 0x04:          # inside the zstd section
+            i = rng.randrange(24, len(buf))
+            buf[i] = rng.randrange(256)
+        elif op == 6 and len(buf) > 24 and buf[7] & 0x04:             # the zstd length prefix
+            buf[16:24] = max(0, int.from_bytes(buf[16:24], "little") + rng.randint(-3, 3)
+                             ).to_bytes(8, "little")
+        elif op == 7 and len(buf) > 24 and buf[7] & 0x04:             # bytes after the zstd frame
+            clen = int.from_bytes(buf[16:24], "little")
+            extra = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+            buf[24 + clen:24 + clen] = extra
+            buf[16:24] = (clen + len(extra)).to_bytes(8, "little")
+        elif op == 8 and len(buf) > 29 and buf[7] & 0x04:             # first zstd block header
+            fhd = buf[28]
+            fcs = (0, 2, 4, 8)[fhd >> 6] or (1 if fhd & 0x20 else 0)
+            at = 29 + (0 if fhd & 0x20 else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
+            if at + 3 <= len(buf):
+                size, btype = rng.randrange(1 << 17), rng.randrange(4)
+                buf[at:at + 3] = ((size << 3) | (btype << 1) | rng.randrange(2)).to_bytes(3, "little")
     return bytes(buf)

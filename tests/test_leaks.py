@@ -3,6 +3,8 @@
 Each check warms up first (the int table and interpreter caches fill once), then compares
 `sys.getallocatedblocks()` and the RSS-independent tracemalloc total before and after many calls,
 and the reference counts of the inputs. Error paths are included: they must free everything.
+Token storage is allocated with PyMem_RawMalloc, so tracemalloc sees it (checked below): with
+the free() removed from TokenVector.__dealloc__, the cases that build vectors fail.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+import tokenwire
 from tokenwire import TokenVector, as_tokens, tolist
 
 ROUNDS = 2000
@@ -62,6 +65,10 @@ IDS = list(range(0, 300_000, 97)) + [-5, 2**31 - 1]
 ND = np.array(IDS, dtype=np.int32)
 TV = TokenVector(IDS)
 
+PACKED = tokenwire.encode(IDS[:-2], codec="packed")
+RAW = tokenwire.encode(IDS, codec="raw")
+MANY = tokenwire.encode_many([IDS[:100], [], IDS[100:400]], codec="auto")
+
 CASES: dict[str, Callable[[], object]] = {
     "as_tokens(list)": lambda: as_tokens(IDS),
     "as_tokens(tuple)": lambda: as_tokens(tuple(IDS[:50])),
@@ -90,6 +97,11 @@ CASES: dict[str, Callable[[], object]] = {
     "bytes refused": _raises(lambda: as_tokens(b"abc"), TypeError),
     "frombuffer odd length": _raises(lambda: TokenVector.frombuffer(b"abc"), ValueError),
     "index error": _raises(lambda: TV[10**9], IndexError),
+    "encode ndarray (copied)": lambda: tokenwire.encode(ND[:-2], codec="packed"),
+    "decode packed": lambda: tokenwire.decode(PACKED),
+    "decode_many": lambda: tokenwire.decode_many(MANY),
+    "decode zero-copy": lambda: tokenwire.decode(RAW),
+    "decode truncated": _raises(lambda: tokenwire.decode(PACKED[:-1]), tokenwire.WireFormatError),
 }
 
 
@@ -129,3 +141,15 @@ def test_the_leak_check_itself_catches_a_leak() -> None:
     kept: list[object] = []
     with pytest.raises(AssertionError, match="leaked"):
         assert_no_growth(lambda: kept.append(bytearray(64)), rounds=ROUNDS)
+
+
+def test_tracemalloc_sees_token_storage() -> None:
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        held = [as_tokens(ND) for _ in range(10)]
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown >= 10 * ND.nbytes, grown
+    del held

@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import gc
 import os
+import random
 import struct
 import sys
 
@@ -23,9 +24,12 @@ from strategies import (
     BOUNDARY_IDS,
     CODECS,
     VOCAB_SIZES,
+    WIRE_ERROR_KINDS,
+    damage_frame,
     damaged_frames,
     frames,
     ids_for_codec,
+    wire_error_kind,
 )
 
 HAS_ZSTD = "zstd" in CODECS
@@ -34,6 +38,10 @@ HAS_ZSTD = "zstd" in CODECS
 def header(codec: int = 0, width: int = 32, flags: int = 0, count: int = 0,
            magic: bytes = b"TWIR", version: int = 1) -> bytes:
     return magic + struct.pack("<BBBBQ", version, codec, width, flags, count)
+
+
+VALID_HEADERS = [header(codec=2, width=9, count=5), header(flags=0x02, count=3),
+                 header(codec=1, width=16, flags=0x05, count=7), header(flags=0x04, count=4)]
 
 
 def crc_frame(body: bytes) -> bytes:
@@ -404,23 +412,62 @@ class TestZstd:
 # Robustness: random and damaged bytes give correct ids or WireFormatError, nothing else
 
 
-@given(st.binary(max_size=200))
-def test_random_bytes_never_crash(data: bytes) -> None:
+def _rejections(data: bytes) -> list[str]:
+    """Run the three readers on `data`: each gives a result or a WireFormatError whose message
+    belongs to a known rejection branch (wire_error_kind raises otherwise)."""
+    kinds = []
     for fn in (tokenwire.decode, tokenwire.decode_many, tokenwire.frame_info):
         try:
             fn(data)
-        except WireFormatError:
-            pass
+        except WireFormatError as e:
+            kinds.append(wire_error_kind(str(e)))
+    return kinds
+
+
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.builds(lambda f, seed: damage_frame(random.Random(seed), f[0]), frames(), st.integers()),
+    st.builds(lambda h, tail: h + tail, st.sampled_from(VALID_HEADERS), st.binary(max_size=120)),
+))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    _rejections(data)
+
+
+def _valid_frame_pool() -> list[bytes]:
+    ids = [list(range(n)) for n in (0, 1, 3, 9, 40)] + [[7] * 300, [2**31 - 1, -5, 0]]
+    pool = []
+    for codec in CODECS:
+        for checksum in (False, True):
+            for seq in ids:
+                try:
+                    pool.append(tokenwire.encode(seq, codec=codec, checksum=checksum))
+                except ValueError:                                  # a codec that cannot hold them
+                    pass
+            seqs = [[1, 2, 3], [], [4] * 200]
+            pool.append(tokenwire.encode_many(seqs, codec=codec, checksum=checksum))
+    return pool
+
+
+def test_every_rejection_branch_is_reached() -> None:
+    """Random bytes almost only reach "bad magic"; damaged valid frames (every codec, checksum,
+    multi-sequence and zstd) reach every rejection of the decoder. Each branch must be hit."""
+    rng = random.Random(20261130)
+    pool = _valid_frame_pool()
+    seen: dict[str, int] = {}
+    for i in range(6000):
+        frame = rng.choice(pool)
+        data = frame if i % 50 == 0 else damage_frame(rng, frame)
+        for kind in _rejections(data):
+            seen[kind] = seen.get(kind, 0) + 1
+    expected = [k for k in WIRE_ERROR_KINDS if HAS_ZSTD or "zstd" not in k]
+    missing = [k for k in expected if k not in seen]
+    assert not missing, f"never reached: {missing}; reached: {seen}"
 
 
 @given(st.binary(max_size=120))
 def test_random_bytes_after_a_valid_header(tail: bytes) -> None:
-    for prefix in (header(codec=2, width=9, count=len(tail)), header(flags=0x02, count=3),
-                   header(codec=1, width=16, flags=0x05, count=7)):
-        try:
-            tokenwire.decode_many(prefix + tail)
-        except WireFormatError:
-            pass
+    for prefix in VALID_HEADERS:
+        _rejections(prefix + tail)
 
 
 @given(frames())
@@ -531,34 +578,6 @@ def test_zstd_section_must_be_exactly_one_zstd_frame() -> None:
             tokenwire.decode(bad)
 
 
-def test_decode_many_never_reads_past_the_payload_when_the_table_changes() -> None:
-    import threading
-
-    frame = tokenwire.encode_many([np.arange(1_000_000, dtype=np.int32), [7]], codec="raw")
-    ba = bytearray(frame)
-    armed = threading.Event()
-
-    def rewrite() -> None:
-        armed.wait()
-        ba[20:24] = struct.pack("<I", 200_000)     # the second count, while decode copies
-
-    t = threading.Thread(target=rewrite)
-    t.start()
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        armed.set()
-        try:
-            out = tokenwire.decode_many(ba)
-        except tokenwire.WireFormatError as e:
-            assert any(m in str(e) for m in ("count table changed", "truncated", "trailing", "payload"))
-        else:
-            assert [len(v) for v in out] in ([1_000_000, 1],)   # never a 200,000-id read
-    finally:
-        sys.setswitchinterval(old)
-        t.join()
-
-
 def test_misaligned_readonly_source_is_copied() -> None:
     frame = tokenwire.encode([1, 2, 3], codec="raw")
     blob = b"x" + frame
@@ -623,7 +642,8 @@ def _rss_bytes() -> int:
 @pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
                     reason="ASan's quarantine keeps freed memory resident")
 def test_decode_does_not_leak_memory() -> None:
-    # TokenVector storage is malloc'ed (invisible to tracemalloc): watch the resident set instead.
+    # The resident set as well as tracemalloc (tests/test_leaks.py): a leak outside Python's
+    # allocators (libzstd, the C library) shows here only.
     frame = tokenwire.encode(list(range(50_000)), codec="packed")   # 200 kB per decoded vector
     bad = frame + b"\0"
     for _ in range(50):

@@ -25,6 +25,8 @@ cdef extern from "tokenwire/bitpack.h" nogil:
     void twbp_pack_finish(twbp_packer* pk) noexcept
     # OR of all ids: sign bit set iff some id is negative, else bit_length == bit_length(max).
     uint32_t twbp_or_all(const int32_t* src, size_t n) noexcept
+    # The same while copying the ids to dst (one read of each: the source may be changing).
+    uint32_t twbp_copy_or_all(int32_t* dst, const int32_t* src, size_t n) noexcept
     # u16 codec: little-endian uint16 <-> int32 (dst of narrow16 must be 2-aligned).
     void twbp_narrow16(const int32_t* src, size_t n, uint8_t* dst) noexcept
     void twbp_widen16(const uint8_t* src, size_t n, int32_t* dst) noexcept

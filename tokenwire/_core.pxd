@@ -14,13 +14,14 @@ from libc.stdint cimport int32_t
 
 @cython.final
 cdef class TokenVector:
-    # Read-only from outside: `_data` is either our own allocation (`_owned`) or points into the
-    # buffer held by `_view` (a zero-copy view of an immutable exporter, e.g. a `bytes` frame).
+    # Read-only from outside: `_data` is either our own allocation (`_owned`, PyMem_RawMalloc)
+    # or points into the buffer held by `_view` (a zero-copy view of an immutable exporter, e.g. a
+    # `bytes` frame; NULL when there is none). The Py_buffer lives on the heap, only for views, so
+    # that an owned vector stays a 64-byte object (decode_many's allocation bound depends on it).
     cdef int32_t* _data
     cdef Py_ssize_t _len
     cdef bint _owned
-    cdef bint _has_view
-    cdef Py_buffer _view
+    cdef Py_buffer* _view
     cdef Py_ssize_t _exports     # live buffer exports (diagnostics only; data never moves)
     cdef object __weakref__
 
@@ -38,6 +39,7 @@ cdef TokenVector tv_alloc(Py_ssize_t n)
 # A new vector holding a copy of `n` ids at `src` (one memcpy; releases the GIL when large).
 cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n)
 # A vector that views `n` ids at `data` inside `view` without copying, taking ownership of the
-# (already acquired) buffer `view`; it is released when the vector dies. `data` must be 4-aligned,
-# lie inside the buffer, and the exporter must be immutable.
+# (already acquired) buffer `view` -- also when it raises (MemoryError): the buffer is then
+# released before it returns. `data` must be 4-aligned, lie inside the buffer, and the exporter
+# must be immutable.
 cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n)

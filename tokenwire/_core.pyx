@@ -24,6 +24,7 @@ from cpython.buffer cimport (
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check, PyLong_CheckExact
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport (
@@ -116,7 +117,8 @@ cdef TokenVector tv_alloc(Py_ssize_t n):
         return tv
     if n > (<Py_ssize_t>(<size_t>-1 >> 1)) // 4:
         raise MemoryError(f"cannot allocate {n} token ids")
-    cdef int32_t* p = <int32_t*>malloc(<size_t>n * 4)
+    # PyMem_Raw*: as fast as malloc (no GIL needed) and visible to tracemalloc and leak tests.
+    cdef int32_t* p = <int32_t*>PyMem_RawMalloc(<size_t>n * 4)
     if p == NULL:
         raise MemoryError(f"cannot allocate {n} token ids ({n * 4} bytes)")
     tv._data = p
@@ -139,9 +141,19 @@ cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n):
 
 
 cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n):
-    cdef TokenVector tv = TokenVector.__new__(TokenVector)
-    memcpy(&tv._view, view, sizeof(Py_buffer))
-    tv._has_view = True
+    cdef TokenVector tv
+    cdef Py_buffer* held = <Py_buffer*>PyMem_Malloc(sizeof(Py_buffer))
+    if held == NULL:
+        PyBuffer_Release(view)
+        raise MemoryError("cannot allocate a buffer view")
+    memcpy(held, view, sizeof(Py_buffer))
+    try:
+        tv = TokenVector.__new__(TokenVector)
+    except BaseException:
+        PyBuffer_Release(held)
+        PyMem_Free(held)
+        raise
+    tv._view = held
     if n > 0:
         tv._data = <int32_t*>data
         tv._len = n
@@ -260,16 +272,23 @@ cdef Py_ssize_t _narrow_contiguous(const src_int* src, Py_ssize_t n, int32_t* ds
     # Branch-free over the whole input so that -O3 vectorizes it; the (rare) failure is located
     # afterwards. `dst` may hold garbage on failure: the caller drops it.
     cdef Py_ssize_t i
+    cdef src_int v
     cdef bint ok = True
     for i in range(n):
-        ok &= _in_int32(src[i])
-        dst[i] = <int32_t>src[i]
+        v = src[i]                      # one read: the value checked is the value stored
+        ok &= _in_int32(v)
+        dst[i] = <int32_t>v
     if ok:
         return -1
+    # Another thread may write the source while the GIL is released, so the locating pass may no
+    # longer see the bad value: then convert again with one read per id, each checked before it
+    # is stored -- every id returned was in the source and in range when it was read.
     for i in range(n):
-        if not _in_int32(src[i]):
-            bad[0] = <uint64_t>src[i]
+        v = src[i]
+        if not _in_int32(v):
+            bad[0] = <uint64_t>v
             return i
+        dst[i] = <int32_t>v
     return -1
 
 
@@ -287,6 +306,41 @@ cdef Py_ssize_t _narrow_strided(const char* src, Py_ssize_t n, Py_ssize_t stride
             bad[0] = <uint64_t>v
             return i
         dst[i] = <int32_t>v
+    return -1
+
+
+ctypedef fused wide_int:
+    int64_t
+    uint64_t
+
+cdef enum:
+    _WIDE_CHUNK = 512           # 4 KiB of 64-bit ids: stays in L1 between the copy and the check
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _narrow_wide(const char* src, Py_ssize_t n, Py_ssize_t stride, bint swap,
+                             int32_t* dst, uint64_t* bad, wide_int tag) noexcept nogil:
+    # A 64-bit id is checked on its two halves, which a compiler may load separately: with a
+    # writer racing (the GIL released) they could come from different writes and pass as a value
+    # never written. So each chunk is first copied into private memory (one read of each id), and
+    # checked and narrowed from there, where nothing else writes.
+    cdef wide_int buf[_WIDE_CHUNK]
+    cdef Py_ssize_t start = 0, m, j, r
+    while start < n:
+        m = min(<Py_ssize_t>_WIDE_CHUNK, n - start)
+        if stride == sizeof(wide_int):
+            memcpy(buf, src + start * stride, <size_t>m * sizeof(wide_int))
+        else:
+            for j in range(m):
+                memcpy(&buf[j], src + (start + j) * stride, sizeof(wide_int))
+        if swap:
+            r = _narrow_strided(<const char*>buf, m, sizeof(wide_int), True, dst + start, bad, tag)
+        else:
+            r = _narrow_contiguous(<const wide_int*>buf, m, dst + start, bad)
+        if r >= 0:
+            return start + r
+        start += m
     return -1
 
 
@@ -433,9 +487,7 @@ cdef Py_ssize_t _dispatch_narrow(const char* src, Py_ssize_t n, Py_ssize_t strid
             return _narrow_strided(src, n, stride, swap, dst, bad, <int16_t>0)
         if itemsize == 4:
             return _narrow_strided(src, n, stride, swap, dst, bad, <int32_t>0)
-        if contiguous:
-            return _narrow_contiguous(<const int64_t*>src, n, dst, bad)
-        return _narrow_strided(src, n, stride, swap, dst, bad, <int64_t>0)
+        return _narrow_wide(src, n, stride, swap, dst, bad, <int64_t>0)
     if itemsize == 1:
         if contiguous:
             return _narrow_contiguous(<const uint8_t*>src, n, dst, bad)
@@ -448,9 +500,7 @@ cdef Py_ssize_t _dispatch_narrow(const char* src, Py_ssize_t n, Py_ssize_t strid
         if contiguous:
             return _narrow_contiguous(<const uint32_t*>src, n, dst, bad)
         return _narrow_strided(src, n, stride, swap, dst, bad, <uint32_t>0)
-    if contiguous:
-        return _narrow_contiguous(<const uint64_t*>src, n, dst, bad)
-    return _narrow_strided(src, n, stride, swap, dst, bad, <uint64_t>0)
+    return _narrow_wide(src, n, stride, swap, dst, bad, <uint64_t>0)
 
 
 cdef int32_t _item_slow(object o, Py_ssize_t i) except? -1:
@@ -460,12 +510,15 @@ cdef int32_t _item_slow(object o, Py_ssize_t i) except? -1:
     if isinstance(o, bool) or type(o).__name__ in ("bool", "bool_"):
         raise TypeError(f"token id at index {i} must be an int, got bool")
     if not PyLong_Check(o):
+        if not hasattr(type(o), "__index__"):
+            raise TypeError(f"token id at index {i} must be an int, got {type(o).__name__}")
         try:
             o = operator.index(o)
-        except TypeError:
+        except TypeError as e:
+            # The element's own __index__ failed: keep its error (chained) and say where.
             raise TypeError(
-                f"token id at index {i} must be an int, got {type(o).__name__}"
-            ) from None
+                f"token id at index {i}: {type(o).__name__}.__index__ raised TypeError: {e}"
+            ) from e
     v = PyLong_AsLongLongAndOverflow(o, &overflow)
     if overflow or v < INT32_MIN or v > INT32_MAX:
         raise _overflow(i, int(o))
@@ -507,7 +560,9 @@ cdef TokenVector _from_range(object r):
     if first_bad < n:
         raise _overflow(first_bad, start + first_bad * step)
     cdef TokenVector tv = tv_alloc(n)
-    cdef int64_t s = start, d = step
+    # With two or more ids in int32 the step fits in 64 bits; with one it is never used (and may
+    # be any size: range(5, 6, 10**30) is [5]).
+    cdef int64_t s = start, d = step if n > 1 else 0
     cdef Py_ssize_t i
     for i in range(n):
         tv._data[i] = <int32_t>(s + i * d)
@@ -690,7 +745,7 @@ cdef class TokenVector:
         self._data = _EMPTY
         self._len = 0
         self._owned = False
-        self._has_view = False
+        self._view = NULL
         self._exports = 0
         if tokens is _NOTHING:
             return
@@ -698,17 +753,15 @@ cdef class TokenVector:
         if vocab_size is not None:
             _check_vocab(src, vocab_size)
         # Take over the fresh vector's storage (nobody else can see it).
-        self._data, self._len, self._owned = src._data, src._len, src._owned
-        if src._has_view:
-            memcpy(&self._view, &src._view, sizeof(Py_buffer))
-            self._has_view = True
-        src._data, src._len, src._owned, src._has_view = _EMPTY, 0, False, False
+        self._data, self._len, self._owned, self._view = src._data, src._len, src._owned, src._view
+        src._data, src._len, src._owned, src._view = _EMPTY, 0, False, NULL
 
     def __dealloc__(self):
         if self._owned:
-            free(self._data)
-        if self._has_view:
-            PyBuffer_Release(&self._view)
+            PyMem_RawFree(self._data)
+        if self._view != NULL:
+            PyBuffer_Release(self._view)
+            PyMem_Free(self._view)
 
     @staticmethod
     def frombuffer(data):
@@ -731,9 +784,8 @@ cdef class TokenVector:
                 )
             if (not TW_HOST_BIG_ENDIAN and (<uintptr_t>view.buf) % 4 == 0
                     and is_immutable_source(data)):
-                tv = tv_take_view(&view, <const int32_t*>view.buf, n)
-                moved = True         # the buffer now belongs to tv, which releases it
-                return tv
+                moved = True         # the buffer now belongs to tv_take_view (even if it raises)
+                return tv_take_view(&view, <const int32_t*>view.buf, n)
             tv = tv_from_int32(<const int32_t*>view.buf, n)
             if TW_HOST_BIG_ENDIAN:
                 for i in range(n):
@@ -772,8 +824,11 @@ cdef class TokenVector:
     def __getitem__(self, key):
         cdef Py_ssize_t i, start, stop, step, n
         if isinstance(key, slice):
-            start, stop, step = key.indices(self._len)
-            n = len(range(start, stop, step))
+            # Python ints first: the step may be huge (tv[::10**20] is one element, like a list).
+            py_start, py_stop, py_step = key.indices(self._len)
+            n = len(range(py_start, py_stop, py_step))
+            start = py_start
+            step = py_step if n > 1 else 1    # n >= 2 ids inside the vector: |step| < len
             if step == 1:
                 return tv_from_int32(self._data + start, n)
             tv = tv_alloc(n)
@@ -932,7 +987,7 @@ cdef class TokenVector:
         return self          # immutable: a copy is the same value
 
     def __deepcopy__(self, memo):
-        if self._owned or not self._has_view:
+        if self._owned or self._view == NULL:
             return self
         # A view of someone else's buffer: a deep copy owns its memory (one memcpy).
         return tv_from_int32(self._data, self._len)

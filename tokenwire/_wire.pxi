@@ -9,6 +9,7 @@
 #   * the public functions.
 
 from tokenwire._bitpack cimport (
+    twbp_copy_or_all,
     twbp_have_avx2,
     twbp_init,
     twbp_narrow16,
@@ -61,6 +62,10 @@ CODEC_NAMES = ("raw", "u16", "packed")
 cdef uint64_t _COUNT_LIMIT = (<uint64_t>1) << 58
 
 cdef object _zstd_module = None     # zstandard, imported on first use (an optional extra)
+
+# Every empty sequence decode_many returns: an empty vector is immutable, so one object serves
+# all of them and a frame of empty sequences costs one list slot (8 bytes) per 4-byte count.
+cdef TokenVector _EMPTY_VECTOR = TokenVector.__new__(TokenVector)
 
 
 cdef object _zstd():
@@ -172,6 +177,7 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except 
     require the payload to be present. Sets every field of L."""
     cdef Py_ssize_t k, table_len, off
     cdef uint64_t count, total = 0
+    cdef bint partial = False
     cdef unsigned version, codec, width, flags
     cdef Py_ssize_t trailer
     k = 4 if n >= 4 else n
@@ -214,7 +220,12 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except 
             need = ((<object>count * 4 + 7) // 8) * 8
             raise _wire_error(f"truncated: count table needs {need} bytes, has {n - HEADER_SIZE}")
         for k in range(<Py_ssize_t>count):
-            total += load_le32(buf + HEADER_SIZE + 4 * k)
+            # Stop adding once past the limit: with a table of 2**32 entries or more a 64-bit
+            # sum could wrap around to a small total before the size check below.
+            if total < _COUNT_LIMIT:
+                total += load_le32(buf + HEADER_SIZE + 4 * k)
+            else:
+                partial = True
         for k in range(HEADER_SIZE + <Py_ssize_t>count * 4, HEADER_SIZE + table_len):
             if buf[k] != 0:
                 raise _wire_error(f"nonzero padding byte at offset {k}, after the count table")
@@ -229,7 +240,10 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except 
     if total >= _COUNT_LIMIT:
         # Cannot be in memory; say what it would need (Python ints: no overflow).
         need = (<object>total * (32 if codec == CODEC_RAW else width) + 7) // 8
-        raise _wire_error(f"truncated: payload needs {need} bytes, has {max(n - off - trailer, 0)}")
+        more = "more than " if partial else ""      # a sum that stopped at the limit
+        raise _wire_error(
+            f"truncated: payload needs {more}{need} bytes, has {max(n - off - trailer, 0)}"
+        )
     L.payload_len = _payload_size(codec, width, total)
     if flags & FLAG_ZSTD:
         if n - off < ZSTD_LENGTH_SIZE:
@@ -297,16 +311,77 @@ cdef int _check_padding_bits(const uint8_t* payload, FrameLayout* L) except -1:
     return 0
 
 
+cdef enum:
+    ZSTD_MAGIC = 0xFD2FB528
+    ZSTD_BLOCK_MAX = 128 * 1024     # a zstd block never regenerates more than 128 KiB
+
+
+cdef Py_ssize_t _zstd_frame_size(const uint8_t* p, Py_ssize_t n, Py_ssize_t payload_len) except -1:
+    """Walk the zstd frame's headers (RFC 8878, section 3.1.1) without decompressing anything:
+    returns the frame's size in bytes. Raw and RLE blocks say how much they regenerate, so a
+    frame whose blocks add up to more than the declared payload is refused here, before any
+    output exists; compressed blocks are bounded by the decompressor's output limit."""
+    cdef Py_ssize_t off, fcs_len, regenerated = 0, size, stored
+    cdef unsigned fhd, btype
+    cdef uint32_t bh
+    if n < 5 or load_le32(p) != ZSTD_MAGIC:
+        raise _wire_error("zstd payload is corrupt: it does not start with a zstd frame")
+    fhd = p[4]
+    if fhd & 0x08:
+        raise _wire_error("zstd payload is corrupt: reserved bit set in the frame header")
+    fcs_len = (0, 2, 4, 8)[fhd >> 6]
+    if fcs_len == 0 and fhd & 0x20:
+        fcs_len = 1
+    off = 5 + (0 if fhd & 0x20 else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_len
+    while True:
+        if n - off < 3:
+            raise _wire_error(f"zstd payload is truncated: block header at byte {off} of {n}")
+        bh = p[off] | (<uint32_t>p[off + 1] << 8) | (<uint32_t>p[off + 2] << 16)
+        off += 3
+        btype = (bh >> 1) & 3
+        size = bh >> 3
+        if btype == 3:
+            raise _wire_error(f"zstd payload is corrupt: reserved block type at byte {off - 3}")
+        if size > ZSTD_BLOCK_MAX:
+            raise _wire_error(f"zstd payload is corrupt: a block of {size} bytes at byte {off - 3}")
+        if btype <= 1:
+            regenerated += size
+            if regenerated > payload_len:
+                raise _wire_error(
+                    f"zstd payload regenerates more than the {payload_len} bytes the header "
+                    f"needs (block at byte {off - 3})"
+                )
+        stored = 1 if btype == 1 else size
+        if n - off < stored:
+            raise _wire_error(
+                f"zstd payload is truncated: a block needs {stored} bytes at byte {off}, has {n - off}"
+            )
+        off += stored
+        if bh & 1:
+            break
+    if fhd & 0x04:
+        if n - off < 4:
+            raise _wire_error(f"zstd payload is truncated: content checksum needs 4 bytes, has {n - off}")
+        off += 4
+    return off
+
+
 cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
-    """The decompressed payload of a checked zstd frame (exactly L.payload_len bytes)."""
+    """The decompressed payload of a checked zstd frame (exactly L.payload_len bytes). Never
+    produces more than L.payload_len + 1 bytes, whatever the zstd frame holds."""
     zstd = _zstd()
     if zstd is None:
         raise _wire_error(
             "zstd-compressed frame, but the zstandard package is not installed "
             "(pip install tokenwire[zstd])"
         )
+    cdef const uint8_t* section = buf + L.payload_off + ZSTD_LENGTH_SIZE
     cdef Py_ssize_t clen = L.stored_len - ZSTD_LENGTH_SIZE
-    comp = PyBytes_FromStringAndSize(<const char*>buf + L.payload_off + ZSTD_LENGTH_SIZE, clen)
+    cdef Py_ssize_t flen = _zstd_frame_size(section, clen, L.payload_len)
+    cdef Py_ssize_t want = L.payload_len + 1, got = 0
+    if flen != clen:
+        raise _wire_error(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
+    comp = PyBytes_FromStringAndSize(<const char*>section, clen)
     try:
         declared = zstd.frame_content_size(comp)
     except zstd.ZstdError as e:
@@ -315,24 +390,25 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
         raise _wire_error(
             f"zstd payload declares {declared} bytes, the header needs {L.payload_len}"
         )
-    # A streaming decompressor, because it says whether the section held exactly one zstd frame
-    # (the one-shot call stops after the first and ignores the rest). Output stays bounded: the
-    # frame declares exactly L.payload_len bytes (checked above) and libzstd enforces it.
-    dobj = zstd.ZstdDecompressor().decompressobj()
+    # libzstd compares the real output with the declared size only at the end of the frame, so
+    # the output is capped here: read at most one byte more than the header allows, and stop.
+    chunks = []
     try:
-        out = dobj.decompress(comp)
+        reader = zstd.ZstdDecompressor().stream_reader(comp, read_across_frames=False)
+        while got < want:
+            chunk = reader.read(want - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
     except zstd.ZstdError as e:
         raise _wire_error(f"zstd payload is corrupt: {e}") from None
-    if not dobj.eof:
-        raise _wire_error("zstd payload is truncated: the zstd frame does not end")
-    if dobj.unused_data:
+    if got != L.payload_len:
         raise _wire_error(
-            f"zstd payload has {len(dobj.unused_data)} trailing bytes after its zstd frame"
+            f"zstd payload decompresses to {'more than ' if got > L.payload_len else ''}"
+            f"{min(got, L.payload_len)} bytes, the header needs {L.payload_len}"
         )
-    if len(out) != L.payload_len:
-        raise _wire_error(
-            f"zstd payload decompresses to {len(out)} bytes, the header needs {L.payload_len}"
-        )
+    out = b"".join(chunks)
     _check_padding_bits(<const uint8_t*>PyBytes_AS_STRING(out), L)
     return out
 
@@ -354,7 +430,7 @@ cdef TokenVector _decode_one(object source, const uint8_t* payload, FrameLayout*
     cdef TokenVector tv
     cdef Py_buffer view
     if n == 0:
-        return tv_alloc(0)
+        return _EMPTY_VECTOR
     if zero_copy:
         # A buffer of its own per vector: each vector releases what it holds.
         PyObject_GetBuffer(source, &view, PyBUF_SIMPLE)
@@ -412,8 +488,8 @@ def decode(data, *, vocab_size=None):
             payload = buf + L.payload_off
             if _can_view(data, payload, &L) and L.total > 0:
                 # Hand our buffer to the vector rather than acquiring a second one.
+                moved = True             # the buffer now belongs to tv_take_view (even if it raises)
                 tv = tv_take_view(&view, <const int32_t*>payload, <Py_ssize_t>L.total)
-                moved = True             # the buffer now belongs to tv, which releases it
             else:
                 tv = _decode_one(data, payload, &L, 0, <Py_ssize_t>L.total, False)
     finally:
@@ -544,7 +620,7 @@ cdef object _codec_error_detail(int codec, const int32_t** ptrs, const Py_ssize_
     cdef int32_t v
     for k in range(nseq):
         for i in range(lens[k]):
-            v = ptrs[k][i]
+            memcpy(&v, &ptrs[k][i], 4)       # an immutable source may be misaligned
             if (codec == CODEC_U16 and (<uint32_t>v) >= 65536) or (codec == CODEC_PACKED and v < 0):
                 where = f"sequence {k}: " if multi else ""
                 rng = "[0, 65536)" if codec == CODEC_U16 else "[0, 2147483647]"
@@ -556,9 +632,11 @@ cdef object _codec_error_detail(int codec, const int32_t** ptrs, const Py_ssize_
 
 
 cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq,
-                         bint multi, int request, bint checksum):
+                         bint multi, int request, bint checksum, int64_t known_or=-1):
+    """One frame of the ids at ptrs; `known_or`, when >= 0, is their bitwise OR (computed by the
+    caller while it copied them)."""
     cdef uint64_t total = 0
-    cdef uint32_t orv = 0
+    cdef uint32_t orv = <uint32_t>known_or if known_or >= 0 else 0
     cdef Py_ssize_t k, table_len = 0, off, payload_len, nbytes
     cdef unsigned width = 32
     cdef int codec
@@ -566,7 +644,7 @@ cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_
     cdef unsigned flags = 0
     for k in range(nseq):
         total += <uint64_t>lens[k]
-        if request != CODEC_RAW:
+        if request != CODEC_RAW and known_or < 0:
             orv |= _or_all(ptrs[k], lens[k])
     try:
         codec = _choose_codec(request, orv, total, &width)
@@ -663,6 +741,7 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     cdef bint have_view = False
     cdef const int32_t* ptr
     cdef Py_ssize_t n
+    cdef uint32_t orv
     cdef TokenVector tv
     if type(tokens) is TokenVector:
         tv = <TokenVector>tokens
@@ -672,9 +751,25 @@ def encode(tokens, *, codec="auto", bint checksum=False):
         # A native int32 buffer is encoded where it lies (no intermediate copy).
         PyObject_GetBuffer(tokens, &view, PyBUF_RECORDS_RO)
         if _is_native_int32(&view) and (view.strides == NULL or view.strides[0] == 4):
-            have_view = True
             ptr = <const int32_t*>view.buf
             n = view.shape[0]
+            if request == CODEC_RAW or is_immutable_source(tokens):
+                have_view = True
+            else:
+                # Memory that may change: the width choice and the packing each read the ids,
+                # so a writer between them could make a frame hold ids never written. Copy once
+                # (one read of each id, OR-ed on the way), then check and code the copy. Raw
+                # reads the ids once anyway (one memcpy into the frame).
+                try:
+                    tv = tv_alloc(n)
+                    if n * 4 >= NOGIL_BYTES:
+                        with nogil:
+                            orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+                    else:
+                        orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+                finally:
+                    PyBuffer_Release(&view)
+                return _encode_frame(<const int32_t**>&tv._data, &n, 1, False, request, checksum, orv)
         else:
             PyBuffer_Release(&view)
             tv = _convert(tokens)

@@ -39,6 +39,14 @@ TWBP_INLINE uint64_t twbp_load64(const uint8_t *p) {
     return v;
 }
 
+/* Ids are read through memcpy: an int32 buffer may sit at any address (np.frombuffer(b, "i4",
+ * offset=1)), and compilers turn this into one (unaligned) load. */
+TWBP_INLINE uint32_t twbp_id(const int32_t *p, size_t i) {
+    uint32_t v;
+    memcpy(&v, (const uint8_t *)p + 4 * i, 4);
+    return v;
+}
+
 TWBP_INLINE void twbp_store32(uint8_t *p, uint32_t v) {
 #if TWBP_BIG_ENDIAN
     v = __builtin_bswap32(v);
@@ -124,7 +132,7 @@ static void twbp_pack_slow(twbp_packer *pk, const int32_t *src, size_t n, unsign
     unsigned bits = pk->bits;
     uint8_t *o = pk->out;
     for (size_t i = 0; i < n; i++) {
-        acc |= (uint64_t)(uint32_t)src[i] << bits;
+        acc |= (uint64_t)twbp_id(src, i) << bits;
         bits += w;
         while (bits >= 8) {
             *o++ = (uint8_t)acc;
@@ -145,7 +153,7 @@ static void twbp_pack_slow(twbp_packer *pk, const int32_t *src, size_t n, unsign
     do {                                                                                       \
         unsigned pc_ = 0;                                                                      \
         for (unsigned j_ = 0; j_ < 8; j_++) {                                                  \
-            (acc) |= (uint64_t)(uint32_t)(src)[j_] << ((s) + pc_);                             \
+            (acc) |= (uint64_t)twbp_id((src), j_) << ((s) + pc_);                              \
             pc_ += (W);                                                                        \
             if (pc_ >= 32) {                                                                   \
                 twbp_store32((o), (uint32_t)(acc));                                            \
@@ -298,10 +306,32 @@ static uint32_t twbp_or_all(const int32_t *restrict src, size_t n) {
     uint32_t lane[16] = {0};
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
-        for (unsigned j = 0; j < 16; j++) lane[j] |= (uint32_t)src[i + j];
+        for (unsigned j = 0; j < 16; j++) lane[j] |= twbp_id(src, i + j);
     uint32_t acc = 0;
     for (unsigned j = 0; j < 16; j++) acc |= lane[j];
-    for (; i < n; i++) acc |= (uint32_t)src[i];
+    for (; i < n; i++) acc |= twbp_id(src, i);
+    return acc;
+}
+
+/* twbp_or_all while copying the ids to dst: one read of each id, for callers that must code
+ * exactly what they checked (the source may change under them; dst is theirs alone). */
+TWBP_CLONES
+static uint32_t twbp_copy_or_all(int32_t *restrict dst, const int32_t *restrict src, size_t n) {
+    uint32_t lane[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (unsigned j = 0; j < 16; j++) {
+            uint32_t v = twbp_id(src, i + j);
+            lane[j] |= v;
+            dst[i + j] = (int32_t)v;
+        }
+    uint32_t acc = 0;
+    for (unsigned j = 0; j < 16; j++) acc |= lane[j];
+    for (; i < n; i++) {
+        uint32_t v = twbp_id(src, i);
+        acc |= v;
+        dst[i] = (int32_t)v;
+    }
     return acc;
 }
 
@@ -309,10 +339,10 @@ static uint32_t twbp_or_all(const int32_t *restrict src, size_t n) {
 TWBP_CLONES
 static void twbp_narrow16(const int32_t *restrict src, size_t n, uint8_t *restrict dst) {
 #if TWBP_BIG_ENDIAN
-    for (size_t i = 0; i < n; i++) { dst[2 * i] = (uint8_t)src[i]; dst[2 * i + 1] = (uint8_t)(src[i] >> 8); }
+    for (size_t i = 0; i < n; i++) { uint32_t v = twbp_id(src, i); dst[2 * i] = (uint8_t)v; dst[2 * i + 1] = (uint8_t)(v >> 8); }
 #else
     uint16_t *restrict d = (uint16_t *)(void *)dst;   /* callers pass 2-aligned dst */
-    for (size_t i = 0; i < n; i++) d[i] = (uint16_t)src[i];
+    for (size_t i = 0; i < n; i++) d[i] = (uint16_t)twbp_id(src, i);
 #endif
 }
 

@@ -329,11 +329,68 @@ inline Layout check_frame(const uint8_t* buf, size_t n) {
     return L;
 }
 
+// Walks the zstd frame's headers (RFC 8878, section 3.1.1) without decompressing anything and
+// returns the frame's size in bytes. Raw and RLE blocks say how much they regenerate, so a frame
+// whose blocks add up to more than the declared payload is refused before any output exists;
+// compressed blocks are bounded by the output limit of the decompression. The same checks, in
+// the same order and with the same messages, as `_zstd_frame_size` in tokenwire/_wire.pxi.
+inline size_t zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len) {
+    constexpr uint32_t kZstdMagic = 0xFD2FB528u;
+    constexpr uint32_t kZstdBlockMax = 128 * 1024;
+    if (n < 5 || load_le32(p) != kZstdMagic)
+        fail("zstd payload is corrupt: it does not start with a zstd frame");
+    const unsigned fhd = p[4];
+    if (fhd & 0x08) fail("zstd payload is corrupt: reserved bit set in the frame header");
+    static const size_t kFcs[4] = {0, 2, 4, 8}, kDid[4] = {0, 1, 2, 4};
+    size_t fcs_len = kFcs[fhd >> 6];
+    if (fcs_len == 0 && (fhd & 0x20)) fcs_len = 1;
+    size_t off = 5 + ((fhd & 0x20) ? 0 : 1) + kDid[fhd & 3] + fcs_len;
+    uint64_t regenerated = 0;
+    for (;;) {
+        if (off > n || n - off < 3)
+            fail("zstd payload is truncated: block header at byte " + dec(uint64_t(off)) +
+                 " of " + dec(uint64_t(n)));
+        const uint32_t bh = uint32_t(p[off]) | (uint32_t(p[off + 1]) << 8) |
+                            (uint32_t(p[off + 2]) << 16);
+        off += 3;
+        const unsigned btype = (bh >> 1) & 3;
+        const uint32_t size = bh >> 3;
+        if (btype == 3)
+            fail("zstd payload is corrupt: reserved block type at byte " + dec(uint64_t(off - 3)));
+        if (size > kZstdBlockMax)
+            fail("zstd payload is corrupt: a block of " + dec(uint64_t(size)) + " bytes at byte " +
+                 dec(uint64_t(off - 3)));
+        if (btype <= 1) {
+            regenerated += size;
+            if (regenerated > payload_len)
+                fail("zstd payload regenerates more than the " + dec(payload_len) +
+                     " bytes the header needs (block at byte " + dec(uint64_t(off - 3)) + ")");
+        }
+        const size_t stored = btype == 1 ? 1 : size;
+        if (n - off < stored)
+            fail("zstd payload is truncated: a block needs " + dec(uint64_t(stored)) +
+                 " bytes at byte " + dec(uint64_t(off)) + ", has " + dec(uint64_t(n - off)));
+        off += stored;
+        if (bh & 1) break;
+    }
+    if (fhd & 0x04) {
+        if (n - off < 4)
+            fail("zstd payload is truncated: content checksum needs 4 bytes, has " +
+                 dec(uint64_t(n - off)));
+        off += 4;
+    }
+    return off;
+}
+
 // The decompressed payload of a checked zstd frame: exactly L.payload_len bytes.
 inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
 #ifdef TOKENWIRE_WITH_ZSTD
     const uint8_t* comp = buf + L.payload_off + kZstdLengthSize;
     const size_t clen = L.stored_len - kZstdLengthSize;
+    const size_t flen = zstd_frame_size(comp, clen, L.payload_len);
+    if (flen != clen)
+        fail("zstd payload has " + dec(uint64_t(clen - flen)) +
+             " trailing bytes after its zstd frame");
     const unsigned long long declared = ZSTD_getFrameContentSize(comp, clen);
     if (declared == ZSTD_CONTENTSIZE_ERROR)
         fail("zstd payload is corrupt: error when determining content size");
@@ -356,7 +413,7 @@ inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
     while (in.pos < in.size) {
         const size_t r = ZSTD_decompressStream(dctx.p, &ob, &in);
         if (ZSTD_isError(r))
-            fail(std::string("zstd payload is corrupt: zstd decompressor error: ") +
+            fail(std::string("zstd payload is corrupt: zstd decompress error: ") +
                  ZSTD_getErrorName(r));
         if (r == 0) {
             eof = true;
@@ -364,8 +421,6 @@ inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
         }
         if (ob.pos == ob.size) break;     // more output than declared: reported below
     }
-    if (!eof && ob.pos <= L.payload_len)
-        fail("zstd payload is truncated: the zstd frame does not end");
     if (eof && in.pos < in.size)
         fail("zstd payload has " + dec(uint64_t(in.size - in.pos)) +
              " trailing bytes after its zstd frame");

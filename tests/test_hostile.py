@@ -1,0 +1,487 @@
+"""Hostile input and hostile callers (issue #8): decompression bombs, crafted pickles, writers
+racing with a call, misaligned buffers, allocation per input byte, and the suspected defects.
+
+Anything that could take the interpreter down (a crash, hundreds of MB) runs in a subprocess, so
+that a regression is a failed test and not a dead pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tokenwire
+from tokenwire import WireFormatError
+
+ZSTD_BLOCK = 128 * 1024
+
+
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter (same environment, so the same tokenwire). It runs in
+    tests/: from the repository root, `-c` would import the uncompiled source tree instead of
+    the installed package."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. zstd decompression bomb
+
+
+def zstd_rle_bomb(blocks: int) -> bytes:
+    """A raw-codec tokenwire frame with the ZSTD flag whose zstd frame (RFC 8878, written by hand)
+    declares a legal content size -- the most the 64x rule allows for its compressed size -- but
+    holds `blocks` RLE blocks of 128 KiB each: 4 bytes in, 128 KiB out, per block."""
+    def block(last: int) -> bytes:
+        return ((ZSTD_BLOCK << 3) | (1 << 1) | last).to_bytes(3, "little") + b"\x00"
+    body = [block(0)] * (blocks - 1) + [block(1)]
+    clen = 4 + 2 + 8 + 4 * blocks                      # magic, descriptors, content size, blocks
+    declared = (64 * clen) // 4 * 4                    # P <= 64 * C, a whole number of ids
+    # Frame header descriptor 0xC0: an 8-byte content size and a window descriptor (0x38: a
+    # 128 KiB window), so the decoder streams instead of writing into one P-byte buffer.
+    zframe = (b"\x28\xb5\x2f\xfd" + bytes([0xC0, 0x38])
+              + struct.pack("<Q", declared) + b"".join(body))
+    assert len(zframe) == clen
+    header = b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x04, declared // 4)
+    return header + struct.pack("<Q", clen) + zframe
+
+
+def test_zstd_bomb_is_refused_before_decompressing() -> None:
+    pytest.importorskip("zstandard")
+    bomb = zstd_rle_bomb(40)                            # 5 MiB of RLE output for a 1.6 KB frame
+    for fn in (tokenwire.decode, tokenwire.decode_many):
+        with pytest.raises(WireFormatError, match=r"zstd payload regenerates more than the \d+ "
+                                                  r"bytes the header needs \(block at byte \d+\)"):
+            fn(bomb)
+
+
+def test_compressed_blocks_are_cut_off_one_byte_past_the_declared_size() -> None:
+    """Compressed blocks do not say what they regenerate, so the decompressor's output is capped
+    instead: a real zstd frame of 8 MiB whose content-size field is rewritten to a legal small
+    value stops early (traced peak far below the 8 MiB it holds)."""
+    zstandard = pytest.importorskip("zstandard")
+    comp = zstandard.ZstdCompressor(level=1, write_content_size=True).compress(b"abcdefgh" * 2**20)
+    params = zstandard.get_frame_parameters(comp)
+    assert params.content_size == 8 * 2**20
+    hsize = zstandard.frame_header_size(comp)
+    # A new header: 8-byte content size and a 128 KiB window (not single-segment, so libzstd
+    # streams rather than decoding into one buffer of the declared size), checksum flag kept.
+    declared = (64 * (len(comp) - hsize + 14)) // 4 * 4
+    comp = (comp[:4] + bytes([0xC0 | (comp[4] & 0x04), 0x38]) + struct.pack("<Q", declared)
+            + comp[hsize:])
+    frame = (b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x04, declared // 4)
+             + struct.pack("<Q", len(comp)) + comp)
+    tracemalloc.start()
+    try:
+        # libzstd itself notices an overlong compressed block (one block past the declared size
+        # at most); the reader's cap is the second line of defence for any frame it misses.
+        with pytest.raises(WireFormatError, match=f"zstd payload (decompresses to more than "
+                                                  f"{declared} bytes|is corrupt)"):
+            tokenwire.decode(frame)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * declared + 2**20, peak
+
+
+BOMB_PATHS = {
+    "decode": "tokenwire.decode(data)",
+    "decode_many": "tokenwire.decode_many(data)",
+    "GenerationRequest.__setstate__": """
+        from tokenwire.request import GenerationRequest
+        state = GenerationRequest([1, 2, 3]).__getstate__()
+        state["prompt_token_ids"] = data
+        GenerationRequest.__new__(GenerationRequest).__setstate__(state)
+    """,
+    "tokenwire inspect": """
+        from tokenwire.cli import main
+        if main(["inspect", path]) != 1:
+            raise SystemExit("inspect did not report an invalid frame")
+        raise WireFormatError("inspect: exit status 1")
+    """,
+}
+
+
+@pytest.mark.parametrize("path", list(BOMB_PATHS))
+def test_zstd_bomb_peak_memory_stays_small(path: str, tmp_path: Path) -> None:
+    """6000 RLE blocks: a 24 KB frame that libzstd would inflate to 786 MB before noticing that
+    the output does not match the declared size. Peak RSS must not move by more than 64 MB."""
+    pytest.importorskip("zstandard")
+    frame = tmp_path / "bomb.twir"
+    frame.write_bytes(zstd_rle_bomb(6000))
+    code = """
+        import resource, sys, textwrap
+        import zstandard, tokenwire
+        from tokenwire import WireFormatError
+        path = sys.argv[1]
+        data = open(path, "rb").read()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            exec(textwrap.dedent(sys.argv[2]))
+        except WireFormatError as e:
+            print("refused:", e)
+        else:
+            raise SystemExit("the bomb was accepted")
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        print("peak RSS grew by", grown, "KiB")
+        assert grown < 64 * 1024, grown
+    """
+    r = run_python(code, str(frame), BOMB_PATHS[path])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "refused:" in r.stdout and "zstd payload" in r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. pickling extension types
+
+
+def _extension_types() -> list[type]:
+    from tokenwire import _core
+    return [t for t in vars(_core).values()
+            if isinstance(t, type) and t.__module__ == "tokenwire._core"]
+
+
+def test_no_extension_type_has_generated_pickle_helpers() -> None:
+    from tokenwire import _core
+    types = _extension_types()
+    assert {t.__name__ for t in types} >= {"TokenVector", "ImmutableBuffer", "FrameInfo"}
+    for t in types:
+        assert not hasattr(t, "__setstate_cython__"), t
+        assert not hasattr(t, "__reduce_cython__"), t
+    assert not [n for n in vars(_core) if n.startswith("__pyx_unpickle")]
+
+
+def test_only_token_vector_pickles() -> None:
+    import pickle
+    info = tokenwire.frame_info(tokenwire.encode([1, 2, 3]))
+    for obj in (info, tokenwire.ImmutableBuffer(b"abcd")):
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            with pytest.raises(TypeError, match="cannot pickle"):
+                pickle.dumps(obj, protocol=protocol)
+    fn, args = tokenwire.as_tokens([1, 2]).__reduce_ex__(3)
+    assert fn is tokenwire._core._restore_token_vector and args == (b"\1\0\0\0\2\0\0\0",)
+    # Below protocol 3 the bytes travel as a latin-1 str (no _codecs.encode global needed).
+    fn, args = tokenwire.as_tokens([1, 2]).__reduce_ex__(2)
+    assert fn is tokenwire._core._restore_token_vector and args == ("\1\0\0\0\2\0\0\0",)
+
+
+# Pickles that name nothing but tokenwire's own globals (and copyreg's reconstructor), built
+# opcode by opcode. Each must end in an exception; none may crash the interpreter.
+CRAFTED_PICKLES = {
+    # __pyx_unpickle_FrameInfo(FrameInfo, <checksum>, ()) -- the generated helper itself
+    "unpickle helper": b"ctokenwire._core\n__pyx_unpickle_FrameInfo\n(ctokenwire._core\n"
+                       b"FrameInfo\nI12345\n)tR.",
+    # FrameInfo.__new__(FrameInfo), then BUILD with an empty and a short state
+    "FrameInfo NEWOBJ+BUILD ()": b"\x80\x02ctokenwire._core\nFrameInfo\n)\x81)b.",
+    "FrameInfo NEWOBJ+BUILD (1,)": b"\x80\x02ctokenwire._core\nFrameInfo\n)\x81(I1\ntb.",
+    "FrameInfo reconstructor": b"ccopyreg\n_reconstructor\n(ctokenwire._core\nFrameInfo\n"
+                               b"cbuiltins\nobject\nNtR.",
+    "TokenVector NEWOBJ+BUILD": b"\x80\x02ctokenwire._core\nTokenVector\n)\x81(I1\nI2\ntb.",
+    "ImmutableBuffer NEWOBJ": b"\x80\x02ctokenwire._core\nImmutableBuffer\n)\x81.",
+    "ImmutableBuffer(int)": b"ctokenwire._core\nImmutableBuffer\n(I7\ntR.",
+    "restore(int)": b"ctokenwire._core\n_restore_token_vector\n(I7\ntR.",
+    "restore(3 bytes)": b"\x80\x03ctokenwire._core\n_restore_token_vector\nC\x03abc\x85R.",
+    "restore(str, not latin-1)": b"ctokenwire._core\n_restore_token_vector\n(Vab\\u0100d\ntR.",
+    "restore(str, 3 chars)": b"ctokenwire._core\n_restore_token_vector\n(Vabc\ntR.",
+}
+
+
+def test_crafted_pickles_and_setstate_never_crash() -> None:
+    code = """
+        import pickle, sys
+        import tokenwire
+        from tokenwire import _core
+        crafted = eval(sys.argv[1])
+        attempts = {name: (lambda p=p: pickle.loads(p)) for name, p in crafted.items()}
+        attempts["FrameInfo().__setstate_cython__(())"] = lambda: _core.FrameInfo().__setstate_cython__(())
+        attempts["FrameInfo().__reduce_cython__()"] = lambda: _core.FrameInfo().__reduce_cython__()
+        attempts["FrameInfo().__reduce__()"] = lambda: _core.FrameInfo().__reduce__()
+        for name, fn in attempts.items():
+            try:
+                fn()
+            except Exception as e:
+                print(f"{name}: {type(e).__name__}")
+            else:
+                print(f"{name}: RETURNED")
+    """
+    r = run_python(code, repr(CRAFTED_PICKLES))
+    assert r.returncode == 0, f"exit status {r.returncode}\n{r.stdout}{r.stderr}"
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(CRAFTED_PICKLES) + 3, r.stdout
+    assert not [line for line in lines if line.endswith("RETURNED")], r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. concurrent writers
+
+
+class Flipper:
+    """A thread that keeps overwriting `dest` with each of `patterns` in turn. np.copyto releases
+    the GIL while it copies, so the writes really overlap a tokenwire call that runs without it.
+    `ran_during(fn)` calls fn and says whether the thread wrote at least once while fn ran.
+
+    Patterns of another dtype (float64) make numpy store each id with one store through its cast
+    loop; a same-dtype copy is a memmove, which may store an id a byte at a time (it does under
+    ASan), so that the source itself briefly holds a mix of two values."""
+
+    def __init__(self, dest: np.ndarray, *patterns: np.ndarray) -> None:
+        self.dest, self.patterns = dest, patterns
+        self.writes = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for p in self.patterns:
+                np.copyto(self.dest, p, casting="unsafe")
+                self.writes += 1
+
+    def __enter__(self) -> "Flipper":
+        self.thread.start()
+        while not self.writes:
+            pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def ran_during(self, fn):  # type: ignore[no-untyped-def]
+        before = self.writes
+        out = fn()
+        return out, self.writes != before
+
+    def calls(self, fn, *, want: int = 20, seconds: float = 5.0):  # type: ignore[no-untyped-def]
+        """Call fn until the writer has run during `want` calls, for at most `seconds` (on a busy
+        machine the threads overlap less often); yields each result. `self.overlapped` counts
+        the calls the writer ran during -- the caller asserts it is large enough."""
+        self.overlapped = 0
+        end = time.monotonic() + seconds
+        while self.overlapped < want and time.monotonic() < end:
+            out, ran = self.ran_during(fn)
+            self.overlapped += ran
+            yield out
+
+
+@pytest.fixture
+def gil_always_released():  # type: ignore[no-untyped-def]
+    previous = tokenwire.gil_release_threshold(0)
+    try:
+        yield
+    finally:
+        tokenwire.gil_release_threshold(previous)
+
+
+def _call(fn):  # type: ignore[no-untyped-def]
+    try:
+        return fn()
+    except (OverflowError, ValueError) as e:             # WireFormatError is a ValueError
+        return e
+
+
+def test_as_tokens_race_returns_only_checked_values(gil_always_released: None) -> None:
+    bad = 2**32 + 7                                      # would truncate to 7, never in the source
+    n = 200_000
+    arr = np.ones(n, dtype=np.int64)
+    tail = arr[-1000:]        # read last by each pass: the writer flips it between the passes
+    with Flipper(tail, np.full(1000, float(bad)), np.ones(1000)) as writer:
+        for out in writer.calls(lambda: _call(lambda: tokenwire.as_tokens(arr))):
+            if isinstance(out, OverflowError):
+                assert f" is {bad}, outside int32" in str(out), out
+            else:
+                assert set(np.unique(np.asarray(out)).tolist()) == {1}
+    assert writer.overlapped >= 10, f"the writer ran during only {writer.overlapped} calls"
+
+
+@pytest.mark.parametrize("codec", ["auto", "packed", "u16", "zstd"])
+def test_encode_race_frames_hold_only_written_values(codec: str, gil_always_released: None) -> None:
+    if codec == "zstd":
+        pytest.importorskip("zstandard")
+    n = 200_000
+    arr = np.ones(n, dtype=np.int32)
+    values = (1, 6, 70_000)
+    with Flipper(arr[-1000:], *[np.full(1000, float(v)) for v in values]) as writer:
+        for out in writer.calls(lambda: _call(lambda: tokenwire.encode(arr, codec=codec))):
+            if isinstance(out, Exception):
+                assert codec == "u16" and "70000" in str(out), out
+                continue
+            ids = set(np.unique(np.asarray(tokenwire.decode(out))).tolist())
+            assert ids <= set(values), ids
+    assert writer.overlapped >= 10, f"the writer ran during only {writer.overlapped} calls"
+
+
+def test_decode_many_race_never_reads_past_the_payload(gil_always_released: None) -> None:
+    frame = tokenwire.encode_many([np.arange(2_000_000, dtype=np.int32), [7]], codec="raw")
+    ba = bytearray(frame)
+    # The writer rewrites the count table and the first 256 KB of ids after it (unchanged) in one
+    # GIL-free copy; only the second count differs between the patterns, and the bad one is in
+    # place one copy in eight, so that most calls pass the checks and then see it change.
+    region = np.frombuffer(ba, dtype=np.uint8, count=1 << 18, offset=16)
+    good = region.copy()
+    bad = region.copy()
+    bad[4:8] = np.frombuffer(struct.pack("<I", 200_000), dtype=np.uint8)
+    outcomes = {"ok": 0, "changed": 0, "refused": 0}
+    with Flipper(region, bad, *[good] * 7) as writer:
+        for out in writer.calls(lambda: _call(lambda: tokenwire.decode_many(ba))):
+            if isinstance(out, WireFormatError):
+                outcomes["changed" if "count table changed" in str(out) else "refused"] += 1
+            else:
+                assert [len(v) for v in out] == [2_000_000, 1]    # never a 200,000-id read
+                assert out[1].tolist() == [7]
+                outcomes["ok"] += 1
+    assert writer.overlapped >= 10, f"the writer ran during only {writer.overlapped} calls"
+    print(outcomes)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. misaligned int32 buffers
+
+
+@pytest.mark.parametrize("codec", ["auto", "raw", "u16", "packed", "zstd"])
+def test_encode_misaligned_int32_buffers(codec: str) -> None:
+    if codec == "zstd":
+        pytest.importorskip("zstandard")
+    ids = [(i * 37) % 60_000 for i in range(1001)]
+    blob = b"x" + np.array(ids, dtype=np.int32).tobytes()
+    sources = {
+        "ndarray at offset 1": np.frombuffer(blob, "i4", offset=1),
+        "memoryview of bytes at offset 1": memoryview(blob)[1:].cast("i"),   # immutable: no copy
+    }
+    for name, src in sources.items():
+        assert np.asarray(src).ctypes.data % 4 != 0, name
+        assert tokenwire.decode(tokenwire.encode(src, codec=codec)).tolist() == ids, name
+        assert tokenwire.as_tokens(src).tolist() == ids, name
+        assert tokenwire.tolist(src) == ids, name
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. decode_many: allocation per input byte
+
+
+def _peak_traced(fn) -> int:  # type: ignore[no-untyped-def]
+    tracemalloc.start()
+    try:
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    del out
+    return peak
+
+
+def test_decode_many_of_empty_sequences_allocates_one_list_slot_each() -> None:
+    frame = tokenwire.encode_many([[]] * 1_000_000)                   # 4 MB
+    peak = _peak_traced(lambda: tokenwire.decode_many(frame))
+    assert peak <= 2 * len(frame) + 4096, f"{peak / len(frame):.1f} bytes per input byte"
+    out = tokenwire.decode_many(frame)
+    assert len(out) == 1_000_000 and all(len(v) == 0 for v in out[:10])
+
+
+def test_decode_many_allocation_bound_per_input_byte() -> None:
+    # The worst case per count-table entry: one id each, packed at width 1 (docs/wire-format.md:
+    # at most 26 bytes per input byte: a 64-byte vector, its storage, a list slot per 4.1 bytes).
+    frame = tokenwire.encode_many([[1]] * 200_000, codec="packed")
+    peak = _peak_traced(lambda: tokenwire.decode_many(frame))
+    assert peak <= 26 * len(frame), f"{peak / len(frame):.1f} bytes per input byte"
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. valid input that used to be rejected
+
+
+def test_huge_steps() -> None:
+    assert tokenwire.as_tokens(range(5, 6, 10**30)) == [5]
+    assert tokenwire.as_tokens(range(5, 4, -(10**30))) == [5]
+    assert tokenwire.as_tokens(range(5, 6, 10**30)).tolist() == list(range(5, 6, 10**30))
+    tv = tokenwire.as_tokens([10, 20, 30])
+    for step in (10**20, -(10**20), 2**63, -(2**63)):
+        assert tv[::step].tolist() == [10, 20, 30][::step]
+    assert tv[1::10**20].tolist() == [20]
+    assert tv[5::10**20].tolist() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. suspected defects, confirmed or ruled out
+
+
+def test_zero_copy_decode_releases_its_buffer_when_allocation_fails() -> None:
+    """Confirmed for decode_many / zstd decode (the vector creation after acquiring the buffer
+    could fail and leak it), ruled out for decode; tv_take_view now owns the buffer even when it
+    raises. Every allocation in turn is made to fail (_testcapi.set_nomemory)."""
+    pytest.importorskip("_testcapi")
+    code = """
+        import sys, _testcapi, tokenwire
+        frame = tokenwire.encode_many([[1, 2, 3], [4, 5]], codec="raw")
+        single = tokenwire.encode([1, 2, 3], codec="raw")
+        for fn, data in ((tokenwire.decode_many, frame), (tokenwire.decode, single)):
+            fn(data)
+            base = sys.getrefcount(data)
+            failures = 0
+            for start in range(0, 12):
+                _testcapi.set_nomemory(start, start + 1)
+                try:
+                    out = fn(data)
+                except MemoryError:
+                    failures += 1
+                finally:
+                    _testcapi.remove_mem_hooks()
+                out = None
+                assert sys.getrefcount(data) == base, (fn.__name__, start, sys.getrefcount(data) - base)
+            assert failures >= 2, (fn.__name__, failures)
+        print("ok")
+    """
+    r = run_python(code)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
+def test_type_error_inside_index_is_chained_with_the_index() -> None:
+    class Broken:
+        def __index__(self) -> int:
+            raise TypeError("no index for you")
+
+    with pytest.raises(TypeError, match=r"token id at index 2: Broken.__index__ raised "
+                                        r"TypeError: no index for you") as info:
+        tokenwire.as_tokens([1, 2, Broken()])
+    assert isinstance(info.value.__cause__, TypeError)
+    assert str(info.value.__cause__) == "no index for you"
+    with pytest.raises(TypeError, match="token id at index 1 must be an int, got float"):
+        tokenwire.as_tokens([1, 1.5])
+
+
+def test_count_table_total_is_exact_and_checked_before_allocating() -> None:
+    """Ruled out for real buffers (a wrap needs a table of 2**32 entries, 16 GiB); the sum now
+    stops at the 2**58 limit anyway. A table of maximal counts gives the exact size needed."""
+    nseq = 1000
+    table = struct.pack(f"<{nseq}I", *([0xFFFFFFFF] * nseq))
+    frame = b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x02, nseq) + table
+    need = nseq * 0xFFFFFFFF * 4
+    info = tokenwire.frame_info(frame)                  # reads no payload: reports the sizes
+    assert sum(info.counts) == nseq * 0xFFFFFFFF and info.nbytes == len(frame) + need
+    with pytest.raises(WireFormatError, match=f"truncated: payload needs {need} bytes, has 0"):
+        tokenwire.decode_many(frame)
+
+
+# ---------------------------------------------------------------------------------------------
+# Nothing the caller passed is modified
+
+
+def test_inputs_are_not_modified() -> None:
+    arr = np.arange(1000, dtype=np.int32)
+    frame = bytearray(tokenwire.encode(arr, codec="packed", checksum=True))
+    before_arr, before_frame = arr.copy(), bytes(frame)
+    for codec in ("auto", "raw", "u16", "packed"):
+        tokenwire.encode(arr, codec=codec)
+    tokenwire.decode(frame)
+    tokenwire.decode_many(frame)
+    assert np.array_equal(arr, before_arr) and bytes(frame) == before_frame
+
