@@ -14,6 +14,7 @@ import importlib.util
 import os
 import pathlib
 import subprocess
+import tempfile
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -203,7 +204,8 @@ def _e2e(env_cache: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, XDG_CACHE_HOME=env_cache)
     return subprocess.run([sys.executable, "-m", "tokenwire", "e2e", "--isl", "2000",
                            "--requests", "4", "--engine", "nanobind"],
-                          capture_output=True, text=True, env=env, timeout=600)
+                          capture_output=True, text=True, env=env, timeout=600,
+                          cwd=tempfile.gettempdir())
 
 
 def test_e2e_with_the_nanobind_engine(nb_engine: ModuleType, cache_home: pathlib.Path) -> None:
