@@ -8,6 +8,8 @@ import re
 import numpy as np
 from hypothesis import strategies as st
 
+from frame_damage import DrawChooser, RandomChooser, damage
+
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
@@ -170,25 +172,9 @@ def frames(draw: st.DrawFn) -> tuple[bytes, list[list[int]], bool]:
 
 @st.composite
 def damaged_frames(draw: st.DrawFn) -> bytes:
-    """A valid frame with bytes flipped, cut off, inserted or appended."""
+    """A valid frame after 1-4 edits of tests/frame_damage.py (choices drawn, so they shrink)."""
     data, _, _ = draw(frames())
-    buf = bytearray(data)
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "cut", "append", "insert", "set"]))
-        if op == "flip" and buf:
-            i = draw(st.integers(0, len(buf) - 1))
-            buf[i] ^= 1 << draw(st.integers(0, 7))
-        elif op == "set" and buf:
-            i = draw(st.integers(0, min(len(buf) - 1, 40)))   # mostly header fields
-            buf[i] = draw(st.integers(0, 255))
-        elif op == "cut" and buf:
-            del buf[draw(st.integers(0, len(buf) - 1)):]
-        elif op == "insert":
-            i = draw(st.integers(0, len(buf)))
-            buf[i:i] = draw(st.binary(min_size=1, max_size=8))
-        else:
-            buf += draw(st.binary(min_size=1, max_size=8))
-    return bytes(buf)
+    return damage(data, DrawChooser(draw))
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,39 +222,5 @@ def wire_error_kind(message: str) -> str:
 
 
 def damage_frame(rng: random.Random, frame: bytes) -> bytes:
-    """A valid frame with 1-4 random edits aimed at every field: a bit flip, a header byte, the
-    64-bit count, a cut, an append; in a zstd frame a byte, the length prefix, bytes after the
-    zstd frame or its first block header."""
-    buf = bytearray(frame)
-    for _ in range(rng.randint(1, 4)):
-        op = rng.randrange(9)
-        if op == 0 and buf:
-            buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
-        elif op == 1 and buf:
-            buf[rng.randrange(min(len(buf), 40))] = rng.randrange(256)
-        elif op == 2 and len(buf) >= 16:
-            buf[8:16] = rng.choice([0, 1, 2, 3, 7, 2**32, 2**58, 2**64 - 1,
-                                    rng.randrange(2**64)]).to_bytes(8, "little")
-        elif op == 3 and buf:
-            del buf[rng.randrange(len(buf)):]
-        elif op == 4:
-            buf += bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-        elif op == 5 and len(buf) > 24 and buf[7] & 0x04:          # inside the zstd section
-            i = rng.randrange(24, len(buf))
-            buf[i] = rng.randrange(256)
-        elif op == 6 and len(buf) > 24 and buf[7] & 0x04:             # the zstd length prefix
-            buf[16:24] = max(0, int.from_bytes(buf[16:24], "little") + rng.randint(-3, 3)
-                             ).to_bytes(8, "little")
-        elif op == 7 and len(buf) > 24 and buf[7] & 0x04:             # bytes after the zstd frame
-            clen = int.from_bytes(buf[16:24], "little")
-            extra = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
-            buf[24 + clen:24 + clen] = extra
-            buf[16:24] = (clen + len(extra)).to_bytes(8, "little")
-        elif op == 8 and len(buf) > 29 and buf[7] & 0x04:             # first zstd block header
-            fhd = buf[28]
-            fcs = (0, 2, 4, 8)[fhd >> 6] or (1 if fhd & 0x20 else 0)
-            at = 29 + (0 if fhd & 0x20 else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
-            if at + 3 <= len(buf):
-                size, btype = rng.randrange(1 << 17), rng.randrange(4)
-                buf[at:at + 3] = ((size << 3) | (btype << 1) | rng.randrange(2)).to_bytes(3, "little")
-    return bytes(buf)
+    """A valid frame after 1-4 edits of tests/frame_damage.py, chosen by `rng`."""
+    return damage(frame, RandomChooser(rng))
