@@ -224,3 +224,75 @@ def wire_error_kind(message: str) -> str:
 def damage_frame(rng: random.Random, frame: bytes) -> bytes:
     """A valid frame after 1-4 edits of tests/frame_damage.py, chosen by `rng`."""
     return damage(frame, RandomChooser(rng))
+
+
+# --------------------------------------------------------------------------------------------
+# Buffers of every kind (tests/test_buffers_hypothesis.py): hypothesis.extra.numpy arrays of
+# any dtype and byte order, 0-d to 3-d, strided and reversed views, as ndarrays or memoryviews.
+
+def _buffer_dtypes() -> st.SearchStrategy[np.dtype]:
+    from hypothesis.extra import numpy as npst
+
+    integers = st.one_of(npst.integer_dtypes(endianness="?"),
+                         npst.unsigned_integer_dtypes(endianness="?"))
+    others = st.one_of(npst.boolean_dtypes(), npst.floating_dtypes(endianness="?"),
+                       npst.complex_number_dtypes(endianness="?"))
+    # integers are what a caller sends; the others must be refused the same way everywhere
+    return st.one_of(integers, integers, integers, others)
+
+
+def _elements(dtype: np.dtype, narrow: bool) -> st.SearchStrategy | None:
+    """Elements for `dtype`: with `narrow`, integers that fit int32 (so 64-bit arrays convert
+    rather than almost always overflow), else numpy's default for the dtype."""
+    if dtype.kind not in "iu" or not narrow:
+        return None
+    info = np.iinfo(dtype)
+    lo, hi = max(int(info.min), INT32_MIN), min(int(info.max), INT32_MAX)
+    return st.one_of(st.integers(lo, hi), st.sampled_from([b for b in BOUNDARY_IDS if lo <= b <= hi]))
+
+
+@st.composite
+def any_buffers(draw: st.DrawFn, max_side: int = 12) -> object:
+    """An ndarray or a memoryview of one: any numeric dtype in either byte order, 0-d to 3-d
+    (mostly 1-d), possibly a strided or reversed view."""
+    from hypothesis.extra import numpy as npst
+
+    dtype = draw(_buffer_dtypes())
+    ndim = draw(st.sampled_from([1, 1, 1, 1, 0, 2, 3]))
+    shape = draw(npst.array_shapes(min_dims=ndim, max_dims=ndim, min_side=0, max_side=max_side))
+    arr = draw(npst.arrays(dtype, shape, elements=_elements(dtype, draw(st.booleans()))))
+    if ndim:
+        steps = draw(st.lists(st.sampled_from([1, 1, 1, 2, 3, -1, -2]), min_size=ndim,
+                              max_size=ndim))
+        arr = arr[tuple(slice(None, None, s) for s in steps)]
+    return memoryview(arr) if draw(st.integers(0, 3)) == 0 else arr
+
+
+def as_tokens_reference(buf: object) -> list[int]:
+    """What `as_tokens` documents for a buffer, computed with numpy: the ids, or the exception
+    class it raises (TypeError: not an integer dtype, bool included, or a memoryview of raw
+    bytes -- format 'B', what a wire frame looks like; ValueError: not 1-d; OverflowError: an
+    id outside int32)."""
+    arr = np.asarray(buf)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"dtype {arr.dtype}")
+    if isinstance(buf, memoryview) and buf.format in ("B", "@B", "c"):
+        raise TypeError("raw bytes")
+    if arr.ndim != 1:
+        raise ValueError(f"shape {arr.shape}")
+    ids = [int(v) for v in arr]
+    for i, v in enumerate(ids):
+        if not INT32_MIN <= v <= INT32_MAX:
+            raise OverflowError(f"token id at index {i} is {v}")
+    return ids
+
+
+def frombuffer_reference(buf: object) -> list[int]:
+    """What `TokenVector.frombuffer` documents: the buffer's bytes read as little-endian int32
+    (ValueError when not C-contiguous or not a multiple of 4 bytes)."""
+    arr = np.asarray(buf)
+    if not arr.flags.c_contiguous:
+        raise ValueError("not C-contiguous")
+    if arr.nbytes % 4:
+        raise ValueError(f"{arr.nbytes} bytes")
+    return np.frombuffer(arr.tobytes(), dtype="<i4").tolist()
