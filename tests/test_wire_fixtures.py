@@ -11,11 +11,14 @@ import pathlib
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tokenwire
 from strategies import (
     ALL_WIRE_ERROR_KINDS,
     WIRE_ERROR_KINDS_WITHOUT_FIXTURE,
+    ids_for_codec,
     wire_error_kind,
 )
 
@@ -157,3 +160,107 @@ def test_every_python_message_site_has_a_negative_fixture() -> None:
     untested = [p for p in pieces if not any(m.startswith(p) for m in messages)
                 and not any(p.startswith(k) for k in WIRE_ERROR_KINDS_WITHOUT_FIXTURE)]
     assert not untested, f"decoder messages no negative fixture produces: {untested}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec's table of messages (docs/wire-format.md, "Decoding rules") describes every message
+# the negative fixtures pin: an outsider implementing from the text alone produces them.
+
+_PLACEHOLDER = re.compile(
+    r"0x%08x|0xNN|b'…'|…|(?<![A-Za-z])n(?: − (?:off|E|16))?(?: − 8)?(?![A-Za-z])|"
+    r"(?<![A-Za-z'])[A-Z]{1,2}(?![A-Za-z'])"
+)
+_PLACEHOLDER_REGEX = {"0x%08x": "0x[0-9a-f]{8}", "0xNN": "0x[0-9a-f]{2}", "b'…'": "b'.*'",
+                      "…": ".*"}
+
+
+def spec_message_patterns() -> list[re.Pattern[str]]:
+    """Each message of the spec's decoding-rules table as a regex (placeholders: numbers)."""
+    text = (ROOT / "docs" / "wire-format.md").read_text()
+    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
+    patterns = []
+    for row in rows:
+        message_column = row.split(" | ", 2)[2]
+        for code in re.findall(r"`([^`]+)`", message_column):
+            out, pos = [], 0
+            for m in _PLACEHOLDER.finditer(code):
+                out.append(re.escape(code[pos:m.start()]))
+                out.append(_PLACEHOLDER_REGEX.get(m.group(), r"-?\d+"))
+                pos = m.end()
+            out.append(re.escape(code[pos:]))
+            patterns.append(re.compile("".join(out)))
+    return patterns
+
+
+def test_spec_table_describes_every_negative_fixture_message() -> None:
+    patterns = spec_message_patterns()
+    assert len(patterns) >= 25, [p.pattern for p in patterns]
+    for name, case in INVALID_MANIFEST.items():
+        for fn_name in ENTRY_POINTS:
+            expected = case[fn_name]
+            if "message" not in expected:
+                continue
+            message = re.sub(r"^sequence \d+: ", "", expected["message"])
+            match = re.Pattern.match if expected.get("match") == "prefix" else re.Pattern.fullmatch
+            assert any(match(p, message) or (expected.get("match") == "prefix"
+                                             and p.pattern.startswith(re.escape(message)))
+                       for p in patterns), (name, fn_name, message)
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder rules and the acceptance rules of the spec that no fixture shows by itself.
+
+
+@given(st.lists(ids_for_codec("auto", max_size=60), max_size=5), st.booleans())
+def test_encode_many_uses_one_codec_and_width_for_all_sequences(seqs: list[list[int]],
+                                                                 checksum: bool) -> None:
+    many = tokenwire.encode_many(seqs, checksum=checksum)
+    one = tokenwire.encode([i for s in seqs for i in s], checksum=checksum)
+    table = ((4 * len(seqs) + 7) // 8) * 8
+    assert many[5:7] == one[5:7]                            # codec and width
+    assert many[7] == one[7] | 0x02                         # flags: MULTI added
+    assert int.from_bytes(many[8:16], "little") == len(seqs)
+    end = len(many) - (4 if checksum else 0)
+    assert many[16 + table:end] == one[16:len(one) - (4 if checksum else 0)]
+
+
+@given(ids_for_codec("zstd"), st.booleans())
+def test_zstd_is_kept_only_when_8_plus_c_is_below_p(ids: list[int], checksum: bool) -> None:
+    zstandard = pytest.importorskip("zstandard")
+    auto = tokenwire.encode(ids)
+    plain = auto[16:]
+    comp = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(plain)
+    frame = tokenwire.encode(ids, codec="zstd", checksum=checksum)
+    body = frame[:-4] if checksum else frame
+    if 8 + len(comp) < len(plain) and len(plain) <= 64 * len(comp):
+        assert body == (auto[:7] + bytes([auto[7] | 0x04 | checksum]) + auto[8:16]
+                        + len(comp).to_bytes(8, "little") + comp)
+    else:
+        assert body == auto[:7] + bytes([auto[7] | checksum]) + auto[8:]
+
+
+def test_a_zstd_section_that_saves_nothing_is_accepted() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    ids = [5, 7, 9]
+    plain = tokenwire.encode(ids, codec="packed")[16:]
+    comp = zstandard.ZstdCompressor(level=3).compress(plain)
+    assert 8 + len(comp) >= len(plain)
+    frame = tokenwire.encode(ids, codec="packed")[:16]
+    frame = frame[:7] + b"\x04" + frame[8:] + len(comp).to_bytes(8, "little") + comp
+    assert tokenwire.decode(frame).tolist() == ids
+    assert [v.tolist() for v in tokenwire.decode_many(frame)] == [ids]
+
+
+def test_decode_many_reads_single_sequence_frames() -> None:
+    assert [v.tolist() for v in tokenwire.decode_many(tokenwire.encode([3, 4]))] == [[3, 4]]
+    assert [v.tolist() for v in tokenwire.decode_many(tokenwire.encode([]))] == [[]]
+    assert tokenwire.decode_many(tokenwire.encode_many([])) == []
+
+
+@pytest.mark.parametrize(("codec", "head"), [
+    ("auto", "0020"), ("raw", "0020"), ("u16", "0110"), ("packed", "0201"), ("zstd", "0020")])
+def test_forced_codecs_on_empty_input(codec: str, head: str) -> None:
+    if codec == "zstd":
+        pytest.importorskip("zstandard")
+    frame = tokenwire.encode([], codec=codec)
+    assert frame == bytes.fromhex("5457495201" + head + "00" + "00" * 8)
