@@ -125,9 +125,18 @@ def test_every_rejection_rule_has_a_negative_fixture() -> None:
         assert any(wire_error_kind(m) == case["rule"] for m in messages), name
 
 
-#: Where the decoders build their messages: the Cython extension and the C++ header.
-DECODER_SOURCES = [*sorted((ROOT / "tokenwire").glob("*.p[xy][xi]")),
-                   ROOT / "tokenwire" / "include" / "tokenwire" / "wire.hpp"]
+def _decoder_sources() -> list[pathlib.Path]:
+    """Where the decoders build their messages: the Cython sources (an installed tokenwire
+    ships them beside the extension; a source tree has them in tokenwire/), then the C++
+    header."""
+    for package in (pathlib.Path(tokenwire.__file__).parent, ROOT / "tokenwire"):
+        cython = sorted([*package.glob("*.pyx"), *package.glob("*.pxi")])
+        if cython:
+            break
+    return [*cython, pathlib.Path(tokenwire.get_include()) / "tokenwire" / "wire.hpp"]
+
+
+DECODER_SOURCES = _decoder_sources()
 # The first literal piece of every message a decoder raises: `_wire_error(f"...`,
 # `WireFormatError("...`, `ChecksumError(f"...`, and the C++ header's `fail("...`.
 _MESSAGE_SITE = re.compile(
