@@ -1,6 +1,9 @@
-"""Golden frames: every committed v1 frame decodes to exactly its ids, forever (STYLE.md lesson 8).
+"""Golden frames: every committed v1 frame decodes to exactly its ids, forever (STYLE.md lesson 8);
+negative fixtures: every damaged frame fails with exactly the class and message its manifest
+says; and the spec (docs/wire-format.md) describes both.
 
-The frames and manifest.json are written by tests/fixtures/make_fixtures.py; see its docstring.
+The frames and manifest.json are written by tests/fixtures/make_fixtures.py, the negative ones
+by tests/fixtures/make_invalid_fixtures.py; see their docstrings.
 """
 
 from __future__ import annotations
