@@ -32,6 +32,9 @@ from cpp.harness import (
 )
 from strategies import CODECS, damaged_frames, frames, ids_for_codec
 
+# A C++ compiler and a long-lived subprocess (pyproject.toml's markers).
+pytestmark = pytest.mark.integration
+
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 INVALID = FIXTURES / "invalid"
