@@ -29,6 +29,9 @@ from strategies import int_arrays, token_lists
 from test_gil import longest_stall_fraction, threshold  # noqa: F401 (a fixture)
 from tokenwire.benchmarks import engine
 
+# Builds C++ extensions with a real compiler: `pytest -m "not integration"` skips them.
+pytestmark = pytest.mark.integration
+
 
 def _load(name: str, path: pathlib.Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
