@@ -16,7 +16,15 @@ from tokenwire._core import (
     gil_release_threshold,
     tolist,
 )
-from tokenwire.errors import AuthenticationError, ChecksumError, TokenwireError, WireFormatError
+from tokenwire.errors import (
+    AuthenticationError,
+    ChecksumError,
+    TokenIdError,
+    TokenIdOverflowError,
+    TokenIdTypeError,
+    TokenwireError,
+    WireFormatError,
+)
 from tokenwire.request import (
     PICKLE_GLOBALS,
     GenerationRequest,
@@ -53,6 +61,9 @@ __all__ = [
     "token_fields",
     "FrameInfo",
     "ImmutableBuffer",
+    "TokenIdError",
+    "TokenIdOverflowError",
+    "TokenIdTypeError",
     "TokenVector",
     "TokenwireError",
     "WireFormatError",

@@ -51,6 +51,14 @@ import sys
 from collections.abc import Sequence as _Sequence
 from pickle import PickleBuffer
 
+from tokenwire.errors import (
+    ChecksumError,
+    TokenIdError,
+    TokenIdOverflowError,
+    TokenIdTypeError,
+    WireFormatError,
+)
+
 cdef extern from "Python.h":
     # Declared with raw pointers: these steal / return references we manage by hand.
     PyObject* PyList_New(Py_ssize_t n)
@@ -420,7 +428,7 @@ cdef str _short_repr(object v):
 
 
 cdef object _overflow(Py_ssize_t index, object value):
-    return OverflowError(
+    return TokenIdOverflowError(
         f"token id at index {index} is {_short_repr(value)}, "
         f"outside int32 [-2147483648, 2147483647]"
     )
@@ -438,18 +446,18 @@ cdef TokenVector _from_buffer(object obj):
     try:
         kind = _parse_int_format(view.format, view.itemsize, &swap)
         if kind == KIND_BAD:
-            raise TypeError(
+            raise TokenIdTypeError(
                 f"token ids must be integers, got a buffer of format {_format_str(view.format)!r} "
                 f"(itemsize {view.itemsize})"
             )
         if (type(obj) is memoryview and view.itemsize == 1
                 and _format_str(view.format) in ("B", "@B", "c")):
-            raise TypeError(
+            raise TokenIdTypeError(
                 "as_tokens() does not take raw bytes (a memoryview of format 'B'); "
                 "use tokenwire.decode() for wire frames, or memoryview.cast('i') for native int32"
             )
         if view.ndim != 1:
-            raise ValueError(f"token ids must be 1-D, got shape {_shape_of(&view)}")
+            raise TokenIdError(f"token ids must be 1-D, got shape {_shape_of(&view)}")
         itemsize = view.itemsize
         n = view.shape[0] if view.shape != NULL else view.len // itemsize
         stride = view.strides[0] if view.strides != NULL else itemsize
@@ -508,15 +516,15 @@ cdef int32_t _item_slow(object o, Py_ssize_t i) except? -1:
     cdef int overflow = 0
     cdef long long v
     if isinstance(o, bool) or type(o).__name__ in ("bool", "bool_"):
-        raise TypeError(f"token id at index {i} must be an int, got bool")
+        raise TokenIdTypeError(f"token id at index {i} must be an int, got bool")
     if not PyLong_Check(o):
         if not hasattr(type(o), "__index__"):
-            raise TypeError(f"token id at index {i} must be an int, got {type(o).__name__}")
+            raise TokenIdTypeError(f"token id at index {i} must be an int, got {type(o).__name__}")
         try:
             o = operator.index(o)
         except TypeError as e:
             # The element's own __index__ failed: keep its error (chained) and say where.
-            raise TypeError(
+            raise TokenIdTypeError(
                 f"token id at index {i}: {type(o).__name__}.__index__ raised TypeError: {e}"
             ) from e
     v = PyLong_AsLongLongAndOverflow(o, &overflow)
@@ -581,23 +589,23 @@ cdef TokenVector _convert(object obj):
     if type(obj) is TokenVector:
         return tv_from_int32((<TokenVector>obj)._data, (<TokenVector>obj)._len)
     if isinstance(obj, (bytes, bytearray, str)):
-        raise TypeError(
+        raise TokenIdTypeError(
             f"as_tokens() does not take {type(obj).__name__}: text is not token ids, and wire "
             f"frames are read with tokenwire.decode()"
         )
     np = _numpy()
     if np is not None and isinstance(obj, np.ndarray):
         if obj.dtype.kind not in "iu":
-            raise TypeError(f"token ids must be integers, got an array of dtype {obj.dtype}")
+            raise TokenIdTypeError(f"token ids must be integers, got an array of dtype {obj.dtype}")
         if obj.ndim != 1:
-            raise ValueError(f"token ids must be 1-D, got shape {obj.shape}")
+            raise TokenIdError(f"token ids must be 1-D, got shape {obj.shape}")
         return _from_buffer(obj)
     if PyObject_CheckBuffer(obj):
         return _from_buffer(obj)
     if isinstance(obj, range):
         return _from_range(obj)
     if isinstance(obj, (set, frozenset, dict)):
-        raise TypeError(f"token ids must be ordered; got an unordered {type(obj).__name__}")
+        raise TokenIdTypeError(f"token ids must be ordered; got an unordered {type(obj).__name__}")
     if hasattr(type(obj), "__array__"):
         import numpy
         arr = numpy.asarray(obj)
@@ -606,7 +614,7 @@ cdef TokenVector _convert(object obj):
     try:
         it = iter(obj)
     except TypeError:
-        raise TypeError(
+        raise TokenIdTypeError(
             f"as_tokens() expected a sequence, buffer or iterable of ints, "
             f"got {type(obj).__name__}"
         ) from None
@@ -620,17 +628,25 @@ cdef uint32_t _vocab_limit(object vocab_size) except 0:
     return <uint32_t>min(v, 2 ** 31)
 
 
-cdef int _check_vocab(TokenVector tv, object vocab_size) except -1:
-    cdef uint32_t limit = _vocab_limit(vocab_size)
+cdef int _check_vocab(TokenVector tv, object vocab_size, object error=TokenIdError,
+                      Py_ssize_t seq=-1, uint32_t limit=0) except -1:
+    """The one vocabulary check: every id of `tv` in [0, vocab_size), else `error` (the caller's
+    choice: TokenIdError for as_tokens, WireFormatError for decoders) naming the sequence (when
+    `seq` >= 0), index and value. `limit`, when nonzero, is `_vocab_limit(vocab_size)` already
+    computed. The kernel runs without the GIL from NOGIL_BYTES, like every other kernel."""
     cdef Py_ssize_t bad
+    if limit == 0:
+        limit = _vocab_limit(vocab_size)
     if tv._len * 4 >= NOGIL_BYTES:
         with nogil:
             bad = _first_outside_vocab(tv._data, tv._len, limit)
     else:
         bad = _first_outside_vocab(tv._data, tv._len, limit)
     if bad >= 0:
-        raise ValueError(
-            f"token id at index {bad} is {tv._data[bad]}, outside the vocabulary [0, {vocab_size})"
+        where = f"sequence {seq}: " if seq >= 0 else ""
+        raise error(
+            f"{where}token id at index {bad} is {tv._data[bad]}, "
+            f"outside the vocabulary [0, {vocab_size})"
         )
     return 0
 
@@ -779,7 +795,7 @@ cdef class TokenVector:
         cdef bint moved = False
         try:
             if view.len % 4:
-                raise ValueError(
+                raise TokenIdError(
                     f"int32 token data must be a multiple of 4 bytes, got {view.len} bytes"
                 )
             if (not TW_HOST_BIG_ENDIAN and (<uintptr_t>view.buf) % 4 == 0
@@ -1004,7 +1020,7 @@ def _restore_token_vector(data):
         try:
             data = (<str>data).encode("latin-1")
         except UnicodeEncodeError:
-            raise ValueError("pickled TokenVector text holds a code point above 255") from None
+            raise TokenIdError("pickled TokenVector text holds a code point above 255") from None
     return TokenVector.frombuffer(data)
 
 

@@ -24,7 +24,6 @@ from tokenwire._crc32c cimport tw_crc32c, tw_crc32c_portable, twcrc_have_hw, twc
 from tokenwire._endian cimport load_le32, load_le64, store_le32, store_le64
 from libc.string cimport memset
 
-from tokenwire.errors import ChecksumError, WireFormatError
 
 twcrc_init()
 twbp_init()
@@ -416,13 +415,6 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
 # --------------------------------------------------------------------------------------------
 # Decoding
 
-cdef object _vocab_error(Py_ssize_t seq, Py_ssize_t index, int32_t value, object vocab_size):
-    where = f"sequence {seq}: " if seq >= 0 else ""
-    return _wire_error(
-        f"{where}token id at index {index} is {value}, outside the vocabulary [0, {vocab_size})"
-    )
-
-
 cdef TokenVector _decode_one(object source, const uint8_t* payload, FrameLayout* L,
                              uint64_t start, Py_ssize_t n, bint zero_copy):
     """Sequence [start, start + n) of a checked payload. With zero_copy (raw codec, immutable
@@ -468,8 +460,6 @@ def decode(data, *, vocab_size=None):
     cdef const uint8_t* buf
     cdef const uint8_t* payload
     cdef TokenVector tv
-    cdef Py_ssize_t bad
-    cdef uint32_t limit
     cdef bint moved = False
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
@@ -496,10 +486,7 @@ def decode(data, *, vocab_size=None):
         if not moved:
             PyBuffer_Release(&view)
     if vocab_size is not None:
-        limit = _vocab_limit(vocab_size)
-        bad = _first_outside_vocab(tv._data, tv._len, limit)
-        if bad >= 0:
-            raise _vocab_error(-1, bad, tv._data[bad], vocab_size)
+        _check_vocab(tv, vocab_size, WireFormatError)
     return tv
 
 
@@ -510,7 +497,7 @@ def decode_many(data, *, vocab_size=None):
     cdef FrameLayout L
     cdef const uint8_t* buf
     cdef const uint8_t* payload
-    cdef Py_ssize_t k, n, bad
+    cdef Py_ssize_t k, n
     cdef uint64_t start = 0
     cdef uint32_t limit = 0
     cdef bint zero_copy
@@ -540,9 +527,7 @@ def decode_many(data, *, vocab_size=None):
             tv = _decode_one(source, payload, &L, start, n, zero_copy)
             start += n
             if limit:
-                bad = _first_outside_vocab(tv._data, tv._len, limit)
-                if bad >= 0:
-                    raise _vocab_error(k, bad, tv._data[bad], vocab_size)
+                _check_vocab(tv, vocab_size, WireFormatError, k, limit)
             out[k] = tv
         return out
     finally:
@@ -589,12 +574,12 @@ cdef int _choose_codec(int request, uint32_t orv, uint64_t total, unsigned* widt
         return CODEC_RAW
     if request == CODEC_U16:
         if orv >= 65536:
-            raise ValueError("codec 'u16' needs every id in [0, 65536)")
+            raise TokenIdError("codec 'u16' needs every id in [0, 65536)")
         width[0] = 16
         return CODEC_U16
     if request == CODEC_PACKED:
         if negative:
-            raise ValueError("codec 'packed' needs non-negative ids")
+            raise TokenIdError("codec 'packed' needs non-negative ids")
         width[0] = w
         return CODEC_PACKED
     # auto (and zstd's inner payload): the smallest valid codec; on a tie the faster one, in the
@@ -624,11 +609,11 @@ cdef object _codec_error_detail(int codec, const int32_t** ptrs, const Py_ssize_
             if (codec == CODEC_U16 and (<uint32_t>v) >= 65536) or (codec == CODEC_PACKED and v < 0):
                 where = f"sequence {k}: " if multi else ""
                 rng = "[0, 65536)" if codec == CODEC_U16 else "[0, 2147483647]"
-                return ValueError(
+                return TokenIdError(
                     f"codec {CODEC_NAMES[codec]!r} needs ids in {rng}; "
                     f"{where}id at index {i} is {v}"
                 )
-    return ValueError("codec cannot hold these ids")
+    return TokenIdError("codec cannot hold these ids")
 
 
 cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq,
@@ -648,7 +633,7 @@ cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_
             orv |= _or_all(ptrs[k], lens[k])
     try:
         codec = _choose_codec(request, orv, total, &width)
-    except ValueError:
+    except TokenIdError:
         raise _codec_error_detail(request, ptrs, lens, nseq, multi) from None
     if multi:
         flags |= FLAG_MULTI
@@ -802,7 +787,7 @@ def encode_many(seqs, *, codec="auto", bint checksum=False):
         for k in range(nseq):
             tv = vectors[k]
             if tv._len > 0xFFFFFFFF:
-                raise OverflowError(
+                raise TokenIdOverflowError(
                     f"sequence {k} has {tv._len} ids; a multi-sequence frame holds < 2**32 per sequence"
                 )
             ptrs[k] = tv._data
