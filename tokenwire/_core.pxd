@@ -22,7 +22,6 @@ cdef class TokenVector:
     cdef Py_ssize_t _len
     cdef bint _owned
     cdef Py_buffer* _view
-    cdef Py_ssize_t _exports     # live buffer exports (diagnostics only; data never moves)
     cdef object __weakref__
 
 

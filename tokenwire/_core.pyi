@@ -63,7 +63,6 @@ def _restore_token_vector(data: Buffer | str) -> TokenVector: ...
 _Codec = Literal["auto", "raw", "u16", "packed", "zstd"]
 
 MAGIC: Final[bytes]
-WIRE_VERSION_1: Final[int]
 CODEC_NAMES: Final[tuple[str, str, str]]
 CRC32C_HARDWARE: Final[bool]
 

@@ -402,11 +402,26 @@ cdef int _parse_int_format(const char* fmt, Py_ssize_t itemsize, bint* swap):
     return KIND_BAD
 
 
-cdef bint _is_native_int32(Py_buffer* view) noexcept:
-    """A 1-D buffer of native-order int32 items (any stride): usable as int32_t in place."""
+cdef enum:
+    IDS_NOT_BUFFER = 0      # not a buffer of ids (or bytes / bytearray): nothing acquired
+    IDS_OTHER = 1           # acquired: some other format, itemsize or shape
+    IDS_INT32_STRIDED = 2   # acquired: native-order 1-D int32, any stride
+    IDS_INT32 = 3           # acquired: native-order 1-D int32, C-contiguous
+
+
+cdef int _acquire_ids(object obj, Py_buffer* view) except -1:
+    """The one place that takes a buffer of token ids and decides whether it is native 1-D int32
+    (usable as int32_t in place). Acquires `obj`'s buffer into `view` (PyBUF_RECORDS_RO) unless
+    it returns IDS_NOT_BUFFER; the caller releases it. bytes and bytearray are text or frames,
+    never ids: IDS_NOT_BUFFER."""
     cdef bint swap = False
-    return (view.ndim == 1 and view.itemsize == 4
-            and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap)
+    if not PyObject_CheckBuffer(obj) or isinstance(obj, (bytes, bytearray)):
+        return IDS_NOT_BUFFER
+    PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO)
+    if not (view.ndim == 1 and view.itemsize == 4
+            and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap):
+        return IDS_OTHER
+    return IDS_INT32 if view.strides == NULL or view.strides[0] == 4 else IDS_INT32_STRIDED
 
 
 cdef str _format_str(const char* fmt):
@@ -442,7 +457,9 @@ cdef TokenVector _from_buffer(object obj):
     cdef uint64_t bad = 0
     cdef TokenVector tv
     cdef const char* src
-    PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
+    cdef int ids = _acquire_ids(obj, &view)
+    if ids == IDS_NOT_BUFFER:       # _convert rejects bytes and bytearray before it gets here
+        raise TokenIdTypeError(f"token ids must be integers, got {type(obj).__name__}")
     try:
         kind = _parse_int_format(view.format, view.itemsize, &swap)
         if kind == KIND_BAD:
@@ -462,7 +479,7 @@ cdef TokenVector _from_buffer(object obj):
         n = view.shape[0] if view.shape != NULL else view.len // itemsize
         stride = view.strides[0] if view.strides != NULL else itemsize
         src = <const char*>view.buf
-        if _is_native_int32(&view) and stride == 4:
+        if ids == IDS_INT32:
             # The hot path: a native int32 C-contiguous buffer is exactly one memcpy.
             return tv_from_int32(<const int32_t*>src, n)
         tv = tv_alloc(n)
@@ -480,35 +497,39 @@ cdef TokenVector _from_buffer(object obj):
         PyBuffer_Release(&view)
 
 
+cdef inline Py_ssize_t _narrow_as(const char* src, Py_ssize_t n, Py_ssize_t stride, bint swap,
+                                  int32_t* dst, uint64_t* bad, src_int tag) noexcept nogil:
+    # The kernel for items of type src_int: 64-bit items chunk through private memory, aligned
+    # contiguous native items take the vectorized loop, the rest one strided read per id.
+    # (Native int32 arrives here only strided, misaligned or swapped: contiguous is a memcpy.)
+    if src_int is int64_t or src_int is uint64_t:
+        return _narrow_wide(src, n, stride, swap, dst, bad, tag)
+    else:
+        if (src_int is not int32_t and stride == sizeof(src_int) and not swap
+                and (<uintptr_t>src) % sizeof(src_int) == 0):
+            return _narrow_contiguous(<const src_int*>src, n, dst, bad)
+        return _narrow_strided(src, n, stride, swap, dst, bad, tag)
+
+
 cdef Py_ssize_t _dispatch_narrow(const char* src, Py_ssize_t n, Py_ssize_t stride,
                                  Py_ssize_t itemsize, int kind, bint swap, int32_t* dst,
                                  uint64_t* bad) noexcept nogil:
-    cdef bint contiguous = stride == itemsize and not swap and (<uintptr_t>src) % itemsize == 0
+    # (kind, itemsize) -> the item type; everything else is decided once, in _narrow_as.
     if kind == KIND_SIGNED:
         if itemsize == 1:
-            if contiguous:
-                return _narrow_contiguous(<const int8_t*>src, n, dst, bad)
-            return _narrow_strided(src, n, stride, swap, dst, bad, <int8_t>0)
+            return _narrow_as(src, n, stride, swap, dst, bad, <int8_t>0)
         if itemsize == 2:
-            if contiguous:
-                return _narrow_contiguous(<const int16_t*>src, n, dst, bad)
-            return _narrow_strided(src, n, stride, swap, dst, bad, <int16_t>0)
+            return _narrow_as(src, n, stride, swap, dst, bad, <int16_t>0)
         if itemsize == 4:
-            return _narrow_strided(src, n, stride, swap, dst, bad, <int32_t>0)
-        return _narrow_wide(src, n, stride, swap, dst, bad, <int64_t>0)
+            return _narrow_as(src, n, stride, swap, dst, bad, <int32_t>0)
+        return _narrow_as(src, n, stride, swap, dst, bad, <int64_t>0)
     if itemsize == 1:
-        if contiguous:
-            return _narrow_contiguous(<const uint8_t*>src, n, dst, bad)
-        return _narrow_strided(src, n, stride, swap, dst, bad, <uint8_t>0)
+        return _narrow_as(src, n, stride, swap, dst, bad, <uint8_t>0)
     if itemsize == 2:
-        if contiguous:
-            return _narrow_contiguous(<const uint16_t*>src, n, dst, bad)
-        return _narrow_strided(src, n, stride, swap, dst, bad, <uint16_t>0)
+        return _narrow_as(src, n, stride, swap, dst, bad, <uint16_t>0)
     if itemsize == 4:
-        if contiguous:
-            return _narrow_contiguous(<const uint32_t*>src, n, dst, bad)
-        return _narrow_strided(src, n, stride, swap, dst, bad, <uint32_t>0)
-    return _narrow_wide(src, n, stride, swap, dst, bad, <uint64_t>0)
+        return _narrow_as(src, n, stride, swap, dst, bad, <uint32_t>0)
+    return _narrow_as(src, n, stride, swap, dst, bad, <uint64_t>0)
 
 
 cdef int32_t _item_slow(object o, Py_ssize_t i) except? -1:
@@ -716,10 +737,10 @@ def tolist(obj):
     cdef Py_buffer view
     if type(obj) is TokenVector:
         return (<TokenVector>obj).tolist()
-    if PyObject_CheckBuffer(obj) and not isinstance(obj, (bytes, bytearray)):
-        PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO)
+    cdef int ids = _acquire_ids(obj, &view)
+    if ids != IDS_NOT_BUFFER:
         try:
-            if _is_native_int32(&view):
+            if ids >= IDS_INT32_STRIDED:
                 return _tolist_strided(<const char*>view.buf, view.shape[0], view.strides[0])
         finally:
             PyBuffer_Release(&view)
@@ -762,7 +783,6 @@ cdef class TokenVector:
         self._len = 0
         self._owned = False
         self._view = NULL
-        self._exports = 0
         if tokens is _NOTHING:
             return
         cdef TokenVector src = _convert(tokens)
@@ -827,10 +847,6 @@ cdef class TokenVector:
         buffer.strides = &_ITEMSIZE if flags & PyBUF_STRIDES else NULL
         buffer.suboffsets = NULL
         buffer.internal = NULL
-        self._exports += 1
-
-    def __releasebuffer__(self, Py_buffer* buffer):
-        self._exports -= 1
 
     # -- sequence ------------------------------------------------------------------------------
 

@@ -53,7 +53,6 @@ cdef enum:
 #: The 4 magic bytes every frame starts with ("TWIR", "tokenwire").
 MAGIC = b"TWIR"
 cdef const char* _MAGIC = b"TWIR"
-WIRE_VERSION_1 = WIRE_VERSION
 CODEC_NAMES = ("raw", "u16", "packed")
 
 # No count can be this large in a frame that fits in memory; bounding counts here keeps every
@@ -270,7 +269,6 @@ cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except -
     """All structural checks of a whole frame, and the checksum."""
     cdef Py_ssize_t have, trailer
     cdef uint32_t stored, actual
-    cdef unsigned tail_bits
     _parse_header(buf, n, L)
     trailer = CHECKSUM_SIZE if L.flags & FLAG_CHECKSUM else 0
     have = n - L.payload_off
@@ -728,40 +726,34 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     cdef Py_ssize_t n
     cdef uint32_t orv
     cdef TokenVector tv
-    if type(tokens) is TokenVector:
-        tv = <TokenVector>tokens
-        ptr = tv._data
-        n = tv._len
-    elif (PyObject_CheckBuffer(tokens) and not isinstance(tokens, (bytes, bytearray))):
+    cdef int ids = IDS_NOT_BUFFER
+    if type(tokens) is not TokenVector:
+        ids = _acquire_ids(tokens, &view)
+    if ids == IDS_INT32:
         # A native int32 buffer is encoded where it lies (no intermediate copy).
-        PyObject_GetBuffer(tokens, &view, PyBUF_RECORDS_RO)
-        if _is_native_int32(&view) and (view.strides == NULL or view.strides[0] == 4):
-            ptr = <const int32_t*>view.buf
-            n = view.shape[0]
-            if request == CODEC_RAW or is_immutable_source(tokens):
-                have_view = True
-            else:
-                # Memory that may change: the width choice and the packing each read the ids,
-                # so a writer between them could make a frame hold ids never written. Copy once
-                # (one read of each id, OR-ed on the way), then check and code the copy. Raw
-                # reads the ids once anyway (one memcpy into the frame).
-                try:
-                    tv = tv_alloc(n)
-                    if n * 4 >= NOGIL_BYTES:
-                        with nogil:
-                            orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
-                    else:
-                        orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
-                finally:
-                    PyBuffer_Release(&view)
-                return _encode_frame(<const int32_t**>&tv._data, &n, 1, False, request, checksum, orv)
+        ptr = <const int32_t*>view.buf
+        n = view.shape[0]
+        if request == CODEC_RAW or is_immutable_source(tokens):
+            have_view = True
         else:
-            PyBuffer_Release(&view)
-            tv = _convert(tokens)
-            ptr = tv._data
-            n = tv._len
+            # Memory that may change: the width choice and the packing each read the ids,
+            # so a writer between them could make a frame hold ids never written. Copy once
+            # (one read of each id, OR-ed on the way), then check and code the copy. Raw
+            # reads the ids once anyway (one memcpy into the frame).
+            try:
+                tv = tv_alloc(n)
+                if n * 4 >= NOGIL_BYTES:
+                    with nogil:
+                        orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+                else:
+                    orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+            finally:
+                PyBuffer_Release(&view)
+            return _encode_frame(<const int32_t**>&tv._data, &n, 1, False, request, checksum, orv)
     else:
-        tv = _convert(tokens)
+        if ids != IDS_NOT_BUFFER:
+            PyBuffer_Release(&view)
+        tv = tokens if type(tokens) is TokenVector else _convert(tokens)
         ptr = tv._data
         n = tv._len
     try:
