@@ -7,7 +7,7 @@
 // follows the Cython implementation (tokenwire/_wire.pxi) check for check, so that both accept
 // the same frames and reject the same frames with the same text, and encode byte-for-byte the
 // same frames. The bit-packing and CRC-32C kernels are the very C headers the Python extension
-// compiles (tokenwire/bitpack.h, tokenwire/crc32c.h): one implementation for both languages.
+// compiles (tokenwire/bitpack.h, tokenwire/crc32c.h, tokenwire/byteorder.h): one implementation for both languages.
 // The test suite checks the agreement (tests/test_cpp_wire.py).
 //
 // Allocation bound (untrusted input): nothing is allocated before the frame has been checked to
@@ -46,6 +46,7 @@
 #endif
 #pragma GCC diagnostic ignored "-Wpedantic"
 #endif
+#include "byteorder.h"
 #include "bitpack.h"
 #include "crc32c.h"
 #if defined(__GNUC__)
@@ -111,26 +112,9 @@ inline void init_kernels() {
     (void)done;
 }
 
-inline uint32_t load_le32(const uint8_t* p) {
-    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-inline uint64_t load_le64(const uint8_t* p) {
-    return uint64_t(load_le32(p)) | uint64_t(load_le32(p + 4)) << 32;
-}
-inline void store_le32(uint8_t* p, uint32_t v) {
-    for (int k = 0; k < 4; k++) p[k] = uint8_t(v >> (8 * k));
-}
-inline void store_le64(uint8_t* p, uint64_t v) {
-    for (int k = 0; k < 8; k++) p[k] = uint8_t(v >> (8 * k));
-}
-
-inline bool host_big_endian() {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return true;
-#else
-    return false;
-#endif
-}
+// Byte order lives in byteorder.h (shared with the C kernels and Cython); this name stays for
+// code written against it (tests/cpp/conformance.cpp).
+inline uint32_t load_le32(const uint8_t* p) { return tw_load_le32(p); }
 
 // ---- message formatting (the same text as Python's f-strings) --------------------------------
 
@@ -233,7 +217,7 @@ inline Layout parse_header(const uint8_t* buf, size_t n) {
     }
     if (flags & kFlagReserved)
         fail("reserved flag bits set: 0x" + hex(flags & kFlagReserved, 2));
-    uint64_t count = load_le64(buf + 8);
+    uint64_t count = tw_load_le64(buf + 8);
     L.codec = codec;
     L.width = width;
     L.flags = flags;
@@ -247,7 +231,7 @@ inline Layout parse_header(const uint8_t* buf, size_t n) {
                  dec(uint64_t(n - kHeaderSize)));
         }
         const size_t table_len = size_t((count * 4 + 7) / 8 * 8);
-        for (size_t i = 0; i < count; i++) total += load_le32(buf + kHeaderSize + 4 * i);
+        for (size_t i = 0; i < count; i++) total += tw_load_le32(buf + kHeaderSize + 4 * i);
         for (size_t i = kHeaderSize + size_t(count) * 4; i < kHeaderSize + table_len; i++)
             if (buf[i] != 0)
                 fail("nonzero padding byte at offset " + dec(uint64_t(i)) +
@@ -274,7 +258,7 @@ inline Layout parse_header(const uint8_t* buf, size_t n) {
     if (flags & kFlagZstd) {
         if (n - off < kZstdLengthSize)
             fail("truncated: zstd length needs 8 bytes, has " + dec(uint64_t(n - off)));
-        count = load_le64(buf + off);     // compressed size
+        count = tw_load_le64(buf + off);     // compressed size
         if (count > n)
             fail("truncated: zstd payload needs " + dec(count) + " bytes, has " +
                  dec(have_after(off + 8 + trailer)));
@@ -319,7 +303,7 @@ inline Layout check_frame(const uint8_t* buf, size_t n) {
              ", the buffer has " + dec(uint64_t(n)) + " (" + dec(uint64_t(n - L.nbytes)) +
              " extra)");
     if (trailer) {
-        const uint32_t stored = load_le32(buf + n - kChecksumSize);
+        const uint32_t stored = tw_load_le32(buf + n - kChecksumSize);
         const uint32_t actual = tw_crc32c(buf, n - kChecksumSize);
         if (stored != actual)
             throw checksum_error("checksum mismatch: the frame says 0x" + hex(stored, 8) +
@@ -337,7 +321,7 @@ inline Layout check_frame(const uint8_t* buf, size_t n) {
 inline size_t zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len) {
     constexpr uint32_t kZstdMagic = 0xFD2FB528u;
     constexpr uint32_t kZstdBlockMax = 128 * 1024;
-    if (n < 5 || load_le32(p) != kZstdMagic)
+    if (n < 5 || tw_load_le32(p) != kZstdMagic)
         fail("zstd payload is corrupt: it does not start with a zstd frame");
     const unsigned fhd = p[4];
     if (fhd & 0x08) fail("zstd payload is corrupt: reserved bit set in the frame header");
@@ -445,8 +429,8 @@ inline void read_payload(const uint8_t* payload, const Layout& L, uint64_t start
                          int32_t* dst) {
     if (n == 0) return;
     if (L.codec == kRaw) {
-        if (host_big_endian()) {
-            for (size_t i = 0; i < n; i++) dst[i] = int32_t(load_le32(payload + 4 * (start + i)));
+        if (TW_HOST_BIG_ENDIAN) {
+            for (size_t i = 0; i < n; i++) dst[i] = int32_t(tw_load_le32(payload + 4 * (start + i)));
         } else {
             std::memcpy(dst, payload + 4 * start, n * 4);
         }
@@ -552,8 +536,8 @@ inline void write_payload(uint8_t* out, const Seq* seqs, size_t nseq, unsigned c
     for (size_t k = 0; k < nseq; k++) {
         const size_t n = seqs[k].n;
         if (codec == kRaw) {
-            if (host_big_endian()) {
-                for (size_t i = 0; i < n; i++) store_le32(out + 4 * i, uint32_t(seqs[k].ids[i]));
+            if (TW_HOST_BIG_ENDIAN) {
+                for (size_t i = 0; i < n; i++) tw_store_le32(out + 4 * i, uint32_t(seqs[k].ids[i]));
             } else if (n) {
                 std::memcpy(out, seqs[k].ids, n * 4);
             }
@@ -579,11 +563,11 @@ inline void write_header(uint8_t* out, unsigned codec, unsigned width, unsigned 
     out[5] = uint8_t(codec);
     out[6] = uint8_t(width);
     out[7] = uint8_t(flags);
-    store_le64(out + 8, count);
+    tw_store_le64(out + 8, count);
     if (multi) {
         std::memset(out + kHeaderSize, 0, table_len);
         for (size_t k = 0; k < nseq; k++)
-            store_le32(out + kHeaderSize + 4 * k, uint32_t(seqs[k].n));
+            tw_store_le32(out + kHeaderSize + 4 * k, uint32_t(seqs[k].n));
     }
 }
 
@@ -642,13 +626,13 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
         frame.resize(off + stored + (checksum ? kChecksumSize : 0));
         write_header(frame.data(), codec, width, flags, count, seqs, nseq, multi, table_len);
         if (use) {
-            store_le64(frame.data() + off, clen);
+            tw_store_le64(frame.data() + off, clen);
             std::memcpy(frame.data() + off + kZstdLengthSize, comp.data(), clen);
         } else if (payload_len) {
             std::memcpy(frame.data() + off, plain.data(), payload_len);
         }
         if (checksum)
-            store_le32(frame.data() + off + stored, tw_crc32c(frame.data(), off + stored));
+            tw_store_le32(frame.data() + off + stored, tw_crc32c(frame.data(), off + stored));
         return frame;
     }
 #endif
@@ -656,7 +640,7 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
     write_header(frame.data(), codec, width, flags, count, seqs, nseq, multi, table_len);
     write_payload(frame.data() + off, seqs, nseq, codec, width);
     if (checksum)
-        store_le32(frame.data() + off + payload_len, tw_crc32c(frame.data(), off + payload_len));
+        tw_store_le32(frame.data() + off + payload_len, tw_crc32c(frame.data(), off + payload_len));
     return frame;
 }
 
@@ -678,7 +662,7 @@ inline FrameInfo frame_info(const uint8_t* data, size_t size) {
     info.width = int(L.width);
     if (L.flags & kFlagMulti) {
         info.counts.resize(size_t(L.nseq));
-        for (size_t k = 0; k < L.nseq; k++) info.counts[k] = load_le32(data + kHeaderSize + 4 * k);
+        for (size_t k = 0; k < L.nseq; k++) info.counts[k] = tw_load_le32(data + kHeaderSize + 4 * k);
     } else {
         info.counts.assign(1, L.total);
     }
@@ -723,7 +707,7 @@ inline std::vector<std::vector<int32_t>> decode_many(const uint8_t* data, size_t
     std::vector<std::vector<int32_t>> out(size_t(L.nseq));
     uint64_t start = 0;
     for (size_t k = 0; k < L.nseq; k++) {
-        const size_t n = (L.flags & kFlagMulti) ? load_le32(data + kHeaderSize + 4 * k)
+        const size_t n = (L.flags & kFlagMulti) ? tw_load_le32(data + kHeaderSize + 4 * k)
                                                 : size_t(L.total);
         out[k].resize(n);
         read_payload(payload, L, start, n, out[k].data());
