@@ -3,11 +3,13 @@
 import os as _os
 
 from tokenwire._core import (
+    CODECS,
     INT_CACHE_SIZE,
     FrameInfo,
     ImmutableBuffer,
     TokenVector,
     as_tokens,
+    check_codec,
     decode,
     decode_many,
     encode,
@@ -49,6 +51,7 @@ def get_include() -> str:
 
 __all__ = [
     "AuthenticationError",
+    "CODECS",
     "INT_CACHE_SIZE",
     "PICKLE_GLOBALS",
     "ChecksumError",
@@ -68,6 +71,7 @@ __all__ = [
     "TokenwireError",
     "WireFormatError",
     "as_tokens",
+    "check_codec",
     "decode",
     "decode_many",
     "encode",

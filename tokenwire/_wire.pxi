@@ -20,6 +20,16 @@ from tokenwire._bitpack cimport (
     twbp_unpack,
     twbp_widen16,
 )
+from tokenwire._frame cimport (
+    TW_CODEC_PACKED as CODEC_PACKED,
+    TW_CODEC_RAW as CODEC_RAW,
+    TW_CODEC_U16 as CODEC_U16,
+    TW_MSG_SIZE,
+    TW_NCODECS,
+    tw_check_codec_width,
+    tw_codecs,
+    tw_zstd_frame_size,
+)
 from tokenwire._crc32c cimport tw_crc32c, tw_crc32c_portable, twcrc_have_hw, twcrc_init
 from tokenwire._endian cimport load_le32, load_le64, store_le32, store_le64
 from libc.string cimport memset
@@ -36,16 +46,14 @@ cdef enum:
     HEADER_SIZE = 16
     CHECKSUM_SIZE = 4
     ZSTD_LENGTH_SIZE = 8
-    CODEC_RAW = 0
-    CODEC_U16 = 1
-    CODEC_PACKED = 2
     FLAG_CHECKSUM = 0x01
     FLAG_MULTI = 0x02
     FLAG_ZSTD = 0x04
     FLAG_RESERVED = 0xF8
-    # Requested codecs (encode's `codec=`), beyond the three wire codecs above.
-    REQUEST_AUTO = 3
-    REQUEST_ZSTD = 4
+    # Requested codecs (encode's `codec=`) that are not wire codecs: the encoder's choices.
+    # Wire codecs are requested by their id (the codec table, include/tokenwire/frame.h).
+    REQUEST_AUTO = 0x100
+    REQUEST_ZSTD = 0x101
     # A zstd payload may not decompress to more than this many times its compressed size: the
     # decoder's allocations stay proportional to what it received (docs/wire-format.md, Safety).
     ZSTD_MAX_EXPANSION = 64
@@ -53,7 +61,11 @@ cdef enum:
 #: The 4 magic bytes every frame starts with ("TWIR", "tokenwire").
 MAGIC = b"TWIR"
 cdef const char* _MAGIC = b"TWIR"
-CODEC_NAMES = ("raw", "u16", "packed")
+#: Wire codec names by id, read from the codec table (include/tokenwire/frame.h).
+CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range(TW_NCODECS)])
+#: Every name `encode`'s `codec=` takes: "auto", the wire codecs, "zstd" (see `check_codec`).
+CODECS = ("auto",) + CODEC_NAMES + ("zstd",)
+_EXPECTED_CODECS = ", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]]) + f" or {CODECS[len(CODECS) - 1]!r}"
 
 # No count can be this large in a frame that fits in memory; bounding counts here keeps every
 # size computation below in 64-bit range (2**58 ids * 32 bits = 2**63 bits).
@@ -178,6 +190,7 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except 
     cdef bint partial = False
     cdef unsigned version, codec, width, flags
     cdef Py_ssize_t trailer
+    cdef char msg[TW_MSG_SIZE]
     k = 4 if n >= 4 else n
     if memcmp(buf, _MAGIC, k) != 0:
         raise _wire_error(
@@ -190,17 +203,8 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except 
         raise _wire_error(
             f"unsupported version {version} (this tokenwire reads version {WIRE_VERSION})"
         )
-    if codec == CODEC_RAW:
-        if width != 32:
-            raise _wire_error(f"bad width {width} for codec 'raw' (must be 32)")
-    elif codec == CODEC_U16:
-        if width != 16:
-            raise _wire_error(f"bad width {width} for codec 'u16' (must be 16)")
-    elif codec == CODEC_PACKED:
-        if width < 1 or width > 31:
-            raise _wire_error(f"bad width {width} for codec 'packed' (must be 1..31)")
-    else:
-        raise _wire_error(f"unknown codec {codec} (known: 0 raw, 1 u16, 2 packed)")
+    if tw_check_codec_width(codec, width, msg, TW_MSG_SIZE) != 0:
+        raise _wire_error((<bytes>msg).decode("ascii"))
     if flags & FLAG_RESERVED:
         raise _wire_error(f"reserved flag bits set: 0x{flags & FLAG_RESERVED:02x}")
     count = load_le64(buf + 8)
@@ -308,61 +312,6 @@ cdef int _check_padding_bits(const uint8_t* payload, FrameLayout* L) except -1:
     return 0
 
 
-cdef enum:
-    ZSTD_MAGIC = 0xFD2FB528
-    ZSTD_BLOCK_MAX = 128 * 1024     # a zstd block never regenerates more than 128 KiB
-
-
-cdef Py_ssize_t _zstd_frame_size(const uint8_t* p, Py_ssize_t n, Py_ssize_t payload_len) except -1:
-    """Walk the zstd frame's headers (RFC 8878, section 3.1.1) without decompressing anything:
-    returns the frame's size in bytes. Raw and RLE blocks say how much they regenerate, so a
-    frame whose blocks add up to more than the declared payload is refused here, before any
-    output exists; compressed blocks are bounded by the decompressor's output limit."""
-    cdef Py_ssize_t off, fcs_len, regenerated = 0, size, stored
-    cdef unsigned fhd, btype
-    cdef uint32_t bh
-    if n < 5 or load_le32(p) != ZSTD_MAGIC:
-        raise _wire_error("zstd payload is corrupt: it does not start with a zstd frame")
-    fhd = p[4]
-    if fhd & 0x08:
-        raise _wire_error("zstd payload is corrupt: reserved bit set in the frame header")
-    fcs_len = (0, 2, 4, 8)[fhd >> 6]
-    if fcs_len == 0 and fhd & 0x20:
-        fcs_len = 1
-    off = 5 + (0 if fhd & 0x20 else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_len
-    while True:
-        if n - off < 3:
-            raise _wire_error(f"zstd payload is truncated: block header at byte {off} of {n}")
-        bh = p[off] | (<uint32_t>p[off + 1] << 8) | (<uint32_t>p[off + 2] << 16)
-        off += 3
-        btype = (bh >> 1) & 3
-        size = bh >> 3
-        if btype == 3:
-            raise _wire_error(f"zstd payload is corrupt: reserved block type at byte {off - 3}")
-        if size > ZSTD_BLOCK_MAX:
-            raise _wire_error(f"zstd payload is corrupt: a block of {size} bytes at byte {off - 3}")
-        if btype <= 1:
-            regenerated += size
-            if regenerated > payload_len:
-                raise _wire_error(
-                    f"zstd payload regenerates more than the {payload_len} bytes the header "
-                    f"needs (block at byte {off - 3})"
-                )
-        stored = 1 if btype == 1 else size
-        if n - off < stored:
-            raise _wire_error(
-                f"zstd payload is truncated: a block needs {stored} bytes at byte {off}, has {n - off}"
-            )
-        off += stored
-        if bh & 1:
-            break
-    if fhd & 0x04:
-        if n - off < 4:
-            raise _wire_error(f"zstd payload is truncated: content checksum needs 4 bytes, has {n - off}")
-        off += 4
-    return off
-
-
 cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
     """The decompressed payload of a checked zstd frame (exactly L.payload_len bytes). Never
     produces more than L.payload_len + 1 bytes, whatever the zstd frame holds."""
@@ -374,7 +323,12 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
         )
     cdef const uint8_t* section = buf + L.payload_off + ZSTD_LENGTH_SIZE
     cdef Py_ssize_t clen = L.stored_len - ZSTD_LENGTH_SIZE
-    cdef Py_ssize_t flen = _zstd_frame_size(section, clen, L.payload_len)
+    cdef char msg[TW_MSG_SIZE]
+    # The frame's headers, walked in C (include/tokenwire/frame.h, shared with wire.hpp).
+    cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(section, <size_t>clen,
+                                                          <uint64_t>L.payload_len, msg, TW_MSG_SIZE)
+    if flen < 0:
+        raise _wire_error((<bytes>msg).decode("ascii"))
     cdef Py_ssize_t want = L.payload_len + 1, got = 0
     if flen != clen:
         raise _wire_error(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
@@ -536,23 +490,28 @@ def decode_many(data, *, vocab_size=None):
 # Encoding
 
 cdef int _codec_request(object codec) except -1:
+    """The codec `encode` was asked for: a wire codec's id, REQUEST_AUTO or REQUEST_ZSTD."""
+    cdef int c
     if codec == "auto":
         return REQUEST_AUTO
-    if codec == "raw":
-        return CODEC_RAW
-    if codec == "packed":
-        return CODEC_PACKED
-    if codec == "u16":
-        return CODEC_U16
+    for c in range(TW_NCODECS):
+        if codec == CODEC_NAMES[c]:
+            return c
     if codec == "zstd":
         if _zstd() is None:
             raise ValueError(
                 "codec 'zstd' needs the zstandard package (pip install tokenwire[zstd])"
             )
         return REQUEST_ZSTD
-    raise ValueError(
-        f"unknown codec {codec!r} (expected 'auto', 'raw', 'u16', 'packed' or 'zstd')"
-    )
+    raise ValueError(f"unknown codec {codec!r} (expected {_EXPECTED_CODECS})")
+
+
+def check_codec(codec):
+    """Return `codec` when `encode` accepts it (one of CODECS); raise the ValueError `encode`
+    would raise otherwise: an unknown name (listing the known ones), or "zstd" without the
+    zstandard package. For layers that take a codec name now and encode later."""
+    _codec_request(codec)
+    return codec
 
 
 cdef inline unsigned _bit_length(uint32_t v) noexcept nogil:

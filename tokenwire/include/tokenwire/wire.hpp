@@ -49,6 +49,7 @@
 #include "byteorder.h"
 #include "bitpack.h"
 #include "crc32c.h"
+#include "frame.h"
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
@@ -94,11 +95,10 @@ constexpr unsigned kVersion = 1;
 constexpr size_t kHeaderSize = 16;
 constexpr size_t kChecksumSize = 4;
 constexpr size_t kZstdLengthSize = 8;
-constexpr unsigned kRaw = 0, kU16 = 1, kPacked = 2;
+constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_PACKED;
 constexpr unsigned kFlagChecksum = 0x01, kFlagMulti = 0x02, kFlagZstd = 0x04, kFlagReserved = 0xF8;
 constexpr uint64_t kZstdMaxExpansion = 64;
 constexpr uint64_t kCountLimit = uint64_t(1) << 58;
-constexpr const char* kCodecNames[3] = {"raw", "u16", "packed"};
 
 __extension__ typedef unsigned __int128 u128;   // exact byte counts of absurd claims, for messages
 
@@ -205,16 +205,8 @@ inline Layout parse_header(const uint8_t* buf, size_t n) {
     const unsigned version = buf[4], codec = buf[5], width = buf[6], flags = buf[7];
     if (version != kVersion)
         fail("unsupported version " + dec(version) + " (this tokenwire reads version 1)");
-    if (codec == kRaw) {
-        if (width != 32) fail("bad width " + dec(width) + " for codec 'raw' (must be 32)");
-    } else if (codec == kU16) {
-        if (width != 16) fail("bad width " + dec(width) + " for codec 'u16' (must be 16)");
-    } else if (codec == kPacked) {
-        if (width < 1 || width > 31)
-            fail("bad width " + dec(width) + " for codec 'packed' (must be 1..31)");
-    } else {
-        fail("unknown codec " + dec(codec) + " (known: 0 raw, 1 u16, 2 packed)");
-    }
+    char msg[TW_MSG_SIZE];
+    if (tw_check_codec_width(codec, width, msg, sizeof msg) != 0) fail(msg);
     if (flags & kFlagReserved)
         fail("reserved flag bits set: 0x" + hex(flags & kFlagReserved, 2));
     uint64_t count = tw_load_le64(buf + 8);
@@ -313,57 +305,13 @@ inline Layout check_frame(const uint8_t* buf, size_t n) {
     return L;
 }
 
-// Walks the zstd frame's headers (RFC 8878, section 3.1.1) without decompressing anything and
-// returns the frame's size in bytes. Raw and RLE blocks say how much they regenerate, so a frame
-// whose blocks add up to more than the declared payload is refused before any output exists;
-// compressed blocks are bounded by the output limit of the decompression. The same checks, in
-// the same order and with the same messages, as `_zstd_frame_size` in tokenwire/_wire.pxi.
+// The zstd frame's size from its headers (the walk and its messages: tw_zstd_frame_size in
+// frame.h, the very function the Python extension calls).
 inline size_t zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len) {
-    constexpr uint32_t kZstdMagic = 0xFD2FB528u;
-    constexpr uint32_t kZstdBlockMax = 128 * 1024;
-    if (n < 5 || tw_load_le32(p) != kZstdMagic)
-        fail("zstd payload is corrupt: it does not start with a zstd frame");
-    const unsigned fhd = p[4];
-    if (fhd & 0x08) fail("zstd payload is corrupt: reserved bit set in the frame header");
-    static const size_t kFcs[4] = {0, 2, 4, 8}, kDid[4] = {0, 1, 2, 4};
-    size_t fcs_len = kFcs[fhd >> 6];
-    if (fcs_len == 0 && (fhd & 0x20)) fcs_len = 1;
-    size_t off = 5 + ((fhd & 0x20) ? 0 : 1) + kDid[fhd & 3] + fcs_len;
-    uint64_t regenerated = 0;
-    for (;;) {
-        if (off > n || n - off < 3)
-            fail("zstd payload is truncated: block header at byte " + dec(uint64_t(off)) +
-                 " of " + dec(uint64_t(n)));
-        const uint32_t bh = uint32_t(p[off]) | (uint32_t(p[off + 1]) << 8) |
-                            (uint32_t(p[off + 2]) << 16);
-        off += 3;
-        const unsigned btype = (bh >> 1) & 3;
-        const uint32_t size = bh >> 3;
-        if (btype == 3)
-            fail("zstd payload is corrupt: reserved block type at byte " + dec(uint64_t(off - 3)));
-        if (size > kZstdBlockMax)
-            fail("zstd payload is corrupt: a block of " + dec(uint64_t(size)) + " bytes at byte " +
-                 dec(uint64_t(off - 3)));
-        if (btype <= 1) {
-            regenerated += size;
-            if (regenerated > payload_len)
-                fail("zstd payload regenerates more than the " + dec(payload_len) +
-                     " bytes the header needs (block at byte " + dec(uint64_t(off - 3)) + ")");
-        }
-        const size_t stored = btype == 1 ? 1 : size;
-        if (n - off < stored)
-            fail("zstd payload is truncated: a block needs " + dec(uint64_t(stored)) +
-                 " bytes at byte " + dec(uint64_t(off)) + ", has " + dec(uint64_t(n - off)));
-        off += stored;
-        if (bh & 1) break;
-    }
-    if (fhd & 0x04) {
-        if (n - off < 4)
-            fail("zstd payload is truncated: content checksum needs 4 bytes, has " +
-                 dec(uint64_t(n - off)));
-        off += 4;
-    }
-    return off;
+    char msg[TW_MSG_SIZE];
+    const int64_t size = tw_zstd_frame_size(p, n, payload_len, msg, sizeof msg);
+    if (size < 0) fail(msg);
+    return size_t(size);
 }
 
 // The decompressed payload of a checked zstd frame: exactly L.payload_len bytes.
@@ -481,7 +429,7 @@ struct Seq {
             const int32_t v = seqs[k].ids[i];
             if ((codec == kU16 && uint32_t(v) >= 65536) || (codec == kPacked && v < 0))
                 throw std::invalid_argument(
-                    std::string("codec '") + kCodecNames[codec] + "' needs ids in " +
+                    std::string("codec '") + tw_codecs[codec].name + "' needs ids in " +
                     (codec == kU16 ? "[0, 65536)" : "[0, 2147483647]") + "; " +
                     (multi ? "sequence " + dec(uint64_t(k)) + ": " : std::string()) +
                     "id at index " + dec(uint64_t(i)) + " is " + dec(v));
@@ -658,7 +606,7 @@ inline FrameInfo frame_info(const uint8_t* data, size_t size) {
     const Layout L = parse_header(data, size);
     FrameInfo info;
     info.version = int(kVersion);
-    info.codec = kCodecNames[L.codec];
+    info.codec = tw_codecs[L.codec].name;
     info.width = int(L.width);
     if (L.flags & kFlagMulti) {
         info.counts.resize(size_t(L.nseq));
