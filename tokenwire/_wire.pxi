@@ -99,6 +99,14 @@ ctypedef struct FrameLayout:
     Py_ssize_t payload_len   # decoded payload size, bytes
     Py_ssize_t stored_len    # bytes the payload takes in the frame (zstd: length prefix + data)
     Py_ssize_t nbytes        # the whole frame, checksum included
+    # The count table (little-endian uint32s) where nothing can change it after it is checked:
+    # in the frame itself when the frame is immutable memory (`is_immutable_source`), otherwise
+    # in a copy read once from the frame (`counts_copy`, ours). decode_many and frame_info read
+    # the counts only from here, so a writer racing with the decoder (a mutable source, the GIL
+    # released) cannot make them disagree with the total checked. (No copy for bytes keeps
+    # decode_many's allocation bound, docs/wire-format.md.) Freed by _layout_free.
+    const uint8_t* counts
+    uint8_t* counts_copy
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,14 +190,17 @@ cdef inline object _wire_error(str msg):
     return WireFormatError(msg)
 
 
-cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except -1:
+cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint stable) except -1:
     """Header, count table and (zstd) length prefix: everything `frame_info` needs. Does not
-    require the payload to be present. Sets every field of L."""
+    require the payload to be present. Sets every field of L. `stable`: `buf` is immutable
+    memory (the count table is then used in place, else copied once)."""
     cdef Py_ssize_t k, table_len, off
     cdef uint64_t count, total = 0
     cdef bint partial = False
     cdef unsigned version, codec, width, flags
     cdef Py_ssize_t trailer
+    L.counts = NULL
+    L.counts_copy = NULL
     cdef char msg[TW_MSG_SIZE]
     k = 4 if n >= 4 else n
     if memcmp(buf, _MAGIC, k) != 0:
@@ -221,11 +232,19 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except 
         if table_len < 0 or HEADER_SIZE + table_len > n:
             need = ((<object>count * 4 + 7) // 8) * 8
             raise _wire_error(f"truncated: count table needs {need} bytes, has {n - HEADER_SIZE}")
+        L.counts = buf + HEADER_SIZE
+        if count and not stable:
+            # The table fits in the frame (checked above): the copy is at most n bytes.
+            L.counts_copy = <uint8_t*>PyMem_Malloc(<size_t>count * 4)
+            if L.counts_copy == NULL:
+                raise MemoryError(f"cannot copy a count table of {count} entries")
+            memcpy(L.counts_copy, buf + HEADER_SIZE, <size_t>count * 4)    # the one read
+            L.counts = L.counts_copy
         for k in range(<Py_ssize_t>count):
             # Stop adding once past the limit: with a table of 2**32 entries or more a 64-bit
             # sum could wrap around to a small total before the size check below.
             if total < _COUNT_LIMIT:
-                total += load_le32(buf + HEADER_SIZE + 4 * k)
+                total += load_le32(L.counts + 4 * k)
             else:
                 partial = True
         for k in range(HEADER_SIZE + <Py_ssize_t>count * 4, HEADER_SIZE + table_len):
@@ -269,11 +288,17 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except 
     return 0
 
 
-cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except -1:
+cdef inline void _layout_free(FrameLayout* L) noexcept:
+    PyMem_Free(L.counts_copy)
+    L.counts_copy = NULL
+    L.counts = NULL
+
+
+cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint stable) except -1:
     """All structural checks of a whole frame, and the checksum."""
     cdef Py_ssize_t have, trailer
     cdef uint32_t stored, actual
-    _parse_header(buf, n, L)
+    _parse_header(buf, n, L, stable)
     trailer = CHECKSUM_SIZE if L.flags & FLAG_CHECKSUM else 0
     have = n - L.payload_off
     if have < L.stored_len:
@@ -413,10 +438,11 @@ def decode(data, *, vocab_size=None):
     cdef const uint8_t* payload
     cdef TokenVector tv
     cdef bint moved = False
+    L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         buf = <const uint8_t*>view.buf
-        _check_frame(buf, view.len, &L)
+        _check_frame(buf, view.len, &L, is_immutable_source(data))
         if L.flags & FLAG_MULTI:
             raise _wire_error(
                 f"multi-sequence frame ({L.nseq} sequences): read it with decode_many()"
@@ -435,6 +461,7 @@ def decode(data, *, vocab_size=None):
             else:
                 tv = _decode_one(data, payload, &L, 0, <Py_ssize_t>L.total, False)
     finally:
+        _layout_free(&L)
         if not moved:
             PyBuffer_Release(&view)
     if vocab_size is not None:
@@ -457,10 +484,11 @@ def decode_many(data, *, vocab_size=None):
     cdef TokenVector tv
     if vocab_size is not None:
         limit = _vocab_limit(vocab_size)
+    L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         buf = <const uint8_t*>view.buf
-        _check_frame(buf, view.len, &L)
+        _check_frame(buf, view.len, &L, is_immutable_source(data))
         source = data
         if L.flags & FLAG_ZSTD:
             source = _zstd_payload(buf, &L)
@@ -471,11 +499,8 @@ def decode_many(data, *, vocab_size=None):
             zero_copy = _can_view(data, payload, &L)
         out = [None] * <Py_ssize_t>L.nseq
         for k in range(<Py_ssize_t>L.nseq):
-            n = load_le32(buf + HEADER_SIZE + 4 * k) if L.flags & FLAG_MULTI else <Py_ssize_t>L.total
-            if <uint64_t>n > L.total - start:
-                # The table was validated, so only a writer racing with us (a mutable source,
-                # the GIL released while copying) gets here: never read past the payload.
-                raise _wire_error("count table changed while the frame was being decoded")
+            # The checked copy of the table: its counts add up to L.total by construction.
+            n = load_le32(L.counts + 4 * k) if L.flags & FLAG_MULTI else <Py_ssize_t>L.total
             tv = _decode_one(source, payload, &L, start, n, zero_copy)
             start += n
             if limit:
@@ -483,6 +508,7 @@ def decode_many(data, *, vocab_size=None):
             out[k] = tv
         return out
     finally:
+        _layout_free(&L)
         PyBuffer_Release(&view)
 
 
@@ -784,15 +810,16 @@ def frame_info(data):
     cdef FrameInfo info = FrameInfo.__new__(FrameInfo)
     cdef const uint8_t* buf
     cdef Py_ssize_t k
+    L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         buf = <const uint8_t*>view.buf
-        _parse_header(buf, view.len, &L)
+        _parse_header(buf, view.len, &L, is_immutable_source(data))
         info.version = WIRE_VERSION
         info.codec = CODEC_NAMES[L.codec]
         info.width = L.width
         if L.flags & FLAG_MULTI:
-            info.counts = tuple([load_le32(buf + HEADER_SIZE + 4 * k) for k in range(<Py_ssize_t>L.nseq)])
+            info.counts = tuple([load_le32(L.counts + 4 * k) for k in range(<Py_ssize_t>L.nseq)])
         else:
             info.counts = (L.total,)
         info.checksum = (L.flags & FLAG_CHECKSUM) != 0
@@ -801,6 +828,7 @@ def frame_info(data):
         info.nbytes = L.nbytes
         return info
     finally:
+        _layout_free(&L)
         PyBuffer_Release(&view)
 
 
