@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""C-level interface of tokenwire's token buffer, for other Cython extensions.
+"""C-level interface of tokenwire's token buffer, for other Cython extensions (tests/test_cimport.py
+builds one against this file).
 
     from tokenwire._core cimport TokenVector, tv_data, tv_len, tv_from_int32
 
