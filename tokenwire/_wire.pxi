@@ -21,13 +21,27 @@ from tokenwire._bitpack cimport (
     twbp_widen16,
 )
 from tokenwire._frame cimport (
+    TW_CHECKSUM_MISMATCH,
+    TW_CHECKSUM_SIZE as CHECKSUM_SIZE,
     TW_CODEC_PACKED as CODEC_PACKED,
     TW_CODEC_RAW as CODEC_RAW,
     TW_CODEC_U16 as CODEC_U16,
+    TW_FLAG_CHECKSUM as FLAG_CHECKSUM,
+    TW_FLAG_MULTI as FLAG_MULTI,
+    TW_FLAG_ZSTD as FLAG_ZSTD,
+    TW_HEADER_SIZE as HEADER_SIZE,
     TW_MSG_SIZE,
     TW_NCODECS,
-    tw_check_codec_width,
+    TW_WIRE_VERSION as WIRE_VERSION,
+    TW_ZSTD_LENGTH_SIZE as ZSTD_LENGTH_SIZE,
+    TW_ZSTD_MAX_EXPANSION as ZSTD_MAX_EXPANSION,
+    tw_check_frame,
+    tw_check_padding_bits,
     tw_codecs,
+    tw_layout,
+    tw_parse_prefix,
+    tw_parse_rest,
+    tw_payload_size,
     tw_zstd_frame_size,
 )
 from tokenwire._crc32c cimport tw_crc32c, tw_crc32c_portable, twcrc_have_hw, twcrc_init
@@ -41,22 +55,12 @@ twbp_init()
 # --------------------------------------------------------------------------------------------
 # Format constants (docs/wire-format.md)
 
+# The format's sizes, flags and limits live in include/tokenwire/frame.h (cimported above).
 cdef enum:
-    WIRE_VERSION = 1
-    HEADER_SIZE = 16
-    CHECKSUM_SIZE = 4
-    ZSTD_LENGTH_SIZE = 8
-    FLAG_CHECKSUM = 0x01
-    FLAG_MULTI = 0x02
-    FLAG_ZSTD = 0x04
-    FLAG_RESERVED = 0xF8
     # Requested codecs (encode's `codec=`) that are not wire codecs: the encoder's choices.
     # Wire codecs are requested by their id (the codec table, include/tokenwire/frame.h).
     REQUEST_AUTO = 0x100
     REQUEST_ZSTD = 0x101
-    # A zstd payload may not decompress to more than this many times its compressed size: the
-    # decoder's allocations stay proportional to what it received (docs/wire-format.md, Safety).
-    ZSTD_MAX_EXPANSION = 64
 
 #: The 4 magic bytes every frame starts with ("TWIR", "tokenwire").
 MAGIC = b"TWIR"
@@ -66,10 +70,6 @@ CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range
 #: Every name `encode`'s `codec=` takes: "auto", the wire codecs, "zstd" (see `check_codec`).
 CODECS = ("auto",) + CODEC_NAMES + ("zstd",)
 _EXPECTED_CODECS = ", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]]) + f" or {CODECS[len(CODECS) - 1]!r}"
-
-# No count can be this large in a frame that fits in memory; bounding counts here keeps every
-# size computation below in 64-bit range (2**58 ids * 32 bits = 2**63 bits).
-cdef uint64_t _COUNT_LIMIT = (<uint64_t>1) << 58
 
 cdef object _zstd_module = None     # zstandard, imported on first use (an optional extra)
 
@@ -89,36 +89,20 @@ cdef object _zstd():
     return _zstd_module
 
 
-ctypedef struct FrameLayout:
-    int codec
-    unsigned width
-    unsigned flags
-    uint64_t nseq            # sequences (1 for a single-sequence frame)
-    uint64_t total           # ids over all sequences
-    Py_ssize_t payload_off   # offset of the payload (after header and count table)
-    Py_ssize_t payload_len   # decoded payload size, bytes
-    Py_ssize_t stored_len    # bytes the payload takes in the frame (zstd: length prefix + data)
-    Py_ssize_t nbytes        # the whole frame, checksum included
-    # The count table (little-endian uint32s) where nothing can change it after it is checked:
-    # in the frame itself when the frame is immutable memory (`is_immutable_source`), otherwise
-    # in a copy read once from the frame (`counts_copy`, ours). decode_many and frame_info read
-    # the counts only from here, so a writer racing with the decoder (a mutable source, the GIL
-    # released) cannot make them disagree with the total checked. (No copy for bytes keeps
-    # decode_many's allocation bound, docs/wire-format.md.) Freed by _layout_free.
-    const uint8_t* counts
-    uint8_t* counts_copy
+# What a frame's header says (frame.h's tw_layout). Its count table is where nothing can change
+# it after it is checked: in the frame itself when the frame is immutable memory
+# (`is_immutable_source`), otherwise in a copy read once from the frame (`counts_copy`, ours,
+# freed by _layout_free). decode_many and frame_info read the counts only from there, so a writer
+# racing with the decoder (a mutable source, the GIL released) cannot make them disagree with the
+# total checked. (No copy for bytes keeps decode_many's allocation bound, docs/wire-format.md.)
+ctypedef tw_layout FrameLayout
 
 
 # --------------------------------------------------------------------------------------------
 # Kernels
 
 cdef inline Py_ssize_t _payload_size(int codec, unsigned width, uint64_t total) noexcept nogil:
-    # total < 2**58, width <= 32: no overflow.
-    if codec == CODEC_RAW:
-        return <Py_ssize_t>(total * 4)
-    if codec == CODEC_U16:
-        return <Py_ssize_t>(total * 2)
-    return <Py_ssize_t>((total * width + 7) // 8)
+    return <Py_ssize_t>tw_payload_size(codec, width, total)
 
 
 cdef void _write_payload(uint8_t* out, const int32_t** ptrs, const Py_ssize_t* lens,
@@ -190,101 +174,27 @@ cdef inline object _wire_error(str msg):
     return WireFormatError(msg)
 
 
+cdef inline str _text(const char* msg):
+    return (<bytes>msg).decode("ascii")
+
+
 cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint stable) except -1:
-    """Header, count table and (zstd) length prefix: everything `frame_info` needs. Does not
-    require the payload to be present. Sets every field of L. `stable`: `buf` is immutable
-    memory (the count table is then used in place, else copied once)."""
-    cdef Py_ssize_t k, table_len, off
-    cdef uint64_t count, total = 0
-    cdef bint partial = False
-    cdef unsigned version, codec, width, flags
-    cdef Py_ssize_t trailer
-    L.counts = NULL
-    L.counts_copy = NULL
+    """Header, count table and (zstd) length prefix: everything `frame_info` needs (the checks
+    and their messages: frame.h, shared with wire.hpp). Does not require the payload to be
+    present. `stable`: `buf` is immutable memory, so the count table is used in place; else it
+    is copied once, between the two steps, and only the copy is read."""
     cdef char msg[TW_MSG_SIZE]
-    k = 4 if n >= 4 else n
-    if memcmp(buf, _MAGIC, k) != 0:
-        raise _wire_error(
-            f"bad magic {bytes(buf[:k])!r}: not a tokenwire frame (expected {MAGIC!r})"
-        )
-    if n < HEADER_SIZE:
-        raise _wire_error(f"truncated: header needs {HEADER_SIZE} bytes, has {n}")
-    version, codec, width, flags = buf[4], buf[5], buf[6], buf[7]
-    if version != WIRE_VERSION:
-        raise _wire_error(
-            f"unsupported version {version} (this tokenwire reads version {WIRE_VERSION})"
-        )
-    if tw_check_codec_width(codec, width, msg, TW_MSG_SIZE) != 0:
-        raise _wire_error((<bytes>msg).decode("ascii"))
-    if flags & FLAG_RESERVED:
-        raise _wire_error(f"reserved flag bits set: 0x{flags & FLAG_RESERVED:02x}")
-    count = load_le64(buf + 8)
-    L.codec = codec
-    L.width = width
-    L.flags = flags
-    off = HEADER_SIZE
-    if flags & FLAG_MULTI:
-        # The table: `count` uint32 counts, zero-padded to a multiple of 8 bytes.
-        if count > <uint64_t>((n - HEADER_SIZE) // 4):
-            table_len = -1
-        else:
-            table_len = ((<Py_ssize_t>count * 4 + 7) // 8) * 8
-        if table_len < 0 or HEADER_SIZE + table_len > n:
-            need = ((<object>count * 4 + 7) // 8) * 8
-            raise _wire_error(f"truncated: count table needs {need} bytes, has {n - HEADER_SIZE}")
-        L.counts = buf + HEADER_SIZE
-        if count and not stable:
-            # The table fits in the frame (checked above): the copy is at most n bytes.
-            L.counts_copy = <uint8_t*>PyMem_Malloc(<size_t>count * 4)
-            if L.counts_copy == NULL:
-                raise MemoryError(f"cannot copy a count table of {count} entries")
-            memcpy(L.counts_copy, buf + HEADER_SIZE, <size_t>count * 4)    # the one read
-            L.counts = L.counts_copy
-        for k in range(<Py_ssize_t>count):
-            # Stop adding once past the limit: with a table of 2**32 entries or more a 64-bit
-            # sum could wrap around to a small total before the size check below.
-            if total < _COUNT_LIMIT:
-                total += load_le32(L.counts + 4 * k)
-            else:
-                partial = True
-        for k in range(HEADER_SIZE + <Py_ssize_t>count * 4, HEADER_SIZE + table_len):
-            if buf[k] != 0:
-                raise _wire_error(f"nonzero padding byte at offset {k}, after the count table")
-        off += table_len
-        L.nseq = count
-    else:
-        total = count
-        L.nseq = 1
-    L.total = total
-    L.payload_off = off
-    trailer = CHECKSUM_SIZE if flags & FLAG_CHECKSUM else 0
-    if total >= _COUNT_LIMIT:
-        # Cannot be in memory; say what it would need (Python ints: no overflow).
-        need = (<object>total * (32 if codec == CODEC_RAW else width) + 7) // 8
-        more = "more than " if partial else ""      # a sum that stopped at the limit
-        raise _wire_error(
-            f"truncated: payload needs {more}{need} bytes, has {max(n - off - trailer, 0)}"
-        )
-    L.payload_len = _payload_size(codec, width, total)
-    if flags & FLAG_ZSTD:
-        if n - off < ZSTD_LENGTH_SIZE:
-            raise _wire_error(
-                f"truncated: zstd length needs {ZSTD_LENGTH_SIZE} bytes, has {n - off}"
-            )
-        count = load_le64(buf + off)    # compressed size
-        if count > <uint64_t>n:
-            raise _wire_error(
-                f"truncated: zstd payload needs {count} bytes, has {max(n - off - 8 - trailer, 0)}"
-            )
-        if L.payload_len > <Py_ssize_t>count * ZSTD_MAX_EXPANSION:
-            raise _wire_error(
-                f"zstd payload of {count} bytes claims to expand to {L.payload_len} bytes, "
-                f"more than the {ZSTD_MAX_EXPANSION}x this decoder accepts"
-            )
-        L.stored_len = ZSTD_LENGTH_SIZE + <Py_ssize_t>count
-    else:
-        L.stored_len = L.payload_len
-    L.nbytes = off + L.stored_len + trailer
+    if tw_parse_prefix(buf, <size_t>n, L, msg, TW_MSG_SIZE) != 0:
+        raise _wire_error(_text(msg))
+    if L.counts != NULL and L.nseq and not stable:
+        # The table fits in the frame (checked): the copy is at most n bytes.
+        L.counts_copy = <uint8_t*>PyMem_Malloc(<size_t>L.nseq * 4)
+        if L.counts_copy == NULL:
+            raise MemoryError(f"cannot copy a count table of {L.nseq} entries")
+        memcpy(L.counts_copy, L.counts, <size_t>L.nseq * 4)      # the one read of the table
+        L.counts = L.counts_copy
+    if tw_parse_rest(buf, <size_t>n, L, msg, TW_MSG_SIZE) != 0:
+        raise _wire_error(_text(msg))
     return 0
 
 
@@ -295,45 +205,20 @@ cdef inline void _layout_free(FrameLayout* L) noexcept:
 
 
 cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint stable) except -1:
-    """All structural checks of a whole frame, and the checksum."""
-    cdef Py_ssize_t have, trailer
-    cdef uint32_t stored, actual
+    """All structural checks of a whole frame, and the checksum (without the GIL from
+    NOGIL_BYTES: the checksum reads the whole frame)."""
+    cdef char msg[TW_MSG_SIZE]
+    cdef int r
     _parse_header(buf, n, L, stable)
-    trailer = CHECKSUM_SIZE if L.flags & FLAG_CHECKSUM else 0
-    have = n - L.payload_off
-    if have < L.stored_len:
-        what = "zstd payload" if L.flags & FLAG_ZSTD else "payload"
-        need = L.stored_len - (ZSTD_LENGTH_SIZE if L.flags & FLAG_ZSTD else 0)
-        got = have - (ZSTD_LENGTH_SIZE if L.flags & FLAG_ZSTD else 0)
-        raise _wire_error(f"truncated: {what} needs {need} bytes, has {got}")
-    if have < L.stored_len + trailer:
-        raise _wire_error(
-            f"truncated: checksum needs {CHECKSUM_SIZE} bytes, has {have - L.stored_len}"
-        )
-    if n > L.nbytes:
-        raise _wire_error(
-            f"trailing bytes: the frame ends at byte {L.nbytes}, the buffer has {n} "
-            f"({n - L.nbytes} extra)"
-        )
-    if trailer:
-        stored = load_le32(buf + n - CHECKSUM_SIZE)
-        actual = _crc(buf, n - CHECKSUM_SIZE)
-        if stored != actual:
-            raise ChecksumError(
-                f"checksum mismatch: the frame says 0x{stored:08x}, its contents give 0x{actual:08x}"
-            )
-    if not (L.flags & FLAG_ZSTD):
-        _check_padding_bits(buf + L.payload_off, L)
-    return 0
-
-
-cdef int _check_padding_bits(const uint8_t* payload, FrameLayout* L) except -1:
-    # A packed payload's unused high bits of the last byte must be 0: one frame per content.
-    cdef unsigned tail_bits
-    if L.codec == CODEC_PACKED and L.payload_len > 0:
-        tail_bits = <unsigned>((L.total * L.width) & 7)
-        if tail_bits and (payload[L.payload_len - 1] >> tail_bits):
-            raise _wire_error("nonzero padding bits after the last id of the packed payload")
+    if n >= NOGIL_BYTES:
+        with nogil:
+            r = tw_check_frame(buf, <size_t>n, L, msg, TW_MSG_SIZE)
+    else:
+        r = tw_check_frame(buf, <size_t>n, L, msg, TW_MSG_SIZE)
+    if r == TW_CHECKSUM_MISMATCH:
+        raise ChecksumError(_text(msg))
+    if r != 0:
+        raise _wire_error(_text(msg))
     return 0
 
 
@@ -347,14 +232,15 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
             "(pip install tokenwire[zstd])"
         )
     cdef const uint8_t* section = buf + L.payload_off + ZSTD_LENGTH_SIZE
-    cdef Py_ssize_t clen = L.stored_len - ZSTD_LENGTH_SIZE
+    cdef Py_ssize_t clen = <Py_ssize_t>L.stored_len - ZSTD_LENGTH_SIZE
+    cdef Py_ssize_t plen = <Py_ssize_t>L.payload_len
     cdef char msg[TW_MSG_SIZE]
     # The frame's headers, walked in C (include/tokenwire/frame.h, shared with wire.hpp).
     cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(section, <size_t>clen,
-                                                          <uint64_t>L.payload_len, msg, TW_MSG_SIZE)
+                                                          <uint64_t>plen, msg, TW_MSG_SIZE)
     if flen < 0:
-        raise _wire_error((<bytes>msg).decode("ascii"))
-    cdef Py_ssize_t want = L.payload_len + 1, got = 0
+        raise _wire_error(_text(msg))
+    cdef Py_ssize_t want = plen + 1, got = 0
     if flen != clen:
         raise _wire_error(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
     comp = PyBytes_FromStringAndSize(<const char*>section, clen)
@@ -362,9 +248,9 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
         declared = zstd.frame_content_size(comp)
     except zstd.ZstdError as e:
         raise _wire_error(f"zstd payload is corrupt: {e}") from None
-    if declared != L.payload_len:
+    if declared != plen:
         raise _wire_error(
-            f"zstd payload declares {declared} bytes, the header needs {L.payload_len}"
+            f"zstd payload declares {declared} bytes, the header needs {plen}"
         )
     # libzstd compares the real output with the declared size only at the end of the frame, so
     # the output is capped here: read at most one byte more than the header allows, and stop.
@@ -379,13 +265,14 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
             got += len(chunk)
     except zstd.ZstdError as e:
         raise _wire_error(f"zstd payload is corrupt: {e}") from None
-    if got != L.payload_len:
+    if got != plen:
         raise _wire_error(
-            f"zstd payload decompresses to {'more than ' if got > L.payload_len else ''}"
-            f"{min(got, L.payload_len)} bytes, the header needs {L.payload_len}"
+            f"zstd payload decompresses to {'more than ' if got > plen else ''}"
+            f"{min(got, plen)} bytes, the header needs {plen}"
         )
     out = b"".join(chunks)
-    _check_padding_bits(<const uint8_t*>PyBytes_AS_STRING(out), L)
+    if tw_check_padding_bits(<const uint8_t*>PyBytes_AS_STRING(out), L, msg, TW_MSG_SIZE) != 0:
+        raise _wire_error(_text(msg))
     return out
 
 

@@ -3,11 +3,13 @@
 // Header-only; needs nothing beyond the standard library. zstd frames need libzstd: define
 // TOKENWIRE_WITH_ZSTD and link -lzstd (Debian: libzstd-dev); without it they are refused.
 //
-// The format and every validation message are specified in docs/wire-format.md; this file
-// follows the Cython implementation (tokenwire/_wire.pxi) check for check, so that both accept
-// the same frames and reject the same frames with the same text, and encode byte-for-byte the
-// same frames. The bit-packing and CRC-32C kernels are the very C headers the Python extension
-// compiles (tokenwire/bitpack.h, tokenwire/crc32c.h, tokenwire/byteorder.h): one implementation for both languages.
+// The format and every validation message are specified in docs/wire-format.md. The checks of
+// an untrusted frame (header, count table, sizes, checksum, padding, the zstd frame walk), their
+// messages and the codec table are C in tokenwire/frame.h, and the bit-packing, CRC-32C and
+// byte-order kernels are tokenwire/bitpack.h, crc32c.h and byteorder.h: the very headers the
+// Python extension compiles, one implementation for both languages. What is left here (zstd
+// decompression, the vocabulary check, the encoder) follows tokenwire/_wire.pxi, so that both
+// accept and reject the same frames with the same text and encode byte-for-byte the same frames.
 // The test suite checks the agreement (tests/test_cpp_wire.py).
 //
 // Allocation bound (untrusted input): nothing is allocated before the frame has been checked to
@@ -91,14 +93,14 @@ namespace {
 
 // ---- format constants (docs/wire-format.md) --------------------------------------------------
 
-constexpr unsigned kVersion = 1;
-constexpr size_t kHeaderSize = 16;
-constexpr size_t kChecksumSize = 4;
-constexpr size_t kZstdLengthSize = 8;
+constexpr unsigned kVersion = TW_WIRE_VERSION;
+constexpr size_t kHeaderSize = TW_HEADER_SIZE;
+constexpr size_t kChecksumSize = TW_CHECKSUM_SIZE;
+constexpr size_t kZstdLengthSize = TW_ZSTD_LENGTH_SIZE;
 constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_PACKED;
-constexpr unsigned kFlagChecksum = 0x01, kFlagMulti = 0x02, kFlagZstd = 0x04, kFlagReserved = 0xF8;
-constexpr uint64_t kZstdMaxExpansion = 64;
-constexpr uint64_t kCountLimit = uint64_t(1) << 58;
+constexpr unsigned kFlagChecksum = TW_FLAG_CHECKSUM, kFlagMulti = TW_FLAG_MULTI,
+                   kFlagZstd = TW_FLAG_ZSTD, kFlagReserved = TW_FLAG_RESERVED;
+constexpr uint64_t kZstdMaxExpansion = TW_ZSTD_MAX_EXPANSION;
 
 __extension__ typedef unsigned __int128 u128;   // exact byte counts of absurd claims, for messages
 
@@ -135,173 +137,42 @@ inline std::string dec(int64_t v) {
 inline std::string dec(unsigned v) { return dec(u128(v)); }
 inline std::string dec(int v) { return dec(int64_t(v)); }
 
-inline std::string hex(uint32_t v, int digits) {
-    static const char* x = "0123456789abcdef";
-    std::string s(size_t(digits), '0');
-    for (int i = digits - 1; i >= 0; i--, v >>= 4) s[size_t(i)] = x[v & 15];
-    return s;
-}
-
-// repr() of a Python bytes object.
-inline std::string bytes_repr(const uint8_t* p, size_t n) {
-    bool has_single = false, has_double = false;
-    for (size_t i = 0; i < n; i++) {
-        has_single |= p[i] == '\'';
-        has_double |= p[i] == '"';
-    }
-    const char quote = (has_single && !has_double) ? '"' : '\'';
-    std::string s = "b";
-    s += quote;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t c = p[i];
-        if (c == quote || c == '\\') {
-            s += '\\';
-            s += char(c);
-        } else if (c == '\t') {
-            s += "\\t";
-        } else if (c == '\n') {
-            s += "\\n";
-        } else if (c == '\r') {
-            s += "\\r";
-        } else if (c < 0x20 || c >= 0x7f) {
-            s += "\\x" + hex(c, 2);
-        } else {
-            s += char(c);
-        }
-    }
-    s += quote;
-    return s;
-}
-
 [[noreturn]] inline void fail(const std::string& msg) { throw wire_format_error(msg); }
 
 // ---- frame layout -----------------------------------------------------------------------------
 
-struct Layout {
-    unsigned codec = 0, width = 0, flags = 0;
-    uint64_t nseq = 0;          // sequences (1 for a single-sequence frame)
-    uint64_t total = 0;         // ids over all sequences
-    size_t payload_off = 0;     // after header and count table
-    size_t payload_len = 0;     // decoded payload size, bytes
-    size_t stored_len = 0;      // bytes the payload takes in the frame (zstd: prefix + data)
-    size_t nbytes = 0;          // the whole frame, checksum included
-};
+// What a frame's header says: frame.h's tw_layout (its counts point into the frame: C++ callers
+// pass memory that does not change while they decode it).
+using Layout = tw_layout;
 
 inline size_t payload_size(unsigned codec, unsigned width, uint64_t total) {
-    // total < 2**58, width <= 32: no overflow.
-    if (codec == kRaw) return size_t(total * 4);
-    if (codec == kU16) return size_t(total * 2);
-    return size_t((total * width + 7) / 8);
+    return tw_payload_size(codec, width, total);
 }
 
 // Header, count table and zstd length prefix: everything frame_info needs (not the payload).
+// The checks and their messages are frame.h's, the very functions the Python extension calls.
 inline Layout parse_header(const uint8_t* buf, size_t n) {
-    Layout L;
-    const size_t k = n >= 4 ? 4 : n;
-    if (k != 0 && std::memcmp(buf, "TWIR", k) != 0)
-        fail("bad magic " + bytes_repr(buf, k) + ": not a tokenwire frame (expected b'TWIR')");
-    if (n < kHeaderSize)
-        fail("truncated: header needs 16 bytes, has " + dec(uint64_t(n)));
-    const unsigned version = buf[4], codec = buf[5], width = buf[6], flags = buf[7];
-    if (version != kVersion)
-        fail("unsupported version " + dec(version) + " (this tokenwire reads version 1)");
+    Layout L{};
     char msg[TW_MSG_SIZE];
-    if (tw_check_codec_width(codec, width, msg, sizeof msg) != 0) fail(msg);
-    if (flags & kFlagReserved)
-        fail("reserved flag bits set: 0x" + hex(flags & kFlagReserved, 2));
-    uint64_t count = tw_load_le64(buf + 8);
-    L.codec = codec;
-    L.width = width;
-    L.flags = flags;
-    size_t off = kHeaderSize;
-    uint64_t total = 0;
-    if (flags & kFlagMulti) {
-        // The table: `count` uint32 counts, zero-padded to a multiple of 8 bytes.
-        if (count > (n - kHeaderSize) / 4 || kHeaderSize + (count * 4 + 7) / 8 * 8 > n) {
-            const u128 need = (u128(count) * 4 + 7) / 8 * 8;
-            fail("truncated: count table needs " + dec(need) + " bytes, has " +
-                 dec(uint64_t(n - kHeaderSize)));
-        }
-        const size_t table_len = size_t((count * 4 + 7) / 8 * 8);
-        for (size_t i = 0; i < count; i++) total += tw_load_le32(buf + kHeaderSize + 4 * i);
-        for (size_t i = kHeaderSize + size_t(count) * 4; i < kHeaderSize + table_len; i++)
-            if (buf[i] != 0)
-                fail("nonzero padding byte at offset " + dec(uint64_t(i)) +
-                     ", after the count table");
-        off += table_len;
-        L.nseq = count;
-    } else {
-        total = count;
-        L.nseq = 1;
-    }
-    L.total = total;
-    L.payload_off = off;
-    const size_t trailer = (flags & kFlagChecksum) ? kChecksumSize : 0;
-    const auto have_after = [&](size_t used) -> uint64_t {   // max(n - used, 0)
-        return n > used ? uint64_t(n - used) : 0;
-    };
-    if (total >= kCountLimit) {
-        // Cannot be in memory; say what it would need.
-        const u128 need = (u128(total) * (codec == kRaw ? 32 : width) + 7) / 8;
-        fail("truncated: payload needs " + dec(need) + " bytes, has " +
-             dec(have_after(off + trailer)));
-    }
-    L.payload_len = payload_size(codec, width, total);
-    if (flags & kFlagZstd) {
-        if (n - off < kZstdLengthSize)
-            fail("truncated: zstd length needs 8 bytes, has " + dec(uint64_t(n - off)));
-        count = tw_load_le64(buf + off);     // compressed size
-        if (count > n)
-            fail("truncated: zstd payload needs " + dec(count) + " bytes, has " +
-                 dec(have_after(off + 8 + trailer)));
-        if (L.payload_len > count * kZstdMaxExpansion)
-            fail("zstd payload of " + dec(count) + " bytes claims to expand to " +
-                 dec(uint64_t(L.payload_len)) +
-                 " bytes, more than the 64x this decoder accepts");
-        L.stored_len = kZstdLengthSize + size_t(count);
-    } else {
-        L.stored_len = L.payload_len;
-    }
-    L.nbytes = off + L.stored_len + trailer;
+    if (tw_parse_prefix(buf, n, &L, msg, sizeof msg) != 0 ||
+        tw_parse_rest(buf, n, &L, msg, sizeof msg) != 0)
+        fail(msg);
     return L;
 }
 
 inline void check_padding_bits(const uint8_t* payload, const Layout& L) {
-    // A packed payload's unused high bits of the last byte must be 0: one frame per content.
-    if (L.codec == kPacked && L.payload_len > 0) {
-        const unsigned tail_bits = unsigned((L.total * L.width) & 7);
-        if (tail_bits && (payload[L.payload_len - 1] >> tail_bits))
-            fail("nonzero padding bits after the last id of the packed payload");
-    }
+    char msg[TW_MSG_SIZE];
+    if (tw_check_padding_bits(payload, &L, msg, sizeof msg) != 0) fail(msg);
 }
 
 // All structural checks of a whole frame, and the checksum.
 inline Layout check_frame(const uint8_t* buf, size_t n) {
     init_kernels();
     const Layout L = parse_header(buf, n);
-    const size_t trailer = (L.flags & kFlagChecksum) ? kChecksumSize : 0;
-    const size_t have = n - L.payload_off;
-    const bool zstd = (L.flags & kFlagZstd) != 0;
-    if (have < L.stored_len) {
-        const size_t prefix = zstd ? kZstdLengthSize : 0;
-        fail(std::string("truncated: ") + (zstd ? "zstd payload" : "payload") + " needs " +
-             dec(uint64_t(L.stored_len - prefix)) + " bytes, has " +
-             dec(int64_t(have) - int64_t(prefix)));
-    }
-    if (have < L.stored_len + trailer)
-        fail("truncated: checksum needs 4 bytes, has " + dec(uint64_t(have - L.stored_len)));
-    if (n > L.nbytes)
-        fail("trailing bytes: the frame ends at byte " + dec(uint64_t(L.nbytes)) +
-             ", the buffer has " + dec(uint64_t(n)) + " (" + dec(uint64_t(n - L.nbytes)) +
-             " extra)");
-    if (trailer) {
-        const uint32_t stored = tw_load_le32(buf + n - kChecksumSize);
-        const uint32_t actual = tw_crc32c(buf, n - kChecksumSize);
-        if (stored != actual)
-            throw checksum_error("checksum mismatch: the frame says 0x" + hex(stored, 8) +
-                                 ", its contents give 0x" + hex(actual, 8));
-    }
-    if (!zstd) check_padding_bits(buf + L.payload_off, L);
+    char msg[TW_MSG_SIZE];
+    const int r = tw_check_frame(buf, n, &L, msg, sizeof msg);
+    if (r == TW_CHECKSUM_MISMATCH) throw checksum_error(msg);
+    if (r != 0) fail(msg);
     return L;
 }
 
@@ -610,7 +481,7 @@ inline FrameInfo frame_info(const uint8_t* data, size_t size) {
     info.width = int(L.width);
     if (L.flags & kFlagMulti) {
         info.counts.resize(size_t(L.nseq));
-        for (size_t k = 0; k < L.nseq; k++) info.counts[k] = tw_load_le32(data + kHeaderSize + 4 * k);
+        for (size_t k = 0; k < L.nseq; k++) info.counts[k] = tw_load_le32(L.counts + 4 * k);
     } else {
         info.counts.assign(1, L.total);
     }
@@ -655,7 +526,7 @@ inline std::vector<std::vector<int32_t>> decode_many(const uint8_t* data, size_t
     std::vector<std::vector<int32_t>> out(size_t(L.nseq));
     uint64_t start = 0;
     for (size_t k = 0; k < L.nseq; k++) {
-        const size_t n = (L.flags & kFlagMulti) ? tw_load_le32(data + kHeaderSize + 4 * k)
+        const size_t n = (L.flags & kFlagMulti) ? tw_load_le32(L.counts + 4 * k)
                                                 : size_t(L.total);
         out[k].resize(n);
         read_payload(payload, L, start, n, out[k].data());
