@@ -149,7 +149,7 @@ static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg
     L->counts = NULL;
     L->counts_copy = NULL;
     const size_t k = n >= 4 ? 4 : n;
-    if (memcmp(buf, "TWIR", k) != 0) {
+    if (k != 0 && memcmp(buf, "TWIR", k) != 0) {
         tw_bytes_repr(buf, k, rep);
         snprintf(msg, cap, "bad magic %s: not a tokenwire frame (expected b'TWIR')", rep);
         return -1;
