@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,7 +45,7 @@ def threshold():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def big() -> dict[str, object]:
+def big() -> dict[str, Any]:
     i64 = np.arange(40_000_000, dtype=np.int64)         # 320 MB in, 160 MB out
     tv = tokenwire.as_tokens(i64)
     return {"int64": i64, "int32": i64.astype(np.int32),
@@ -52,7 +53,7 @@ def big() -> dict[str, object]:
             "frame": tokenwire.encode(tv, codec="raw", checksum=True)}
 
 
-CALLS: dict[str, Callable[[dict[str, object]], object]] = {
+CALLS: dict[str, Callable[[dict[str, Any]], object]] = {
     "as_tokens int64": lambda b: tokenwire.as_tokens(b["int64"]),
     "as_tokens strided": lambda b: tokenwire.as_tokens(b["int64"][::2]),
     "as_tokens int32 (memcpy)": lambda b: tokenwire.as_tokens(b["int32"]),
