@@ -4,7 +4,7 @@ the header and count-table parse, the whole-frame checks and the zstd frame walk
 returns -1 (TW_CHECKSUM_MISMATCH for a bad checksum) and writes its message -- the text of
 WireFormatError / ChecksumError -- into a caller buffer of TW_MSG_SIZE bytes."""
 
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "tokenwire/frame.h" nogil:
     enum:
@@ -27,6 +27,9 @@ cdef extern from "tokenwire/frame.h" nogil:
         const char* name
         unsigned min_width
         unsigned max_width
+        int64_t min_id
+        int64_t max_id
+        const char* id_range
     const tw_codec_info tw_codecs[]
 
     ctypedef struct tw_layout:
@@ -49,6 +52,11 @@ cdef extern from "tokenwire/frame.h" nogil:
                        size_t cap) noexcept
     int tw_check_padding_bits(const uint8_t* payload, const tw_layout* L, char* msg,
                               size_t cap) noexcept
+    int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned* width) noexcept
+    int64_t tw_codec_misfit(unsigned codec, const int32_t* ids, size_t n, int64_t seq, char* msg,
+                            size_t cap) noexcept
+    void tw_write_header(uint8_t* out, unsigned codec, unsigned width, unsigned flags,
+                         uint64_t count) noexcept
     size_t tw_payload_size(unsigned codec, unsigned width, uint64_t total) noexcept
     int64_t tw_zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len, char* msg,
                                size_t cap) noexcept

@@ -37,8 +37,11 @@ from tokenwire._frame cimport (
     TW_ZSTD_MAX_EXPANSION as ZSTD_MAX_EXPANSION,
     tw_check_frame,
     tw_check_padding_bits,
+    tw_choose_codec,
+    tw_codec_misfit,
     tw_codecs,
     tw_layout,
+    tw_write_header,
     tw_parse_prefix,
     tw_parse_rest,
     tw_payload_size,
@@ -59,12 +62,11 @@ twbp_init()
 cdef enum:
     # Requested codecs (encode's `codec=`) that are not wire codecs: the encoder's choices.
     # Wire codecs are requested by their id (the codec table, include/tokenwire/frame.h).
-    REQUEST_AUTO = 0x100
+    REQUEST_AUTO = 0x100        # TW_REQUEST_AUTO: tw_choose_codec takes it (and zstd) as auto
     REQUEST_ZSTD = 0x101
 
 #: The 4 magic bytes every frame starts with ("TWIR", "tokenwire").
 MAGIC = b"TWIR"
-cdef const char* _MAGIC = b"TWIR"
 #: Wire codec names by id, read from the codec table (include/tokenwire/frame.h).
 CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range(TW_NCODECS)])
 #: Every name `encode`'s `codec=` takes: "auto", the wire codecs, "zstd" (see `check_codec`).
@@ -427,63 +429,17 @@ def check_codec(codec):
     return codec
 
 
-cdef inline unsigned _bit_length(uint32_t v) noexcept nogil:
-    cdef unsigned w = 0
-    while v:
-        w += 1
-        v >>= 1
-    return w
-
-
-cdef int _choose_codec(int request, uint32_t orv, uint64_t total, unsigned* width) except -1:
-    """The wire codec for ids whose bitwise OR is `orv`; raises if a forced codec cannot hold them."""
-    cdef bint negative = (orv >> 31) != 0
-    cdef unsigned w = 1 if orv == 0 else _bit_length(orv)
-    if request == CODEC_RAW:
-        width[0] = 32
-        return CODEC_RAW
-    if request == CODEC_U16:
-        if orv >= 65536:
-            raise TokenIdError("codec 'u16' needs every id in [0, 65536)")
-        width[0] = 16
-        return CODEC_U16
-    if request == CODEC_PACKED:
-        if negative:
-            raise TokenIdError("codec 'packed' needs non-negative ids")
-        width[0] = w
-        return CODEC_PACKED
-    # auto (and zstd's inner payload): the smallest valid codec; on a tie the faster one, in the
-    # order raw, u16, packed (strict comparisons keep the earlier one).
-    width[0] = 32
-    if negative:
-        return CODEC_RAW
-    cdef int best = CODEC_RAW
-    cdef Py_ssize_t best_size = _payload_size(CODEC_RAW, 32, total)
-    if orv < 65536 and _payload_size(CODEC_U16, 16, total) < best_size:
-        best, best_size = CODEC_U16, _payload_size(CODEC_U16, 16, total)
-        width[0] = 16
-    if _payload_size(CODEC_PACKED, w, total) < best_size:
-        best = CODEC_PACKED
-        width[0] = w
-    return best
-
-
-cdef object _codec_error_detail(int codec, const int32_t** ptrs, const Py_ssize_t* lens,
-                                Py_ssize_t nseq, bint multi):
-    """Re-raise a forced-codec error naming the first id that does not fit."""
-    cdef Py_ssize_t k, i
-    cdef int32_t v
+cdef object _codec_misfit(int codec, const int32_t** ptrs, const Py_ssize_t* lens,
+                          Py_ssize_t nseq, bint multi):
+    """The error for a forced codec that cannot hold the ids, naming the first that does not
+    fit (the rule and the text: frame.h's codec table, shared with wire.hpp)."""
+    cdef char msg[TW_MSG_SIZE]
+    cdef Py_ssize_t k
     for k in range(nseq):
-        for i in range(lens[k]):
-            memcpy(&v, &ptrs[k][i], 4)       # an immutable source may be misaligned
-            if (codec == CODEC_U16 and (<uint32_t>v) >= 65536) or (codec == CODEC_PACKED and v < 0):
-                where = f"sequence {k}: " if multi else ""
-                rng = "[0, 65536)" if codec == CODEC_U16 else "[0, 2147483647]"
-                return TokenIdError(
-                    f"codec {CODEC_NAMES[codec]!r} needs ids in {rng}; "
-                    f"{where}id at index {i} is {v}"
-                )
-    return TokenIdError("codec cannot hold these ids")
+        if tw_codec_misfit(codec, ptrs[k], <size_t>lens[k], k if multi else -1, msg,
+                           TW_MSG_SIZE) >= 0:
+            return TokenIdError(_text(msg))
+    return TokenIdError("codec cannot hold these ids")      # a writer changed them meanwhile
 
 
 cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq,
@@ -501,10 +457,10 @@ cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_
         total += <uint64_t>lens[k]
         if request != CODEC_RAW and known_or < 0:
             orv |= _or_all(ptrs[k], lens[k])
-    try:
-        codec = _choose_codec(request, orv, total, &width)
-    except TokenIdError:
-        raise _codec_error_detail(request, ptrs, lens, nseq, multi) from None
+    # The codec and width (frame.h: auto's choice, or what a forced codec can hold).
+    codec = tw_choose_codec(request, orv, total, &width)
+    if codec < 0:
+        raise _codec_misfit(request, ptrs, lens, nseq, multi)
     if multi:
         flags |= FLAG_MULTI
         table_len = ((nseq * 4 + 7) // 8) * 8
@@ -533,12 +489,7 @@ cdef void _write_header(uint8_t* out, int codec, unsigned width, unsigned flags,
                         const Py_ssize_t* lens, Py_ssize_t nseq, bint multi,
                         Py_ssize_t table_len) noexcept:
     cdef Py_ssize_t k
-    memcpy(out, _MAGIC, 4)
-    out[4] = WIRE_VERSION
-    out[5] = <uint8_t>codec
-    out[6] = <uint8_t>width
-    out[7] = <uint8_t>flags
-    store_le64(out + 8, <uint64_t>count)
+    tw_write_header(out, codec, width, flags, <uint64_t>count)
     if multi:
         memset(out + HEADER_SIZE, 0, <size_t>table_len)
         for k in range(nseq):

@@ -283,65 +283,33 @@ inline void check_vocab(const std::vector<int32_t>& ids, uint32_t limit, int64_t
 
 // ---- encoding ---------------------------------------------------------------------------------
 
-inline unsigned bit_length(uint32_t v) {
-    unsigned w = 0;
-    for (; v; v >>= 1) w++;
-    return w;
-}
-
 struct Seq {
     const int32_t* ids;
     size_t n;
 };
 
+// A forced codec that cannot hold the ids: the first that does not fit, named (frame.h's rule
+// and text, shared with the Python extension).
 [[noreturn]] inline void codec_error(unsigned codec, const Seq* seqs, size_t nseq, bool multi) {
+    char msg[TW_MSG_SIZE];
     for (size_t k = 0; k < nseq; k++)
-        for (size_t i = 0; i < seqs[k].n; i++) {
-            const int32_t v = seqs[k].ids[i];
-            if ((codec == kU16 && uint32_t(v) >= 65536) || (codec == kPacked && v < 0))
-                throw std::invalid_argument(
-                    std::string("codec '") + tw_codecs[codec].name + "' needs ids in " +
-                    (codec == kU16 ? "[0, 65536)" : "[0, 2147483647]") + "; " +
-                    (multi ? "sequence " + dec(uint64_t(k)) + ": " : std::string()) +
-                    "id at index " + dec(uint64_t(i)) + " is " + dec(v));
-        }
+        if (tw_codec_misfit(codec, seqs[k].ids, seqs[k].n, multi ? int64_t(k) : -1, msg,
+                            sizeof msg) >= 0)
+            throw std::invalid_argument(msg);
     throw std::invalid_argument("codec cannot hold these ids");
 }
 
-// The wire codec for ids whose bitwise OR is `orv` (the rule of docs/wire-format.md).
+// The wire codec for ids whose bitwise OR is `orv` (frame.h's tw_choose_codec: the rule of
+// docs/wire-format.md).
 inline unsigned choose_codec(Codec request, uint32_t orv, uint64_t total, unsigned* width,
                              const Seq* seqs, size_t nseq, bool multi) {
-    const bool negative = (orv >> 31) != 0;
-    const unsigned w = orv == 0 ? 1 : bit_length(orv);
-    if (request == Codec::Raw) {
-        *width = 32;
-        return kRaw;
-    }
-    if (request == Codec::U16) {
-        if (orv >= 65536) codec_error(kU16, seqs, nseq, multi);
-        *width = 16;
-        return kU16;
-    }
-    if (request == Codec::Packed) {
-        if (negative) codec_error(kPacked, seqs, nseq, multi);
-        *width = w;
-        return kPacked;
-    }
-    // auto (and zstd's inner payload): the smallest; on a tie the faster, raw < u16 < packed.
-    *width = 32;
-    if (negative) return kRaw;
-    unsigned best = kRaw;
-    size_t best_size = payload_size(kRaw, 32, total);
-    if (orv < 65536 && payload_size(kU16, 16, total) < best_size) {
-        best = kU16;
-        best_size = payload_size(kU16, 16, total);
-        *width = 16;
-    }
-    if (payload_size(kPacked, w, total) < best_size) {
-        best = kPacked;
-        *width = w;
-    }
-    return best;
+    const unsigned wire = request == Codec::Raw      ? unsigned(kRaw)
+                          : request == Codec::U16    ? unsigned(kU16)
+                          : request == Codec::Packed ? unsigned(kPacked)
+                                                     : unsigned(TW_REQUEST_AUTO);
+    const int codec = tw_choose_codec(wire, orv, total, width);
+    if (codec < 0) codec_error(wire, seqs, nseq, multi);
+    return unsigned(codec);
 }
 
 inline void write_payload(uint8_t* out, const Seq* seqs, size_t nseq, unsigned codec,
@@ -377,12 +345,7 @@ inline void write_payload(uint8_t* out, const Seq* seqs, size_t nseq, unsigned c
 inline void write_header(uint8_t* out, unsigned codec, unsigned width, unsigned flags,
                          uint64_t count, const Seq* seqs, size_t nseq, bool multi,
                          size_t table_len) {
-    std::memcpy(out, "TWIR", 4);
-    out[4] = uint8_t(kVersion);
-    out[5] = uint8_t(codec);
-    out[6] = uint8_t(width);
-    out[7] = uint8_t(flags);
-    tw_store_le64(out + 8, count);
+    tw_write_header(out, codec, width, flags, count);
     if (multi) {
         std::memset(out + kHeaderSize, 0, table_len);
         for (size_t k = 0; k < nseq; k++)
