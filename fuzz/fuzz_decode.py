@@ -13,9 +13,11 @@ Run it through fuzz/run.sh, which builds the extension with clang and
 ASan checks every access); see docs/fuzzing.md. Against a gcc build it still runs, with coverage
 of this harness only. The harness is also structure-aware: the first input byte picks a mode --
 the bytes as they are, or a valid frame built from fuzzed ids / codec / checksum /
-multi-sequence and then damaged by fuzzed edits (bit flips, header field overwrites, cuts,
-appends). The corpus is seeded with tests/fixtures/. Every WireFormatError message must belong
-to a rejection branch listed in tests/strategies.py (WIRE_ERROR_KINDS).
+multi-sequence and then damaged by fuzzed edits -- the same edits the hypothesis tests make
+(tests/frame_damage.py: bit flips, header and count overwrites, cuts, appends, inserts, and
+zstd-section edits). The corpus is seeded with tests/fixtures/ (the golden frames and the
+negative fixtures in invalid/). Every WireFormatError message must belong to a rejection branch
+listed in tests/strategies.py (WIRE_ERROR_KINDS).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ with atheris.instrument_imports():
 TESTS = pathlib.Path(__file__).resolve().parent.parent / "tests"
 FIXTURES = TESTS / "fixtures"
 sys.path.insert(0, str(TESTS))
+from frame_damage import FuzzChooser, damage  # noqa: E402  (the edits the hypothesis tests make)
 from strategies import wire_error_kind  # noqa: E402  (the one list of rejection branches)
 
 _stats = {"inputs": 0, "decoded": 0}
@@ -67,19 +70,7 @@ def build_damaged_frame(fdp: atheris.FuzzedDataProvider) -> bytes:
     checksum = fdp.ConsumeBool()
     frame = bytearray(tokenwire.encode_many(seqs, codec=codec, checksum=checksum) if nseq
                       else tokenwire.encode(seqs[0], codec=codec, checksum=checksum))
-    for _ in range(fdp.ConsumeIntInRange(0, 4)):
-        op = fdp.ConsumeIntInRange(0, 4)
-        if op == 0 and frame:
-            frame[fdp.ConsumeIntInRange(0, len(frame) - 1)] ^= 1 << fdp.ConsumeIntInRange(0, 7)
-        elif op == 1 and frame:
-            frame[fdp.ConsumeIntInRange(0, min(len(frame), 40) - 1)] = fdp.ConsumeIntInRange(0, 255)
-        elif op == 2 and frame:
-            del frame[fdp.ConsumeIntInRange(0, len(frame) - 1):]
-        elif op == 3:
-            frame += fdp.ConsumeBytes(fdp.ConsumeIntInRange(1, 16))
-        elif len(frame) >= 16:                           # overwrite the 64-bit count
-            frame[8:16] = fdp.ConsumeIntInRange(0, 2**64 - 1).to_bytes(8, "little")
-    return bytes(frame)
+    return damage(bytes(frame), FuzzChooser(fdp), min_edits=0)
 
 
 @atheris.instrument_func
@@ -130,8 +121,9 @@ def main() -> int:
     p.add_argument("libfuzzer_args", nargs="*", help="extra libFuzzer arguments (after --)")
     args = p.parse_args()
     corpus = tempfile.mkdtemp(prefix="tokenwire-fuzz-")
-    for f in sorted(FIXTURES.glob("*.bin")):
-        (pathlib.Path(corpus) / f.name).write_bytes(f.read_bytes())
+    for f in sorted(FIXTURES.glob("*.bin")) + sorted(FIXTURES.glob("invalid/*.bin")):
+        # the first byte picks the mode (test_one_input): 0 = the bytes as they are
+        (pathlib.Path(corpus) / f"{f.parent.name}-{f.name}").write_bytes(b"\0" + f.read_bytes())
     argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-max_len=4096", "-rss_limit_mb=2048",
             *args.libfuzzer_args, corpus]
     atheris.Setup(argv, test_one_input)

@@ -29,7 +29,7 @@ class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=
 
 def _run(*args: str) -> str:
     r = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
-                       cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import pathlib
 import subprocess
+import tempfile
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -27,6 +28,9 @@ from cpp.harness import compile_pybind_engine, require_compiler
 from strategies import int_arrays, token_lists
 from test_gil import longest_stall_fraction, threshold  # noqa: F401 (a fixture)
 from tokenwire.benchmarks import engine
+
+# Builds C++ extensions with a real compiler: `pytest -m "not integration"` skips them.
+pytestmark = pytest.mark.integration
 
 
 def _load(name: str, path: pathlib.Path) -> ModuleType:
@@ -205,7 +209,8 @@ def _e2e(env_cache: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, XDG_CACHE_HOME=env_cache)
     return subprocess.run([sys.executable, "-m", "tokenwire", "e2e", "--isl", "2000",
                            "--requests", "4", "--engine", "nanobind"],
-                          capture_output=True, text=True, env=env, timeout=600)
+                          capture_output=True, text=True, env=env, timeout=600,
+                          cwd=tempfile.gettempdir())
 
 
 def test_e2e_with_the_nanobind_engine(nb_engine: ModuleType, cache_home: pathlib.Path) -> None:

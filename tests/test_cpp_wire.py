@@ -32,8 +32,15 @@ from cpp.harness import (
 )
 from strategies import CODECS, damaged_frames, frames, ids_for_codec
 
+# A C++ compiler and a long-lived subprocess (pyproject.toml's markers).
+pytestmark = pytest.mark.integration
+
 FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
+INVALID = FIXTURES / "invalid"
+INVALID_MANIFEST = json.loads((INVALID / "manifest.json").read_text())
+#: The manifest's exception classes as the conformance server names them.
+CPP_ERROR_KINDS = {"WireFormatError": "wire", "ChecksumError": "checksum"}
 
 
 def _zstd_in_cpp() -> bool:
@@ -133,6 +140,33 @@ def test_damaged_golden_frames_fail_with_python_messages(cpp: Conformance, name:
     frame = (FIXTURES / f"{name}.bin").read_bytes()
     for bad in _damaged(frame):
         assert_agree(cpp, bad)
+
+
+@pytest.mark.parametrize("name", sorted(INVALID_MANIFEST))
+def test_negative_fixtures_fail_with_the_manifest_messages(cpp: Conformance, name: str) -> None:
+    """The conformance suite (tests/fixtures/invalid/): every damaged frame is refused by
+    decode / decode_many / frame_info with the manifest's error class and exact message."""
+    case = INVALID_MANIFEST[name]
+    frame = (INVALID / f"{name}.bin").read_bytes()
+    if frame[7:8] and frame[7] & 0x04 and not _zstd_in_cpp():
+        pytest.skip("libzstd headers not installed (CI has them)")
+    vocab = case["kwargs"].get("vocab_size", -1)
+    calls = {"decode": lambda: cpp.decode(frame, vocab_size=vocab),
+             "decode_many": lambda: cpp.decode_many(frame, vocab_size=vocab),
+             "frame_info": lambda: cpp.frame_info(frame)}
+    for fn_name, call in calls.items():
+        expected = case[fn_name]
+        try:
+            call()
+        except CppError as e:
+            assert "error" in expected, (fn_name, e)
+            assert e.kind == CPP_ERROR_KINDS[expected["error"]], (fn_name, e)
+            if expected.get("match") == "prefix":
+                assert e.message.startswith(expected["message"]), (fn_name, e.message)
+            else:
+                assert e.message == expected["message"], fn_name
+        else:
+            assert "ok" in expected, (fn_name, expected)
 
 
 def _header(codec: int = 0, width: int = 32, flags: int = 0, count: int = 0,

@@ -19,6 +19,7 @@ import json
 import os
 import pickle
 import subprocess
+import tempfile
 import sys
 import tracemalloc
 from pathlib import Path
@@ -218,7 +219,7 @@ def test_both_shapes_roundtrip_as_buffers(shape, protocol):
 def _old_worker(data: bytes, *args: str) -> dict:
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "dropin_old_worker.py"), *args],
                        input=data, capture_output=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr.decode()
     return json.loads(r.stdout)
 
@@ -274,7 +275,8 @@ def test_list_on_wire_per_class_and_environment():
     code = "import tokenwire; print(tokenwire.list_on_wire())"
     for value, expected in (("1", "True"), ("0", "False"), ("", "False")):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": str(ROOT), "TOKENWIRE_LIST_ON_WIRE": value})
+                           env={**os.environ, "TOKENWIRE_LIST_ON_WIRE": value},
+                           cwd=tempfile.gettempdir())
         assert r.stdout.strip() == expected, r.stderr
 
 

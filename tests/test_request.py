@@ -711,6 +711,7 @@ import dataclasses  # noqa: E402
 import io  # noqa: E402
 import os  # noqa: E402
 import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
 from typing import Generic, List, Optional, TypeVar  # noqa: E402
@@ -1083,7 +1084,8 @@ def test_list_on_wire_environment_words(monkeypatch):
         _env_flag("TOKENWIRE_LIST_ON_WIRE")
     r = subprocess.run([sys.executable, "-c", "import tokenwire; print(tokenwire.list_on_wire())"],
                        capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT), "TOKENWIRE_LIST_ON_WIRE": "off"})
+                       env={**os.environ, "TOKENWIRE_LIST_ON_WIRE": "off"},
+                       cwd=tempfile.gettempdir())
     assert r.stdout.strip() == "False", r.stderr
 
 

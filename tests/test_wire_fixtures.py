@@ -1,18 +1,32 @@
-"""Golden frames: every committed v1 frame decodes to exactly its ids, forever (STYLE.md lesson 8).
+"""Golden frames: every committed v1 frame decodes to exactly its ids, forever (STYLE.md lesson 8);
+negative fixtures: every damaged frame fails with exactly the class and message its manifest
+says; and the spec (docs/wire-format.md) describes both.
 
-The frames and manifest.json are written by tests/fixtures/make_fixtures.py; see its docstring.
+The frames and manifest.json are written by tests/fixtures/make_fixtures.py, the negative ones
+by tests/fixtures/make_invalid_fixtures.py; see their docstrings.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tokenwire
+from strategies import (
+    ALL_WIRE_ERROR_KINDS,
+    WIRE_ERROR_KINDS_WITHOUT_FIXTURE,
+    ids_for_codec,
+    wire_error_kind,
+)
 
-FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 
 
@@ -60,3 +74,205 @@ def test_known_bytes_of_a_small_frame() -> None:
     # Pinned by hand from docs/wire-format.md's worked example, independent of the fixture files.
     frame = tokenwire.encode([1, 2, 3])
     assert frame == bytes.fromhex("54574952 01 02 02 00 0300000000000000 39".replace(" ", ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative fixtures: one damaged frame per rejection rule, the exact exception and message each
+# must produce (tests/fixtures/invalid/, written by tests/fixtures/make_invalid_fixtures.py).
+# The same manifest is the conformance suite for every other decoder (tests/test_cpp_wire.py).
+
+INVALID = FIXTURES / "invalid"
+INVALID_MANIFEST = json.loads((INVALID / "manifest.json").read_text())
+ENTRY_POINTS = {"decode": tokenwire.decode, "decode_many": tokenwire.decode_many,
+                "frame_info": tokenwire.frame_info}
+
+
+def expected_outcome_matches(expected: dict[str, object], error: BaseException | None) -> bool:
+    """Whether an entry point's outcome (None: it returned) is the manifest's `expected`."""
+    if "ok" in expected:
+        return error is None
+    if error is None or not isinstance(error, getattr(tokenwire, str(expected["error"]))):
+        return False
+    if expected.get("match") == "prefix":
+        return str(error).startswith(str(expected["message"]))
+    return str(error) == expected["message"]
+
+
+@pytest.mark.parametrize("name", sorted(INVALID_MANIFEST))
+def test_negative_fixture_fails_with_its_exact_message(name: str) -> None:
+    case = INVALID_MANIFEST[name]
+    frame = (INVALID / f"{name}.bin").read_bytes()
+    if frame[7:8] and frame[7] & 0x04 and not _has_zstd() and not os.environ.get("CI"):
+        pytest.skip("zstandard not installed")
+    for fn_name, fn in ENTRY_POINTS.items():
+        kwargs = case["kwargs"] if fn_name != "frame_info" else {}
+        error = None
+        try:
+            fn(frame, **kwargs)
+        except Exception as e:  # noqa: BLE001 - compared with the manifest below
+            error = e
+        assert expected_outcome_matches(case[fn_name], error), (fn_name, case[fn_name], error)
+        if error is not None:
+            # every rejection is a WireFormatError (so a ValueError), whatever subclass it is
+            assert isinstance(error, tokenwire.WireFormatError) and isinstance(error, ValueError)
+
+
+def test_every_rejection_rule_has_a_negative_fixture() -> None:
+    rules = {case["rule"] for case in INVALID_MANIFEST.values()}
+    assert rules <= set(ALL_WIRE_ERROR_KINDS), rules - set(ALL_WIRE_ERROR_KINDS)
+    missing = set(ALL_WIRE_ERROR_KINDS) - set(WIRE_ERROR_KINDS_WITHOUT_FIXTURE) - rules
+    assert not missing, f"rejection rules without a negative fixture: {sorted(missing)}"
+    for name, case in INVALID_MANIFEST.items():
+        messages = [case[f]["message"] for f in ENTRY_POINTS if "message" in case[f]]
+        assert messages and all(wire_error_kind(m) for m in messages), name
+        assert any(wire_error_kind(m) == case["rule"] for m in messages), name
+
+
+def _decoder_sources() -> list[pathlib.Path]:
+    """Where the decoders build their messages: the Cython sources (an installed tokenwire
+    ships them beside the extension; a source tree has them in tokenwire/), then the C++
+    header."""
+    for package in (pathlib.Path(tokenwire.__file__).parent, ROOT / "tokenwire"):
+        cython = sorted([*package.glob("*.pyx"), *package.glob("*.pxi")])
+        if cython:
+            break
+    return [*cython, pathlib.Path(tokenwire.get_include()) / "tokenwire" / "wire.hpp"]
+
+
+DECODER_SOURCES = _decoder_sources()
+# The first literal piece of every message a decoder raises: `_wire_error(f"...`,
+# `WireFormatError("...`, `ChecksumError(f"...`, and the C++ header's `fail("...`.
+_MESSAGE_SITE = re.compile(
+    r"(?:_wire_error|WireFormatError|ChecksumError|checksum_error|\bfail)\(\s*"
+    r"(?:std::string\()?f?\"([^\"{]*)")
+
+
+def test_every_decoder_message_belongs_to_a_listed_rule() -> None:
+    """A rejection rule added to either decoder without a kind in tests/strategies.py (and so
+    without a negative fixture) fails here."""
+    pieces = set()
+    for path in DECODER_SOURCES:
+        pieces.update(m for m in _MESSAGE_SITE.findall(path.read_text()) if m)
+    assert len(pieces) >= 20, f"found only {sorted(pieces)}: did the decoders move?"
+    # a literal piece either starts with a kind or is the start of one ("truncated: {what}")
+    unlisted = [p for p in pieces
+                if not any(p.startswith(k) or k.startswith(p) for k in ALL_WIRE_ERROR_KINDS)]
+    assert not unlisted, f"messages of no kind in tests/strategies.py: {unlisted}"
+
+
+def test_every_python_message_site_has_a_negative_fixture() -> None:
+    """Finer than the kinds: each message the Python decoder can build (each `raise` site, by
+    its literal start) begins some negative fixture's message."""
+    pieces = set()
+    for path in DECODER_SOURCES[:-1]:
+        pieces.update(m for m in _MESSAGE_SITE.findall(path.read_text()) if m)
+    messages = [re.sub(r"^sequence \d+: ", "", case[f]["message"])
+                for case in INVALID_MANIFEST.values() for f in ENTRY_POINTS
+                if "message" in case[f]]
+    untested = [p for p in pieces if not any(m.startswith(p) for m in messages)
+                and not any(p.startswith(k) for k in WIRE_ERROR_KINDS_WITHOUT_FIXTURE)]
+    assert not untested, f"decoder messages no negative fixture produces: {untested}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec's table of messages (docs/wire-format.md, "Decoding rules") describes every message
+# the negative fixtures pin: an outsider implementing from the text alone produces them.
+
+_PLACEHOLDER = re.compile(
+    r"0x%08x|0xNN|b'…'|…|(?<![A-Za-z])n(?: − (?:off|E|16))?(?: − 8)?(?![A-Za-z])|"
+    r"(?<![A-Za-z'])[A-Z]{1,2}(?![A-Za-z'])"
+)
+_PLACEHOLDER_REGEX = {"0x%08x": "0x[0-9a-f]{8}", "0xNN": "0x[0-9a-f]{2}", "b'…'": "b'.*'",
+                      "…": ".*"}
+
+
+def spec_message_patterns() -> list[re.Pattern[str]]:
+    """Each message of the spec's decoding-rules table as a regex (placeholders: numbers)."""
+    text = (ROOT / "docs" / "wire-format.md").read_text()
+    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
+    patterns = []
+    for row in rows:
+        message_column = row.split(" | ", 2)[2]
+        for code in re.findall(r"`([^`]+)`", message_column):
+            out, pos = [], 0
+            for m in _PLACEHOLDER.finditer(code):
+                out.append(re.escape(code[pos:m.start()]))
+                out.append(_PLACEHOLDER_REGEX.get(m.group(), r"-?\d+"))
+                pos = m.end()
+            out.append(re.escape(code[pos:]))
+            patterns.append(re.compile("".join(out)))
+    return patterns
+
+
+def test_spec_table_describes_every_negative_fixture_message() -> None:
+    patterns = spec_message_patterns()
+    assert len(patterns) >= 25, [p.pattern for p in patterns]
+    for name, case in INVALID_MANIFEST.items():
+        for fn_name in ENTRY_POINTS:
+            expected = case[fn_name]
+            if "message" not in expected:
+                continue
+            message = re.sub(r"^sequence \d+: ", "", expected["message"])
+            match = re.Pattern.match if expected.get("match") == "prefix" else re.Pattern.fullmatch
+            assert any(match(p, message) or (expected.get("match") == "prefix"
+                                             and p.pattern.startswith(re.escape(message)))
+                       for p in patterns), (name, fn_name, message)
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder rules and the acceptance rules of the spec that no fixture shows by itself.
+
+
+@given(st.lists(ids_for_codec("auto", max_size=60), max_size=5), st.booleans())
+def test_encode_many_uses_one_codec_and_width_for_all_sequences(seqs: list[list[int]],
+                                                                 checksum: bool) -> None:
+    many = tokenwire.encode_many(seqs, checksum=checksum)
+    one = tokenwire.encode([i for s in seqs for i in s], checksum=checksum)
+    table = ((4 * len(seqs) + 7) // 8) * 8
+    assert many[5:7] == one[5:7]                            # codec and width
+    assert many[7] == one[7] | 0x02                         # flags: MULTI added
+    assert int.from_bytes(many[8:16], "little") == len(seqs)
+    end = len(many) - (4 if checksum else 0)
+    assert many[16 + table:end] == one[16:len(one) - (4 if checksum else 0)]
+
+
+@given(ids_for_codec("zstd"), st.booleans())
+def test_zstd_is_kept_only_when_8_plus_c_is_below_p(ids: list[int], checksum: bool) -> None:
+    zstandard = pytest.importorskip("zstandard")
+    auto = tokenwire.encode(ids)
+    plain = auto[16:]
+    comp = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(plain)
+    frame = tokenwire.encode(ids, codec="zstd", checksum=checksum)
+    body = frame[:-4] if checksum else frame
+    if 8 + len(comp) < len(plain) and len(plain) <= 64 * len(comp):
+        assert body == (auto[:7] + bytes([auto[7] | 0x04 | checksum]) + auto[8:16]
+                        + len(comp).to_bytes(8, "little") + comp)
+    else:
+        assert body == auto[:7] + bytes([auto[7] | checksum]) + auto[8:]
+
+
+def test_a_zstd_section_that_saves_nothing_is_accepted() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    ids = [5, 7, 9]
+    plain = tokenwire.encode(ids, codec="packed")[16:]
+    comp = zstandard.ZstdCompressor(level=3).compress(plain)
+    assert 8 + len(comp) >= len(plain)
+    frame = tokenwire.encode(ids, codec="packed")[:16]
+    frame = frame[:7] + b"\x04" + frame[8:] + len(comp).to_bytes(8, "little") + comp
+    assert tokenwire.decode(frame).tolist() == ids
+    assert [v.tolist() for v in tokenwire.decode_many(frame)] == [ids]
+
+
+def test_decode_many_reads_single_sequence_frames() -> None:
+    assert [v.tolist() for v in tokenwire.decode_many(tokenwire.encode([3, 4]))] == [[3, 4]]
+    assert [v.tolist() for v in tokenwire.decode_many(tokenwire.encode([]))] == [[]]
+    assert tokenwire.decode_many(tokenwire.encode_many([])) == []
+
+
+@pytest.mark.parametrize(("codec", "head"), [
+    ("auto", "0020"), ("raw", "0020"), ("u16", "0110"), ("packed", "0201"), ("zstd", "0020")])
+def test_forced_codecs_on_empty_input(codec: str, head: str) -> None:
+    if codec == "zstd":
+        pytest.importorskip("zstandard")
+    frame = tokenwire.encode([], codec=codec)
+    assert frame == bytes.fromhex("5457495201" + head + "00" + "00" * 8)

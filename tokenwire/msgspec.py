@@ -296,6 +296,11 @@ class Decoder:
         local.frames = frames
         try:
             return self._decoder.decode(frames[0])
+        except UnicodeDecodeError as e:
+            # msgspec before 0.21 (the last release for Python 3.9 is 0.20) lets a string that is
+            # not UTF-8 escape as UnicodeDecodeError; later releases raise DecodeError. One
+            # documented error whatever the msgspec version.
+            raise msgspec.DecodeError(f"invalid UTF-8 in a msgpack string: {e}") from None
         finally:
             local.frames = None
 

@@ -16,6 +16,7 @@ With ``urlsafe=True`` the alphabet uses "-" and "_" instead of "+" and "/" (on b
 from __future__ import annotations
 
 import binascii
+import importlib
 import re
 import sys
 from typing import TYPE_CHECKING, Any, Optional, Union, cast
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 _pybase64: Any
 try:
-    import pybase64 as _pybase64
+    _pybase64 = importlib.import_module("pybase64")
 except ImportError:  # the optional extra is not installed: binascii does the work
     _pybase64 = None
 
