@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Frame checks shared with the C++ header (C in include/tokenwire/frame.h): the codec table,
-the header and count-table parse, the whole-frame checks and the zstd frame walk. A check
+the header and count-table parse, the whole-frame checks and the zstd frame walk; and the
+encoder's rules over the same table (include/tokenwire/encode.h). A check
 returns -1 (TW_CHECKSUM_MISMATCH for a bad checksum) and writes its message -- the text of
 WireFormatError / ChecksumError -- into a caller buffer of TW_MSG_SIZE bytes."""
 
@@ -52,11 +53,15 @@ cdef extern from "tokenwire/frame.h" nogil:
                        size_t cap) noexcept
     int tw_check_padding_bits(const uint8_t* payload, const tw_layout* L, char* msg,
                               size_t cap) noexcept
+    size_t tw_payload_size(unsigned codec, unsigned width, uint64_t total) noexcept
+    int64_t tw_zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len, char* msg,
+                               size_t cap) noexcept
+
+
+# The encoder's rules, read from the same codec table (include/tokenwire/encode.h).
+cdef extern from "tokenwire/encode.h" nogil:
     int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned* width) noexcept
     int64_t tw_codec_misfit(unsigned codec, const int32_t* ids, size_t n, int64_t seq, char* msg,
                             size_t cap) noexcept
     void tw_write_header(uint8_t* out, unsigned codec, unsigned width, unsigned flags,
                          uint64_t count) noexcept
-    size_t tw_payload_size(unsigned codec, unsigned width, uint64_t total) noexcept
-    int64_t tw_zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len, char* msg,
-                               size_t cap) noexcept

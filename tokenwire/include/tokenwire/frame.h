@@ -9,9 +9,9 @@
  *     (everything frame_info needs), in two steps so that a caller whose memory may change can
  *     copy the count table in between (the decoder then never reads the frame's table again);
  *   - tw_check_frame: the checks of a whole frame (sizes, trailing bytes, checksum, padding);
- *   - the encoder's rules: tw_choose_codec (auto's choice, what a forced codec can hold),
- *     tw_codec_misfit (the id a forced codec cannot hold, and its message), tw_write_header;
  *   - tw_zstd_frame_size: the walk over a zstd frame's headers (RFC 8878, 3.1.1).
+ *
+ * (The encoder's rules, which read the same table, are in encode.h.)
  *
  * A check returns 0 (or a size) when the input passes; otherwise -1, with the message (exactly
  * the text of WireFormatError / tokenwire::wire_format_error, docs/wire-format.md) written into
@@ -323,89 +323,6 @@ static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char
     }
     if (!zstd) return tw_check_padding_bits(buf + L->payload_off, L, msg, cap);
     return 0;
-}
-
-/* ---- the encoder's rules ------------------------------------------------------------------ */
-
-/* encode's codec="auto" (and zstd's inner payload): not a wire id. */
-#define TW_REQUEST_AUTO 0x100
-
-static unsigned tw_bit_length(uint32_t v) {
-    unsigned w = 0;
-    while (v) {
-        w++;
-        v >>= 1;
-    }
-    return w;
-}
-
-/* The wire codec (and *width) for ids whose bitwise OR is `orv`, `total` of them (the rule of
- * docs/wire-format.md): a forced codec (a wire id) as asked, or -1 when it cannot hold the ids
- * (tw_codec_misfit names the first that does not fit); auto, the smallest payload, on a tie the
- * faster codec in the order raw, u16, packed. */
-static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned *width) {
-    const int negative = (orv >> 31) != 0;
-    const unsigned w = orv == 0 ? 1 : tw_bit_length(orv);
-    if (request == TW_CODEC_RAW) {
-        *width = 32;
-        return TW_CODEC_RAW;
-    }
-    if (request == TW_CODEC_U16) {
-        if (orv > (uint32_t)tw_codecs[TW_CODEC_U16].max_id) return -1;
-        *width = 16;
-        return TW_CODEC_U16;
-    }
-    if (request == TW_CODEC_PACKED) {
-        if (negative) return -1;
-        *width = w;
-        return TW_CODEC_PACKED;
-    }
-    *width = 32;
-    if (negative) return TW_CODEC_RAW;
-    int best = TW_CODEC_RAW;
-    size_t best_size = tw_payload_size(TW_CODEC_RAW, 32, total);
-    if (orv <= (uint32_t)tw_codecs[TW_CODEC_U16].max_id &&
-        tw_payload_size(TW_CODEC_U16, 16, total) < best_size) {
-        best = TW_CODEC_U16;
-        best_size = tw_payload_size(TW_CODEC_U16, 16, total);
-        *width = 16;
-    }
-    if (tw_payload_size(TW_CODEC_PACKED, w, total) < best_size) {
-        best = TW_CODEC_PACKED;
-        *width = w;
-    }
-    return best;
-}
-
-/* The first of n ids at `ids` (any alignment) that `codec` cannot hold, or -1. When found, the
- * message: "codec 'u16' needs ids in [0, 65536); [sequence K: ]id at index I is V" (seq < 0: no
- * sequence part). */
-static int64_t tw_codec_misfit(unsigned codec, const int32_t *ids, size_t n, int64_t seq,
-                               char *msg, size_t cap) {
-    const tw_codec_info *info = &tw_codecs[codec];
-    for (size_t i = 0; i < n; i++) {
-        int32_t v;
-        memcpy(&v, (const uint8_t *)ids + 4 * i, 4);
-        if (v < info->min_id || v > info->max_id) {
-            char where[48] = "";
-            if (seq >= 0) snprintf(where, sizeof where, "sequence %lld: ", (long long)seq);
-            snprintf(msg, cap, "codec '%s' needs ids in %s; %sid at index %llu is %ld", info->name,
-                     info->id_range, where, (unsigned long long)i, (long)v);
-            return (int64_t)i;
-        }
-    }
-    return -1;
-}
-
-/* The 16-byte header (the count table, if any, follows; the caller writes it). */
-static void tw_write_header(uint8_t *out, unsigned codec, unsigned width, unsigned flags,
-                            uint64_t count) {
-    memcpy(out, "TWIR", 4);
-    out[4] = (uint8_t)TW_WIRE_VERSION;
-    out[5] = (uint8_t)codec;
-    out[6] = (uint8_t)width;
-    out[7] = (uint8_t)flags;
-    tw_store_le64(out + 8, count);
 }
 
 /* ---- zstd frame walk --------------------------------------------------------------------- */

@@ -52,6 +52,7 @@
 #include "bitpack.h"
 #include "crc32c.h"
 #include "frame.h"
+#include "encode.h"
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
