@@ -14,6 +14,7 @@ Cython directives and compiler flags are set here, and only here. Environment sw
   TOKENWIRE_DEBUG=1       -O0 -g and Cython's bounds checks back on
 """
 
+import glob
 import os
 
 from Cython.Build import cythonize
@@ -67,6 +68,8 @@ extensions = [
         define_macros=macros,
         # The C kernels live in tokenwire/include/tokenwire/ (shared with the C++ headers).
         include_dirs=["tokenwire/include"],
+        # ...so a change to one of them rebuilds the extension.
+        depends=sorted(glob.glob("tokenwire/include/tokenwire/*.h")),
     )
 ]
 

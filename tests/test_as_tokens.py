@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import enum
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -20,7 +21,17 @@ from strategies import (
     token_lists,
 )
 
-from tokenwire import TokenVector, as_tokens, tolist
+import tokenwire
+from tokenwire import (
+    TokenIdError,
+    TokenIdOverflowError,
+    TokenIdTypeError,
+    TokenVector,
+    TokenwireError,
+    WireFormatError,
+    as_tokens,
+    tolist,
+)
 
 # --------------------------------------------------------------------------------------------
 # accepted inputs
@@ -303,3 +314,60 @@ def test_empty_inputs_follow_the_readme_table():
         tokenwire.as_tokens(np.array([], dtype=np.float32))
     with pytest.raises(ValueError, match=r"shape \(0, 2\)"):
         tokenwire.as_tokens(np.zeros((0, 2), dtype=np.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# The exception tree: one root, built-in bases (tokenwire/errors.py)
+
+#: (call, tokenwire class, the built-in code written before the tree catches, message part)
+ERROR_TABLE = [
+    (lambda: tokenwire.as_tokens([1, 2**31]), TokenIdOverflowError, OverflowError,
+     "token id at index 1 is 2147483648"),
+    (lambda: tokenwire.as_tokens(np.array([0, -(2**40)], dtype=np.int64)), TokenIdOverflowError,
+     OverflowError, "token id at index 1 is -1099511627776"),
+    (lambda: tokenwire.as_tokens([1, True]), TokenIdTypeError, TypeError,
+     "token id at index 1 must be an int, got bool"),
+    (lambda: tokenwire.as_tokens(np.zeros(3, dtype=np.float32)), TokenIdTypeError, TypeError,
+     "dtype float32"),
+    (lambda: tokenwire.as_tokens("abc"), TokenIdTypeError, TypeError, "does not take str"),
+    (lambda: tokenwire.as_tokens(np.zeros((2, 2), dtype=np.int32)), TokenIdError, ValueError,
+     "shape (2, 2)"),
+    (lambda: tokenwire.as_tokens([5, 7], vocab_size=6), TokenIdError, ValueError,
+     "token id at index 1 is 7, outside the vocabulary [0, 6)"),
+    (lambda: tokenwire.TokenVector([5, -1], vocab_size=6), TokenIdError, ValueError,
+     "token id at index 1 is -1"),
+    (lambda: tokenwire.TokenVector.frombuffer(b"12345"), TokenIdError, ValueError, "5 bytes"),
+    (lambda: tokenwire.encode([1, 70000], codec="u16"), TokenIdError, ValueError,
+     "id at index 1 is 70000"),
+    (lambda: tokenwire.encode([1, -3], codec="packed"), TokenIdError, ValueError,
+     "id at index 1 is -3"),
+    (lambda: tokenwire.encode_many([[1], [2, 70000]], codec="u16"), TokenIdError, ValueError,
+     "sequence 1: id at index 1 is 70000"),
+    (lambda: tokenwire.decode(tokenwire.encode([5, 9]), vocab_size=8), WireFormatError, ValueError,
+     "token id at index 1 is 9, outside the vocabulary [0, 8)"),
+    (lambda: tokenwire.decode_many(tokenwire.encode_many([[1], [9]]), vocab_size=8),
+     WireFormatError, ValueError, "sequence 1: token id at index 0 is 9"),
+    (lambda: tokenwire.decode(b"TWIX"), WireFormatError, ValueError, "bad magic"),
+]
+
+
+@pytest.mark.parametrize("call, cls, builtin, text", ERROR_TABLE)
+def test_error_tree(call, cls, builtin, text):
+    # Caught as the tokenwire class, as the root, and as the built-in older code catches.
+    with pytest.raises(cls, match=re.escape(text)) as info:
+        call()
+    assert type(info.value) is cls
+    assert isinstance(info.value, TokenwireError) and isinstance(info.value, builtin)
+    try:
+        call()
+    except builtin:                     # `except ValueError` code keeps working
+        pass
+
+
+def test_error_classes_have_builtin_bases():
+    assert issubclass(TokenIdError, ValueError) and issubclass(TokenIdError, TokenwireError)
+    assert issubclass(TokenIdOverflowError, OverflowError)
+    assert issubclass(TokenIdTypeError, TypeError)
+    assert issubclass(WireFormatError, ValueError)
+    # Distinct branches: an OverflowError is not a ValueError, as before the tree.
+    assert not issubclass(TokenIdOverflowError, ValueError)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,16 +45,24 @@ def threshold():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def big() -> dict[str, np.ndarray]:
+def big() -> dict[str, Any]:
     i64 = np.arange(40_000_000, dtype=np.int64)         # 320 MB in, 160 MB out
-    return {"int64": i64, "int32": i64.astype(np.int32)}
+    tv = tokenwire.as_tokens(i64)
+    return {"int64": i64, "int32": i64.astype(np.int32),
+            "tv3": tv * 3,          # 480 MB: the vocabulary check alone runs long enough to tell
+            "frame": tokenwire.encode(tv, codec="raw", checksum=True)}
 
 
-CALLS: dict[str, Callable[[dict[str, np.ndarray]], object]] = {
+CALLS: dict[str, Callable[[dict[str, Any]], object]] = {
     "as_tokens int64": lambda b: tokenwire.as_tokens(b["int64"]),
     "as_tokens strided": lambda b: tokenwire.as_tokens(b["int64"][::2]),
     "as_tokens int32 (memcpy)": lambda b: tokenwire.as_tokens(b["int32"]),
     "encode packed": lambda b: tokenwire.encode(b["int32"], codec="packed"),
+    # The one vocabulary check (as_tokens returns a TokenVector as it is: only the check runs),
+    # and the frame checks with the checksum, which run in C without the GIL (frame.h).
+    "as_tokens vocab check": lambda b: tokenwire.as_tokens(b["tv3"], vocab_size=2**31 - 1),
+    "decode + checksum + vocab check": lambda b: tokenwire.decode(b["frame"],
+                                                                  vocab_size=2**31 - 1),
 }
 
 

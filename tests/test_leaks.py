@@ -68,6 +68,7 @@ TV = TokenVector(IDS)
 PACKED = tokenwire.encode(IDS[:-2], codec="packed")
 RAW = tokenwire.encode(IDS, codec="raw")
 MANY = tokenwire.encode_many([IDS[:100], [], IDS[100:400]], codec="auto")
+MANY_MUTABLE = bytearray(tokenwire.encode_many([IDS[:3]] * 300, codec="raw"))   # 1.2 KB table
 
 CASES: dict[str, Callable[[], object]] = {
     "as_tokens(list)": lambda: as_tokens(IDS),
@@ -102,6 +103,13 @@ CASES: dict[str, Callable[[], object]] = {
     "decode_many": lambda: tokenwire.decode_many(MANY),
     "decode zero-copy": lambda: tokenwire.decode(RAW),
     "decode truncated": _raises(lambda: tokenwire.decode(PACKED[:-1]), tokenwire.WireFormatError),
+    # A frame in mutable memory: its count table is copied once (PyMem) and freed on every path.
+    "decode_many(bytearray)": lambda: tokenwire.decode_many(MANY_MUTABLE),
+    "frame_info(bytearray)": lambda: tokenwire.frame_info(MANY_MUTABLE),
+    "decode(bytearray multi) refused": _raises(lambda: tokenwire.decode(MANY_MUTABLE),
+                                               tokenwire.WireFormatError),
+    "decode_many(bytearray truncated)": _raises(lambda: tokenwire.decode_many(MANY_MUTABLE[:-1]),
+                                                tokenwire.WireFormatError),
 }
 
 

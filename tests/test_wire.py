@@ -659,3 +659,27 @@ def test_decode_does_not_leak_memory() -> None:
             pass
     gc.collect()
     assert _rss_bytes() - base < 16 * 2**20
+
+
+# ---------------------------------------------------------------------------------------------
+# The codec table (include/tokenwire/frame.h): the one list of codec names and widths
+
+
+def test_codec_table_is_what_encode_accepts() -> None:
+    assert tokenwire.CODECS == ("auto", "raw", "u16", "packed", "zstd")
+    for wire_id, name in enumerate(_core.CODEC_NAMES):
+        frame = tokenwire.encode([1, 2, 3], codec=name)
+        assert frame[5] == wire_id and tokenwire.frame_info(frame).codec == name
+    for name in tokenwire.CODECS:
+        if name != "zstd" or HAS_ZSTD:
+            assert tokenwire.check_codec(name) == name
+            tokenwire.encode([1], codec=name)
+
+
+def test_check_codec_raises_what_encode_raises() -> None:
+    with pytest.raises(ValueError) as by_check:
+        tokenwire.check_codec("lz4")
+    with pytest.raises(ValueError) as by_encode:
+        tokenwire.encode([1], codec="lz4")
+    assert str(by_check.value) == str(by_encode.value) == (
+        "unknown codec 'lz4' (expected 'auto', 'raw', 'u16', 'packed' or 'zstd')")

@@ -130,21 +130,23 @@ def test_every_rejection_rule_has_a_negative_fixture() -> None:
 
 def _decoder_sources() -> list[pathlib.Path]:
     """Where the decoders build their messages: the Cython sources (an installed tokenwire
-    ships them beside the extension; a source tree has them in tokenwire/), then the C++
-    header."""
+    ships them beside the extension; a source tree has them in tokenwire/), the C header both
+    decoders share (frame.h: the header, count-table and frame checks), then the C++ header."""
     for package in (pathlib.Path(tokenwire.__file__).parent, ROOT / "tokenwire"):
         cython = sorted([*package.glob("*.pyx"), *package.glob("*.pxi")])
         if cython:
             break
-    return [*cython, pathlib.Path(tokenwire.get_include()) / "tokenwire" / "wire.hpp"]
+    include = pathlib.Path(tokenwire.get_include()) / "tokenwire"
+    return [*cython, include / "frame.h", include / "wire.hpp"]
 
 
 DECODER_SOURCES = _decoder_sources()
 # The first literal piece of every message a decoder raises: `_wire_error(f"...`,
-# `WireFormatError("...`, `ChecksumError(f"...`, and the C++ header's `fail("...`.
+# `WireFormatError("...`, `ChecksumError(f"...`, the C++ header's `fail("...`, and frame.h's
+# `snprintf(msg, cap, "...` (up to the first conversion).
 _MESSAGE_SITE = re.compile(
-    r"(?:_wire_error|WireFormatError|ChecksumError|checksum_error|\bfail)\(\s*"
-    r"(?:std::string\()?f?\"([^\"{]*)")
+    r"(?:(?:_wire_error|WireFormatError|ChecksumError|checksum_error|\bfail)\(\s*"
+    r"(?:std::string\()?f?|snprintf\(msg, cap,\s*)\"([^\"{%]*)")
 
 
 def test_every_decoder_message_belongs_to_a_listed_rule() -> None:

@@ -3,11 +3,13 @@
 import os as _os
 
 from tokenwire._core import (
+    CODECS,
     INT_CACHE_SIZE,
     FrameInfo,
     ImmutableBuffer,
     TokenVector,
     as_tokens,
+    check_codec,
     decode,
     decode_many,
     encode,
@@ -16,7 +18,15 @@ from tokenwire._core import (
     gil_release_threshold,
     tolist,
 )
-from tokenwire.errors import AuthenticationError, ChecksumError, TokenwireError, WireFormatError
+from tokenwire.errors import (
+    AuthenticationError,
+    ChecksumError,
+    TokenIdError,
+    TokenIdOverflowError,
+    TokenIdTypeError,
+    TokenwireError,
+    WireFormatError,
+)
 from tokenwire.request import (
     PICKLE_GLOBALS,
     GenerationRequest,
@@ -41,6 +51,7 @@ def get_include() -> str:
 
 __all__ = [
     "AuthenticationError",
+    "CODECS",
     "INT_CACHE_SIZE",
     "PICKLE_GLOBALS",
     "ChecksumError",
@@ -53,10 +64,14 @@ __all__ = [
     "token_fields",
     "FrameInfo",
     "ImmutableBuffer",
+    "TokenIdError",
+    "TokenIdOverflowError",
+    "TokenIdTypeError",
     "TokenVector",
     "TokenwireError",
     "WireFormatError",
     "as_tokens",
+    "check_codec",
     "decode",
     "decode_many",
     "encode",

@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""C-level interface of tokenwire's token buffer, for other Cython extensions.
+"""C-level interface of tokenwire's token buffer, for other Cython extensions (tests/test_cimport.py
+builds one against this file).
 
     from tokenwire._core cimport TokenVector, tv_data, tv_len, tv_from_int32
 
@@ -22,7 +23,6 @@ cdef class TokenVector:
     cdef Py_ssize_t _len
     cdef bint _owned
     cdef Py_buffer* _view
-    cdef Py_ssize_t _exports     # live buffer exports (diagnostics only; data never moves)
     cdef object __weakref__
 
 

@@ -20,11 +20,37 @@ from tokenwire._bitpack cimport (
     twbp_unpack,
     twbp_widen16,
 )
+from tokenwire._frame cimport (
+    TW_CHECKSUM_MISMATCH,
+    TW_CHECKSUM_SIZE as CHECKSUM_SIZE,
+    TW_CODEC_PACKED as CODEC_PACKED,
+    TW_CODEC_RAW as CODEC_RAW,
+    TW_CODEC_U16 as CODEC_U16,
+    TW_FLAG_CHECKSUM as FLAG_CHECKSUM,
+    TW_FLAG_MULTI as FLAG_MULTI,
+    TW_FLAG_ZSTD as FLAG_ZSTD,
+    TW_HEADER_SIZE as HEADER_SIZE,
+    TW_MSG_SIZE,
+    TW_NCODECS,
+    TW_WIRE_VERSION as WIRE_VERSION,
+    TW_ZSTD_LENGTH_SIZE as ZSTD_LENGTH_SIZE,
+    TW_ZSTD_MAX_EXPANSION as ZSTD_MAX_EXPANSION,
+    tw_check_frame,
+    tw_check_padding_bits,
+    tw_choose_codec,
+    tw_codec_misfit,
+    tw_codecs,
+    tw_layout,
+    tw_write_header,
+    tw_parse_prefix,
+    tw_parse_rest,
+    tw_payload_size,
+    tw_zstd_frame_size,
+)
 from tokenwire._crc32c cimport tw_crc32c, tw_crc32c_portable, twcrc_have_hw, twcrc_init
 from tokenwire._endian cimport load_le32, load_le64, store_le32, store_le64
 from libc.string cimport memset
 
-from tokenwire.errors import ChecksumError, WireFormatError
 
 twcrc_init()
 twbp_init()
@@ -32,34 +58,20 @@ twbp_init()
 # --------------------------------------------------------------------------------------------
 # Format constants (docs/wire-format.md)
 
+# The format's sizes, flags and limits live in include/tokenwire/frame.h (cimported above).
 cdef enum:
-    WIRE_VERSION = 1
-    HEADER_SIZE = 16
-    CHECKSUM_SIZE = 4
-    ZSTD_LENGTH_SIZE = 8
-    CODEC_RAW = 0
-    CODEC_U16 = 1
-    CODEC_PACKED = 2
-    FLAG_CHECKSUM = 0x01
-    FLAG_MULTI = 0x02
-    FLAG_ZSTD = 0x04
-    FLAG_RESERVED = 0xF8
-    # Requested codecs (encode's `codec=`), beyond the three wire codecs above.
-    REQUEST_AUTO = 3
-    REQUEST_ZSTD = 4
-    # A zstd payload may not decompress to more than this many times its compressed size: the
-    # decoder's allocations stay proportional to what it received (docs/wire-format.md, Safety).
-    ZSTD_MAX_EXPANSION = 64
+    # Requested codecs (encode's `codec=`) that are not wire codecs: the encoder's choices.
+    # Wire codecs are requested by their id (the codec table, include/tokenwire/frame.h).
+    REQUEST_AUTO = 0x100        # TW_REQUEST_AUTO: tw_choose_codec takes it (and zstd) as auto
+    REQUEST_ZSTD = 0x101
 
 #: The 4 magic bytes every frame starts with ("TWIR", "tokenwire").
 MAGIC = b"TWIR"
-cdef const char* _MAGIC = b"TWIR"
-WIRE_VERSION_1 = WIRE_VERSION
-CODEC_NAMES = ("raw", "u16", "packed")
-
-# No count can be this large in a frame that fits in memory; bounding counts here keeps every
-# size computation below in 64-bit range (2**58 ids * 32 bits = 2**63 bits).
-cdef uint64_t _COUNT_LIMIT = (<uint64_t>1) << 58
+#: Wire codec names by id, read from the codec table (include/tokenwire/frame.h).
+CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range(TW_NCODECS)])
+#: Every name `encode`'s `codec=` takes: "auto", the wire codecs, "zstd" (see `check_codec`).
+CODECS = ("auto",) + CODEC_NAMES + ("zstd",)
+_EXPECTED_CODECS = ", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]]) + f" or {CODECS[len(CODECS) - 1]!r}"
 
 cdef object _zstd_module = None     # zstandard, imported on first use (an optional extra)
 
@@ -79,28 +91,20 @@ cdef object _zstd():
     return _zstd_module
 
 
-ctypedef struct FrameLayout:
-    int codec
-    unsigned width
-    unsigned flags
-    uint64_t nseq            # sequences (1 for a single-sequence frame)
-    uint64_t total           # ids over all sequences
-    Py_ssize_t payload_off   # offset of the payload (after header and count table)
-    Py_ssize_t payload_len   # decoded payload size, bytes
-    Py_ssize_t stored_len    # bytes the payload takes in the frame (zstd: length prefix + data)
-    Py_ssize_t nbytes        # the whole frame, checksum included
+# What a frame's header says (frame.h's tw_layout). Its count table is where nothing can change
+# it after it is checked: in the frame itself when the frame is immutable memory
+# (`is_immutable_source`), otherwise in a copy read once from the frame (`counts_copy`, ours,
+# freed by _layout_free). decode_many and frame_info read the counts only from there, so a writer
+# racing with the decoder (a mutable source, the GIL released) cannot make them disagree with the
+# total checked. (No copy for bytes keeps decode_many's allocation bound, docs/wire-format.md.)
+ctypedef tw_layout FrameLayout
 
 
 # --------------------------------------------------------------------------------------------
 # Kernels
 
 cdef inline Py_ssize_t _payload_size(int codec, unsigned width, uint64_t total) noexcept nogil:
-    # total < 2**58, width <= 32: no overflow.
-    if codec == CODEC_RAW:
-        return <Py_ssize_t>(total * 4)
-    if codec == CODEC_U16:
-        return <Py_ssize_t>(total * 2)
-    return <Py_ssize_t>((total * width + 7) // 8)
+    return <Py_ssize_t>tw_payload_size(codec, width, total)
 
 
 cdef void _write_payload(uint8_t* out, const int32_t** ptrs, const Py_ssize_t* lens,
@@ -172,198 +176,52 @@ cdef inline object _wire_error(str msg):
     return WireFormatError(msg)
 
 
-cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except -1:
-    """Header, count table and (zstd) length prefix: everything `frame_info` needs. Does not
-    require the payload to be present. Sets every field of L."""
-    cdef Py_ssize_t k, table_len, off
-    cdef uint64_t count, total = 0
-    cdef bint partial = False
-    cdef unsigned version, codec, width, flags
-    cdef Py_ssize_t trailer
-    k = 4 if n >= 4 else n
-    if memcmp(buf, _MAGIC, k) != 0:
-        raise _wire_error(
-            f"bad magic {bytes(buf[:k])!r}: not a tokenwire frame (expected {MAGIC!r})"
-        )
-    if n < HEADER_SIZE:
-        raise _wire_error(f"truncated: header needs {HEADER_SIZE} bytes, has {n}")
-    version, codec, width, flags = buf[4], buf[5], buf[6], buf[7]
-    if version != WIRE_VERSION:
-        raise _wire_error(
-            f"unsupported version {version} (this tokenwire reads version {WIRE_VERSION})"
-        )
-    if codec == CODEC_RAW:
-        if width != 32:
-            raise _wire_error(f"bad width {width} for codec 'raw' (must be 32)")
-    elif codec == CODEC_U16:
-        if width != 16:
-            raise _wire_error(f"bad width {width} for codec 'u16' (must be 16)")
-    elif codec == CODEC_PACKED:
-        if width < 1 or width > 31:
-            raise _wire_error(f"bad width {width} for codec 'packed' (must be 1..31)")
-    else:
-        raise _wire_error(f"unknown codec {codec} (known: 0 raw, 1 u16, 2 packed)")
-    if flags & FLAG_RESERVED:
-        raise _wire_error(f"reserved flag bits set: 0x{flags & FLAG_RESERVED:02x}")
-    count = load_le64(buf + 8)
-    L.codec = codec
-    L.width = width
-    L.flags = flags
-    off = HEADER_SIZE
-    if flags & FLAG_MULTI:
-        # The table: `count` uint32 counts, zero-padded to a multiple of 8 bytes.
-        if count > <uint64_t>((n - HEADER_SIZE) // 4):
-            table_len = -1
-        else:
-            table_len = ((<Py_ssize_t>count * 4 + 7) // 8) * 8
-        if table_len < 0 or HEADER_SIZE + table_len > n:
-            need = ((<object>count * 4 + 7) // 8) * 8
-            raise _wire_error(f"truncated: count table needs {need} bytes, has {n - HEADER_SIZE}")
-        for k in range(<Py_ssize_t>count):
-            # Stop adding once past the limit: with a table of 2**32 entries or more a 64-bit
-            # sum could wrap around to a small total before the size check below.
-            if total < _COUNT_LIMIT:
-                total += load_le32(buf + HEADER_SIZE + 4 * k)
-            else:
-                partial = True
-        for k in range(HEADER_SIZE + <Py_ssize_t>count * 4, HEADER_SIZE + table_len):
-            if buf[k] != 0:
-                raise _wire_error(f"nonzero padding byte at offset {k}, after the count table")
-        off += table_len
-        L.nseq = count
-    else:
-        total = count
-        L.nseq = 1
-    L.total = total
-    L.payload_off = off
-    trailer = CHECKSUM_SIZE if flags & FLAG_CHECKSUM else 0
-    if total >= _COUNT_LIMIT:
-        # Cannot be in memory; say what it would need (Python ints: no overflow).
-        need = (<object>total * (32 if codec == CODEC_RAW else width) + 7) // 8
-        more = "more than " if partial else ""      # a sum that stopped at the limit
-        raise _wire_error(
-            f"truncated: payload needs {more}{need} bytes, has {max(n - off - trailer, 0)}"
-        )
-    L.payload_len = _payload_size(codec, width, total)
-    if flags & FLAG_ZSTD:
-        if n - off < ZSTD_LENGTH_SIZE:
-            raise _wire_error(
-                f"truncated: zstd length needs {ZSTD_LENGTH_SIZE} bytes, has {n - off}"
-            )
-        count = load_le64(buf + off)    # compressed size
-        if count > <uint64_t>n:
-            raise _wire_error(
-                f"truncated: zstd payload needs {count} bytes, has {max(n - off - 8 - trailer, 0)}"
-            )
-        if L.payload_len > <Py_ssize_t>count * ZSTD_MAX_EXPANSION:
-            raise _wire_error(
-                f"zstd payload of {count} bytes claims to expand to {L.payload_len} bytes, "
-                f"more than the {ZSTD_MAX_EXPANSION}x this decoder accepts"
-            )
-        L.stored_len = ZSTD_LENGTH_SIZE + <Py_ssize_t>count
-    else:
-        L.stored_len = L.payload_len
-    L.nbytes = off + L.stored_len + trailer
+cdef inline str _text(const char* msg):
+    return (<bytes>msg).decode("ascii")
+
+
+cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint stable) except -1:
+    """Header, count table and (zstd) length prefix: everything `frame_info` needs (the checks
+    and their messages: frame.h, shared with wire.hpp). Does not require the payload to be
+    present. `stable`: `buf` is immutable memory, so the count table is used in place; else it
+    is copied once, between the two steps, and only the copy is read."""
+    cdef char msg[TW_MSG_SIZE]
+    if tw_parse_prefix(buf, <size_t>n, L, msg, TW_MSG_SIZE) != 0:
+        raise _wire_error(_text(msg))
+    if L.counts != NULL and L.nseq and not stable:
+        # The table fits in the frame (checked): the copy is at most n bytes.
+        L.counts_copy = <uint8_t*>PyMem_Malloc(<size_t>L.nseq * 4)
+        if L.counts_copy == NULL:
+            raise MemoryError(f"cannot copy a count table of {L.nseq} entries")
+        memcpy(L.counts_copy, L.counts, <size_t>L.nseq * 4)      # the one read of the table
+        L.counts = L.counts_copy
+    if tw_parse_rest(buf, <size_t>n, L, msg, TW_MSG_SIZE) != 0:
+        raise _wire_error(_text(msg))
     return 0
 
 
-cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L) except -1:
-    """All structural checks of a whole frame, and the checksum."""
-    cdef Py_ssize_t have, trailer
-    cdef uint32_t stored, actual
-    cdef unsigned tail_bits
-    _parse_header(buf, n, L)
-    trailer = CHECKSUM_SIZE if L.flags & FLAG_CHECKSUM else 0
-    have = n - L.payload_off
-    if have < L.stored_len:
-        what = "zstd payload" if L.flags & FLAG_ZSTD else "payload"
-        need = L.stored_len - (ZSTD_LENGTH_SIZE if L.flags & FLAG_ZSTD else 0)
-        got = have - (ZSTD_LENGTH_SIZE if L.flags & FLAG_ZSTD else 0)
-        raise _wire_error(f"truncated: {what} needs {need} bytes, has {got}")
-    if have < L.stored_len + trailer:
-        raise _wire_error(
-            f"truncated: checksum needs {CHECKSUM_SIZE} bytes, has {have - L.stored_len}"
-        )
-    if n > L.nbytes:
-        raise _wire_error(
-            f"trailing bytes: the frame ends at byte {L.nbytes}, the buffer has {n} "
-            f"({n - L.nbytes} extra)"
-        )
-    if trailer:
-        stored = load_le32(buf + n - CHECKSUM_SIZE)
-        actual = _crc(buf, n - CHECKSUM_SIZE)
-        if stored != actual:
-            raise ChecksumError(
-                f"checksum mismatch: the frame says 0x{stored:08x}, its contents give 0x{actual:08x}"
-            )
-    if not (L.flags & FLAG_ZSTD):
-        _check_padding_bits(buf + L.payload_off, L)
+cdef inline void _layout_free(FrameLayout* L) noexcept:
+    PyMem_Free(L.counts_copy)
+    L.counts_copy = NULL
+    L.counts = NULL
+
+
+cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint stable) except -1:
+    """All structural checks of a whole frame, and the checksum (without the GIL from
+    NOGIL_BYTES: the checksum reads the whole frame)."""
+    cdef char msg[TW_MSG_SIZE]
+    cdef int r
+    _parse_header(buf, n, L, stable)
+    if n >= NOGIL_BYTES:
+        with nogil:
+            r = tw_check_frame(buf, <size_t>n, L, msg, TW_MSG_SIZE)
+    else:
+        r = tw_check_frame(buf, <size_t>n, L, msg, TW_MSG_SIZE)
+    if r == TW_CHECKSUM_MISMATCH:
+        raise ChecksumError(_text(msg))
+    if r != 0:
+        raise _wire_error(_text(msg))
     return 0
-
-
-cdef int _check_padding_bits(const uint8_t* payload, FrameLayout* L) except -1:
-    # A packed payload's unused high bits of the last byte must be 0: one frame per content.
-    cdef unsigned tail_bits
-    if L.codec == CODEC_PACKED and L.payload_len > 0:
-        tail_bits = <unsigned>((L.total * L.width) & 7)
-        if tail_bits and (payload[L.payload_len - 1] >> tail_bits):
-            raise _wire_error("nonzero padding bits after the last id of the packed payload")
-    return 0
-
-
-cdef enum:
-    ZSTD_MAGIC = 0xFD2FB528
-    ZSTD_BLOCK_MAX = 128 * 1024     # a zstd block never regenerates more than 128 KiB
-
-
-cdef Py_ssize_t _zstd_frame_size(const uint8_t* p, Py_ssize_t n, Py_ssize_t payload_len) except -1:
-    """Walk the zstd frame's headers (RFC 8878, section 3.1.1) without decompressing anything:
-    returns the frame's size in bytes. Raw and RLE blocks say how much they regenerate, so a
-    frame whose blocks add up to more than the declared payload is refused here, before any
-    output exists; compressed blocks are bounded by the decompressor's output limit."""
-    cdef Py_ssize_t off, fcs_len, regenerated = 0, size, stored
-    cdef unsigned fhd, btype
-    cdef uint32_t bh
-    if n < 5 or load_le32(p) != ZSTD_MAGIC:
-        raise _wire_error("zstd payload is corrupt: it does not start with a zstd frame")
-    fhd = p[4]
-    if fhd & 0x08:
-        raise _wire_error("zstd payload is corrupt: reserved bit set in the frame header")
-    fcs_len = (0, 2, 4, 8)[fhd >> 6]
-    if fcs_len == 0 and fhd & 0x20:
-        fcs_len = 1
-    off = 5 + (0 if fhd & 0x20 else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_len
-    while True:
-        if n - off < 3:
-            raise _wire_error(f"zstd payload is truncated: block header at byte {off} of {n}")
-        bh = p[off] | (<uint32_t>p[off + 1] << 8) | (<uint32_t>p[off + 2] << 16)
-        off += 3
-        btype = (bh >> 1) & 3
-        size = bh >> 3
-        if btype == 3:
-            raise _wire_error(f"zstd payload is corrupt: reserved block type at byte {off - 3}")
-        if size > ZSTD_BLOCK_MAX:
-            raise _wire_error(f"zstd payload is corrupt: a block of {size} bytes at byte {off - 3}")
-        if btype <= 1:
-            regenerated += size
-            if regenerated > payload_len:
-                raise _wire_error(
-                    f"zstd payload regenerates more than the {payload_len} bytes the header "
-                    f"needs (block at byte {off - 3})"
-                )
-        stored = 1 if btype == 1 else size
-        if n - off < stored:
-            raise _wire_error(
-                f"zstd payload is truncated: a block needs {stored} bytes at byte {off}, has {n - off}"
-            )
-        off += stored
-        if bh & 1:
-            break
-    if fhd & 0x04:
-        if n - off < 4:
-            raise _wire_error(f"zstd payload is truncated: content checksum needs 4 bytes, has {n - off}")
-        off += 4
-    return off
 
 
 cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
@@ -376,9 +234,15 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
             "(pip install tokenwire[zstd])"
         )
     cdef const uint8_t* section = buf + L.payload_off + ZSTD_LENGTH_SIZE
-    cdef Py_ssize_t clen = L.stored_len - ZSTD_LENGTH_SIZE
-    cdef Py_ssize_t flen = _zstd_frame_size(section, clen, L.payload_len)
-    cdef Py_ssize_t want = L.payload_len + 1, got = 0
+    cdef Py_ssize_t clen = <Py_ssize_t>L.stored_len - ZSTD_LENGTH_SIZE
+    cdef Py_ssize_t plen = <Py_ssize_t>L.payload_len
+    cdef char msg[TW_MSG_SIZE]
+    # The frame's headers, walked in C (include/tokenwire/frame.h, shared with wire.hpp).
+    cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(section, <size_t>clen,
+                                                          <uint64_t>plen, msg, TW_MSG_SIZE)
+    if flen < 0:
+        raise _wire_error(_text(msg))
+    cdef Py_ssize_t want = plen + 1, got = 0
     if flen != clen:
         raise _wire_error(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
     comp = PyBytes_FromStringAndSize(<const char*>section, clen)
@@ -386,9 +250,9 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
         declared = zstd.frame_content_size(comp)
     except zstd.ZstdError as e:
         raise _wire_error(f"zstd payload is corrupt: {e}") from None
-    if declared != L.payload_len:
+    if declared != plen:
         raise _wire_error(
-            f"zstd payload declares {declared} bytes, the header needs {L.payload_len}"
+            f"zstd payload declares {declared} bytes, the header needs {plen}"
         )
     # libzstd compares the real output with the declared size only at the end of the frame, so
     # the output is capped here: read at most one byte more than the header allows, and stop.
@@ -403,25 +267,19 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
             got += len(chunk)
     except zstd.ZstdError as e:
         raise _wire_error(f"zstd payload is corrupt: {e}") from None
-    if got != L.payload_len:
+    if got != plen:
         raise _wire_error(
-            f"zstd payload decompresses to {'more than ' if got > L.payload_len else ''}"
-            f"{min(got, L.payload_len)} bytes, the header needs {L.payload_len}"
+            f"zstd payload decompresses to {'more than ' if got > plen else ''}"
+            f"{min(got, plen)} bytes, the header needs {plen}"
         )
     out = b"".join(chunks)
-    _check_padding_bits(<const uint8_t*>PyBytes_AS_STRING(out), L)
+    if tw_check_padding_bits(<const uint8_t*>PyBytes_AS_STRING(out), L, msg, TW_MSG_SIZE) != 0:
+        raise _wire_error(_text(msg))
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # Decoding
-
-cdef object _vocab_error(Py_ssize_t seq, Py_ssize_t index, int32_t value, object vocab_size):
-    where = f"sequence {seq}: " if seq >= 0 else ""
-    return _wire_error(
-        f"{where}token id at index {index} is {value}, outside the vocabulary [0, {vocab_size})"
-    )
-
 
 cdef TokenVector _decode_one(object source, const uint8_t* payload, FrameLayout* L,
                              uint64_t start, Py_ssize_t n, bint zero_copy):
@@ -468,13 +326,12 @@ def decode(data, *, vocab_size=None):
     cdef const uint8_t* buf
     cdef const uint8_t* payload
     cdef TokenVector tv
-    cdef Py_ssize_t bad
-    cdef uint32_t limit
     cdef bint moved = False
+    L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         buf = <const uint8_t*>view.buf
-        _check_frame(buf, view.len, &L)
+        _check_frame(buf, view.len, &L, is_immutable_source(data))
         if L.flags & FLAG_MULTI:
             raise _wire_error(
                 f"multi-sequence frame ({L.nseq} sequences): read it with decode_many()"
@@ -493,13 +350,11 @@ def decode(data, *, vocab_size=None):
             else:
                 tv = _decode_one(data, payload, &L, 0, <Py_ssize_t>L.total, False)
     finally:
+        _layout_free(&L)
         if not moved:
             PyBuffer_Release(&view)
     if vocab_size is not None:
-        limit = _vocab_limit(vocab_size)
-        bad = _first_outside_vocab(tv._data, tv._len, limit)
-        if bad >= 0:
-            raise _vocab_error(-1, bad, tv._data[bad], vocab_size)
+        _check_vocab(tv, vocab_size, WireFormatError)
     return tv
 
 
@@ -510,7 +365,7 @@ def decode_many(data, *, vocab_size=None):
     cdef FrameLayout L
     cdef const uint8_t* buf
     cdef const uint8_t* payload
-    cdef Py_ssize_t k, n, bad
+    cdef Py_ssize_t k, n
     cdef uint64_t start = 0
     cdef uint32_t limit = 0
     cdef bint zero_copy
@@ -518,10 +373,11 @@ def decode_many(data, *, vocab_size=None):
     cdef TokenVector tv
     if vocab_size is not None:
         limit = _vocab_limit(vocab_size)
+    L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         buf = <const uint8_t*>view.buf
-        _check_frame(buf, view.len, &L)
+        _check_frame(buf, view.len, &L, is_immutable_source(data))
         source = data
         if L.flags & FLAG_ZSTD:
             source = _zstd_payload(buf, &L)
@@ -532,20 +388,16 @@ def decode_many(data, *, vocab_size=None):
             zero_copy = _can_view(data, payload, &L)
         out = [None] * <Py_ssize_t>L.nseq
         for k in range(<Py_ssize_t>L.nseq):
-            n = load_le32(buf + HEADER_SIZE + 4 * k) if L.flags & FLAG_MULTI else <Py_ssize_t>L.total
-            if <uint64_t>n > L.total - start:
-                # The table was validated, so only a writer racing with us (a mutable source,
-                # the GIL released while copying) gets here: never read past the payload.
-                raise _wire_error("count table changed while the frame was being decoded")
+            # The checked copy of the table: its counts add up to L.total by construction.
+            n = load_le32(L.counts + 4 * k) if L.flags & FLAG_MULTI else <Py_ssize_t>L.total
             tv = _decode_one(source, payload, &L, start, n, zero_copy)
             start += n
             if limit:
-                bad = _first_outside_vocab(tv._data, tv._len, limit)
-                if bad >= 0:
-                    raise _vocab_error(k, bad, tv._data[bad], vocab_size)
+                _check_vocab(tv, vocab_size, WireFormatError, k, limit)
             out[k] = tv
         return out
     finally:
+        _layout_free(&L)
         PyBuffer_Release(&view)
 
 
@@ -553,82 +405,41 @@ def decode_many(data, *, vocab_size=None):
 # Encoding
 
 cdef int _codec_request(object codec) except -1:
+    """The codec `encode` was asked for: a wire codec's id, REQUEST_AUTO or REQUEST_ZSTD."""
+    cdef int c
     if codec == "auto":
         return REQUEST_AUTO
-    if codec == "raw":
-        return CODEC_RAW
-    if codec == "packed":
-        return CODEC_PACKED
-    if codec == "u16":
-        return CODEC_U16
+    for c in range(TW_NCODECS):
+        if codec == CODEC_NAMES[c]:
+            return c
     if codec == "zstd":
         if _zstd() is None:
             raise ValueError(
                 "codec 'zstd' needs the zstandard package (pip install tokenwire[zstd])"
             )
         return REQUEST_ZSTD
-    raise ValueError(
-        f"unknown codec {codec!r} (expected 'auto', 'raw', 'u16', 'packed' or 'zstd')"
-    )
+    raise ValueError(f"unknown codec {codec!r} (expected {_EXPECTED_CODECS})")
 
 
-cdef inline unsigned _bit_length(uint32_t v) noexcept nogil:
-    cdef unsigned w = 0
-    while v:
-        w += 1
-        v >>= 1
-    return w
+def check_codec(codec):
+    """Return `codec` when `encode` accepts it (one of CODECS); raise the ValueError `encode`
+    would raise otherwise: an unknown name (listing the known ones), or "zstd" without the
+    zstandard package. For layers that take a codec name now and encode later."""
+    _codec_request(codec)
+    return codec
 
 
-cdef int _choose_codec(int request, uint32_t orv, uint64_t total, unsigned* width) except -1:
-    """The wire codec for ids whose bitwise OR is `orv`; raises if a forced codec cannot hold them."""
-    cdef bint negative = (orv >> 31) != 0
-    cdef unsigned w = 1 if orv == 0 else _bit_length(orv)
-    if request == CODEC_RAW:
-        width[0] = 32
-        return CODEC_RAW
-    if request == CODEC_U16:
-        if orv >= 65536:
-            raise ValueError("codec 'u16' needs every id in [0, 65536)")
-        width[0] = 16
-        return CODEC_U16
-    if request == CODEC_PACKED:
-        if negative:
-            raise ValueError("codec 'packed' needs non-negative ids")
-        width[0] = w
-        return CODEC_PACKED
-    # auto (and zstd's inner payload): the smallest valid codec; on a tie the faster one, in the
-    # order raw, u16, packed (strict comparisons keep the earlier one).
-    width[0] = 32
-    if negative:
-        return CODEC_RAW
-    cdef int best = CODEC_RAW
-    cdef Py_ssize_t best_size = _payload_size(CODEC_RAW, 32, total)
-    if orv < 65536 and _payload_size(CODEC_U16, 16, total) < best_size:
-        best, best_size = CODEC_U16, _payload_size(CODEC_U16, 16, total)
-        width[0] = 16
-    if _payload_size(CODEC_PACKED, w, total) < best_size:
-        best = CODEC_PACKED
-        width[0] = w
-    return best
-
-
-cdef object _codec_error_detail(int codec, const int32_t** ptrs, const Py_ssize_t* lens,
-                                Py_ssize_t nseq, bint multi):
-    """Re-raise a forced-codec error naming the first id that does not fit."""
-    cdef Py_ssize_t k, i
-    cdef int32_t v
+cdef object _codec_misfit(int codec, const int32_t** ptrs, const Py_ssize_t* lens,
+                          Py_ssize_t nseq, bint multi):
+    """The error for a forced codec that cannot hold the ids, naming the first that does not
+    fit (the rule and the text: frame.h's codec table, shared with wire.hpp)."""
+    cdef char msg[TW_MSG_SIZE]
+    cdef Py_ssize_t k
     for k in range(nseq):
-        for i in range(lens[k]):
-            memcpy(&v, &ptrs[k][i], 4)       # an immutable source may be misaligned
-            if (codec == CODEC_U16 and (<uint32_t>v) >= 65536) or (codec == CODEC_PACKED and v < 0):
-                where = f"sequence {k}: " if multi else ""
-                rng = "[0, 65536)" if codec == CODEC_U16 else "[0, 2147483647]"
-                return ValueError(
-                    f"codec {CODEC_NAMES[codec]!r} needs ids in {rng}; "
-                    f"{where}id at index {i} is {v}"
-                )
-    return ValueError("codec cannot hold these ids")
+        if tw_codec_misfit(codec, ptrs[k], <size_t>lens[k], k if multi else -1, msg,
+                           TW_MSG_SIZE) >= 0:
+            return TokenIdError(_text(msg))
+    return TokenIdError("codec cannot hold these ids")      # a writer changed them meanwhile
 
 
 cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq,
@@ -646,10 +457,10 @@ cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_
         total += <uint64_t>lens[k]
         if request != CODEC_RAW and known_or < 0:
             orv |= _or_all(ptrs[k], lens[k])
-    try:
-        codec = _choose_codec(request, orv, total, &width)
-    except ValueError:
-        raise _codec_error_detail(request, ptrs, lens, nseq, multi) from None
+    # The codec and width (frame.h: auto's choice, or what a forced codec can hold).
+    codec = tw_choose_codec(request, orv, total, &width)
+    if codec < 0:
+        raise _codec_misfit(request, ptrs, lens, nseq, multi)
     if multi:
         flags |= FLAG_MULTI
         table_len = ((nseq * 4 + 7) // 8) * 8
@@ -678,12 +489,7 @@ cdef void _write_header(uint8_t* out, int codec, unsigned width, unsigned flags,
                         const Py_ssize_t* lens, Py_ssize_t nseq, bint multi,
                         Py_ssize_t table_len) noexcept:
     cdef Py_ssize_t k
-    memcpy(out, _MAGIC, 4)
-    out[4] = WIRE_VERSION
-    out[5] = <uint8_t>codec
-    out[6] = <uint8_t>width
-    out[7] = <uint8_t>flags
-    store_le64(out + 8, <uint64_t>count)
+    tw_write_header(out, codec, width, flags, <uint64_t>count)
     if multi:
         memset(out + HEADER_SIZE, 0, <size_t>table_len)
         for k in range(nseq):
@@ -743,40 +549,34 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     cdef Py_ssize_t n
     cdef uint32_t orv
     cdef TokenVector tv
-    if type(tokens) is TokenVector:
-        tv = <TokenVector>tokens
-        ptr = tv._data
-        n = tv._len
-    elif (PyObject_CheckBuffer(tokens) and not isinstance(tokens, (bytes, bytearray))):
+    cdef int ids = IDS_NOT_BUFFER
+    if type(tokens) is not TokenVector:
+        ids = _acquire_ids(tokens, &view)
+    if ids == IDS_INT32:
         # A native int32 buffer is encoded where it lies (no intermediate copy).
-        PyObject_GetBuffer(tokens, &view, PyBUF_RECORDS_RO)
-        if _is_native_int32(&view) and (view.strides == NULL or view.strides[0] == 4):
-            ptr = <const int32_t*>view.buf
-            n = view.shape[0]
-            if request == CODEC_RAW or is_immutable_source(tokens):
-                have_view = True
-            else:
-                # Memory that may change: the width choice and the packing each read the ids,
-                # so a writer between them could make a frame hold ids never written. Copy once
-                # (one read of each id, OR-ed on the way), then check and code the copy. Raw
-                # reads the ids once anyway (one memcpy into the frame).
-                try:
-                    tv = tv_alloc(n)
-                    if n * 4 >= NOGIL_BYTES:
-                        with nogil:
-                            orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
-                    else:
-                        orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
-                finally:
-                    PyBuffer_Release(&view)
-                return _encode_frame(<const int32_t**>&tv._data, &n, 1, False, request, checksum, orv)
+        ptr = <const int32_t*>view.buf
+        n = view.shape[0]
+        if request == CODEC_RAW or is_immutable_source(tokens):
+            have_view = True
         else:
-            PyBuffer_Release(&view)
-            tv = _convert(tokens)
-            ptr = tv._data
-            n = tv._len
+            # Memory that may change: the width choice and the packing each read the ids,
+            # so a writer between them could make a frame hold ids never written. Copy once
+            # (one read of each id, OR-ed on the way), then check and code the copy. Raw
+            # reads the ids once anyway (one memcpy into the frame).
+            try:
+                tv = tv_alloc(n)
+                if n * 4 >= NOGIL_BYTES:
+                    with nogil:
+                        orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+                else:
+                    orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+            finally:
+                PyBuffer_Release(&view)
+            return _encode_frame(<const int32_t**>&tv._data, &n, 1, False, request, checksum, orv)
     else:
-        tv = _convert(tokens)
+        if ids != IDS_NOT_BUFFER:
+            PyBuffer_Release(&view)
+        tv = tokens if type(tokens) is TokenVector else _convert(tokens)
         ptr = tv._data
         n = tv._len
     try:
@@ -802,7 +602,7 @@ def encode_many(seqs, *, codec="auto", bint checksum=False):
         for k in range(nseq):
             tv = vectors[k]
             if tv._len > 0xFFFFFFFF:
-                raise OverflowError(
+                raise TokenIdOverflowError(
                     f"sequence {k} has {tv._len} ids; a multi-sequence frame holds < 2**32 per sequence"
                 )
             ptrs[k] = tv._data
@@ -848,15 +648,16 @@ def frame_info(data):
     cdef FrameInfo info = FrameInfo.__new__(FrameInfo)
     cdef const uint8_t* buf
     cdef Py_ssize_t k
+    L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         buf = <const uint8_t*>view.buf
-        _parse_header(buf, view.len, &L)
+        _parse_header(buf, view.len, &L, is_immutable_source(data))
         info.version = WIRE_VERSION
         info.codec = CODEC_NAMES[L.codec]
         info.width = L.width
         if L.flags & FLAG_MULTI:
-            info.counts = tuple([load_le32(buf + HEADER_SIZE + 4 * k) for k in range(<Py_ssize_t>L.nseq)])
+            info.counts = tuple([load_le32(L.counts + 4 * k) for k in range(<Py_ssize_t>L.nseq)])
         else:
             info.counts = (L.total,)
         info.checksum = (L.flags & FLAG_CHECKSUM) != 0
@@ -865,6 +666,7 @@ def frame_info(data):
         info.nbytes = L.nbytes
         return info
     finally:
+        _layout_free(&L)
         PyBuffer_Release(&view)
 
 

@@ -68,7 +68,7 @@ import sys
 import types
 from typing import Any, Callable, ClassVar, Optional, TypeVar, cast
 
-from tokenwire._core import TokenVector, as_tokens, decode, encode
+from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
 
 __all__ = [
@@ -215,10 +215,10 @@ class _TokenField:
 
 
 def _check_codec(codec: str) -> str:
-    """The core's codec table is the one home of codec names: an unknown one raises its
-    ValueError (listing the names), "zstd" without the zstandard package fails here, not later."""
-    encode([], codec=cast(Any, codec))
-    return codec
+    """The core's codec table (tokenwire.CODECS) is the one home of codec names: an unknown one
+    raises its ValueError (listing the names), "zstd" without the zstandard package fails here,
+    not later."""
+    return check_codec(codec)
 
 
 def _pack_field(codec: str, vector: TokenVector) -> Any:

@@ -18,26 +18,13 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#  define TWBP_BIG_ENDIAN 1
-#else
-#  define TWBP_BIG_ENDIAN 0
-#endif
+#include "byteorder.h"
 
 #if defined(__GNUC__)
 #  define TWBP_INLINE static inline __attribute__((always_inline))
 #else
 #  define TWBP_INLINE static inline
 #endif
-
-TWBP_INLINE uint64_t twbp_load64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if TWBP_BIG_ENDIAN
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
 
 /* Ids are read through memcpy: an int32 buffer may sit at any address (np.frombuffer(b, "i4",
  * offset=1)), and compilers turn this into one (unaligned) load. */
@@ -47,15 +34,8 @@ TWBP_INLINE uint32_t twbp_id(const int32_t *p, size_t i) {
     return v;
 }
 
-TWBP_INLINE void twbp_store32(uint8_t *p, uint32_t v) {
-#if TWBP_BIG_ENDIAN
-    v = __builtin_bswap32(v);
-#endif
-    memcpy(p, &v, 4);
-}
-
 TWBP_INLINE void twbp_store_bytes(uint8_t *p, uint64_t v, size_t n) {
-#if TWBP_BIG_ENDIAN
+#if TW_HOST_BIG_ENDIAN
     for (size_t k = 0; k < n; k++) p[k] = (uint8_t)(v >> (8 * k));
 #else
     memcpy(p, &v, n);
@@ -97,7 +77,7 @@ static void twbp_unpack_slow(const uint8_t *src, unsigned s, int32_t *dst, size_
     do {                                                                                       \
         const uint64_t m_ = (1ull << (W)) - 1;                                                 \
         for (unsigned j_ = 0; j_ < 8; j_++)                                                    \
-            (d)[j_] = (int32_t)((twbp_load64((p) + (j_ * (W)) / 8) >> ((j_ * (W)) % 8 + (s))) & m_); \
+            (d)[j_] = (int32_t)((tw_load_le64((p) + (j_ * (W)) / 8) >> ((j_ * (W)) % 8 + (s))) & m_); \
     } while (0)
 
 #define TWBP_DEFINE_UNPACK(W)                                                                  \
@@ -156,7 +136,7 @@ static void twbp_pack_slow(twbp_packer *pk, const int32_t *src, size_t n, unsign
             (acc) |= (uint64_t)twbp_id((src), j_) << ((s) + pc_);                              \
             pc_ += (W);                                                                        \
             if (pc_ >= 32) {                                                                   \
-                twbp_store32((o), (uint32_t)(acc));                                            \
+                tw_store_le32((o), (uint32_t)(acc));                                            \
                 (o) += 4;                                                                      \
                 (acc) >>= 32;                                                                  \
                 pc_ -= 32;                                                                     \
@@ -338,7 +318,7 @@ static uint32_t twbp_copy_or_all(int32_t *restrict dst, const int32_t *restrict 
 /* u16 codec: store / load little-endian uint16 ids. */
 TWBP_CLONES
 static void twbp_narrow16(const int32_t *restrict src, size_t n, uint8_t *restrict dst) {
-#if TWBP_BIG_ENDIAN
+#if TW_HOST_BIG_ENDIAN
     for (size_t i = 0; i < n; i++) { uint32_t v = twbp_id(src, i); dst[2 * i] = (uint8_t)v; dst[2 * i + 1] = (uint8_t)(v >> 8); }
 #else
     uint16_t *restrict d = (uint16_t *)(void *)dst;   /* callers pass 2-aligned dst */
@@ -348,7 +328,7 @@ static void twbp_narrow16(const int32_t *restrict src, size_t n, uint8_t *restri
 
 TWBP_CLONES
 static void twbp_widen16(const uint8_t *restrict src, size_t n, int32_t *restrict dst) {
-#if TWBP_BIG_ENDIAN
+#if TW_HOST_BIG_ENDIAN
     for (size_t i = 0; i < n; i++) dst[i] = (int32_t)src[2 * i] | ((int32_t)src[2 * i + 1] << 8);
 #else
     if (((uintptr_t)src & 1) == 0) {

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "byteorder.h"
+
 static uint32_t twcrc_table[8][256];
 static int twcrc_have_hw = 0;       /* set by twcrc_init(), called once at module import */
 
@@ -36,8 +38,8 @@ static void twcrc_init(void) {
 static uint32_t twcrc_sw(uint32_t crc, const uint8_t *p, size_t n) {
     while (n && ((uintptr_t)p & 7)) { crc = (crc >> 8) ^ twcrc_table[0][(crc ^ *p++) & 0xFF]; n--; }
     while (n >= 8) {
-        uint32_t lo = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) | ((uint32_t)p[7] << 24);
+        uint32_t lo = tw_load_le32(p);
+        uint32_t hi = tw_load_le32(p + 4);
         lo ^= crc;
         crc = twcrc_table[7][lo & 0xFF] ^ twcrc_table[6][(lo >> 8) & 0xFF] ^
               twcrc_table[5][(lo >> 16) & 0xFF] ^ twcrc_table[4][lo >> 24] ^

@@ -22,6 +22,7 @@
 #include <new>
 #include <vector>
 
+#include "byteorder.h"
 #include "pyint.h"
 
 namespace tokenwire {
@@ -120,7 +121,7 @@ inline bool copy_int32(const Py_buffer& view, std::vector<int32_t>& out) {
 inline bool is_native_int32(const Py_buffer& view) {
     if (view.ndim != 1 || view.itemsize != 4 || view.format == nullptr) return false;
     const char* f = view.format;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#if TW_HOST_BIG_ENDIAN
     if (*f == '@' || *f == '=' || *f == '>' || *f == '!') f++;
 #else
     if (*f == '@' || *f == '=' || *f == '<') f++;

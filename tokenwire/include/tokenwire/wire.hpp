@@ -3,11 +3,13 @@
 // Header-only; needs nothing beyond the standard library. zstd frames need libzstd: define
 // TOKENWIRE_WITH_ZSTD and link -lzstd (Debian: libzstd-dev); without it they are refused.
 //
-// The format and every validation message are specified in docs/wire-format.md; this file
-// follows the Cython implementation (tokenwire/_wire.pxi) check for check, so that both accept
-// the same frames and reject the same frames with the same text, and encode byte-for-byte the
-// same frames. The bit-packing and CRC-32C kernels are the very C headers the Python extension
-// compiles (tokenwire/bitpack.h, tokenwire/crc32c.h): one implementation for both languages.
+// The format and every validation message are specified in docs/wire-format.md. The checks of
+// an untrusted frame (header, count table, sizes, checksum, padding, the zstd frame walk), their
+// messages and the codec table are C in tokenwire/frame.h, and the bit-packing, CRC-32C and
+// byte-order kernels are tokenwire/bitpack.h, crc32c.h and byteorder.h: the very headers the
+// Python extension compiles, one implementation for both languages. What is left here (zstd
+// decompression, the vocabulary check, the encoder) follows tokenwire/_wire.pxi, so that both
+// accept and reject the same frames with the same text and encode byte-for-byte the same frames.
 // The test suite checks the agreement (tests/test_cpp_wire.py).
 //
 // Allocation bound (untrusted input): nothing is allocated before the frame has been checked to
@@ -46,8 +48,11 @@
 #endif
 #pragma GCC diagnostic ignored "-Wpedantic"
 #endif
+#include "byteorder.h"
 #include "bitpack.h"
 #include "crc32c.h"
+#include "frame.h"
+#include "encode.h"
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
@@ -89,15 +94,14 @@ namespace {
 
 // ---- format constants (docs/wire-format.md) --------------------------------------------------
 
-constexpr unsigned kVersion = 1;
-constexpr size_t kHeaderSize = 16;
-constexpr size_t kChecksumSize = 4;
-constexpr size_t kZstdLengthSize = 8;
-constexpr unsigned kRaw = 0, kU16 = 1, kPacked = 2;
-constexpr unsigned kFlagChecksum = 0x01, kFlagMulti = 0x02, kFlagZstd = 0x04, kFlagReserved = 0xF8;
-constexpr uint64_t kZstdMaxExpansion = 64;
-constexpr uint64_t kCountLimit = uint64_t(1) << 58;
-constexpr const char* kCodecNames[3] = {"raw", "u16", "packed"};
+constexpr unsigned kVersion = TW_WIRE_VERSION;
+constexpr size_t kHeaderSize = TW_HEADER_SIZE;
+constexpr size_t kChecksumSize = TW_CHECKSUM_SIZE;
+constexpr size_t kZstdLengthSize = TW_ZSTD_LENGTH_SIZE;
+constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_PACKED;
+constexpr unsigned kFlagChecksum = TW_FLAG_CHECKSUM, kFlagMulti = TW_FLAG_MULTI,
+                   kFlagZstd = TW_FLAG_ZSTD, kFlagReserved = TW_FLAG_RESERVED;
+constexpr uint64_t kZstdMaxExpansion = TW_ZSTD_MAX_EXPANSION;
 
 __extension__ typedef unsigned __int128 u128;   // exact byte counts of absurd claims, for messages
 
@@ -111,26 +115,9 @@ inline void init_kernels() {
     (void)done;
 }
 
-inline uint32_t load_le32(const uint8_t* p) {
-    return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-inline uint64_t load_le64(const uint8_t* p) {
-    return uint64_t(load_le32(p)) | uint64_t(load_le32(p + 4)) << 32;
-}
-inline void store_le32(uint8_t* p, uint32_t v) {
-    for (int k = 0; k < 4; k++) p[k] = uint8_t(v >> (8 * k));
-}
-inline void store_le64(uint8_t* p, uint64_t v) {
-    for (int k = 0; k < 8; k++) p[k] = uint8_t(v >> (8 * k));
-}
-
-inline bool host_big_endian() {
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    return true;
-#else
-    return false;
-#endif
-}
+// Byte order lives in byteorder.h (shared with the C kernels and Cython); this name stays for
+// code written against it (tests/cpp/conformance.cpp).
+inline uint32_t load_le32(const uint8_t* p) { return tw_load_le32(p); }
 
 // ---- message formatting (the same text as Python's f-strings) --------------------------------
 
@@ -151,235 +138,52 @@ inline std::string dec(int64_t v) {
 inline std::string dec(unsigned v) { return dec(u128(v)); }
 inline std::string dec(int v) { return dec(int64_t(v)); }
 
-inline std::string hex(uint32_t v, int digits) {
-    static const char* x = "0123456789abcdef";
-    std::string s(size_t(digits), '0');
-    for (int i = digits - 1; i >= 0; i--, v >>= 4) s[size_t(i)] = x[v & 15];
-    return s;
-}
-
-// repr() of a Python bytes object.
-inline std::string bytes_repr(const uint8_t* p, size_t n) {
-    bool has_single = false, has_double = false;
-    for (size_t i = 0; i < n; i++) {
-        has_single |= p[i] == '\'';
-        has_double |= p[i] == '"';
-    }
-    const char quote = (has_single && !has_double) ? '"' : '\'';
-    std::string s = "b";
-    s += quote;
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t c = p[i];
-        if (c == quote || c == '\\') {
-            s += '\\';
-            s += char(c);
-        } else if (c == '\t') {
-            s += "\\t";
-        } else if (c == '\n') {
-            s += "\\n";
-        } else if (c == '\r') {
-            s += "\\r";
-        } else if (c < 0x20 || c >= 0x7f) {
-            s += "\\x" + hex(c, 2);
-        } else {
-            s += char(c);
-        }
-    }
-    s += quote;
-    return s;
-}
-
 [[noreturn]] inline void fail(const std::string& msg) { throw wire_format_error(msg); }
 
 // ---- frame layout -----------------------------------------------------------------------------
 
-struct Layout {
-    unsigned codec = 0, width = 0, flags = 0;
-    uint64_t nseq = 0;          // sequences (1 for a single-sequence frame)
-    uint64_t total = 0;         // ids over all sequences
-    size_t payload_off = 0;     // after header and count table
-    size_t payload_len = 0;     // decoded payload size, bytes
-    size_t stored_len = 0;      // bytes the payload takes in the frame (zstd: prefix + data)
-    size_t nbytes = 0;          // the whole frame, checksum included
-};
+// What a frame's header says: frame.h's tw_layout (its counts point into the frame: C++ callers
+// pass memory that does not change while they decode it).
+using Layout = tw_layout;
 
 inline size_t payload_size(unsigned codec, unsigned width, uint64_t total) {
-    // total < 2**58, width <= 32: no overflow.
-    if (codec == kRaw) return size_t(total * 4);
-    if (codec == kU16) return size_t(total * 2);
-    return size_t((total * width + 7) / 8);
+    return tw_payload_size(codec, width, total);
 }
 
 // Header, count table and zstd length prefix: everything frame_info needs (not the payload).
+// The checks and their messages are frame.h's, the very functions the Python extension calls.
 inline Layout parse_header(const uint8_t* buf, size_t n) {
-    Layout L;
-    const size_t k = n >= 4 ? 4 : n;
-    if (k != 0 && std::memcmp(buf, "TWIR", k) != 0)
-        fail("bad magic " + bytes_repr(buf, k) + ": not a tokenwire frame (expected b'TWIR')");
-    if (n < kHeaderSize)
-        fail("truncated: header needs 16 bytes, has " + dec(uint64_t(n)));
-    const unsigned version = buf[4], codec = buf[5], width = buf[6], flags = buf[7];
-    if (version != kVersion)
-        fail("unsupported version " + dec(version) + " (this tokenwire reads version 1)");
-    if (codec == kRaw) {
-        if (width != 32) fail("bad width " + dec(width) + " for codec 'raw' (must be 32)");
-    } else if (codec == kU16) {
-        if (width != 16) fail("bad width " + dec(width) + " for codec 'u16' (must be 16)");
-    } else if (codec == kPacked) {
-        if (width < 1 || width > 31)
-            fail("bad width " + dec(width) + " for codec 'packed' (must be 1..31)");
-    } else {
-        fail("unknown codec " + dec(codec) + " (known: 0 raw, 1 u16, 2 packed)");
-    }
-    if (flags & kFlagReserved)
-        fail("reserved flag bits set: 0x" + hex(flags & kFlagReserved, 2));
-    uint64_t count = load_le64(buf + 8);
-    L.codec = codec;
-    L.width = width;
-    L.flags = flags;
-    size_t off = kHeaderSize;
-    uint64_t total = 0;
-    if (flags & kFlagMulti) {
-        // The table: `count` uint32 counts, zero-padded to a multiple of 8 bytes.
-        if (count > (n - kHeaderSize) / 4 || kHeaderSize + (count * 4 + 7) / 8 * 8 > n) {
-            const u128 need = (u128(count) * 4 + 7) / 8 * 8;
-            fail("truncated: count table needs " + dec(need) + " bytes, has " +
-                 dec(uint64_t(n - kHeaderSize)));
-        }
-        const size_t table_len = size_t((count * 4 + 7) / 8 * 8);
-        for (size_t i = 0; i < count; i++) total += load_le32(buf + kHeaderSize + 4 * i);
-        for (size_t i = kHeaderSize + size_t(count) * 4; i < kHeaderSize + table_len; i++)
-            if (buf[i] != 0)
-                fail("nonzero padding byte at offset " + dec(uint64_t(i)) +
-                     ", after the count table");
-        off += table_len;
-        L.nseq = count;
-    } else {
-        total = count;
-        L.nseq = 1;
-    }
-    L.total = total;
-    L.payload_off = off;
-    const size_t trailer = (flags & kFlagChecksum) ? kChecksumSize : 0;
-    const auto have_after = [&](size_t used) -> uint64_t {   // max(n - used, 0)
-        return n > used ? uint64_t(n - used) : 0;
-    };
-    if (total >= kCountLimit) {
-        // Cannot be in memory; say what it would need.
-        const u128 need = (u128(total) * (codec == kRaw ? 32 : width) + 7) / 8;
-        fail("truncated: payload needs " + dec(need) + " bytes, has " +
-             dec(have_after(off + trailer)));
-    }
-    L.payload_len = payload_size(codec, width, total);
-    if (flags & kFlagZstd) {
-        if (n - off < kZstdLengthSize)
-            fail("truncated: zstd length needs 8 bytes, has " + dec(uint64_t(n - off)));
-        count = load_le64(buf + off);     // compressed size
-        if (count > n)
-            fail("truncated: zstd payload needs " + dec(count) + " bytes, has " +
-                 dec(have_after(off + 8 + trailer)));
-        if (L.payload_len > count * kZstdMaxExpansion)
-            fail("zstd payload of " + dec(count) + " bytes claims to expand to " +
-                 dec(uint64_t(L.payload_len)) +
-                 " bytes, more than the 64x this decoder accepts");
-        L.stored_len = kZstdLengthSize + size_t(count);
-    } else {
-        L.stored_len = L.payload_len;
-    }
-    L.nbytes = off + L.stored_len + trailer;
+    Layout L{};
+    char msg[TW_MSG_SIZE];
+    if (tw_parse_prefix(buf, n, &L, msg, sizeof msg) != 0 ||
+        tw_parse_rest(buf, n, &L, msg, sizeof msg) != 0)
+        fail(msg);
     return L;
 }
 
 inline void check_padding_bits(const uint8_t* payload, const Layout& L) {
-    // A packed payload's unused high bits of the last byte must be 0: one frame per content.
-    if (L.codec == kPacked && L.payload_len > 0) {
-        const unsigned tail_bits = unsigned((L.total * L.width) & 7);
-        if (tail_bits && (payload[L.payload_len - 1] >> tail_bits))
-            fail("nonzero padding bits after the last id of the packed payload");
-    }
+    char msg[TW_MSG_SIZE];
+    if (tw_check_padding_bits(payload, &L, msg, sizeof msg) != 0) fail(msg);
 }
 
 // All structural checks of a whole frame, and the checksum.
 inline Layout check_frame(const uint8_t* buf, size_t n) {
     init_kernels();
     const Layout L = parse_header(buf, n);
-    const size_t trailer = (L.flags & kFlagChecksum) ? kChecksumSize : 0;
-    const size_t have = n - L.payload_off;
-    const bool zstd = (L.flags & kFlagZstd) != 0;
-    if (have < L.stored_len) {
-        const size_t prefix = zstd ? kZstdLengthSize : 0;
-        fail(std::string("truncated: ") + (zstd ? "zstd payload" : "payload") + " needs " +
-             dec(uint64_t(L.stored_len - prefix)) + " bytes, has " +
-             dec(int64_t(have) - int64_t(prefix)));
-    }
-    if (have < L.stored_len + trailer)
-        fail("truncated: checksum needs 4 bytes, has " + dec(uint64_t(have - L.stored_len)));
-    if (n > L.nbytes)
-        fail("trailing bytes: the frame ends at byte " + dec(uint64_t(L.nbytes)) +
-             ", the buffer has " + dec(uint64_t(n)) + " (" + dec(uint64_t(n - L.nbytes)) +
-             " extra)");
-    if (trailer) {
-        const uint32_t stored = load_le32(buf + n - kChecksumSize);
-        const uint32_t actual = tw_crc32c(buf, n - kChecksumSize);
-        if (stored != actual)
-            throw checksum_error("checksum mismatch: the frame says 0x" + hex(stored, 8) +
-                                 ", its contents give 0x" + hex(actual, 8));
-    }
-    if (!zstd) check_padding_bits(buf + L.payload_off, L);
+    char msg[TW_MSG_SIZE];
+    const int r = tw_check_frame(buf, n, &L, msg, sizeof msg);
+    if (r == TW_CHECKSUM_MISMATCH) throw checksum_error(msg);
+    if (r != 0) fail(msg);
     return L;
 }
 
-// Walks the zstd frame's headers (RFC 8878, section 3.1.1) without decompressing anything and
-// returns the frame's size in bytes. Raw and RLE blocks say how much they regenerate, so a frame
-// whose blocks add up to more than the declared payload is refused before any output exists;
-// compressed blocks are bounded by the output limit of the decompression. The same checks, in
-// the same order and with the same messages, as `_zstd_frame_size` in tokenwire/_wire.pxi.
+// The zstd frame's size from its headers (the walk and its messages: tw_zstd_frame_size in
+// frame.h, the very function the Python extension calls).
 inline size_t zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len) {
-    constexpr uint32_t kZstdMagic = 0xFD2FB528u;
-    constexpr uint32_t kZstdBlockMax = 128 * 1024;
-    if (n < 5 || load_le32(p) != kZstdMagic)
-        fail("zstd payload is corrupt: it does not start with a zstd frame");
-    const unsigned fhd = p[4];
-    if (fhd & 0x08) fail("zstd payload is corrupt: reserved bit set in the frame header");
-    static const size_t kFcs[4] = {0, 2, 4, 8}, kDid[4] = {0, 1, 2, 4};
-    size_t fcs_len = kFcs[fhd >> 6];
-    if (fcs_len == 0 && (fhd & 0x20)) fcs_len = 1;
-    size_t off = 5 + ((fhd & 0x20) ? 0 : 1) + kDid[fhd & 3] + fcs_len;
-    uint64_t regenerated = 0;
-    for (;;) {
-        if (off > n || n - off < 3)
-            fail("zstd payload is truncated: block header at byte " + dec(uint64_t(off)) +
-                 " of " + dec(uint64_t(n)));
-        const uint32_t bh = uint32_t(p[off]) | (uint32_t(p[off + 1]) << 8) |
-                            (uint32_t(p[off + 2]) << 16);
-        off += 3;
-        const unsigned btype = (bh >> 1) & 3;
-        const uint32_t size = bh >> 3;
-        if (btype == 3)
-            fail("zstd payload is corrupt: reserved block type at byte " + dec(uint64_t(off - 3)));
-        if (size > kZstdBlockMax)
-            fail("zstd payload is corrupt: a block of " + dec(uint64_t(size)) + " bytes at byte " +
-                 dec(uint64_t(off - 3)));
-        if (btype <= 1) {
-            regenerated += size;
-            if (regenerated > payload_len)
-                fail("zstd payload regenerates more than the " + dec(payload_len) +
-                     " bytes the header needs (block at byte " + dec(uint64_t(off - 3)) + ")");
-        }
-        const size_t stored = btype == 1 ? 1 : size;
-        if (n - off < stored)
-            fail("zstd payload is truncated: a block needs " + dec(uint64_t(stored)) +
-                 " bytes at byte " + dec(uint64_t(off)) + ", has " + dec(uint64_t(n - off)));
-        off += stored;
-        if (bh & 1) break;
-    }
-    if (fhd & 0x04) {
-        if (n - off < 4)
-            fail("zstd payload is truncated: content checksum needs 4 bytes, has " +
-                 dec(uint64_t(n - off)));
-        off += 4;
-    }
-    return off;
+    char msg[TW_MSG_SIZE];
+    const int64_t size = tw_zstd_frame_size(p, n, payload_len, msg, sizeof msg);
+    if (size < 0) fail(msg);
+    return size_t(size);
 }
 
 // The decompressed payload of a checked zstd frame: exactly L.payload_len bytes.
@@ -445,8 +249,8 @@ inline void read_payload(const uint8_t* payload, const Layout& L, uint64_t start
                          int32_t* dst) {
     if (n == 0) return;
     if (L.codec == kRaw) {
-        if (host_big_endian()) {
-            for (size_t i = 0; i < n; i++) dst[i] = int32_t(load_le32(payload + 4 * (start + i)));
+        if (TW_HOST_BIG_ENDIAN) {
+            for (size_t i = 0; i < n; i++) dst[i] = int32_t(tw_load_le32(payload + 4 * (start + i)));
         } else {
             std::memcpy(dst, payload + 4 * start, n * 4);
         }
@@ -480,65 +284,33 @@ inline void check_vocab(const std::vector<int32_t>& ids, uint32_t limit, int64_t
 
 // ---- encoding ---------------------------------------------------------------------------------
 
-inline unsigned bit_length(uint32_t v) {
-    unsigned w = 0;
-    for (; v; v >>= 1) w++;
-    return w;
-}
-
 struct Seq {
     const int32_t* ids;
     size_t n;
 };
 
+// A forced codec that cannot hold the ids: the first that does not fit, named (frame.h's rule
+// and text, shared with the Python extension).
 [[noreturn]] inline void codec_error(unsigned codec, const Seq* seqs, size_t nseq, bool multi) {
+    char msg[TW_MSG_SIZE];
     for (size_t k = 0; k < nseq; k++)
-        for (size_t i = 0; i < seqs[k].n; i++) {
-            const int32_t v = seqs[k].ids[i];
-            if ((codec == kU16 && uint32_t(v) >= 65536) || (codec == kPacked && v < 0))
-                throw std::invalid_argument(
-                    std::string("codec '") + kCodecNames[codec] + "' needs ids in " +
-                    (codec == kU16 ? "[0, 65536)" : "[0, 2147483647]") + "; " +
-                    (multi ? "sequence " + dec(uint64_t(k)) + ": " : std::string()) +
-                    "id at index " + dec(uint64_t(i)) + " is " + dec(v));
-        }
+        if (tw_codec_misfit(codec, seqs[k].ids, seqs[k].n, multi ? int64_t(k) : -1, msg,
+                            sizeof msg) >= 0)
+            throw std::invalid_argument(msg);
     throw std::invalid_argument("codec cannot hold these ids");
 }
 
-// The wire codec for ids whose bitwise OR is `orv` (the rule of docs/wire-format.md).
+// The wire codec for ids whose bitwise OR is `orv` (frame.h's tw_choose_codec: the rule of
+// docs/wire-format.md).
 inline unsigned choose_codec(Codec request, uint32_t orv, uint64_t total, unsigned* width,
                              const Seq* seqs, size_t nseq, bool multi) {
-    const bool negative = (orv >> 31) != 0;
-    const unsigned w = orv == 0 ? 1 : bit_length(orv);
-    if (request == Codec::Raw) {
-        *width = 32;
-        return kRaw;
-    }
-    if (request == Codec::U16) {
-        if (orv >= 65536) codec_error(kU16, seqs, nseq, multi);
-        *width = 16;
-        return kU16;
-    }
-    if (request == Codec::Packed) {
-        if (negative) codec_error(kPacked, seqs, nseq, multi);
-        *width = w;
-        return kPacked;
-    }
-    // auto (and zstd's inner payload): the smallest; on a tie the faster, raw < u16 < packed.
-    *width = 32;
-    if (negative) return kRaw;
-    unsigned best = kRaw;
-    size_t best_size = payload_size(kRaw, 32, total);
-    if (orv < 65536 && payload_size(kU16, 16, total) < best_size) {
-        best = kU16;
-        best_size = payload_size(kU16, 16, total);
-        *width = 16;
-    }
-    if (payload_size(kPacked, w, total) < best_size) {
-        best = kPacked;
-        *width = w;
-    }
-    return best;
+    const unsigned wire = request == Codec::Raw      ? unsigned(kRaw)
+                          : request == Codec::U16    ? unsigned(kU16)
+                          : request == Codec::Packed ? unsigned(kPacked)
+                                                     : unsigned(TW_REQUEST_AUTO);
+    const int codec = tw_choose_codec(wire, orv, total, width);
+    if (codec < 0) codec_error(wire, seqs, nseq, multi);
+    return unsigned(codec);
 }
 
 inline void write_payload(uint8_t* out, const Seq* seqs, size_t nseq, unsigned codec,
@@ -552,8 +324,8 @@ inline void write_payload(uint8_t* out, const Seq* seqs, size_t nseq, unsigned c
     for (size_t k = 0; k < nseq; k++) {
         const size_t n = seqs[k].n;
         if (codec == kRaw) {
-            if (host_big_endian()) {
-                for (size_t i = 0; i < n; i++) store_le32(out + 4 * i, uint32_t(seqs[k].ids[i]));
+            if (TW_HOST_BIG_ENDIAN) {
+                for (size_t i = 0; i < n; i++) tw_store_le32(out + 4 * i, uint32_t(seqs[k].ids[i]));
             } else if (n) {
                 std::memcpy(out, seqs[k].ids, n * 4);
             }
@@ -574,16 +346,11 @@ inline void write_payload(uint8_t* out, const Seq* seqs, size_t nseq, unsigned c
 inline void write_header(uint8_t* out, unsigned codec, unsigned width, unsigned flags,
                          uint64_t count, const Seq* seqs, size_t nseq, bool multi,
                          size_t table_len) {
-    std::memcpy(out, "TWIR", 4);
-    out[4] = uint8_t(kVersion);
-    out[5] = uint8_t(codec);
-    out[6] = uint8_t(width);
-    out[7] = uint8_t(flags);
-    store_le64(out + 8, count);
+    tw_write_header(out, codec, width, flags, count);
     if (multi) {
         std::memset(out + kHeaderSize, 0, table_len);
         for (size_t k = 0; k < nseq; k++)
-            store_le32(out + kHeaderSize + 4 * k, uint32_t(seqs[k].n));
+            tw_store_le32(out + kHeaderSize + 4 * k, uint32_t(seqs[k].n));
     }
 }
 
@@ -642,13 +409,13 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
         frame.resize(off + stored + (checksum ? kChecksumSize : 0));
         write_header(frame.data(), codec, width, flags, count, seqs, nseq, multi, table_len);
         if (use) {
-            store_le64(frame.data() + off, clen);
+            tw_store_le64(frame.data() + off, clen);
             std::memcpy(frame.data() + off + kZstdLengthSize, comp.data(), clen);
         } else if (payload_len) {
             std::memcpy(frame.data() + off, plain.data(), payload_len);
         }
         if (checksum)
-            store_le32(frame.data() + off + stored, tw_crc32c(frame.data(), off + stored));
+            tw_store_le32(frame.data() + off + stored, tw_crc32c(frame.data(), off + stored));
         return frame;
     }
 #endif
@@ -656,7 +423,7 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
     write_header(frame.data(), codec, width, flags, count, seqs, nseq, multi, table_len);
     write_payload(frame.data() + off, seqs, nseq, codec, width);
     if (checksum)
-        store_le32(frame.data() + off + payload_len, tw_crc32c(frame.data(), off + payload_len));
+        tw_store_le32(frame.data() + off + payload_len, tw_crc32c(frame.data(), off + payload_len));
     return frame;
 }
 
@@ -674,11 +441,11 @@ inline FrameInfo frame_info(const uint8_t* data, size_t size) {
     const Layout L = parse_header(data, size);
     FrameInfo info;
     info.version = int(kVersion);
-    info.codec = kCodecNames[L.codec];
+    info.codec = tw_codecs[L.codec].name;
     info.width = int(L.width);
     if (L.flags & kFlagMulti) {
         info.counts.resize(size_t(L.nseq));
-        for (size_t k = 0; k < L.nseq; k++) info.counts[k] = load_le32(data + kHeaderSize + 4 * k);
+        for (size_t k = 0; k < L.nseq; k++) info.counts[k] = tw_load_le32(L.counts + 4 * k);
     } else {
         info.counts.assign(1, L.total);
     }
@@ -723,7 +490,7 @@ inline std::vector<std::vector<int32_t>> decode_many(const uint8_t* data, size_t
     std::vector<std::vector<int32_t>> out(size_t(L.nseq));
     uint64_t start = 0;
     for (size_t k = 0; k < L.nseq; k++) {
-        const size_t n = (L.flags & kFlagMulti) ? load_le32(data + kHeaderSize + 4 * k)
+        const size_t n = (L.flags & kFlagMulti) ? tw_load_le32(L.counts + 4 * k)
                                                 : size_t(L.total);
         out[k].resize(n);
         read_payload(payload, L, start, n, out[k].data());

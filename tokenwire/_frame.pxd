@@ -1,0 +1,67 @@
+# cython: language_level=3
+"""Frame checks shared with the C++ header (C in include/tokenwire/frame.h): the codec table,
+the header and count-table parse, the whole-frame checks and the zstd frame walk; and the
+encoder's rules over the same table (include/tokenwire/encode.h). A check
+returns -1 (TW_CHECKSUM_MISMATCH for a bad checksum) and writes its message -- the text of
+WireFormatError / ChecksumError -- into a caller buffer of TW_MSG_SIZE bytes."""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+cdef extern from "tokenwire/frame.h" nogil:
+    enum:
+        TW_MSG_SIZE
+        TW_CHECKSUM_MISMATCH
+        TW_WIRE_VERSION
+        TW_HEADER_SIZE
+        TW_CHECKSUM_SIZE
+        TW_ZSTD_LENGTH_SIZE
+        TW_FLAG_CHECKSUM
+        TW_FLAG_MULTI
+        TW_FLAG_ZSTD
+        TW_FLAG_RESERVED
+        TW_ZSTD_MAX_EXPANSION
+        TW_CODEC_RAW
+        TW_CODEC_U16
+        TW_CODEC_PACKED
+        TW_NCODECS
+    ctypedef struct tw_codec_info:
+        const char* name
+        unsigned min_width
+        unsigned max_width
+        int64_t min_id
+        int64_t max_id
+        const char* id_range
+    const tw_codec_info tw_codecs[]
+
+    ctypedef struct tw_layout:
+        unsigned codec
+        unsigned width
+        unsigned flags
+        uint64_t nseq
+        uint64_t total
+        size_t payload_off
+        size_t payload_len
+        size_t stored_len
+        size_t nbytes
+        const uint8_t* counts
+        uint8_t* counts_copy
+
+    int tw_check_codec_width(unsigned codec, unsigned width, char* msg, size_t cap) noexcept
+    int tw_parse_prefix(const uint8_t* buf, size_t n, tw_layout* L, char* msg, size_t cap) noexcept
+    int tw_parse_rest(const uint8_t* buf, size_t n, tw_layout* L, char* msg, size_t cap) noexcept
+    int tw_check_frame(const uint8_t* buf, size_t n, const tw_layout* L, char* msg,
+                       size_t cap) noexcept
+    int tw_check_padding_bits(const uint8_t* payload, const tw_layout* L, char* msg,
+                              size_t cap) noexcept
+    size_t tw_payload_size(unsigned codec, unsigned width, uint64_t total) noexcept
+    int64_t tw_zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len, char* msg,
+                               size_t cap) noexcept
+
+
+# The encoder's rules, read from the same codec table (include/tokenwire/encode.h).
+cdef extern from "tokenwire/encode.h" nogil:
+    int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned* width) noexcept
+    int64_t tw_codec_misfit(unsigned codec, const int32_t* ids, size_t n, int64_t seq, char* msg,
+                            size_t cap) noexcept
+    void tw_write_header(uint8_t* out, unsigned codec, unsigned width, unsigned flags,
+                         uint64_t count) noexcept

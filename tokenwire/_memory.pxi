@@ -1,0 +1,171 @@
+# Where token ids live: the GIL-release threshold, the int table of `tolist`, allocation of
+# TokenVector storage (tv_*), and the zero-copy rule (ImmutableBuffer, is_immutable_source).
+#
+# Included by _core.pyx (the hub): one file per concept, one extension module, so every file
+# sees TokenVector's fields and the other files' cdef functions directly.
+
+# --------------------------------------------------------------------------------------------
+# Constants
+
+#: Inputs at least this many bytes are converted / copied / coded with the GIL released.
+#: Releasing is not free for the caller: if another thread is running Python code when the work
+#: ends, the caller waits for it to give the GIL back, up to the switch interval (5 ms) and more.
+#: Measured here, as_tokens of a 160 KB int32 array beside a busy Python thread, 3000 calls:
+#: releasing from 64 KiB gave p50 1.6 us but a worst call of 9.1 ms (1 in 100 to 1 in 3000 runs);
+#: holding it, a worst call of 44 us. So only work large enough to dwarf such a wait (8 MiB,
+#: about 2M ids) releases it by default; `gil_release_threshold()` tunes it.
+cdef Py_ssize_t NOGIL_BYTES = 8 * 1024 * 1024
+
+
+def gil_release_threshold(nbytes=None):
+    """The size in bytes from which conversions, copies and codec kernels release the GIL
+    (default 8 MiB). With `nbytes`, set it (0: always release) and return the previous value."""
+    global NOGIL_BYTES
+    cdef Py_ssize_t previous = NOGIL_BYTES
+    if nbytes is not None:
+        n = operator.index(nbytes)
+        if n < 0:
+            raise ValueError(f"gil_release_threshold must be >= 0 bytes, got {n}")
+        NOGIL_BYTES = n
+    return previous
+
+#: Ids in [0, INT_CACHE_SIZE) are materialized from a process-wide table of int objects (see
+#: `tolist`). 2**18 = 262,144 covers every current LLM vocabulary (Gemma's is exactly 262,144).
+#: Memory: the pointer table is INT_CACHE_SIZE * 8 bytes = 2 MiB of calloc'ed virtual memory,
+#: touched only where ids fall; each distinct id seen adds one int object (32 bytes). A process
+#: that has seen every id holds 2 MiB + 8 MiB = 10 MiB; a typical vocabulary's working set far less.
+cdef enum:
+    _INT_CACHE = 262144
+INT_CACHE_SIZE = _INT_CACHE
+
+cdef int32_t _EMPTY[1]               # the data pointer of every empty vector (never NULL)
+cdef Py_ssize_t _ITEMSIZE = 4        # strides[0] of every exported buffer
+cdef char* _FORMAT_I = "i"           # format of every exported buffer (native int32)
+cdef char* _FORMAT_B = "B"           # format of ImmutableBuffer's exports (bytes)
+cdef Py_ssize_t _ONE = 1             # strides[0] of ImmutableBuffer's exports
+cdef PyObject** _int_table = <PyObject**>calloc(_INT_CACHE, sizeof(PyObject*))
+if _int_table == NULL:
+    raise MemoryError("tokenwire: cannot allocate the int table")
+
+cdef object _NOTHING = object()     # "no argument" default of TokenVector()
+
+
+# --------------------------------------------------------------------------------------------
+# Allocation
+
+cdef TokenVector tv_alloc(Py_ssize_t n):
+    cdef TokenVector tv = TokenVector.__new__(TokenVector)
+    if n < 0:
+        raise ValueError(f"negative length {n}")
+    if n == 0:
+        return tv
+    if n > (<Py_ssize_t>(<size_t>-1 >> 1)) // 4:
+        raise MemoryError(f"cannot allocate {n} token ids")
+    # PyMem_Raw*: as fast as malloc (no GIL needed) and visible to tracemalloc and leak tests.
+    cdef int32_t* p = <int32_t*>PyMem_RawMalloc(<size_t>n * 4)
+    if p == NULL:
+        raise MemoryError(f"cannot allocate {n} token ids ({n * 4} bytes)")
+    tv._data = p
+    tv._len = n
+    tv._owned = True
+    return tv
+
+
+cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n):
+    cdef TokenVector tv = tv_alloc(n)
+    cdef size_t nbytes = <size_t>n * 4
+    if n == 0:
+        return tv
+    if nbytes >= <size_t>NOGIL_BYTES:
+        with nogil:
+            memcpy(tv._data, src, nbytes)
+    else:
+        memcpy(tv._data, src, nbytes)
+    return tv
+
+
+cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n):
+    cdef TokenVector tv
+    cdef Py_buffer* held = <Py_buffer*>PyMem_Malloc(sizeof(Py_buffer))
+    if held == NULL:
+        PyBuffer_Release(view)
+        raise MemoryError("cannot allocate a buffer view")
+    memcpy(held, view, sizeof(Py_buffer))
+    try:
+        tv = TokenVector.__new__(TokenVector)
+    except BaseException:
+        PyBuffer_Release(held)
+        PyMem_Free(held)
+        raise
+    tv._view = held
+    if n > 0:
+        tv._data = <int32_t*>data
+        tv._len = n
+    return tv
+
+
+# --------------------------------------------------------------------------------------------
+# Immutable sources (the zero-copy rule)
+
+@cython.auto_pickle(False)
+cdef class ImmutableBuffer:
+    """A promise that the memory behind `obj` never changes while this object (or a view made
+    from it) is alive, so tokenwire may view it instead of copying.
+
+    Nothing can check such a promise, which is why tokenwire trusts only `bytes`, `TokenVector`
+    and this wrapper. The case it exists for is a received pyzmq `Frame` (libzmq never rewrites
+    a received message, but a `zmq.Frame` built over a bytearray looks the same, so frames are
+    not trusted by type): `tokenwire.transport.recv_pyobj_oob` wraps the frames it receives, and
+    `decode(ImmutableBuffer(frame))` decodes one without a copy. It exports the bytes read-only.
+    """
+
+    cdef Py_buffer _view
+    cdef bint _held
+    cdef object __weakref__
+
+    def __cinit__(self, obj):
+        PyObject_GetBuffer(obj, &self._view, PyBUF_SIMPLE)
+        self._held = True
+
+    def __dealloc__(self):
+        if self._held:
+            PyBuffer_Release(&self._view)
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("ImmutableBuffer is read-only")
+        buffer.buf = self._view.buf
+        buffer.obj = self
+        buffer.len = self._view.len
+        buffer.readonly = 1
+        buffer.itemsize = 1
+        buffer.format = _FORMAT_B if flags & PyBUF_FORMAT else NULL
+        buffer.ndim = 1
+        buffer.shape = &self._view.len if flags & PyBUF_ND else NULL
+        buffer.strides = &_ONE if flags & PyBUF_STRIDES else NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer* buffer):
+        pass
+
+    def __len__(self):
+        return self._view.len
+
+    def __repr__(self):
+        return f"ImmutableBuffer(<{self._view.len} bytes>)"
+
+
+cpdef bint is_immutable_source(object obj):
+    """True when the memory behind `obj` can never change, so a TokenVector may view it.
+
+    A read-only flag is not enough (a read-only memoryview of a bytearray still changes), so
+    this follows memoryviews and PickleBuffers to the object that owns the memory and accepts
+    `bytes`, `TokenVector` and `ImmutableBuffer` (an explicit promise; see there).
+    """
+    cdef object t = type(obj)
+    while t is memoryview or t is PickleBuffer:
+        # memoryview(PickleBuffer(x)).obj is x: both wrappers lead to the owner of the memory.
+        obj = (<memoryview>obj).obj if t is memoryview else memoryview(obj).obj
+        t = type(obj)
+    return t is bytes or t is TokenVector or t is ImmutableBuffer

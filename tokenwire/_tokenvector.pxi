@@ -1,0 +1,335 @@
+# TokenVector: the immutable int32 sequence (buffer protocol, sequence methods, pickling,
+# + and *).
+#
+# Included by _core.pyx (the hub): one file per concept, one extension module, so every file
+# sees TokenVector's fields and the other files' cdef functions directly.
+
+cdef Py_ssize_t _tv_find(TokenVector self, object value, Py_ssize_t start, Py_ssize_t stop) except -2:
+    """Index of the first `value` in [start, stop), or -1 (also for non-int values)."""
+    cdef int64_t v
+    cdef Py_ssize_t i
+    if isinstance(value, bool):
+        value = int(value)
+    try:
+        value = operator.index(value)
+    except TypeError:
+        return -1
+    if not (INT32_MIN <= value <= INT32_MAX):
+        return -1
+    v = value
+    for i in range(start, stop):
+        if self._data[i] == v:
+            return i
+    return -1
+
+
+# --------------------------------------------------------------------------------------------
+# TokenVector
+
+cdef class TokenVector:
+    """An immutable sequence of int32 token ids in native memory.
+
+    The Python-side twin of an engine's `std::vector<int32>`: `numpy.asarray(tv)` and
+    `memoryview(tv)` are zero-copy read-only views (format "i"), slicing returns a TokenVector,
+    `tolist()` builds a `list[int]` in C, and pickling sends the ids as one bytes payload
+    (out-of-band at protocol 5). Build one with `TokenVector(ids)` or `as_tokens(ids)`.
+    """
+
+    def __cinit__(self, tokens=_NOTHING, *, vocab_size=None):
+        self._data = _EMPTY
+        self._len = 0
+        self._owned = False
+        self._view = NULL
+        if tokens is _NOTHING:
+            return
+        cdef TokenVector src = _convert(tokens)
+        if vocab_size is not None:
+            _check_vocab(src, vocab_size)
+        # Take over the fresh vector's storage (nobody else can see it).
+        self._data, self._len, self._owned, self._view = src._data, src._len, src._owned, src._view
+        src._data, src._len, src._owned, src._view = _EMPTY, 0, False, NULL
+
+    def __dealloc__(self):
+        if self._owned:
+            PyMem_RawFree(self._data)
+        if self._view != NULL:
+            PyBuffer_Release(self._view)
+            PyMem_Free(self._view)
+
+    @staticmethod
+    def frombuffer(data):
+        """A TokenVector from raw little-endian int32 bytes (any C-contiguous bytes-like object).
+
+        Zero-copy when `data` is immutable and 4-byte aligned (see `is_immutable_source`): the
+        vector views `data` and keeps it alive. Otherwise one memcpy, so later writes to a mutable
+        source never show through. Raises ValueError when the byte count is not a multiple of 4.
+        """
+        cdef Py_buffer view
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        cdef Py_ssize_t n = view.len // 4
+        cdef TokenVector tv
+        cdef Py_ssize_t i
+        cdef bint moved = False
+        try:
+            if view.len % 4:
+                raise TokenIdError(
+                    f"int32 token data must be a multiple of 4 bytes, got {view.len} bytes"
+                )
+            if (not TW_HOST_BIG_ENDIAN and (<uintptr_t>view.buf) % 4 == 0
+                    and is_immutable_source(data)):
+                moved = True         # the buffer now belongs to tv_take_view (even if it raises)
+                return tv_take_view(&view, <const int32_t*>view.buf, n)
+            tv = tv_from_int32(<const int32_t*>view.buf, n)
+            if TW_HOST_BIG_ENDIAN:
+                for i in range(n):
+                    tv._data[i] = <int32_t>tw_bswap32(<uint32_t>tv._data[i])
+            return tv
+        finally:
+            if not moved:
+                PyBuffer_Release(&view)
+
+    # -- buffer protocol -----------------------------------------------------------------------
+
+    def __getbuffer__(self, Py_buffer* buffer, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("TokenVector is read-only")
+        buffer.buf = <void*>self._data
+        buffer.obj = self
+        buffer.len = self._len * 4
+        buffer.readonly = 1
+        buffer.itemsize = 4
+        buffer.format = _FORMAT_I if flags & PyBUF_FORMAT else NULL
+        buffer.ndim = 1
+        buffer.shape = &self._len if flags & PyBUF_ND else NULL
+        buffer.strides = &_ITEMSIZE if flags & PyBUF_STRIDES else NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+
+    # -- sequence ------------------------------------------------------------------------------
+
+    def __len__(self):
+        return self._len
+
+    def __getitem__(self, key):
+        cdef Py_ssize_t i, start, stop, step, n
+        if isinstance(key, slice):
+            # Python ints first: the step may be huge (tv[::10**20] is one element, like a list).
+            py_start, py_stop, py_step = key.indices(self._len)
+            n = len(range(py_start, py_stop, py_step))
+            start = py_start
+            step = py_step if n > 1 else 1    # n >= 2 ids inside the vector: |step| < len
+            if step == 1:
+                return tv_from_int32(self._data + start, n)
+            tv = tv_alloc(n)
+            for i in range(n):
+                (<TokenVector>tv)._data[i] = self._data[start + i * step]
+            return tv
+        try:
+            i = operator.index(key)
+        except TypeError:
+            raise TypeError(
+                f"TokenVector indices must be integers or slices, not {type(key).__name__}"
+            ) from None
+        except OverflowError:
+            raise IndexError(f"TokenVector index {key} out of range for length {self._len}") from None
+        if i < 0:
+            i += self._len
+        if i < 0 or i >= self._len:
+            raise IndexError(f"TokenVector index {key} out of range for length {self._len}")
+        return self._data[i]
+
+    def __iter__(self):
+        cdef Py_ssize_t i
+        for i in range(self._len):
+            yield self._data[i]
+
+    def __reversed__(self):
+        cdef Py_ssize_t i
+        for i in range(self._len - 1, -1, -1):
+            yield self._data[i]
+
+    def __contains__(self, value):
+        return _tv_find(self, value, 0, self._len) >= 0
+
+    def count(self, value):
+        """Number of occurrences of `value`."""
+        cdef Py_ssize_t c = 0, i = _tv_find(self, value, 0, self._len)
+        cdef int32_t v
+        if i < 0:
+            return 0
+        v = self._data[i]
+        for i in range(i, self._len):
+            c += self._data[i] == v
+        return c
+
+    def index(self, value, start=0, stop=None):
+        """Index of the first occurrence of `value` in [start, stop); ValueError if absent."""
+        cdef Py_ssize_t a, b
+        a, b, _ = slice(start, stop).indices(self._len)
+        cdef Py_ssize_t i = _tv_find(self, value, a, b) if a < b else -1
+        if i < 0:
+            raise ValueError(f"{value!r} is not in TokenVector")
+        return i
+
+    # -- comparison ----------------------------------------------------------------------------
+
+    def __eq__(self, other):
+        cdef TokenVector o
+        cdef Py_ssize_t i
+        cdef PyObject* item
+        cdef int32_t v
+        if type(other) is TokenVector:
+            o = other
+            return self._len == o._len and memcmp(self._data, o._data, <size_t>self._len * 4) == 0
+        if isinstance(other, (list, tuple)):
+            # The real size, never len(): a subclass's __len__ may lie. Items are borrowed, so a
+            # Python-level comparison holds its own reference (an __eq__ may remove the item).
+            if PySequence_Fast_GET_SIZE(other) != self._len:
+                return False
+            for i in range(self._len):
+                if PySequence_Fast_GET_SIZE(other) != self._len:    # resized by an __eq__
+                    return False
+                item = PySequence_Fast_ITEMS(other)[i]
+                if PyLong_CheckExact(<object>item) and pyint_small_value(item, &v):
+                    if v != self._data[i]:
+                        return False
+                    continue
+                element = <object>item
+                if not (element == self._data[i]):
+                    return False
+            return PySequence_Fast_GET_SIZE(other) == self._len
+        return NotImplemented
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    __hash__ = None    # equal to lists, which are unhashable; like ndarray
+
+    # -- conversions ---------------------------------------------------------------------------
+
+    def tolist(self):
+        """The ids as a `list[int]`, built in C (see tokenwire.tolist)."""
+        return _tolist_strided(<const char*>self._data, self._len, 4)
+
+    def tobytes(self):
+        """The ids as little-endian int32 bytes (4 * len(self) bytes)."""
+        cdef bytes out = PyBytes_FromStringAndSize(<const char*>self._data, self._len * 4)
+        cdef int32_t* p
+        cdef Py_ssize_t i
+        if TW_HOST_BIG_ENDIAN:
+            p = <int32_t*>PyBytes_AS_STRING(out)
+            for i in range(self._len):
+                p[i] = <int32_t>tw_bswap32(<uint32_t>p[i])
+        return out
+
+    @property
+    def nbytes(self):
+        """Size of the ids in bytes (4 per id)."""
+        return self._len * 4
+
+    @property
+    def itemsize(self):
+        return 4
+
+    def __sizeof__(self):
+        return sizeof(TokenVector) + (self._len * 4 if self._owned else 0)
+
+    def __repr__(self):
+        if self._len <= 8:
+            return f"TokenVector({self.tolist()})"
+        head = ", ".join([str(self._data[i]) for i in range(3)])
+        tail = ", ".join([str(self._data[i]) for i in range(self._len - 3, self._len)])
+        return f"TokenVector([{head}, ..., {tail}], len={self._len})"
+
+    # -- pickling and copying ------------------------------------------------------------------
+
+    def __reduce_ex__(self, protocol):
+        if protocol >= 5:
+            # Out-of-band when the pickler has a buffer_callback, in-band bytes otherwise.
+            return _restore_token_vector, (PickleBuffer(self),)
+        if protocol >= 3:
+            return _restore_token_vector, (self.tobytes(),)
+        # Protocols 0-2 have no bytes opcode: pickle spells bytes as `_codecs.encode(...)`, a
+        # global a restricted unpickler would have to allow. A latin-1 str maps each byte to
+        # one code point and needs no global at all (see tokenwire.PICKLE_GLOBALS).
+        return _restore_token_vector, (self.tobytes().decode("latin-1"),)
+
+    def __reduce__(self):
+        return self.__reduce_ex__(2)
+
+    # -- + and * (the rule is written once, above _tv_concat) ----------------------------------
+
+    def __add__(self, other):
+        return _tv_concat(self, other)
+
+    def __radd__(self, other):
+        return _tv_concat(other, self)
+
+    def __mul__(self, times):
+        return _tv_repeat(self, times)
+
+    def __rmul__(self, times):
+        return _tv_repeat(self, times)
+
+    def __copy__(self):
+        return self          # immutable: a copy is the same value
+
+    def __deepcopy__(self, memo):
+        if self._owned or self._view == NULL:
+            return self
+        # A view of someone else's buffer: a deep copy owns its memory (one memcpy).
+        return tv_from_int32(self._data, self._len)
+
+
+_Sequence.register(TokenVector)
+
+
+def _restore_token_vector(data):
+    """Unpickling constructor (a stable name: pickles refer to it, see PICKLE_GLOBALS).
+
+    `data` is the raw int32 bytes, or at protocols 0-2 the same bytes as a latin-1 str."""
+    if type(data) is str:
+        try:
+            data = (<str>data).encode("latin-1")
+        except UnicodeEncodeError:
+            raise TokenIdError("pickled TokenVector text holds a code point above 255") from None
+    return TokenVector.frombuffer(data)
+
+
+# -- concatenation and repetition (issue #12) --------------------------------------------------
+# Rule: the result is a TokenVector only when every operand is one (tv + tv, tv * n: the ids
+# stay int32 and stay immutable, like tuple + tuple); mixed with a list or a tuple, the result is
+# a list, what code written for `list[int]` expects (`ids[1:] + [ids[0]]`, then `.append`).
+# Caveat, as with an ndarray: `lst += tv` rebinds `lst` to a new list (Python asks the right
+# operand before list's in-place concat); `lst.extend(tv)` extends in place.
+
+cdef object _tv_concat(object left, object right):
+    cdef TokenVector a, b, out
+    if type(left) is TokenVector and type(right) is TokenVector:
+        a, b = left, right
+        out = tv_alloc(a._len + b._len)
+        memcpy(out._data, a._data, <size_t>a._len * 4)
+        memcpy(out._data + a._len, b._data, <size_t>b._len * 4)
+        return out
+    if isinstance(left, (list, tuple)) or isinstance(right, (list, tuple)):
+        return (left.tolist() if type(left) is TokenVector else list(left)) + (
+            right.tolist() if type(right) is TokenVector else list(right))
+    return NotImplemented
+
+
+cdef object _tv_repeat(TokenVector tv, object times):
+    cdef Py_ssize_t n, i
+    cdef TokenVector out
+    try:
+        n = operator.index(times)
+    except TypeError:
+        return NotImplemented
+    if n <= 0 or tv._len == 0:
+        return tv_alloc(0)
+    if n > (<Py_ssize_t>(sys.maxsize // 4)) // tv._len:
+        raise MemoryError(f"TokenVector of {tv._len} ids repeated {n} times")
+    out = tv_alloc(tv._len * n)
+    for i in range(n):
+        memcpy(out._data + i * tv._len, tv._data, <size_t>tv._len * 4)
+    return out

@@ -1,0 +1,407 @@
+/* Checks of an untrusted frame that the Python extension (tokenwire/_frame.pxd, used by
+ * _wire.pxi) and the C++ header (wire.hpp) share: one implementation, one text per message.
+ *
+ *   - the codec table: name, wire id (its index) and the widths a frame may declare for it;
+ *     every list of codec names (Python's tokenwire.CODECS, FrameInfo.codec, C++'s FrameInfo,
+ *     the messages below) is read from here, so adding a codec touches this table;
+ *   - tw_check_codec_width: the header's codec and width bytes against that table;
+ *   - tw_parse_prefix / tw_parse_rest: the header, the count table and the zstd length prefix
+ *     (everything frame_info needs), in two steps so that a caller whose memory may change can
+ *     copy the count table in between (the decoder then never reads the frame's table again);
+ *   - tw_check_frame: the checks of a whole frame (sizes, trailing bytes, checksum, padding);
+ *   - tw_zstd_frame_size: the walk over a zstd frame's headers (RFC 8878, 3.1.1).
+ *
+ * (The encoder's rules, which read the same table, are in encode.h.)
+ *
+ * A check returns 0 (or a size) when the input passes; otherwise -1, with the message (exactly
+ * the text of WireFormatError / tokenwire::wire_format_error, docs/wire-format.md) written into
+ * the caller's buffer of TW_MSG_SIZE bytes. Nothing here allocates or reads past `n`.
+ */
+#ifndef TOKENWIRE_FRAME_H
+#define TOKENWIRE_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "byteorder.h"
+#include "crc32c.h"
+
+#define TW_MSG_SIZE 256
+
+/* ---- the codec table --------------------------------------------------------------------- */
+
+typedef struct {
+    const char *name;
+    unsigned min_width, max_width;     /* the width byte a frame of this codec may carry */
+    int64_t min_id, max_id;            /* the ids an encoder forced to this codec can hold */
+    const char *id_range;              /* the same, as the messages print it */
+} tw_codec_info;
+
+enum { TW_CODEC_RAW = 0, TW_CODEC_U16 = 1, TW_CODEC_PACKED = 2, TW_NCODECS = 3 };
+
+static const tw_codec_info tw_codecs[TW_NCODECS] = {
+    {"raw", 32, 32, INT32_MIN, INT32_MAX, "[-2147483648, 2147483647]"},
+    {"u16", 16, 16, 0, 65535, "[0, 65536)"},
+    {"packed", 1, 31, 0, INT32_MAX, "[0, 2147483647]"},
+};
+
+/* The header's codec and width bytes. */
+static int tw_check_codec_width(unsigned codec, unsigned width, char *msg, size_t cap) {
+    if (codec >= TW_NCODECS) {
+        int len = snprintf(msg, cap, "unknown codec %u (known:", codec);
+        for (unsigned c = 0; c < TW_NCODECS && len > 0 && (size_t)len < cap; c++)
+            len += snprintf(msg + len, cap - (size_t)len, "%s %u %s", c ? "," : "", c,
+                            tw_codecs[c].name);
+        if (len > 0 && (size_t)len < cap) snprintf(msg + len, cap - (size_t)len, ")");
+        return -1;
+    }
+    const tw_codec_info *info = &tw_codecs[codec];
+    if (width < info->min_width || width > info->max_width) {
+        if (info->min_width == info->max_width)
+            snprintf(msg, cap, "bad width %u for codec '%s' (must be %u)", width, info->name,
+                     info->min_width);
+        else
+            snprintf(msg, cap, "bad width %u for codec '%s' (must be %u..%u)", width, info->name,
+                     info->min_width, info->max_width);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the header and the count table ----------------------------------------------------- */
+
+#define TW_WIRE_VERSION 1u
+#define TW_HEADER_SIZE 16u
+#define TW_CHECKSUM_SIZE 4u
+#define TW_ZSTD_LENGTH_SIZE 8u
+#define TW_FLAG_CHECKSUM 0x01u
+#define TW_FLAG_MULTI 0x02u
+#define TW_FLAG_ZSTD 0x04u
+#define TW_FLAG_RESERVED 0xF8u
+/* A zstd payload may not decompress to more than this many times its compressed size. */
+#define TW_ZSTD_MAX_EXPANSION 64u
+/* No count can be this large in a frame that fits in memory; bounding counts keeps every size
+ * computation in 64-bit range (2**58 ids * 32 bits = 2**63 bits). */
+#define TW_COUNT_LIMIT (UINT64_C(1) << 58)
+
+/* What a frame's header says. */
+typedef struct {
+    unsigned codec, width, flags;
+    uint64_t nseq;             /* sequences (1 for a single-sequence frame) */
+    uint64_t total;            /* ids over all sequences */
+    size_t payload_off;        /* offset of the payload (after header and count table) */
+    size_t payload_len;        /* decoded payload size, bytes */
+    size_t stored_len;         /* bytes the payload takes in the frame (zstd: prefix + data) */
+    size_t nbytes;             /* the whole frame, checksum included */
+    /* The count table (nseq little-endian uint32s; NULL for a single-sequence frame): after
+     * tw_parse_prefix it points into the frame; a caller may point it at its own copy of the
+     * table (`counts_copy`, which it owns and frees; these functions never allocate) before
+     * tw_parse_rest, and then reads the counts only from there. */
+    const uint8_t *counts;
+    uint8_t *counts_copy;
+} tw_layout;
+
+__extension__ typedef unsigned __int128 tw_u128;   /* exact sizes of absurd claims, for messages */
+
+/* Decimal text of v (at most 40 digits) at out. */
+static const char *tw_u128_str(tw_u128 v, char out[48]) {
+    char *p = out + 47;
+    *p = 0;
+    do {
+        *--p = (char)('0' + (unsigned)(v % 10));
+        v /= 10;
+    } while (v);
+    return p;
+}
+
+/* repr() of a Python bytes object of n <= 4 bytes, at out (24 bytes suffice). */
+static void tw_bytes_repr(const uint8_t *p, size_t n, char *out) {
+    int has_single = 0, has_double = 0;
+    for (size_t i = 0; i < n; i++) {
+        has_single |= p[i] == '\'';
+        has_double |= p[i] == '"';
+    }
+    const char quote = (has_single && !has_double) ? '"' : '\'';
+    char *o = out;
+    *o++ = 'b';
+    *o++ = quote;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t c = p[i];
+        if (c == (uint8_t)quote || c == '\\') {
+            *o++ = '\\';
+            *o++ = (char)c;
+        } else if (c == '\t' || c == '\n' || c == '\r') {
+            *o++ = '\\';
+            *o++ = c == '\t' ? 't' : c == '\n' ? 'n' : 'r';
+        } else if (c < 0x20 || c >= 0x7f) {
+            o += sprintf(o, "\\x%02x", c);
+        } else {
+            *o++ = (char)c;
+        }
+    }
+    *o++ = quote;
+    *o = 0;
+}
+
+/* Step 1: magic, header size, version, codec and width, reserved flags, and whether the count
+ * table fits in the n bytes present. Sets every field of L but the sums (total, payload_*,
+ * stored_len, nbytes). 0, or -1 and a message. */
+static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg, size_t cap) {
+    char num[48], rep[24];
+    L->counts = NULL;
+    L->counts_copy = NULL;
+    const size_t k = n >= 4 ? 4 : n;
+    if (k != 0 && memcmp(buf, "TWIR", k) != 0) {
+        tw_bytes_repr(buf, k, rep);
+        snprintf(msg, cap, "bad magic %s: not a tokenwire frame (expected b'TWIR')", rep);
+        return -1;
+    }
+    if (n < TW_HEADER_SIZE) {
+        snprintf(msg, cap, "truncated: header needs %u bytes, has %llu", TW_HEADER_SIZE,
+                 (unsigned long long)n);
+        return -1;
+    }
+    const unsigned version = buf[4], codec = buf[5], width = buf[6], flags = buf[7];
+    if (version != TW_WIRE_VERSION) {
+        snprintf(msg, cap, "unsupported version %u (this tokenwire reads version %u)", version,
+                 TW_WIRE_VERSION);
+        return -1;
+    }
+    if (tw_check_codec_width(codec, width, msg, cap) != 0) return -1;
+    if (flags & TW_FLAG_RESERVED) {
+        snprintf(msg, cap, "reserved flag bits set: 0x%02x", flags & TW_FLAG_RESERVED);
+        return -1;
+    }
+    const uint64_t count = tw_load_le64(buf + 8);
+    L->codec = codec;
+    L->width = width;
+    L->flags = flags;
+    if (flags & TW_FLAG_MULTI) {
+        /* The table: `count` uint32 counts, zero-padded to a multiple of 8 bytes. */
+        if (count > (n - TW_HEADER_SIZE) / 4 ||
+            TW_HEADER_SIZE + (count * 4 + 7) / 8 * 8 > n) {
+            snprintf(msg, cap, "truncated: count table needs %s bytes, has %llu",
+                     tw_u128_str(((tw_u128)count * 4 + 7) / 8 * 8, num),
+                     (unsigned long long)(n - TW_HEADER_SIZE));
+            return -1;
+        }
+        L->nseq = count;
+        L->counts = buf + TW_HEADER_SIZE;
+    } else {
+        L->nseq = 1;
+        L->total = count;
+    }
+    return 0;
+}
+
+/* Payload bytes of `total` ids of a codec and width (total < 2**58, width <= 32: no overflow). */
+static size_t tw_payload_size(unsigned codec, unsigned width, uint64_t total) {
+    if (codec == TW_CODEC_RAW) return (size_t)(total * 4);
+    if (codec == TW_CODEC_U16) return (size_t)(total * 2);
+    return (size_t)((total * width + 7) / 8);
+}
+
+/* Step 2: the sum of the counts (read from L->counts only), the table's padding, the size limit
+ * and the zstd length prefix. Does not need the payload to be present. 0, or -1 and a message. */
+static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, size_t cap) {
+    char num[48];
+    size_t off = TW_HEADER_SIZE;
+    uint64_t total = L->total;
+    int partial = 0;
+    if (L->flags & TW_FLAG_MULTI) {
+        const size_t table_len = (size_t)((L->nseq * 4 + 7) / 8 * 8);
+        total = 0;
+        for (uint64_t k = 0; k < L->nseq; k++) {
+            /* Stop adding once past the limit: with a table of 2**32 entries or more a 64-bit
+             * sum could wrap around to a small total before the size check below. */
+            if (total < TW_COUNT_LIMIT)
+                total += tw_load_le32(L->counts + 4 * k);
+            else
+                partial = 1;
+        }
+        for (size_t k = TW_HEADER_SIZE + (size_t)L->nseq * 4; k < TW_HEADER_SIZE + table_len; k++)
+            if (buf[k] != 0) {
+                snprintf(msg, cap, "nonzero padding byte at offset %llu, after the count table",
+                         (unsigned long long)k);
+                return -1;
+            }
+        off += table_len;
+    }
+    L->total = total;
+    L->payload_off = off;
+    const size_t trailer = (L->flags & TW_FLAG_CHECKSUM) ? TW_CHECKSUM_SIZE : 0;
+    if (total >= TW_COUNT_LIMIT) {
+        /* Cannot be in memory; say what it would need. */
+        const unsigned bits = L->codec == TW_CODEC_RAW ? 32 : L->width;
+        snprintf(msg, cap, "truncated: payload needs %s%s bytes, has %llu",
+                 partial ? "more than " : "", tw_u128_str(((tw_u128)total * bits + 7) / 8, num),
+                 (unsigned long long)(n > off + trailer ? n - off - trailer : 0));
+        return -1;
+    }
+    L->payload_len = tw_payload_size(L->codec, L->width, total);
+    if (L->flags & TW_FLAG_ZSTD) {
+        if (n - off < TW_ZSTD_LENGTH_SIZE) {
+            snprintf(msg, cap, "truncated: zstd length needs %u bytes, has %llu",
+                     TW_ZSTD_LENGTH_SIZE, (unsigned long long)(n - off));
+            return -1;
+        }
+        const uint64_t clen = tw_load_le64(buf + off);      /* compressed size */
+        if (clen > n) {
+            const size_t used = off + TW_ZSTD_LENGTH_SIZE + trailer;
+            snprintf(msg, cap, "truncated: zstd payload needs %llu bytes, has %llu",
+                     (unsigned long long)clen, (unsigned long long)(n > used ? n - used : 0));
+            return -1;
+        }
+        if (L->payload_len > clen * TW_ZSTD_MAX_EXPANSION) {
+            snprintf(msg, cap,
+                     "zstd payload of %llu bytes claims to expand to %llu bytes, more than the "
+                     "%ux this decoder accepts",
+                     (unsigned long long)clen, (unsigned long long)L->payload_len,
+                     TW_ZSTD_MAX_EXPANSION);
+            return -1;
+        }
+        L->stored_len = TW_ZSTD_LENGTH_SIZE + (size_t)clen;
+    } else {
+        L->stored_len = L->payload_len;
+    }
+    L->nbytes = off + L->stored_len + trailer;
+    return 0;
+}
+
+/* A packed payload's unused high bits of the last byte must be 0: one frame per content. */
+static int tw_check_padding_bits(const uint8_t *payload, const tw_layout *L, char *msg,
+                                 size_t cap) {
+    if (L->codec == TW_CODEC_PACKED && L->payload_len > 0) {
+        const unsigned tail_bits = (unsigned)((L->total * L->width) & 7);
+        if (tail_bits && (payload[L->payload_len - 1] >> tail_bits)) {
+            snprintf(msg, cap, "nonzero padding bits after the last id of the packed payload");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define TW_CHECKSUM_MISMATCH (-2)
+
+/* The checks of a whole frame after tw_parse_rest: the payload and checksum are present, nothing
+ * trails the frame, the checksum matches (else TW_CHECKSUM_MISMATCH and its message), and a
+ * plain packed payload has zero padding bits (a zstd one is checked after decompression).
+ * Pure C, no allocation: a caller may run it without the GIL. */
+static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char *msg,
+                          size_t cap) {
+    const size_t trailer = (L->flags & TW_FLAG_CHECKSUM) ? TW_CHECKSUM_SIZE : 0;
+    const size_t have = n - L->payload_off;
+    const int zstd = (L->flags & TW_FLAG_ZSTD) != 0;
+    if (have < L->stored_len) {
+        const size_t prefix = zstd ? TW_ZSTD_LENGTH_SIZE : 0;
+        snprintf(msg, cap, "truncated: %s needs %llu bytes, has %lld",
+                 zstd ? "zstd payload" : "payload", (unsigned long long)(L->stored_len - prefix),
+                 (long long)have - (long long)prefix);
+        return -1;
+    }
+    if (have < L->stored_len + trailer) {
+        snprintf(msg, cap, "truncated: checksum needs %u bytes, has %llu", TW_CHECKSUM_SIZE,
+                 (unsigned long long)(have - L->stored_len));
+        return -1;
+    }
+    if (n > L->nbytes) {
+        snprintf(msg, cap, "trailing bytes: the frame ends at byte %llu, the buffer has %llu "
+                 "(%llu extra)", (unsigned long long)L->nbytes, (unsigned long long)n,
+                 (unsigned long long)(n - L->nbytes));
+        return -1;
+    }
+    if (trailer) {
+        const uint32_t stored = tw_load_le32(buf + n - TW_CHECKSUM_SIZE);
+        const uint32_t actual = tw_crc32c(buf, n - TW_CHECKSUM_SIZE);
+        if (stored != actual) {
+            snprintf(msg, cap, "checksum mismatch: the frame says 0x%08x, its contents give 0x%08x",
+                     (unsigned)stored, (unsigned)actual);
+            return TW_CHECKSUM_MISMATCH;
+        }
+    }
+    if (!zstd) return tw_check_padding_bits(buf + L->payload_off, L, msg, cap);
+    return 0;
+}
+
+/* ---- zstd frame walk --------------------------------------------------------------------- */
+
+#define TW_ZSTD_MAGIC 0xFD2FB528u
+#define TW_ZSTD_BLOCK_MAX (128u * 1024u)     /* a zstd block never regenerates more than this */
+
+/* The size in bytes of the zstd frame at p (n bytes available), from its headers alone: nothing
+ * is decompressed. Raw and RLE blocks say how much they regenerate, so a frame whose blocks add
+ * up to more than payload_len (what the tokenwire header needs) is refused before any output
+ * exists; compressed blocks are bounded by the decompressor's output limit. -1 and a message
+ * when the frame is corrupt or truncated. */
+static int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_len, char *msg,
+                                  size_t cap) {
+    static const size_t fcs_sizes[4] = {0, 2, 4, 8}, did_sizes[4] = {0, 1, 2, 4};
+    if (n < 5 || tw_load_le32(p) != TW_ZSTD_MAGIC) {
+        snprintf(msg, cap, "zstd payload is corrupt: it does not start with a zstd frame");
+        return -1;
+    }
+    const unsigned fhd = p[4];
+    if (fhd & 0x08) {
+        snprintf(msg, cap, "zstd payload is corrupt: reserved bit set in the frame header");
+        return -1;
+    }
+    size_t fcs_len = fcs_sizes[fhd >> 6];
+    if (fcs_len == 0 && (fhd & 0x20)) fcs_len = 1;
+    size_t off = 5 + ((fhd & 0x20) ? 0 : 1) + did_sizes[fhd & 3] + fcs_len;
+    uint64_t regenerated = 0;
+    for (;;) {
+        if (off > n || n - off < 3) {
+            snprintf(msg, cap, "zstd payload is truncated: block header at byte %llu of %llu",
+                     (unsigned long long)off, (unsigned long long)n);
+            return -1;
+        }
+        const uint32_t bh = (uint32_t)p[off] | ((uint32_t)p[off + 1] << 8) |
+                            ((uint32_t)p[off + 2] << 16);
+        const size_t at = off;
+        off += 3;
+        const unsigned btype = (bh >> 1) & 3;
+        const uint32_t size = bh >> 3;
+        if (btype == 3) {
+            snprintf(msg, cap, "zstd payload is corrupt: reserved block type at byte %llu",
+                     (unsigned long long)at);
+            return -1;
+        }
+        if (size > TW_ZSTD_BLOCK_MAX) {
+            snprintf(msg, cap, "zstd payload is corrupt: a block of %lu bytes at byte %llu",
+                     (unsigned long)size, (unsigned long long)at);
+            return -1;
+        }
+        if (btype <= 1) {
+            regenerated += size;
+            if (regenerated > payload_len) {
+                snprintf(msg, cap,
+                         "zstd payload regenerates more than the %llu bytes the header needs "
+                         "(block at byte %llu)",
+                         (unsigned long long)payload_len, (unsigned long long)at);
+                return -1;
+            }
+        }
+        const size_t stored = btype == 1 ? 1 : size;
+        if (n - off < stored) {
+            snprintf(msg, cap, "zstd payload is truncated: a block needs %llu bytes at byte %llu, has %llu",
+                     (unsigned long long)stored, (unsigned long long)off,
+                     (unsigned long long)(n - off));
+            return -1;
+        }
+        off += stored;
+        if (bh & 1) break;
+    }
+    if (fhd & 0x04) {
+        if (n - off < 4) {
+            snprintf(msg, cap, "zstd payload is truncated: content checksum needs 4 bytes, has %llu",
+                     (unsigned long long)(n - off));
+            return -1;
+        }
+        off += 4;
+    }
+    return (int64_t)off;
+}
+
+#endif /* TOKENWIRE_FRAME_H */
