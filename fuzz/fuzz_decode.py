@@ -37,18 +37,9 @@ TESTS = pathlib.Path(__file__).resolve().parent.parent / "tests"
 FIXTURES = TESTS / "fixtures"
 sys.path.insert(0, str(TESTS))
 from frame_damage import FuzzChooser, damage  # noqa: E402  (the edits the hypothesis tests make)
-from strategies import wire_error_kind  # noqa: E402  (the one list of rejection branches)
+from strategies import CODECS, wire_error_kind  # noqa: E402  (codec table; rejection branches)
 
 _stats = {"inputs": 0, "decoded": 0}
-
-
-CODECS = ["raw", "u16", "packed", "auto"]
-try:
-    import zstandard  # noqa: F401
-
-    CODECS.append("zstd")
-except ImportError:
-    pass
 
 
 @atheris.instrument_func

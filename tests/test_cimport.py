@@ -16,6 +16,9 @@ import pytest
 
 import tokenwire
 
+# Builds a Cython extension with a real compiler: `pytest -m "not integration"` skips it.
+pytestmark = pytest.mark.integration
+
 USER_SOURCE = '''
 # cython: language_level=3
 from libc.stdint cimport int32_t

@@ -12,6 +12,9 @@ import pytest
 
 import tokenwire
 
+# Threads timed against the GIL: `pytest -m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 
 def longest_stall_fraction(call: Callable[[], object]) -> float:
     """The longest time a busy Python thread could not run during `call`, as a fraction of the

@@ -23,6 +23,9 @@ import pytest
 import tokenwire
 from tokenwire import WireFormatError
 
+# Subprocesses, peak-RSS measurements and racing threads: `pytest -m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 ZSTD_BLOCK = 128 * 1024
 
 

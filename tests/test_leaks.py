@@ -22,6 +22,9 @@ import pytest
 import tokenwire
 from tokenwire import TokenVector, as_tokens, tolist
 
+# Repeated runs measured with tracemalloc and RSS: `pytest -m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 ROUNDS = 2000
 
 

@@ -186,7 +186,16 @@ cdef int _acquire_ids(object obj, Py_buffer* view) except -1:
     cdef bint swap = False
     if not PyObject_CheckBuffer(obj) or isinstance(obj, (bytes, bytearray)):
         return IDS_NOT_BUFFER
-    PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO)
+    try:
+        PyObject_GetBuffer(obj, view, PyBUF_RECORDS_RO)
+    except (ValueError, BufferError):
+        # numpy cannot export some dtypes (datetime64, timedelta64) as a buffer at all: they are
+        # not integers, and say so the way as_tokens does for any non-integer array.
+        dtype = getattr(obj, "dtype", None)
+        if dtype is not None and getattr(dtype, "kind", "i") not in "iu":
+            raise TokenIdTypeError(
+                f"token ids must be integers, got an array of dtype {dtype}") from None
+        raise
     if not (view.ndim == 1 and view.itemsize == 4
             and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap):
         return IDS_OTHER

@@ -70,7 +70,7 @@ except ImportError as e:
         f"tokenwire.msgspec needs the msgspec package: pip install 'tokenwire[msgspec]' ({e})"
     ) from e
 
-from tokenwire._core import ImmutableBuffer, TokenVector, as_tokens, decode, encode
+from tokenwire._core import ImmutableBuffer, TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
 from tokenwire.text import from_base64, to_base64
 from tokenwire.transport import OOB_THRESHOLD
@@ -133,7 +133,7 @@ class Hooks:
                  ext_hook: Optional[Callable[[int, memoryview], Any]] = None,
                  dec_hook: Optional[Callable[[type, Any], Any]] = None) -> None:
         self.ext_code = _check_ext_code("ext_code", ext_code)
-        encode([], codec=codec)                  # an unknown codec fails here, not mid-message
+        check_codec(codec)                       # an unknown codec fails here, not mid-message
         self.codec = codec
         self.checksum = bool(checksum)
         self.vocab_size = vocab_size
