@@ -280,3 +280,18 @@ def test_eq_holds_a_reference_while_an_element_compares() -> None:
     victim.append(Shrinking())
     assert (TokenVector([7]) == victim) is False
     assert alive_during_compare and alive_during_compare[0] >= 3   # ours + the call's + getrefcount's
+
+
+def test_frombuffer_refuses_object_arrays_and_strided_memory_alike():
+    """An object array's bytes are pointers (reading them would leak addresses as ids); strided
+    memory is one documented error whether numpy or memoryview holds it."""
+    import numpy as np
+    import pytest
+
+    import tokenwire
+    with pytest.raises(TypeError, match="format 'O'"):
+        tokenwire.TokenVector.frombuffer(np.array([1, 2], dtype=object))
+    for strided in (np.arange(8, dtype=np.int32)[::2], memoryview(np.arange(8, dtype=np.int32))[::2]):
+        with pytest.raises(tokenwire.TokenIdError, match="C-contiguous"):
+            tokenwire.TokenVector.frombuffer(strided)
+    assert tokenwire.TokenVector.frombuffer(np.arange(4, dtype=np.int32)) == [0, 1, 2, 3]

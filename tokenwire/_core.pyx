@@ -17,6 +17,7 @@ Python-facing wrappers above them.
 
 cimport cython
 from cpython.buffer cimport (
+    PyBUF_C_CONTIGUOUS,
     PyBUF_FORMAT,
     PyBUF_ND,
     PyBUF_RECORDS_RO,

@@ -62,10 +62,20 @@ cdef class TokenVector:
 
         Zero-copy when `data` is immutable and 4-byte aligned (see `is_immutable_source`): the
         vector views `data` and keeps it alive. Otherwise one memcpy, so later writes to a mutable
-        source never show through. Raises ValueError when the byte count is not a multiple of 4.
+        source never show through. Raises ValueError when the byte count is not a multiple of 4
+        or the memory is not C-contiguous, TypeError for an array of Python objects (its bytes
+        are pointers, not ids).
         """
         cdef Py_buffer view
-        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+        try:
+            PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+        except (ValueError, BufferError) as e:      # numpy says ValueError, memoryview BufferError
+            raise TokenIdError(f"frombuffer() needs C-contiguous bytes: {e}") from None
+        if view.format != NULL and b"O" in <bytes>view.format:
+            PyBuffer_Release(&view)
+            raise TokenIdTypeError(
+                "frombuffer() reads raw int32 bytes; an array of Python objects (format 'O') "
+                "holds pointers, not token ids")
         cdef Py_ssize_t n = view.len // 4
         cdef TokenVector tv
         cdef Py_ssize_t i
