@@ -194,14 +194,6 @@ def test_find_class_allow_list():
 # a real pyzmq socket, with an attacker connected to it
 
 
-@pytest.fixture
-def zmq_ctx():
-    zmq = pytest.importorskip("zmq")
-    ctx = zmq.Context()
-    yield zmq, ctx
-    ctx.destroy(linger=0)
-
-
 @pytest.mark.integration
 def test_zmq_worker_rejects_an_attacker_and_keeps_serving(zmq_ctx):
     zmq, ctx = zmq_ctx

@@ -122,14 +122,6 @@ def test_spawn_process_pool(spawn):
 # pyzmq
 
 
-@pytest.fixture
-def zmq_ctx():
-    zmq = pytest.importorskip("zmq")
-    ctx = zmq.Context()
-    yield zmq, ctx
-    ctx.destroy(linger=0)
-
-
 def _endpoint(zmq, sock, transport, tmp_path):
     if transport == "ipc":
         endpoint = f"ipc://{tmp_path / 'tw.sock'}"

@@ -683,3 +683,13 @@ def test_check_codec_raises_what_encode_raises() -> None:
         tokenwire.encode([1], codec="lz4")
     assert str(by_check.value) == str(by_encode.value) == (
         "unknown codec 'lz4' (expected 'auto', 'raw', 'u16', 'packed' or 'zstd')")
+
+
+@pytest.mark.parametrize("fn", [tokenwire.decode, tokenwire.decode_many])
+def test_a_bad_vocab_size_is_reported_before_the_frame(fn) -> None:
+    """decode and decode_many (and the C++ header) check their arguments before the data: a
+    vocab_size <= 0 is the caller's mistake whatever the frame holds."""
+    for data in (b"TX", tokenwire.encode([1, 2])):
+        with pytest.raises(ValueError, match="vocab_size must be positive, got 0") as e:
+            fn(data, vocab_size=0)
+        assert not isinstance(e.value, tokenwire.WireFormatError)

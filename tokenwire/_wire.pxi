@@ -327,6 +327,8 @@ def decode(data, *, vocab_size=None):
     cdef const uint8_t* payload
     cdef TokenVector tv
     cdef bint moved = False
+    if vocab_size is not None:
+        _vocab_limit(vocab_size)      # a bad argument is reported before the data, as decode_many does
     L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
