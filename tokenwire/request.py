@@ -356,12 +356,10 @@ class TokenIds:
                     f"`{self.name}: ... = TokenIds()`)"
                 )
             return self
-        try:
+        try:                              # inline: every read of the field takes this path
             value = obj.__dict__[self.name]
         except KeyError:
-            raise AttributeError(
-                f"{type(obj).__name__!r} object has no attribute {self.name!r}"
-            ) from None
+            raise self._unset(obj) from None
         if type(value) is _TokenField:
             ids = value.ids
             if ids is None:
@@ -429,13 +427,18 @@ class TokenIds:
         worker's hand-off to an engine. Held ids are returned as they are; a list is converted
         (one C pass), so in-place changes to it are reflected. AttributeError when unset;
         the error of ``as_tokens``, naming the field, for ids that are not int32."""
+        return self._vector(obj, self._stored(obj))
+
+    def _stored(self, obj: Any) -> Any:
+        """What the instance holds for this field."""
         try:
-            value = obj.__dict__[self.name]
+            return obj.__dict__[self.name]
         except KeyError:
-            raise AttributeError(
-                f"{type(obj).__name__!r} object has no attribute {self.name!r}"
-            ) from None
-        return self._vector(obj, value)
+            raise self._unset(obj) from None
+
+    def _unset(self, obj: Any) -> AttributeError:
+        """The error of reading a field that was never set: the unmodified class's."""
+        return AttributeError(f"{type(obj).__name__!r} object has no attribute {self.name!r}")
 
     def held_buffer(self, obj: Any) -> Optional[TokenVector]:
         """The TokenVector the ids are held as -- decoded from the wire or set from a buffer --
