@@ -162,7 +162,7 @@ def _verify(frames: Sequence[Any], key: bytes, sign_buffers: bool) -> None:
             f"unsigned message: {len(frames)} frame(s), a signed one has a signature frame and "
             f"a pickle frame")
     first = memoryview(frames[0])
-    if first.nbytes != SIGNATURE_BYTES or first[:4] != _SIG_MAGIC:
+    if not _is_signature(first):
         raise AuthenticationError(
             f"unsigned message: the first frame ({first.nbytes} bytes) is not a tokenwire "
             f"signature ({SIGNATURE_BYTES} bytes starting with {_SIG_MAGIC!r})")
@@ -174,9 +174,13 @@ def _verify(frames: Sequence[Any], key: bytes, sign_buffers: bool) -> None:
             f"signed with this key and sign_buffers={sign_buffers}, or was changed in transit")
 
 
+def _is_signature(frame: memoryview) -> bool:
+    """Does `frame` have the shape of a signature frame (checked, not trusted)?"""
+    return frame.nbytes == SIGNATURE_BYTES and frame[:4] == _SIG_MAGIC
+
+
 def _check_unsigned(frames: Sequence[Any]) -> None:
-    first = memoryview(frames[0])
-    if len(frames) > 1 and first.nbytes == SIGNATURE_BYTES and first[:4] == _SIG_MAGIC:
+    if len(frames) > 1 and _is_signature(memoryview(frames[0])):
         raise AuthenticationError("the message is signed: pass key= to verify and load it")
 
 
