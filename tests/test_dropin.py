@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import tokenwire
-from tokenwire import TokenVector, WireFormatError, token_buffer
+from tokenwire import TokenVector, token_buffer
 
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE_PATH = ROOT / "examples" / "before" / "serving_requests.py"

@@ -7,7 +7,6 @@ that a regression is a failed test and not a dead pytest.
 
 from __future__ import annotations
 
-import os
 import struct
 import subprocess
 import sys

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import array
 import copy
 import gc
 import pickle

@@ -65,7 +65,6 @@ import os
 import pickle
 import reprlib
 import sys
-import types
 from typing import Any, Callable, ClassVar, Optional, TypeVar, cast
 
 from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
