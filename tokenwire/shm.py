@@ -76,7 +76,12 @@ _SEG = struct.Struct("<8s16sIIQQ")
 _READER_PID = 40                     # offset of the receiver pid (u64) in the segment header
 _SLOT_HEADERS = 64                   # offset of the first slot header
 _SLOT_HEADER_BYTES = 64              # one cache line per slot: state word, length
-_WORD = struct.Struct("<Q")
+# State words, lengths and the receiver pid are read and written through a native ``Q`` view of
+# the header pages: one aligned 8-byte memcpy each, a single load or store on x86-64 and
+# aarch64 (``struct``'s "<Q" would store byte by byte). The protocol does not depend on it: see
+# _Segment.take.
+_WORDS_PER_SLOT = _SLOT_HEADER_BYTES // 8
+_READER_WORD = _READER_PID // 8
 _FREE, _FULL, _WRITING = 0, 1, 2
 _MAX_SLOTS = 1 << 16
 _MAX_SLOT_BYTES = 1 << 30
@@ -138,6 +143,7 @@ class Sender:
         self._fd = -1
         self._map: Optional[mmap.mmap] = None
         self._mv: Optional[memoryview] = None
+        self._words: Optional[memoryview] = None
         self._id = _NO_SEGMENT
         self._pid = os.getpid()
         self._data = _data_offset(slots)
@@ -158,7 +164,9 @@ class Sender:
             os.close(fd)
             raise
         _SEG.pack_into(m, 0, _MAGIC, seg_id, self.slots, 0, self.slot_bytes, 0)
-        self._fd, self._map, self._mv, self._id = fd, m, memoryview(m), seg_id
+        mv = memoryview(m)
+        self._fd, self._map, self._mv, self._id = fd, m, mv, seg_id
+        self._words = mv[:self._data].cast("Q")
 
     @property
     def fd(self) -> int:
@@ -167,15 +175,18 @@ class Sender:
 
     def attached(self) -> int:
         """The pid of the receiver attached to the segment, 0 when none is."""
-        if self._mv is None:
+        if self._words is None:
             return 0
-        pid: int = _WORD.unpack_from(self._mv, _READER_PID)[0]
+        pid: int = self._words[_READER_WORD]
         return pid
 
     def close(self) -> None:
         """Unmap and close the segment (the kernel frees it once no receiver maps it)."""
-        mv, m, fd = self._mv, self._map, self._fd
-        self._mv, self._map, self._fd, self._id = None, None, -1, _NO_SEGMENT
+        words, mv, m, fd = self._words, self._mv, self._map, self._fd
+        self._words, self._mv, self._map, self._fd = None, None, None, -1
+        self._id = _NO_SEGMENT
+        if words is not None:
+            words.release()
         if mv is not None:
             mv.release()
         if m is not None:
@@ -199,13 +210,13 @@ class Sender:
     # -- slots ---------------------------------------------------------------------------------
 
     def _state(self, i: int) -> int:
-        assert self._mv is not None
-        word: int = _WORD.unpack_from(self._mv, _SLOT_HEADERS + i * _SLOT_HEADER_BYTES)[0]
+        assert self._words is not None
+        word: int = self._words[_SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT]
         return word
 
     def _set_state(self, i: int, gen: int, state: int) -> None:
-        assert self._mv is not None
-        _WORD.pack_into(self._mv, _SLOT_HEADERS + i * _SLOT_HEADER_BYTES, gen << 2 | state)
+        assert self._words is not None
+        self._words[_SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT] = gen << 2 | state
 
     def _free_slot(self) -> int:
         n = self.slots
@@ -222,14 +233,13 @@ class Sender:
             i = self._free_slot()
         if i < 0:
             return -1, 0
-        assert self._mv is not None
+        assert self._mv is not None and self._words is not None
         gen = self._gens[i] + 1
         self._gens[i] = gen
         self._owner[i] = reader
-        header = _SLOT_HEADERS + i * _SLOT_HEADER_BYTES
         self._set_state(i, gen, _WRITING)
         n = raw.nbytes
-        _WORD.pack_into(self._mv, header + 8, n)
+        self._words[_SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT + 1] = n
         start = self._data + i * self.slot_bytes
         self._mv[start:start + n] = raw
         self._set_state(i, gen, _FULL)           # last: a receiver checks it before and after
@@ -249,14 +259,14 @@ class Sender:
                     self._set_state(i, self._gens[i], _FREE)
                     taken = True
         if taken and dead.get(self.attached(), False):
-            assert self._mv is not None
-            _WORD.pack_into(self._mv, _READER_PID, 0)    # offer the segment again
+            assert self._words is not None
+            self._words[_READER_WORD] = 0            # offer the segment again
         return taken
 
     def reclaim(self) -> None:
         """Take back every slot not yet read. A message naming one is then refused as stale
         (`WireFormatError`); use after a receiver was replaced."""
-        if self._mv is not None:
+        if self._words is not None:
             for i in range(self.slots):
                 self._set_state(i, self._gens[i], _FREE)
 
@@ -335,9 +345,11 @@ class _Segment:
             raise OSError(errno.EINVAL, f"the segment {name} has a bad header")
         self.map, self.mv, self.slots, self.slot_bytes = m, mv, slots, slot_bytes
         self.data = _data_offset(slots)
-        _WORD.pack_into(mv, _READER_PID, os.getpid())
+        self.words = mv[:self.data].cast("Q")
+        self.words[_READER_WORD] = os.getpid()
 
     def close(self) -> None:
+        self.words.release()
         self.mv.release()
         self.map.close()
 
@@ -350,9 +362,9 @@ class _Segment:
         if n > self.slot_bytes:
             raise WireFormatError(f"shared-memory descriptor says {n} bytes, a slot holds "
                                   f"{self.slot_bytes}")
-        header = _SLOT_HEADERS + i * _SLOT_HEADER_BYTES
+        words, state = self.words, _SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT
         expect = gen << 2 | _FULL
-        word = _WORD.unpack_from(self.mv, header)[0]
+        word = words[state]
         if word != expect:
             raise WireFormatError(
                 f"shared-memory slot {i} does not hold generation {gen} (it holds generation "
@@ -364,11 +376,15 @@ class _Segment:
             data: Any = TokenVector.frombuffer(view) if n % 4 == 0 else bytes(view)
         finally:
             view.release()
-        length = _WORD.unpack_from(self.mv, header + 8)[0]
-        if _WORD.unpack_from(self.mv, header)[0] != expect or length != n:
+        # Read again after the copy: a slot rewritten meanwhile (its writer stores WRITING before
+        # touching the bytes, FULL after) has another state word. A torn read of a word being
+        # stored mixes old and new bytes: it equals `expect` only if every byte that changes is
+        # still old, which is a read from before the store.
+        length = words[state + 1]
+        if words[state] != expect or length != n:
             raise WireFormatError(f"shared-memory slot {i} was rewritten while it was read "
                                   f"(or its length is not the descriptor's {n} bytes)")
-        _WORD.pack_into(self.mv, header, gen << 2 | _FREE)
+        words[state] = gen << 2 | _FREE
         return data
 
 
