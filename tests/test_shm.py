@@ -194,6 +194,26 @@ def test_unreachable_segment_falls_back_without_the_caller_noticing(pair, channe
     assert receiver.loads(sender.dumps({"ids": ids()}))["ids"] == ids()  # refused once: frames
 
 
+def test_msgspec_encoder_and_decoder_take_a_channel(pair, channel):
+    tw_msgspec = pytest.importorskip("tokenwire.msgspec")
+    sender, receiver = channel
+    push, pull = pair
+    encoder = tw_msgspec.Encoder(channel=sender)
+    decoder = tw_msgspec.Decoder(channel=receiver, vocab_size=10**6)
+    for k in range(6):
+        encoder.send(push, {"n": k, "ids": ids(start=k)})
+        got = decoder.recv(pull)
+        assert got["n"] == k and got["ids"] == ids(start=k)
+    assert sender.stats == {"shm": 5, "frames": 1}         # the first one offered the segment
+    frames = encoder.encode({"ids": ids()})
+    desc = bytearray(frames[0])
+    struct.pack_into("<Q", desc, _entry(desc) + 8, 12345)  # wrong generation
+    with pytest.raises(WireFormatError, match="does not hold generation"):
+        decoder.decode([bytes(desc), *frames[1:]])
+    with pytest.raises(WireFormatError, match="descriptor"):
+        decoder.decode(frames[1:2])
+
+
 # -- stale and tampered descriptors ------------------------------------------------------------
 
 def test_slot_reused_while_the_old_message_is_unread_is_refused(pair, zmq_ctx):

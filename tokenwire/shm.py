@@ -272,6 +272,36 @@ class Sender:
 
     # -- messages ------------------------------------------------------------------------------
 
+    def place(self, buffers: Sequence[Any], *, use_slots: bool = True) -> Tuple[bytes, List[Any]]:
+        """Put each buffer (bytes-like, C-contiguous) in a slot when it fits and one is free,
+        keep the others as frames: ``(descriptor, frames)``. The descriptor lists every buffer
+        in order; `Receiver.take` gives them back."""
+        reader = self.attached() if use_slots else 0
+        entries: List[bytes] = []
+        frames: List[Any] = []
+        for buf in buffers:
+            raw = memoryview(buf)
+            if raw.format != "B" or raw.ndim != 1:
+                raw = raw.cast("B")
+            n = raw.nbytes
+            i, gen = -1, 0
+            if reader and self.threshold <= n <= self.slot_bytes:
+                i, gen = self._write(raw, reader)
+            if i < 0:
+                entries.append(_ENTRY.pack(_NO_SLOT, 0, n))
+                frames.append(buf)
+                self.stats["frames"] += 1
+            else:
+                entries.append(_ENTRY.pack(i, gen, n))
+                self.stats["shm"] += 1
+        # The segment's identity travels in every message: it is the offer to attach, and it
+        # lets a receiver that restarted find the segment its slots live in.
+        live = self._fd >= 0
+        desc = _DESC.pack(_DESC_MAGIC, self._id if live else _NO_SEGMENT,
+                          self._pid if live else 0, max(self._fd, 0), len(entries))
+        return desc + b"".join(entries), frames
+
+
     def dumps(self, obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
               sign_buffers: bool = False) -> List[Any]:
         """The frames of `obj`: ``[signature?, descriptor, pickle, frame, ...]``. Buffers below
@@ -282,26 +312,8 @@ class Sender:
         if reader:
             oob_threshold = min(oob_threshold, self.threshold)
         parts = dumps_oob(obj, oob_threshold=oob_threshold)
-        head, buffers = parts[0], parts[1:]
-        entries: List[bytes] = []
-        frames: List[Any] = []
-        for raw in buffers:
-            n = raw.nbytes
-            i, gen = -1, 0
-            if reader and self.threshold <= n <= self.slot_bytes:
-                i, gen = self._write(raw, reader)
-            if i < 0:
-                entries.append(_ENTRY.pack(_NO_SLOT, 0, n))
-                frames.append(raw)
-                self.stats["frames"] += 1
-            else:
-                entries.append(_ENTRY.pack(i, gen, n))
-                self.stats["shm"] += 1
-        # The segment's identity travels in every message: it is the offer to attach, and it
-        # lets a receiver that restarted find the segment its slots live in.
-        seg_id = self._id if self._fd >= 0 else _NO_SEGMENT
-        desc = _DESC.pack(_DESC_MAGIC, seg_id, self._pid if self._fd >= 0 else 0,
-                          max(self._fd, 0), len(entries)) + b"".join(entries)
+        desc, frames = self.place(parts[1:], use_slots=bool(reader))
+        head = parts[0]
         if key is None:
             return [desc, head, *frames]
         sig = _signature(_as_key(key), desc + head, frames, sign_buffers, channel=True)
@@ -459,11 +471,16 @@ class Receiver:
                 raise WireFormatError(f"a channel message has a descriptor and a pickle frame, "
                                       f"got {len(views)} frame(s)")
             desc, head, first = views[0].tobytes(), views[1], 2
-        buffers = self._buffers(desc, frames[first:], views[first:], immutable)
+        buffers = self.take(desc, frames[first:], immutable=immutable)
         return _unpickle(head, buffers, find_class)
 
-    def _buffers(self, desc: bytes, frames: Sequence[Any], views: Sequence[memoryview],
-                 immutable: bool) -> List[Any]:
+    def take(self, desc: Any, frames: Sequence[Any], *, immutable: bool = False) -> List[Any]:
+        """The buffers `Sender.place` described, in order: slots copied out (each a
+        `TokenVector` the caller owns, or `bytes` for a length that is not a multiple of 4) and
+        freed, frames as they are (wrapped in `ImmutableBuffer` when `immutable`). Raises
+        WireFormatError for a descriptor that does not match the frames or the slots."""
+        desc = bytes(desc)
+        views = [memoryview(f) for f in frames]
         if len(desc) < _DESC.size:
             raise WireFormatError(f"the descriptor frame has {len(desc)} bytes, fewer than its "
                                   f"{_DESC.size}-byte header")
