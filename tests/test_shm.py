@@ -289,6 +289,29 @@ def test_signed_descriptor_is_covered_by_the_signature(channel, pair):
     assert receiver.loads(frames, key=KEY)["ids"] == ids()   # nothing was freed meanwhile
 
 
+def test_sign_buffers_refuses_a_descriptor_naming_slots(channel, pair):
+    """With sign_buffers=True every byte must be signed; a slot's bytes are not, so a message
+    naming one (signed by a key holder who did not sign its buffers) is refused."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    from tokenwire.transport import _signature
+    frames = sender.dumps({"ids": ids()})
+    assert sender.stats["shm"] == 1
+    sig = _signature(KEY, frames[0] + frames[1], frames[2:], True, channel=True)
+    with pytest.raises(WireFormatError, match="sign_buffers"):
+        receiver.loads([sig, *frames], key=KEY, sign_buffers=True)
+
+
+def test_a_receiver_announces_itself_again_after_the_sender_reset(pair, channel):
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    sender._words[5] = 0                        # what the sender does when its reader died
+    push, pull = pair
+    send_pyobj_oob(push, {"ids": ids()}, channel=sender)
+    assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids()
+    assert sender.attached() == os.getpid()
+
+
 def test_plain_signed_message_does_not_verify_as_a_channel_message(channel):
     from tokenwire.transport import dumps_oob
     _, receiver = channel

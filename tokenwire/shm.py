@@ -124,7 +124,8 @@ class Sender:
     `slots` slots of `slot_bytes` bytes; buffers of at least `threshold` bytes (and at most
     `slot_bytes`) use a slot when one is free and a receiver has attached. ``stats`` counts the
     buffers sent through slots (``"shm"``) and as frames (``"frames"``). `close` (or garbage
-    collection, or the process's exit) releases the segment.
+    collection, or the process's exit) releases the segment. Like a zmq socket, a Sender is
+    used by one thread at a time.
     """
 
     def __init__(self, slots: int = SLOTS, slot_bytes: int = SLOT_BYTES, *,
@@ -405,6 +406,7 @@ class Receiver:
 
     Keeps at most `max_segments` segments mapped (a sender that restarted offers a new one).
     ``stats`` counts buffers taken from slots (``"shm"``) and from frames (``"frames"``).
+    Used by one thread at a time.
     """
 
     def __init__(self, max_segments: int = 4) -> None:
@@ -412,6 +414,7 @@ class Receiver:
         self.stats: Dict[str, int] = {"shm": 0, "frames": 0}
         self._segments: OrderedDict[bytes, _Segment] = OrderedDict()
         self._refused: OrderedDict[bytes, str] = OrderedDict()
+        self._pid = os.getpid()
 
     def close(self) -> None:
         """Unmap every segment."""
@@ -428,6 +431,8 @@ class Receiver:
         seg = self._segments.get(seg_id)
         if seg is not None:
             self._segments.move_to_end(seg_id)
+            if seg.words[_READER_WORD] != self._pid:      # the sender reset it (or another
+                seg.words[_READER_WORD] = self._pid       # receiver took over): announce again
             return seg
         if seg_id == _NO_SEGMENT or seg_id in self._refused or not available():
             return None
@@ -471,14 +476,17 @@ class Receiver:
                 raise WireFormatError(f"a channel message has a descriptor and a pickle frame, "
                                       f"got {len(views)} frame(s)")
             desc, head, first = views[0].tobytes(), views[1], 2
-        buffers = self.take(desc, frames[first:], immutable=immutable)
+        buffers = self.take(desc, frames[first:], immutable=immutable, slots=not sign_buffers)
         return _unpickle(head, buffers, find_class)
 
-    def take(self, desc: Any, frames: Sequence[Any], *, immutable: bool = False) -> List[Any]:
+    def take(self, desc: Any, frames: Sequence[Any], *, immutable: bool = False,
+             slots: bool = True) -> List[Any]:
         """The buffers `Sender.place` described, in order: slots copied out (each a
         `TokenVector` the caller owns, or `bytes` for a length that is not a multiple of 4) and
         freed, frames as they are (wrapped in `ImmutableBuffer` when `immutable`). Raises
-        WireFormatError for a descriptor that does not match the frames or the slots."""
+        WireFormatError for a descriptor that does not match the frames or the slots, or that
+        names a slot when `slots` is false (with sign_buffers=True every byte must be signed,
+        and a slot's bytes are not)."""
         desc = bytes(desc)
         views = [memoryview(f) for f in frames]
         if len(desc) < _DESC.size:
@@ -493,6 +501,9 @@ class Receiver:
         if in_frames != [v.nbytes for v in views]:
             raise WireFormatError(f"the descriptor lists frames of {in_frames} bytes, the "
                                   f"message has {[v.nbytes for v in views]}")
+        if not slots and len(in_frames) != count:
+            raise WireFormatError("the descriptor names shared-memory slots, whose bytes the "
+                                  "signature does not cover (sign_buffers=True)")
         seg = self._segment(seg_id, pid, fd)
         if seg is None and len(in_frames) != count:
             reason = self._refused.get(seg_id, "no segment named")
