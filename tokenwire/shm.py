@@ -334,7 +334,8 @@ class _Segment:
                                    f"{e.strerror}") from None
         if link not in (f"/memfd:{name} (deleted)", f"/memfd:{name}"):
             raise OSError(errno.ENOENT, f"{path} is not the segment {name} (it is {link!r})")
-        dfd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        # O_NONBLOCK: should the fd number name a FIFO by now, opening it must not hang.
+        dfd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             st = os.fstat(dfd)
             seals = fcntl.fcntl(dfd, fcntl.F_GET_SEALS)
