@@ -18,6 +18,8 @@ import uuid
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tokenwire import AuthenticationError, TokenVector, WireFormatError
 from tokenwire.transport import loads_oob, recv_pyobj_oob, send_pyobj_oob
@@ -252,6 +254,25 @@ def test_tampered_descriptor_is_refused(channel, pair, field, value, message):
     assert receiver.loads(frames)["ids"] == ids()   # the real message still reads (once)
     with pytest.raises(WireFormatError, match="does not hold generation"):
         receiver.loads(frames)                       # a replay finds the slot freed
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.integers(0, 5), value=st.integers(0, 2**64 - 1))
+def test_any_entry_value_reads_the_slot_or_is_refused(channel, pair, field, value):
+    """Whatever an entry of two says (slot, generation, length), the receiver gives the right
+    ids or raises WireFormatError, and never reads outside the ring (which would crash)."""
+    sender, receiver = channel
+    if not sender.attached():
+        attach(pair, sender, receiver)
+    sender.reclaim()
+    frames = sender.dumps({"a": ids(), "b": ids(start=7)})
+    desc = bytearray(frames[0])
+    struct.pack_into("<Q", desc, _entry(desc, field // 3) + 8 * (field % 3), value)
+    try:
+        got = receiver.loads([bytes(desc), *frames[1:]])
+    except WireFormatError:
+        return
+    assert got == {"a": ids(), "b": ids(start=7)}
 
 
 @pytest.mark.parametrize("damage", ["truncate", "magic", "count", "frame"])
