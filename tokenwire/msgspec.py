@@ -209,12 +209,16 @@ class Encoder:
     A TokenVector of at least `threshold` bytes (default `OOB_THRESHOLD`, 64 KiB: 16,384 ids)
     goes into a buffer of its own, a zero-copy view of its memory (keep the vector alive until
     the frames are sent); smaller ones are inline Exts as `Hooks` writes them. ``threshold=None``
-    keeps everything inline. Other keywords: see `Hooks`.
+    keeps everything inline. `channel` (a `tokenwire.shm.Sender`): the buffers go through its
+    shared-memory slots when they can, and the message is ``[descriptor, main, *frames]``.
+    Other keywords: see `Hooks`.
     """
 
     def __init__(self, *, threshold: Optional[int] = OOB_THRESHOLD, ext_code: int = EXT_CODE,
                  buffer_ext_code: int = BUFFER_EXT_CODE, codec: _Codec = "raw",
-                 checksum: bool = False, enc_hook: Optional[Callable[[Any], Any]] = None) -> None:
+                 checksum: bool = False, enc_hook: Optional[Callable[[Any], Any]] = None,
+                 channel: Any = None) -> None:
+        self.channel = channel
         self.hooks = Hooks(ext_code=ext_code, codec=codec, checksum=checksum, enc_hook=enc_hook)
         self.buffer_ext_code = _check_ext_code("buffer_ext_code", buffer_ext_code)
         if buffer_ext_code == ext_code:
@@ -232,6 +236,9 @@ class Encoder:
             frames[0] = self._encoder.encode(obj)
         finally:
             local.frames = None
+        if self.channel is not None:
+            desc, rest = self.channel.place(frames[1:])
+            return [desc, frames[0], *rest]
         return frames
 
     def send(self, socket: Any, obj: Any, flags: int = 0) -> None:
@@ -263,13 +270,15 @@ class Decoder:
     """The counterpart of `Encoder`: ``Decoder(T).decode([main, *buffers])`` returns a T.
 
     type: what to decode (a Struct type, ``Any``, ...), as for ``msgspec.msgpack.Decoder``.
-    Other keywords: see `Hooks`.
+    `channel` (a `tokenwire.shm.Receiver`) when the encoder has one. Other keywords: see `Hooks`.
     """
 
     def __init__(self, type: Any = Any, *, ext_code: int = EXT_CODE,
                  buffer_ext_code: int = BUFFER_EXT_CODE, vocab_size: Optional[int] = None,
                  ext_hook: Optional[Callable[[int, memoryview], Any]] = None,
-                 dec_hook: Optional[Callable[[type, Any], Any]] = None) -> None:
+                 dec_hook: Optional[Callable[[type, Any], Any]] = None,
+                 channel: Any = None) -> None:
+        self.channel = channel
         self.hooks = Hooks(ext_code=ext_code, vocab_size=vocab_size, ext_hook=ext_hook,
                            dec_hook=dec_hook)
         self.buffer_ext_code = _check_ext_code("buffer_ext_code", buffer_ext_code)
@@ -290,6 +299,10 @@ class Decoder:
         """
         if type(frames) is not list:
             frames = [frames] if _is_buffer(frames) else list(frames)   # one frame: no buffers
+        if self.channel is not None:             # [descriptor, main, *frames]: slots copied out
+            if len(frames) < 2:
+                raise WireFormatError("a channel message has a descriptor and a main frame")
+            frames = [frames[1], *self.channel.take(frames[0], frames[2:])]
         if not frames:
             raise WireFormatError("Decoder.decode() got no frames (needs the main frame)")
         local = self._local

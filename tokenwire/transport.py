@@ -64,6 +64,9 @@ SIGNATURE_BYTES = len(_SIG_MAGIC) + hashlib.sha256().digest_size
 _DOMAIN = b"tokenwire-oob-v1\0"
 _BLOCK = hashlib.sha256().block_size
 _PREFIX = {False: _DOMAIN + b"\0", True: _DOMAIN + b"\1"}
+# A message with a shared-memory descriptor (tokenwire.shm) signs under modes 2 and 3, so it can
+# never verify as a plain message, nor the reverse.
+_CHANNEL_PREFIX = {False: _DOMAIN + b"\2", True: _DOMAIN + b"\3"}
 _LENGTHS = [struct.Struct(f"<{n + 1}Q") for n in range(9)]     # count + n lengths
 
 FindClass = Callable[[str, str], Any]
@@ -96,17 +99,19 @@ def _as_key(key: Any) -> bytes:
     return raw
 
 
-def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool) -> bytes:
+def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool,
+               channel: bool = False) -> bytes:
     """The signature frame: HMAC-SHA256(key, DOMAIN || mode || u64 n || u64 len(buffer_i)...
     || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]), all integers
-    little-endian, mode one byte (1 when the buffers' bytes are covered)."""
+    little-endian, mode one byte (1 when the buffers' bytes are covered; 2 and 3 for a
+    `channel` message, whose `head` is its descriptor followed by its pickle)."""
     inner_state, outer_state = _keyed(key)
     lens = [len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers]
     lens.append(len(head) if type(head) is bytes else memoryview(head).nbytes)
     n = len(lens)
     fmt = _LENGTHS[n] if n < len(_LENGTHS) else struct.Struct(f"<{n + 1}Q")
     inner = inner_state.copy()
-    inner.update(_PREFIX[sign_buffers] + fmt.pack(n - 1, *lens))
+    inner.update((_CHANNEL_PREFIX if channel else _PREFIX)[sign_buffers] + fmt.pack(n - 1, *lens))
     inner.update(head)
     if sign_buffers:
         for b in buffers:
@@ -218,22 +223,33 @@ def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffer
 
 def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
                    oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
-                   sign_buffers: bool = False) -> None:
+                   sign_buffers: bool = False, channel: Any = None) -> None:
     """Send `obj` on a pyzmq socket as one multipart message: the protocol-5 pickle, then each
     out-of-band buffer as a frame sent with ``copy=False`` (libzmq reads the object's memory;
     the frames keep it alive until the send completes). With `key`, a signature frame first.
+    With `channel` (a `tokenwire.shm.Sender`), large buffers go through shared memory when the
+    receiver has attached to it, and a descriptor frame says where.
     The counterpart of ``socket.send_pyobj``; receive with `recv_pyobj_oob`."""
-    frames = dumps_oob(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers)
+    if channel is not None:
+        frames = channel.dumps(obj, oob_threshold=oob_threshold, key=key,
+                               sign_buffers=sign_buffers)
+    else:
+        frames = dumps_oob(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers)
     socket.send_multipart(frames, flags=flags, copy=False)
 
 
 def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
-                   sign_buffers: bool = False, find_class: Optional[FindClass] = None) -> Any:
+                   sign_buffers: bool = False, find_class: Optional[FindClass] = None,
+                   channel: Any = None) -> Any:
     """Receive an object sent by `send_pyobj_oob`. The frames are received with ``copy=False``
     and handed to the unpickler as `ImmutableBuffer`s, so a token field views the message memory
     instead of copying it. With `key`, the signature is verified before unpickling; a worker
-    whose socket anyone else can reach must pass one."""
+    whose socket anyone else can reach must pass one. Pass `channel` (a
+    `tokenwire.shm.Receiver`) when the sender passes one."""
     frames = socket.recv_multipart(flags=flags, copy=False)
+    if channel is not None:
+        return channel.loads([f.buffer for f in frames], key=key, sign_buffers=sign_buffers,
+                             find_class=find_class, immutable=True)
     # A received message's memory is never rewritten by libzmq: say so (ImmutableBuffer), so the
     # token fields view the frames instead of copying them. Frames are not trusted by type,
     # because a zmq.Frame built over a bytearray looks the same as a received one.

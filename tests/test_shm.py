@@ -1,0 +1,484 @@
+"""tokenwire.shm: the shared-memory channel beside a zmq socket.
+
+In-process tests use real zmq sockets and a real segment; the ones marked integration spawn real
+processes and kill them with SIGKILL mid-message.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tokenwire import AuthenticationError, TokenVector, WireFormatError
+from tokenwire.transport import loads_oob, recv_pyobj_oob, send_pyobj_oob
+
+shm = pytest.importorskip("tokenwire.shm")
+if not shm.available():
+    pytest.skip("shared-memory segments need Linux memfd_create", allow_module_level=True)
+
+KEY = bytes(range(1, 33))
+N = 40_000                                         # 160 KB of ids: through a slot
+
+
+def ids(n: int = N, start: int = 0) -> TokenVector:
+    return TokenVector(np.arange(start, start + n, dtype=np.int32))
+
+
+def dev_shm() -> set:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def mapped_segments(pid: int) -> list:
+    """The tokenwire segments a process maps or holds open."""
+    with open(f"/proc/{pid}/maps") as f:
+        maps = [line for line in f if "memfd:tokenwire-" in line]
+    fds = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if "memfd:tokenwire-" in os.readlink(f"/proc/{pid}/fd/{fd}"):
+                fds.append(fd)
+        except OSError:
+            pass
+    return maps + fds
+
+
+@pytest.fixture
+def pair(zmq_ctx):
+    """A PUSH → PULL pair over ipc://."""
+    zmq, ctx = zmq_ctx
+    path = f"/tmp/tw-shm-{uuid.uuid4().hex}.ipc"
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(f"ipc://{path}")
+    push = ctx.socket(zmq.PUSH)
+    push.connect(f"ipc://{path}")
+    yield push, pull
+    push.close(linger=0)
+    pull.close(linger=0)
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+@pytest.fixture
+def channel():
+    before = dev_shm()
+    with shm.Sender(slots=4, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        yield sender, receiver
+    assert mapped_segments(os.getpid()) == []
+    assert dev_shm() - before == set()
+
+
+def attach(pair, sender, receiver, key=None):
+    """The first message offers the segment; the receiver attaches while reading it."""
+    push, pull = pair
+    send_pyobj_oob(push, {"ids": ids(10)}, key=key, channel=sender)
+    recv_pyobj_oob(pull, key=key, channel=receiver)
+    assert sender.attached() == os.getpid()
+
+
+# -- the channel moves ids ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("key", [None, KEY])
+def test_round_trip_through_slots(pair, channel, key):
+    sender, receiver = channel
+    push, pull = pair
+    send_pyobj_oob(push, {"ids": ids(), "n": 0}, key=key, channel=sender)
+    first = recv_pyobj_oob(pull, key=key, channel=receiver)
+    assert first["ids"] == ids() and sender.stats == {"shm": 0, "frames": 1}   # the offer
+    assert sender.attached() == os.getpid()
+    for k in range(1, 13):                      # 3 times round the ring: slots are released
+        send_pyobj_oob(push, {"ids": ids(start=k), "n": k}, key=key, channel=sender)
+        got = recv_pyobj_oob(pull, key=key, channel=receiver)
+        assert got["n"] == k and got["ids"] == ids(start=k)
+    assert sender.stats == {"shm": 12, "frames": 1}
+    assert receiver.stats == {"shm": 12, "frames": 1}
+
+
+def test_small_buffers_stay_in_band_and_mid_sized_ones_use_slots(pair, channel):
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    small, mid = ids(100), ids(shm.SHM_THRESHOLD // 4)     # mid is below OOB_THRESHOLD
+    frames = sender.dumps({"a": small, "b": mid})
+    assert len(frames) == 2                                  # descriptor + pickle: no frame
+    got = receiver.loads(frames)
+    assert got == {"a": small, "b": mid}
+    assert sender.stats["shm"] == 1
+
+
+def test_received_ids_are_a_copy_not_a_view_of_the_segment(pair, channel):
+    """Rewriting the slot after the message was read never changes what the worker holds."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    array = np.arange(N, dtype=np.int32)          # numpy views whatever buffer it is given
+    send_pyobj_oob(push, {"ids": ids(), "array": array}, channel=sender)
+    got = recv_pyobj_oob(pull, channel=receiver)
+    assert sender.stats["shm"] == 2
+    sender.reclaim()
+    for k in range(sender.slots):               # every slot rewritten with other ids
+        sender.dumps({"ids": ids(start=1000 + k)})
+    assert sender.stats["shm"] == 2 + sender.slots
+    assert got["ids"] == ids()
+    assert np.array_equal(got["array"], array)
+    assert not got["array"].flags.writeable     # it views the worker's own read-only copy
+
+
+def test_full_ring_falls_back_to_frames(pair, channel):
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    for k in range(7):                          # 4 slots, none read yet
+        send_pyobj_oob(push, {"ids": ids(start=k)}, channel=sender)
+    assert sender.stats == {"shm": 4, "frames": 3}
+    for k in range(7):
+        assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=k)
+    send_pyobj_oob(push, {"ids": ids(start=99)}, channel=sender)   # slots are free again
+    assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=99)
+    assert sender.stats["shm"] == 5
+
+
+def test_oversize_buffer_and_sign_buffers_travel_as_frames(pair, channel):
+    sender, receiver = channel
+    attach(pair, sender, receiver, key=KEY)
+    push, pull = pair
+    big = ids(sender.slot_bytes // 4 + 1)
+    send_pyobj_oob(push, {"ids": big}, key=KEY, channel=sender)
+    assert recv_pyobj_oob(pull, key=KEY, channel=receiver)["ids"] == big
+    send_pyobj_oob(push, {"ids": ids()}, key=KEY, sign_buffers=True, channel=sender)
+    assert recv_pyobj_oob(pull, key=KEY, sign_buffers=True, channel=receiver)["ids"] == ids()
+    assert sender.stats["shm"] == 0
+
+
+def test_segment_is_a_sealed_owner_only_memfd(channel):
+    sender, _ = channel
+    st = os.fstat(sender.fd)
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    import fcntl
+    seals = fcntl.fcntl(sender.fd, fcntl.F_GET_SEALS)
+    assert seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW and seals & fcntl.F_SEAL_SEAL
+    assert os.readlink(f"/proc/self/fd/{sender.fd}").startswith("/memfd:tokenwire-")
+    with pytest.raises(OSError):
+        os.ftruncate(sender.fd, 4096)           # nobody can shrink it under a reader
+
+
+def test_receiver_refuses_a_segment_others_could_open(pair, channel):
+    """A segment readable by group or others is not attached to: the ids come as frames."""
+    sender, receiver = channel
+    os.fchmod(sender.fd, 0o644)
+    push, pull = pair
+    for k in range(3):
+        send_pyobj_oob(push, {"ids": ids(start=k)}, channel=sender)
+        assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=k)
+    assert sender.attached() == 0 and sender.stats == {"shm": 0, "frames": 3}
+
+
+def test_unreachable_segment_falls_back_without_the_caller_noticing(pair, channel):
+    """A receiver that cannot open the segment (another host, another pid namespace) never
+    attaches, so the sender keeps sending frames."""
+    sender, receiver = channel
+    frames = sender.dumps({"ids": ids()})
+    desc = bytearray(frames[0])
+    struct.pack_into("<I", desc, 20, 2**22 + 1)      # a pid that cannot exist here
+    assert receiver.loads([bytes(desc), *frames[1:]])["ids"] == ids()
+    assert sender.attached() == 0
+    assert receiver.loads(sender.dumps({"ids": ids()}))["ids"] == ids()  # refused once: frames
+
+
+def test_msgspec_encoder_and_decoder_take_a_channel(pair, channel):
+    tw_msgspec = pytest.importorskip("tokenwire.msgspec")
+    sender, receiver = channel
+    push, pull = pair
+    encoder = tw_msgspec.Encoder(channel=sender)
+    decoder = tw_msgspec.Decoder(channel=receiver, vocab_size=10**6)
+    for k in range(6):
+        encoder.send(push, {"n": k, "ids": ids(start=k)})
+        got = decoder.recv(pull)
+        assert got["n"] == k and got["ids"] == ids(start=k)
+    assert sender.stats == {"shm": 5, "frames": 1}         # the first one offered the segment
+    frames = encoder.encode({"ids": ids()})
+    desc = bytearray(frames[0])
+    struct.pack_into("<Q", desc, _entry(desc) + 8, 12345)  # wrong generation
+    with pytest.raises(WireFormatError, match="does not hold generation"):
+        decoder.decode([bytes(desc), *frames[1:]])
+    with pytest.raises(WireFormatError, match="descriptor"):
+        decoder.decode(frames[1:2])
+
+
+# -- stale and tampered descriptors ------------------------------------------------------------
+
+def test_slot_reused_while_the_old_message_is_unread_is_refused(pair, zmq_ctx):
+    push, pull = pair
+    with shm.Sender(slots=1, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver)
+        send_pyobj_oob(push, {"ids": ids(start=1)}, channel=sender)     # slot 0, unread
+        sender.reclaim()
+        send_pyobj_oob(push, {"ids": ids(start=2)}, channel=sender)     # slot 0 again
+        assert sender.stats["shm"] == 2
+        with pytest.raises(WireFormatError, match="does not hold generation"):
+            recv_pyobj_oob(pull, channel=receiver)
+        assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=2)
+
+
+def _entry(desc: bytes, k: int = 0) -> int:
+    return 32 + 24 * k                          # descriptor header, then 24-byte entries
+
+
+@pytest.mark.parametrize("field, value, message", [
+    (0, 4, "names slot 4, the ring has 4"),                      # index beyond the ring
+    (0, 2**64 - 2, "names slot"),
+    (2, 256 * 1024 + 4, "a slot holds"),                         # length beyond the slot
+    (2, 2**63, "a slot holds"),
+    (1, 7, "does not hold generation 7"),                        # wrong generation
+    (2, 4, "length is not the descriptor"),                      # shorter than written
+])
+def test_tampered_descriptor_is_refused(channel, pair, field, value, message):
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    frames = sender.dumps({"ids": ids()})
+    desc = bytearray(frames[0])
+    struct.pack_into("<Q", desc, _entry(desc) + 8 * field, value)
+    with pytest.raises(WireFormatError, match=message):
+        receiver.loads([bytes(desc), *frames[1:]])
+    assert receiver.loads(frames)["ids"] == ids()   # the real message still reads (once)
+    with pytest.raises(WireFormatError, match="does not hold generation"):
+        receiver.loads(frames)                       # a replay finds the slot freed
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(field=st.integers(0, 5), value=st.integers(0, 2**64 - 1))
+def test_any_entry_value_reads_the_slot_or_is_refused(channel, pair, field, value):
+    """Whatever an entry of two says (slot, generation, length), the receiver gives the right
+    ids or raises WireFormatError, and never reads outside the ring (which would crash)."""
+    sender, receiver = channel
+    if not sender.attached():
+        attach(pair, sender, receiver)
+    sender.reclaim()
+    frames = sender.dumps({"a": ids(), "b": ids(start=7)})
+    desc = bytearray(frames[0])
+    struct.pack_into("<Q", desc, _entry(desc, field // 3) + 8 * (field % 3), value)
+    try:
+        got = receiver.loads([bytes(desc), *frames[1:]])
+    except WireFormatError:
+        return
+    assert got == {"a": ids(), "b": ids(start=7)}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "magic", "count", "frame"])
+def test_malformed_descriptor_frame_is_refused(channel, damage):
+    sender, receiver = channel
+    frames = sender.dumps({"ids": ids()})          # not attached: the ids are a frame
+    desc = bytearray(frames[0])
+    if damage == "truncate":
+        desc = desc[:30]
+    elif damage == "magic":
+        desc[:4] = b"XXXX"
+    elif damage == "count":
+        struct.pack_into("<I", desc, 28, 2)
+    with pytest.raises(WireFormatError):
+        rest = frames[1:2] if damage == "frame" else frames[1:]
+        receiver.loads([bytes(desc), *rest])
+
+
+def test_signed_descriptor_is_covered_by_the_signature(channel, pair):
+    sender, receiver = channel
+    attach(pair, sender, receiver, key=KEY)
+    frames = sender.dumps({"ids": ids()}, key=KEY)
+    desc = bytes(frames[1])
+    for at in range(len(desc)):
+        bad = bytearray(desc)
+        bad[at] ^= 1
+        with pytest.raises(AuthenticationError):
+            receiver.loads([frames[0], bytes(bad), *frames[2:]], key=KEY)
+    with pytest.raises(AuthenticationError):
+        receiver.loads(frames[1:], key=KEY)                  # signature dropped
+    with pytest.raises(AuthenticationError, match="pass key"):
+        receiver.loads(frames)
+    with pytest.raises(AuthenticationError):
+        loads_oob(frames, key=KEY)            # a channel message never verifies as a plain one
+    assert receiver.loads(frames, key=KEY)["ids"] == ids()   # nothing was freed meanwhile
+
+
+def test_sign_buffers_refuses_a_descriptor_naming_slots(channel, pair):
+    """With sign_buffers=True every byte must be signed; a slot's bytes are not, so a message
+    naming one (signed by a key holder who did not sign its buffers) is refused."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    from tokenwire.transport import _signature
+    frames = sender.dumps({"ids": ids()})
+    assert sender.stats["shm"] == 1
+    sig = _signature(KEY, frames[0] + frames[1], frames[2:], True, channel=True)
+    with pytest.raises(WireFormatError, match="sign_buffers"):
+        receiver.loads([sig, *frames], key=KEY, sign_buffers=True)
+
+
+def test_a_receiver_announces_itself_again_after_the_sender_reset(pair, channel):
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    sender._words[5] = 0                        # what the sender does when its reader died
+    push, pull = pair
+    send_pyobj_oob(push, {"ids": ids()}, channel=sender)
+    assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids()
+    assert sender.attached() == os.getpid()
+
+
+def test_plain_signed_message_does_not_verify_as_a_channel_message(channel):
+    from tokenwire.transport import dumps_oob
+    _, receiver = channel
+    frames = dumps_oob({"ids": ids()}, key=KEY)
+    with pytest.raises(AuthenticationError):
+        receiver.loads(frames, key=KEY)
+
+
+def test_sender_refuses_a_bad_geometry():
+    with pytest.raises(ValueError, match="slots"):
+        shm.Sender(slots=0)
+    with pytest.raises(ValueError, match="slot_bytes"):
+        shm.Sender(slot_bytes=2**40)
+
+
+# -- real processes killed mid-message ---------------------------------------------------------
+
+WORKER = textwrap.dedent("""
+    import os, sys, time, zmq
+    from tokenwire import shm
+    from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
+    push = ctx.socket(zmq.PUSH); push.connect(sys.argv[2])
+    receiver = shm.Receiver()
+    push.send_pyobj(("ready", os.getpid()))
+    while True:
+        try:
+            msg = recv_pyobj_oob(pull, channel=receiver)
+        except Exception as e:
+            push.send_pyobj(("error", repr(e)))
+            continue
+        if msg == "stall":
+            push.send_pyobj(("stalled", os.getpid()))
+            time.sleep(600)
+        push.send_pyobj(("ok", msg["n"], msg["ids"] == msg["expect"], os.getpid()))
+""")
+
+SENDER = textwrap.dedent("""
+    import os, signal, sys, zmq, numpy as np
+    from tokenwire import TokenVector, shm
+    from tokenwire.transport import send_pyobj_oob
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH); push.connect(sys.argv[1])
+    pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[2])
+    sender = shm.Sender(slots=2, slot_bytes=256 * 1024)
+    start = int(sys.argv[3])
+    for n in range(4):
+        send_pyobj_oob(push, {"n": n, "ids": TokenVector(np.arange(start + n, start + n + 40000,
+                                                                    dtype=np.int32))},
+                       channel=sender)
+        pull.recv()          # received (message 3: its slot is read only after our death)
+    # Mid-message: a slot half written, its message never sent; then SIGKILL.
+    sender._set_state(sender._free_slot(), 99, 2)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def _spawn(code: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code, *args])
+
+
+@pytest.mark.integration
+def test_worker_killed_holding_slots_then_replaced(zmq_ctx, tmp_path):
+    """A worker killed with unread slots: the sender takes them back once the ring is full, the
+    next worker attaches and every message it reads carries the right ids."""
+    zmq, ctx = zmq_ctx
+    before = dev_shm()
+    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
+    push = ctx.socket(zmq.PUSH)
+    push.bind(out)
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(back)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    sender = shm.Sender(slots=2, slot_bytes=256 * 1024)
+    workers = []
+    try:
+        def send(n: int) -> None:
+            v = ids(start=n)
+            send_pyobj_oob(push, {"n": n, "ids": v, "expect": v}, channel=sender)
+
+        workers.append(_spawn(WORKER, out, back))
+        assert pull.recv_pyobj()[0] == "ready"
+        send(0)
+        assert pull.recv_pyobj()[:3] == ("ok", 0, True)
+        send_pyobj_oob(push, "stall", channel=sender)
+        assert pull.recv_pyobj()[0] == "stalled"
+        send(1)
+        send(2)                                   # both slots FULL, never to be read
+        assert sender.stats["shm"] == 2
+        workers[0].send_signal(signal.SIGKILL)
+        workers[0].wait()
+
+        workers.append(_spawn(WORKER, out, back))
+        assert pull.recv_pyobj()[0] == "ready"
+        # A message may still be routed to the dead worker's connection before zmq notices it
+        # is gone; whatever the new worker reads must carry the right ids.
+        pull.setsockopt(zmq.RCVTIMEO, 5_000)
+        seen = {}
+        for n in range(3, 12):
+            send(n)
+            try:
+                while n not in seen:
+                    reply = pull.recv_pyobj()
+                    if reply[0] == "ok":
+                        seen[reply[1]] = reply[2]
+            except zmq.Again:
+                pass
+        assert 11 in seen and len(seen) >= 6 and all(seen.values()), seen
+        assert sender.stats["shm"] >= 2 + 6       # slots were taken back and used again
+        assert sender.attached() == workers[1].pid
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
+        sender.close()
+    assert mapped_segments(os.getpid()) == []
+    assert dev_shm() - before == set()
+
+
+@pytest.mark.integration
+def test_sender_killed_mid_message_then_restarted(zmq_ctx, tmp_path):
+    """A proxy killed with SIGKILL after sending a message through a slot and while writing
+    another: the worker still reads the sent message, a restarted proxy's segment is attached,
+    and no segment outlives the processes."""
+    zmq, ctx = zmq_ctx
+    before = dev_shm()
+    inbox, acks = f"ipc://{tmp_path}/in", f"ipc://{tmp_path}/ack"
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(inbox)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    ack = ctx.socket(zmq.PUSH)
+    ack.bind(acks)
+    with shm.Receiver() as receiver:
+        for start in (0, 500):
+            proxy = _spawn(SENDER, inbox, acks, str(start))
+            for n in range(3):
+                msg = recv_pyobj_oob(pull, channel=receiver)
+                assert msg["n"] == n and msg["ids"] == ids(start=start + n)
+                ack.send(b"")
+            frames = pull.recv_multipart(copy=False)
+            ack.send(b"")
+            assert proxy.wait(timeout=30) == -signal.SIGKILL
+            msg = receiver.loads([f.buffer for f in frames], immutable=True)  # after its death
+            assert msg["n"] == 3 and msg["ids"] == ids(start=start + 3)
+            assert receiver.stats["shm"] >= 2
+        assert len(receiver._segments) == 2               # the restarted proxy's segment too
+    assert mapped_segments(os.getpid()) == []             # the kernel frees them now
+    assert dev_shm() - before == set()
