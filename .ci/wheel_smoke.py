@@ -36,4 +36,5 @@ for header in ("wire.hpp", "nanobind.hpp", "pybind11.hpp", "python.hpp", "frame.
     assert os.path.isfile(os.path.join(inc, header)), header
 for typed in ("_core.pxd", "_core.pyi", "py.typed"):       # cimport and type checkers
     assert os.path.isfile(os.path.join(here, typed)), typed
-print(f"tokenwire {tokenwire.__version__} wheel OK on {sys.platform}, Python {sys.version.split()[0]}")
+print(f"tokenwire {tokenwire.__version__} wheel OK on {sys.platform}, "
+      f"Python {sys.version.split()[0]}")

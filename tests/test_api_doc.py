@@ -17,8 +17,8 @@ API_MD = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 MODULES = ["tokenwire", "tokenwire.msgspec", "tokenwire.transport", "tokenwire.text"]
 
 #: "### `tokenwire.msgspec.Encoder`", then a ```python block (the signature), then the text.
-ENTRY = re.compile(r"^### `(tokenwire(?:\.\w+)*)\.(\w+)`\n\n```python\n(.*?)\n```\n\n(.+?)(?=\n### |\n## |\Z)",
-                   re.S | re.M)
+ENTRY = re.compile(r"^### `(tokenwire(?:\.\w+)*)\.(\w+)`\n\n```python\n(.*?)\n```\n\n"
+                   r"(.+?)(?=\n### |\n## |\Z)", re.S | re.M)
 
 
 def entries() -> dict[tuple[str, str], tuple[str, str]]:
