@@ -5,9 +5,16 @@ many more examples. Strategies live in tests/strategies.py.
 """
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# bench/ (the benchmarks, not installed) is imported from the clone's root by the tests that use
+# it. Appended, not prepended: the checkout's tokenwire/ (sources without the compiled extension)
+# must not shadow the installed package.
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.register_profile(

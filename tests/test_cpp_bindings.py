@@ -2,7 +2,7 @@
 converts into std::vector<int32_t>, and refuse what it refuses with the same exception.
 
 Two real extensions are built once per session: the nanobind engine stand-in that
-`tokenwire e2e --engine nanobind` uses (tokenwire.benchmarks.engine, CMake + ninja from PyPI) and
+`python -m bench e2e --engine nanobind` uses (bench/engine.py, CMake + ninja from PyPI) and
 a pybind11 twin (tests/cpp/pybind_engine.cpp, compiled directly). Each has `RequestStock`
 (the library's stock std::vector caster) and `RequestTokens` (tokenwire::Tokens).
 """
@@ -14,7 +14,6 @@ import importlib.util
 import os
 import pathlib
 import subprocess
-import tempfile
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -26,8 +25,9 @@ from hypothesis import given
 import tokenwire
 from cpp.harness import compile_pybind_engine, require_compiler
 from strategies import int_arrays, token_lists
+from test_bench import run_bench
 from test_gil import longest_stall_fraction, threshold  # noqa: F401 (a fixture)
-from tokenwire.benchmarks import engine
+from bench import engine
 
 # Builds C++ extensions with a real compiler: `pytest -m "not integration"` skips them.
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def _load(name: str, path: pathlib.Path) -> ModuleType:
 @pytest.fixture(scope="session")
 def cache_home(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """An XDG_CACHE_HOME whose tokenwire/engine holds this session's engine build, so that the
-    `tokenwire e2e --engine nanobind` subprocess below reuses it."""
+    `python -m bench e2e --engine nanobind` subprocess below reuses it."""
     return tmp_path_factory.mktemp("cache-home")
 
 
@@ -207,10 +207,7 @@ def test_large_buffers_are_copied_without_the_gil(nb_engine: ModuleType) -> None
 
 def _e2e(env_cache: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, XDG_CACHE_HOME=env_cache)
-    return subprocess.run([sys.executable, "-m", "tokenwire", "e2e", "--isl", "2000",
-                           "--requests", "4", "--engine", "nanobind"],
-                          capture_output=True, text=True, env=env, timeout=600,
-                          cwd=tempfile.gettempdir())
+    return run_bench("e2e", "--isl", "2000", "--requests", "4", "--engine", "nanobind", env=env)
 
 
 def test_e2e_with_the_nanobind_engine(nb_engine: ModuleType, cache_home: pathlib.Path) -> None:

@@ -453,8 +453,8 @@ def test_no_per_id_python_objects() -> None:
 
 
 # -------------------------------------------------------------------------------------------
-# The example and the benchmark suite, run as real subprocesses (from a neutral directory, so
-# that a source checkout's tokenwire/ does not shadow the installed package)
+# The example, run as a real subprocess (from a neutral directory, so that a source checkout's
+# tokenwire/ does not shadow the installed package); the benchmark suite is tests/test_bench.py
 
 
 def test_http_base64_example_runs() -> None:
@@ -462,18 +462,6 @@ def test_http_base64_example_runs() -> None:
                        capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     assert "server decoded 40,000 ids" in r.stdout and "round trip OK" in r.stdout
-
-
-def test_bench_suite_from_the_cli(tmp_path: Path) -> None:
-    out = tmp_path / "m.json"
-    r = subprocess.run([sys.executable, "-m", "tokenwire", "bench-msgspec",
-                        "--isl", "200", "--repeat", "2", "--round-ms", "1", "--json", str(out)],
-                       capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir())
-    assert r.returncode == 0, r.stderr
-    assert "out-of-band Encoder/Decoder" in r.stdout and "characters per id" in r.stdout
-    names = {row["name"] for row in json.loads(out.read_text())["rows"]}
-    assert {"list[int] field, plain msgspec", "msgspec.json(list[int])",
-            "to_base64(TokenVector) / from_base64"} <= names
 
 
 def test_msgspec_stays_optional() -> None:

@@ -1,5 +1,5 @@
 """Build and drive the C++ side of the tests: the conformance server (conformance.cpp) and the
-pybind11 engine (pybind_engine.cpp); the nanobind engine is tokenwire.benchmarks.engine.
+pybind11 engine (pybind_engine.cpp); the nanobind engine is bench/engine.py.
 
 Compiler: $CXX or g++. Extra flags from $TOKENWIRE_CXXFLAGS (.ci/run's sanitizer build sets
 -fsanitize=address,undefined there). zstd support is compiled in when zstd.h is available.

@@ -1,5 +1,5 @@
 // The pybind11 flavour of the engine stand-in (the nanobind one is
-// tokenwire/benchmarks/engine_src/engine.cpp): Request(input_token_ids, max_tokens) storing
+// bench/engine_src/engine.cpp): Request(input_token_ids, max_tokens) storing
 // std::vector<int32_t>, converted by pybind11's stock caster (RequestStock) or by
 // tokenwire::Tokens (RequestTokens).
 #include <pybind11/pybind11.h>

@@ -1,5 +1,5 @@
-"""The C++ hand-off (issue #10's targets): token ids into std::vector<int32_t> through the
-nanobind engine stand-in (tokenwire.benchmarks.engine), and frames decoded in C++.
+"""The C++ hand-off and its targets: token ids into std::vector<int32_t> through the
+nanobind engine stand-in (bench.engine), and frames decoded in C++.
 
 Every row is one Python call into the same extension, so call overhead is alike for all:
   * memcpy: the extension takes the buffer and copies its bytes into a std::vector (the floor);
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import tokenwire
-from tokenwire.benchmarks import engine
-from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import Method, Target, grouped_suite_main, ratio_target
+from bench import engine
+from bench.data import token_stream
+from bench.harness import Method, Target, grouped_suite_main, ratio_target
 
 BUFFER = "int32 buffer -> std::vector"
 LIST_STOCK = "list[int] -> std::vector (vs stock caster)"

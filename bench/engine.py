@@ -45,7 +45,7 @@ def _fingerprint() -> str:
         nanobind_version = importlib.metadata.version("nanobind")
     except importlib.metadata.PackageNotFoundError:
         raise EngineBuildError(
-            "nanobind is not installed (pip install 'tokenwire[bench]')") from None
+            "nanobind is not installed (pip install '.[bench]' from the checkout)") from None
     h = hashlib.sha256()
     inc = pathlib.Path(tokenwire.get_include()) / "tokenwire"
     for path in sorted(SOURCE_DIR.iterdir()) + sorted(inc.iterdir()):

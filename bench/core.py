@@ -1,4 +1,4 @@
-"""Core conversions against numpy and array.array: as_tokens, tolist (issue #2's targets).
+"""Core conversions against numpy and array.array: as_tokens, tolist, and their targets.
 
 Every group has a baseline (*); ratio = baseline time / method time, so > 1 is faster.
 """
@@ -11,8 +11,8 @@ from collections.abc import Callable
 import numpy as np
 
 import tokenwire
-from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import Method, Target, grouped_suite_main, ratio_target
+from bench.data import token_stream
+from bench.harness import Method, Target, grouped_suite_main, ratio_target
 
 
 def methods_for(n: int) -> list[Method]:

@@ -1,4 +1,4 @@
-"""TokenVector in msgspec and JSON stacks against list[int] (issue #11's targets).
+"""TokenVector in msgspec and JSON stacks against list[int], and their targets.
 
 msgpack: an engine-core-style request (vLLM's `EngineCoreRequest` shape: a msgspec Struct with
 ``array_like=True, omit_defaults=True, gc=False``, a nested sampling-params Struct) whose
@@ -20,8 +20,8 @@ import msgspec
 import tokenwire
 import tokenwire.msgspec as tw_msgspec
 from tokenwire import TokenVector
-from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import Method, Result, Target, ratio_target, grouped_suite_main
+from bench.data import token_stream
+from bench.harness import Method, Result, Target, ratio_target, grouped_suite_main
 
 
 class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):

@@ -1,4 +1,4 @@
-"""`tokenwire bench`: tokenwire's wire codecs against the usual ways of shipping token ids.
+"""`python -m bench`: tokenwire's wire codecs against the usual ways of shipping token ids.
 
 Every encoder and decoder of an ISL is measured in one process, interleaved round by round;
 figures are medians with the interquartile range as spread. Ids are a seeded Zipf stream over a
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 import tokenwire
-from tokenwire.benchmarks.baseline import SamplingParams
-from tokenwire.benchmarks.data import VOCABS, token_stream
-from tokenwire.benchmarks.harness import (
+from bench.baseline import SamplingParams
+from bench.data import VOCABS, token_stream
+from bench.harness import (
     Figures,
     Method,
     Result,
@@ -218,7 +218,7 @@ def plot(rows: Sequence[Row], path: str, title: str) -> None:
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install 'tokenwire[bench]'") from None
+        raise SystemExit("--plot needs matplotlib: pip install '.[bench]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -318,7 +318,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 class _Run:
-    """The state of one `tokenwire bench` run that the suite's callbacks share: the id streams
+    """The state of one `python -m bench` run that the suite's callbacks share: the id streams
     (seeded or from a tokenizer) and the header that names them."""
 
     def __init__(self) -> None:
@@ -370,7 +370,7 @@ class _Run:
 def main(argv: list[str] | None = None) -> int:
     run = _Run()
     return suite_main(argv, Suite(
-        name="codec", prog="tokenwire bench", doc=__doc__ or "", default_isl="1000,40000,128000",
+        name="codec", prog="python -m bench", doc=__doc__ or "", default_isl="1000,40000,128000",
         methods=run.methods, targets=[*TARGETS, run.payload_target()], repeat=11, round_ms=10.0,
         table=lambda results: print_rows(rows_of(results)),
         extra=lambda args: per_call(*((5, 0.003) if args.quick else (args.repeat, args.round_ms / 1e3))),

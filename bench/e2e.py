@@ -7,7 +7,7 @@ token vector — for three modes side by side. The engine the ids end in (`--eng
                  dtype=int32)` casts element by element like nanobind does for a list; a buffer
                  is one memcpy
   nanobind       a real C++ `Request(input_token_ids, max_tokens)` storing std::vector<int32_t>
-                 (tokenwire.benchmarks.engine, built on first use): the baseline goes through
+                 (bench.engine, built on first use): the baseline goes through
                  nanobind's stock vector caster, the tokenwire modes through tokenwire::Tokens
 
 Per request the worker reports token prep (getting the ids the constructor takes from the
@@ -52,9 +52,9 @@ from typing import Any
 import numpy as np
 
 from tokenwire import GenerationRequest
-from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
-from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import Target, machine, report_targets, stderr_progress
+from bench.baseline import PlainGenerationRequest, SamplingParams
+from bench.data import token_stream
+from bench.harness import Target, machine, report_targets, stderr_progress
 from tokenwire.transport import dumps_oob, recv_pyobj_oob
 
 MODES = ("baseline", "tokenwire", "tokenwire-oob")
@@ -126,13 +126,13 @@ def build_engine(name: str) -> str | None:
     stderr -- when it cannot be built here (the numpy stand-in is used instead)."""
     if name != "nanobind":
         return None
-    from tokenwire.benchmarks import engine
+    from bench import engine
     stderr_progress("building the nanobind engine stand-in (cached after the first run)")
     try:
         return str(engine.build())
     except (engine.EngineBuildError, OSError) as e:
-        print(f"tokenwire e2e: cannot build the nanobind engine ({e}); falling back to the numpy "
-              f"stand-in. Install the tools with: pip install 'tokenwire[bench]' (nanobind, "
+        print(f"bench e2e: cannot build the nanobind engine ({e}); falling back to the numpy "
+              f"stand-in. Install the tools with: pip install '.[bench]' (nanobind, "
               f"cmake, ninja) and a C++17 compiler.", file=sys.stderr)
         return None
 
@@ -386,8 +386,8 @@ def _gil_target(mode: str) -> Target:
 
 
 def targets_for(engine: str) -> list[Target]:
-    """The issue targets at ISL 40k: worker submit and GIL for every engine; with the C++
-    engine also the submit into the real Request and the whole trip (issue #10)."""
+    """The targets at ISL 40k: worker submit and GIL for every engine; with the C++
+    engine also the submit into the real Request and the whole trip."""
     out: list[Target] = []
     for mode in ("tokenwire", "tokenwire-oob"):
         if engine == "nanobind":
@@ -544,15 +544,20 @@ def run_ray(isls: Sequence[int], count: int) -> list[ModeResult]:
 
     import ray
 
+    import bench
+
     started = not ray.is_initialized()
     if started:
         # Ray puts the driver's working directory on every worker's sys.path; run from a source
         # checkout, its tokenwire/ (no compiled extension) would shadow the installed package.
+        # The workers get bench/ (not installed) alone instead, as a module Ray ships them.
         cwd = os.getcwd()
         os.chdir(tempfile.gettempdir())
         try:
             ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
-                     logging_level=logging.ERROR, log_to_driver=False)
+                     logging_level=logging.ERROR, log_to_driver=False,
+                     runtime_env={"py_modules": [bench],
+                                  "excludes": ["engine_src", "results", "__pycache__"]})
         finally:
             os.chdir(cwd)
     try:
@@ -576,7 +581,7 @@ def run_ray(isls: Sequence[int], count: int) -> list[ModeResult]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="tokenwire e2e", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench e2e", description=__doc__.split("\n\n")[0])
     p.add_argument("--isl", default="1000,40000,128000", help="comma-separated prompt lengths")
     p.add_argument("--requests", type=int, default=None,
                    help="requests per mode and ISL (default 60; 12 with --quick)")

@@ -1,8 +1,8 @@
-"""GenerationRequest against the same request holding a plain list field (issue #4's targets),
-a ~30-field dataclass adopted with `token_fields` against the unmodified one (issue #12), and
-the proxy-side serialize of a request built from a list (issue #10, item 4).
+"""GenerationRequest against the same request holding a plain list field, a ~30-field
+dataclass adopted with `token_fields` against the unmodified one, and the proxy-side serialize
+of a request built from a list; each with its targets.
 
-The baseline, `PlainGenerationRequest` (tokenwire.benchmarks.baseline), is the request as it was
+The baseline, `PlainGenerationRequest` (bench.baseline), is the request as it was
 before tokenwire: the same attributes, `prompt_token_ids` a plain `list[int]`, default pickling
 and copying; both carry the same `SamplingParams`. Pickling uses protocol 5 in-band (what
 `socket.send_pyobj` and `multiprocessing` do; out-of-band is its own row). Ratio = baseline (*)
@@ -14,18 +14,17 @@ from __future__ import annotations
 import copy
 import pickle
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import numpy as np
 
 import tokenwire
-from tokenwire import GenerationRequest
-from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
-from tokenwire.benchmarks.data import token_stream
-from tokenwire.benchmarks.harness import Method, Result, Target, ratio_target, group_ratios, grouped_suite_main
+from tokenwire import GenerationRequest, token_buffer
+from bench.baseline import PlainGenerationRequest, SamplingParams
+from bench.data import token_stream
+from bench.examples import after, before, worker_submit
+from bench.harness import Method, Result, Target, ratio_target, group_ratios, grouped_suite_main
 from tokenwire.transport import dumps_oob, loads_oob
-from tokenwire.request import token_buffer, token_fields
 
 PROTOCOL = 5
 PROMPT = GenerationRequest.prompt_token_ids
@@ -46,61 +45,19 @@ G_FIRST_READ = "first read of prompt_token_ids"
 G_ACCESS = "hot path: attribute access (incl. ~40 ns lambda call)"
 
 
-@dataclass
-class TokenizedReq:
-    """An SGLang-style tokenized request: 32 fields, built positionally, `input_ids` followed by
-    fields without defaults. The unmodified baseline."""
-
-    rid: str
-    input_text: str
-    input_ids: List[int]
-    mm_inputs: Optional[Dict[str, Any]]
-    sampling_params: Any
-    return_logprob: bool
-    logprob_start_len: int
-    top_logprobs_num: int
-    token_ids_logprob: Optional[List[int]]
-    stream: bool
-    lora_id: Optional[str] = None
-    input_embeds: Optional[List[List[float]]] = None
-    session_params: Optional[Dict[str, Any]] = None
-    custom_logit_processor: Optional[str] = None
-    return_hidden_states: bool = False
-    bootstrap_host: Optional[str] = None
-    bootstrap_port: Optional[int] = None
-    bootstrap_room: Optional[int] = None
-    data_parallel_rank: Optional[int] = None
-    priority: Optional[int] = None
-    extra_key: Optional[str] = None
-    no_logs: bool = False
-    log_metrics: bool = True
-    return_bytes: bool = False
-    require_reasoning: bool = False
-    routed_dp_rank: Optional[int] = None
-    disagg_prefill_dp_rank: Optional[int] = None
-    token_type_ids: Optional[List[int]] = None
-    created_time: float = 0.0
-    http_worker_ipc: Optional[str] = None
-    lora_path: Optional[str] = None
-    meta: Dict[str, Any] = field(default_factory=dict)
-
-
-@token_fields("input_ids")
-@dataclass
-class TwTokenizedReq(TokenizedReq):
-    """The same dataclass after adoption (docs/adopting.md: one import, one decorator)."""
+#: The ~30-field SGLang-style dataclass of examples/: unmodified (the baseline) and adopted with
+#: `token_fields` (docs/adopting.md: one import, one decorator).
+TokenizedReq = before.TokenizedGenerateReqInput
+TwTokenizedReq = after.TokenizedGenerateReqInput
 
 
 def _tokenized(cls: Any, ids: list[int], sp: Any) -> Any:
     return cls("rid-0", "", ids, None, sp, False, -1, 0, None, False)
 
 
-def engine_request(input_token_ids: Any) -> np.ndarray:
-    """Stand-in for an engine's `Request(input_token_ids=...)`: a 1-D int32 buffer is one
-    memcpy; a list[int] is cast element by element, as a binding's default conversion does."""
-    if isinstance(input_token_ids, list):
-        return np.array(input_token_ids, dtype=np.int32)
-    return np.frombuffer(input_token_ids, dtype=np.int32).copy()
+#: The engine's `Request(input_token_ids=...)` stand-in of examples/worker_submit.py: a 1-D int32
+#: buffer is one memcpy; a list[int] is cast element by element, as a binding's default does.
+engine_request = worker_submit.native_request_ctor
 
 
 def submit_unchanged(req: Any) -> Any:
@@ -228,7 +185,7 @@ def request_methods(n: int) -> list[Method]:
     ]
 
 
-#: The issue's targets: (description, group, method, check on ratio = baseline / method time)
+#: The targets: (description, group, method, check on ratio = baseline / method time)
 TARGETS: list[Target] = [
     ratio_target("pickle.dumps+loads, decoded & unread: >= 50x faster", G_PICKLE_HELD,
      "decoded from the wire, unread", lambda r: r >= 50),
@@ -243,14 +200,14 @@ TARGETS: list[Target] = [
     # The descriptor adds one dict lookup to a ~50 µs build: 2% is for run-to-run noise only.
     ratio_target("first read of prompt_token_ids <= TokenVector.tolist() (within 2% noise)",
      G_FIRST_READ, "reset + req.prompt_token_ids (first read)", lambda r: 1 / r <= 1.02),
-    # issue #12
+    # the adopted dataclass
     ratio_target("dataclass pickle.dumps+loads, protocol 4: >= 15x faster", G_DC_P4,
      "token_fields dataclass", lambda r: r >= 15),
     ratio_target("dataclass pickle.dumps+loads, protocol 5: >= 15x faster", G_DC_P5,
      "token_fields dataclass", lambda r: r >= 15),
     ratio_target("whole submit with the documented worker changes: >= 20x faster", G_SUBMIT,
      "+ no deepcopy (list(ids))", lambda r: r >= 20),
-    # issue #10, item 4
+    # the proxy's serialize
     ratio_target("proxy serialize <= 1.5x (as_tokens(list) + dumps of the built request)", G_PROXY,
      "dumps(GenerationRequest(list))", lambda r: 1 / r <= 1.5),
 ]
@@ -272,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def proxy_serialize_loop(count: int = 3000, isl: int = 40_000) -> None:
-    """Issue #10, item 4: where the proxy-side serialize time goes. Runs `count`
+    """Where the proxy-side serialize time goes. Runs `count`
     `pickle.dumps(GenerationRequest(list))` in a process whose heap has seen nothing else (the
     list comes straight from Python, as a tokenizer's does), then prints the median time per
     request next to `as_tokens(list)` and `dumps` of a built request measured apart. Run it
@@ -280,7 +237,7 @@ def proxy_serialize_loop(count: int = 3000, isl: int = 40_000) -> None:
     docs/adopting.md, section 6::
 
         perf stat -e page-faults python -c \\
-            "from tokenwire.benchmarks.request import proxy_serialize_loop as f; f()"
+            "from bench.request import proxy_serialize_loop as f; f()"
     """
     import random
     import time

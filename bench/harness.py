@@ -317,7 +317,7 @@ def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str, default_
     """`suite_main` for a grouped suite (core, request, transport, msgspec): ratio = baseline (*)
     time / method time in each group."""
     return suite_main(argv, Suite(
-        name=suite, prog=f"tokenwire bench-{suite}", doc=doc, default_isl=default_isl,
+        name=suite, prog=f"python -m bench {suite}", doc=doc, default_isl=default_isl,
         methods=lambda isl, _args: methods_for(isl), targets=targets,
         note=f"; ratio = baseline (*) time / method time{note}",
         after=(lambda results, _args: after(results)) if after else None))

@@ -1,4 +1,4 @@
-// A stand-in for an inference engine's request type, for tokenwire's tests and `tokenwire e2e
+// A stand-in for an inference engine's request type, for tokenwire's tests and `python -m bench e2e
 // --engine nanobind`: the constructor stores the prompt as std::vector<int32_t>, as
 // TensorRT-LLM's `tle::Request(VecTokens input_token_ids, SizeType32 max_tokens, ...)` does.
 // Two flavours of the same class differ only in how the binding converts the ids:

@@ -1,0 +1,62 @@
+"""python -m bench [SUBCOMMAND] [OPTIONS]: tokenwire's benchmarks, run from a clone's root.
+
+  python -m bench            codec table: every wire codec against pickle, msgspec, numpy, zstd,
+                             lz4 and memcpy (--quick, --plot PNG, --json PATH, --only, --tokenizer)
+  python -m bench core       as_tokens / tolist against numpy and array.array
+  python -m bench request    request objects against the same request holding a plain list
+  python -m bench transport  what HMAC signing adds to an out-of-band request round trip
+  python -m bench msgspec    msgspec Structs and JSON bodies: list[int] vs TokenVector, base64
+  python -m bench cpp        the C++ hand-off (to_vector, C++ decode) against memcpy and nanobind
+  python -m bench e2e        proxy -> worker over pyzmq (and Ray): submit latency, GIL held
+
+`python -m bench SUBCOMMAND --help` describes a subcommand's options (`codec` names the default
+one explicitly). They measure the tokenwire installed in this environment: install it with the
+benchmark peers first, `pip install '.[bench]'`.
+
+Exit codes: 0 success; 1 a target missed with --check-targets (e2e: also ids that arrived
+wrong); 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import bench  # noqa: F401  (first: the installed tokenwire before the checkout's sources)
+
+#: subcommand -> the module whose main(argv) runs it (its help line is in the docstring above).
+SUBCOMMANDS: dict[str, str] = {
+    "codec": "bench.codec",
+    "core": "bench.core",
+    "request": "bench.request",
+    "transport": "bench.transport",
+    "msgspec": "bench.msgspec_json",
+    "cpp": "bench.cpp",
+    "e2e": "bench.e2e",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        print("Options of the codec table (python -m bench [codec]):\n")
+        argv = ["codec", "--help"]
+    elif not argv or argv[0].startswith("-"):
+        argv = ["codec", *argv]
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"python -m bench: unknown subcommand {name!r} (choose from "
+              f"{', '.join(SUBCOMMANDS)}; --help lists them)", file=sys.stderr)
+        return 2
+    try:
+        import tokenwire  # noqa: F401
+    except ImportError as e:
+        print(f"python -m bench: cannot import tokenwire ({e}); install it first: "
+              f"pip install '.[bench]'", file=sys.stderr)
+        return 2
+    return int(importlib.import_module(SUBCOMMANDS[name]).main(rest))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

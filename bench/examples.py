@@ -1,0 +1,38 @@
+"""examples/' modules, loaded from the clone for the benchmarks that measure what they show.
+
+`before` and `after` are examples/before|after/serving_requests.py: the request classes of two
+serving stacks, unmodified and after adopting tokenwire (bench/request.py times the ~30-field
+dataclass of both). `worker_submit` is examples/worker_submit.py, whose `native_request_ctor` is
+the engine stand-in (a 1-D int32 buffer is one memcpy, a list is cast id by id).
+
+Each is registered in sys.modules under its own name, so that its classes pickle.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from types import ModuleType
+
+from bench import ROOT
+
+
+def _load(name: str, *path: str) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", *path))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+before = _load("bench.examples.before", "before", "serving_requests.py")
+after = _load("bench.examples.after", "after", "serving_requests.py")
+worker_submit = _load("bench.examples.worker_submit", "worker_submit.py")

@@ -1,0 +1,152 @@
+"""The benchmarks, `python -m bench` from the clone's root, run as real subprocesses against the
+installed tokenwire: the subcommands, the codec table (JSON, plot, a real tokenizer), e2e."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tokenwire
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.
+pytestmark = pytest.mark.integration
+
+
+def run_bench(*args: str, env: dict[str, str] | None = None,
+              timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`python -m bench ARGS` from the clone's root, as the README runs it."""
+    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)
+
+
+def test_help_lists_every_subcommand() -> None:
+    from bench.__main__ import SUBCOMMANDS
+    r = run_bench("--help")
+    assert r.returncode == 0, r.stderr
+    for name in SUBCOMMANDS:
+        assert f"python -m bench {name}" in r.stdout or name == "codec", name
+    assert "--plot PNG" in r.stdout                        # the codec table's own options follow
+
+
+def test_unknown_subcommand_is_a_usage_error() -> None:
+    r = run_bench("frobnicate")
+    assert r.returncode == 2 and "unknown subcommand 'frobnicate'" in r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(__import__("bench.__main__").__main__.SUBCOMMANDS))
+def test_every_subcommand_has_help(name: str) -> None:
+    r = run_bench(name, "--help")
+    assert r.returncode == 0, r.stderr
+    prog = "python -m bench" if name == "codec" else f"python -m bench {name}"
+    assert f"usage: {prog} " in r.stdout and "--" in r.stdout
+
+
+def test_the_installed_tokenwire_is_measured(tmp_path: Path) -> None:
+    """Run from the root, where the checkout's tokenwire/ sits first on sys.path: bench imports
+    the installed package instead (the checkout's holds no compiled extension in CI)."""
+    probe = ("import sys, bench, tokenwire; print(tokenwire.__file__); "
+             "print(sys.path.index(bench.ROOT) == len(sys.path) - 1)")
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    imported, root_last = r.stdout.split()
+    assert Path(imported) == Path(tokenwire.__file__) and root_last == "True"
+
+
+def test_bench_quick_json_and_plot(tmp_path: Path) -> None:
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    r = run_bench("--quick", "--only", "raw", "packed", "--json", str(out_json),
+                  "--plot", str(out_png))
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    assert "ISL 40,000" in text and "tokenwire packed" in text and "Targets at ISL 40,000" in text
+    doc = json.loads(out_json.read_text())
+    names = {row["name"] for row in doc["rows"]}
+    assert {"pickle(list[int])", "tokenwire raw", "tokenwire packed"} <= names
+    assert "msgspec.msgpack(list[int])" not in names                 # --only filtered it out
+    codec_rows = [row for row in doc["rows"] if row["group"] != "per call"]
+    assert codec_rows and all(row["encode_us"] > 0 and row["decode_us"] > 0 for row in codec_rows)
+    assert {row["name"] for row in doc["rows"] if row["group"] == "per call"} == {
+        "encode(list of 16)", "decode(16-id frame)", "pickle.dumps(list of 16)"}
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_request_benchmark_measures_the_examples_classes(tmp_path: Path) -> None:
+    """bench request times examples/'s dataclass, unmodified and adopted: the same classes the
+    drop-in tests check, not copies of them."""
+    out_json = tmp_path / "r.json"
+    r = run_bench("request", "--isl", "1000", "--repeat", "3", "--round-ms", "2",
+                  "--json", str(out_json))
+    assert r.returncode == 0, r.stderr
+    groups = {row["group"] for row in json.loads(out_json.read_text())["rows"]}
+    assert "dataclass (32 fields): pickle.dumps+loads, protocol 5" in groups
+    from bench import request
+    from bench.examples import after, before
+    assert request.TokenizedReq is before.TokenizedGenerateReqInput
+    assert request.TwTokenizedReq is after.TokenizedGenerateReqInput
+    assert request.TokenizedReq.__module__ == "bench.examples.before"
+
+
+def test_msgspec_suite(tmp_path: Path) -> None:
+    pytest.importorskip("msgspec")
+    out = tmp_path / "m.json"
+    r = run_bench("msgspec", "--isl", "200", "--repeat", "2", "--round-ms", "1",
+                  "--json", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "out-of-band Encoder/Decoder" in r.stdout and "characters per id" in r.stdout
+    names = {row["name"] for row in json.loads(out.read_text())["rows"]}
+    assert {"list[int] field, plain msgspec", "msgspec.json(list[int])",
+            "to_base64(TokenVector) / from_base64"} <= names
+
+
+def test_bench_with_a_real_tokenizer(tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    text = tmp_path / "text.txt"
+    text.write_text(Path(tokenwire.__file__).read_text() * 20)
+    tok.train([str(text)], trainers.BpeTrainer(vocab_size=500, special_tokens=["[UNK]"]))
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    r = run_bench("--quick", "--only", "raw", "--tokenizer", str(path), "--text", str(text))
+    assert r.returncode == 0, r.stderr
+    assert f"ids: tokenizer {path}" in r.stdout
+
+
+def test_e2e_quick_is_correct() -> None:
+    """The worker is a spawned process: it finds bench/ (not installed) and the installed
+    tokenwire through the sys.path it inherits."""
+    pytest.importorskip("zmq")
+    r = run_bench("e2e", "--quick", "--requests", "6")
+    assert r.returncode == 0, r.stderr
+    for mode in ("baseline", "tokenwire", "tokenwire-oob"):
+        assert f" {mode} " in r.stdout
+    assert "correctness: tokens received == tokens sent" in r.stdout
+
+
+def test_e2e_through_ray() -> None:
+    """Ray's workers get bench/ shipped as a module (runtime_env py_modules)."""
+    pytest.importorskip("ray")
+    pytest.importorskip("zmq")
+    r = run_bench("e2e", "--isl", "2000", "--requests", "4", "--ray", timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "ray " in r.stdout and "correctness: tokens received == tokens sent" in r.stdout
+
+
+@pytest.mark.slow
+def test_bench_typechecks() -> None:
+    """The benchmarks are held to the package's standard: `mypy --strict -p bench`."""
+    pytest.importorskip("mypy")
+    r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "-p", "bench"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env=dict(os.environ, MYPY_CACHE_DIR=os.devnull))
+    assert r.returncode == 0, r.stdout + r.stderr
