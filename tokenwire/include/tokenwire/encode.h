@@ -35,43 +35,43 @@ static unsigned tw_bit_length(uint32_t v) {
     return w;
 }
 
-/* The wire codec (and *width) for ids whose bitwise OR is `orv`, `total` of them (the rule of
- * docs/wire-format.md): a forced codec (a wire id) as asked, or -1 when it cannot hold the ids
- * (tw_codec_misfit names the first that does not fit); any other request (TW_REQUEST_AUTO,
- * TW_REQUEST_ZSTD) auto: the smallest payload, on a tie the faster codec in the order raw, u16,
- * packed. */
-static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned *width) {
-    const int negative = (orv >> 31) != 0;
+/* The width codec `c` of the table would code ids whose bitwise OR is `orv` at, or -1 when it
+ * cannot hold them: a negative id (the sign bit of orv) needs min_id < 0; otherwise the largest
+ * id is at most max_id exactly when orv is (every max_id is 2**k - 1). A codec of one width
+ * uses it; a variable-width one the bit length of orv (that of the largest id), at least 1. */
+static int tw_codec_width(unsigned c, uint32_t orv) {
+    const tw_codec_info *info = &tw_codecs[c];
+    if ((orv >> 31) ? info->min_id >= 0 : (int64_t)orv > info->max_id) return -1;
+    if (info->min_width == info->max_width) return (int)info->min_width;
     const unsigned w = orv == 0 ? 1 : tw_bit_length(orv);
-    if (request == TW_CODEC_RAW) {
-        *width = 32;
-        return TW_CODEC_RAW;
+    return w < info->min_width ? (int)info->min_width : (int)w;
+}
+
+/* The wire codec (and *width) for ids whose bitwise OR is `orv`, `total` of them (the rule of
+ * docs/wire-format.md), read from the codec table alone: a forced codec (a wire id) as asked,
+ * or -1 when it cannot hold the ids (tw_codec_misfit names the first that does not fit); any
+ * other request (TW_REQUEST_AUTO, TW_REQUEST_ZSTD) auto: of the codecs that hold the ids, the
+ * smallest payload, on a tie the earlier in the table (raw, u16, packed: fastest first). */
+static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned *width) {
+    if (request < TW_NCODECS) {
+        const int w = tw_codec_width(request, orv);
+        if (w < 0) return -1;
+        *width = (unsigned)w;
+        return (int)request;
     }
-    if (request == TW_CODEC_U16) {
-        if (orv > (uint32_t)tw_codecs[TW_CODEC_U16].max_id) return -1;
-        *width = 16;
-        return TW_CODEC_U16;
+    int best = -1;
+    size_t best_size = 0;
+    for (unsigned c = 0; c < TW_NCODECS; c++) {
+        const int w = tw_codec_width(c, orv);
+        if (w < 0) continue;
+        const size_t size = tw_payload_size((unsigned)w, total);
+        if (best < 0 || size < best_size) {
+            best = (int)c;
+            best_size = size;
+            *width = (unsigned)w;
+        }
     }
-    if (request == TW_CODEC_PACKED) {
-        if (negative) return -1;
-        *width = w;
-        return TW_CODEC_PACKED;
-    }
-    *width = 32;
-    if (negative) return TW_CODEC_RAW;
-    int best = TW_CODEC_RAW;
-    size_t best_size = tw_payload_size(32, total);
-    if (orv <= (uint32_t)tw_codecs[TW_CODEC_U16].max_id &&
-        tw_payload_size(16, total) < best_size) {
-        best = TW_CODEC_U16;
-        best_size = tw_payload_size(16, total);
-        *width = 16;
-    }
-    if (tw_payload_size(w, total) < best_size) {
-        best = TW_CODEC_PACKED;
-        *width = w;
-    }
-    return best;
+    return best;      /* raw holds every int32 */
 }
 
 /* The first of n ids at `ids` (any alignment) that `codec` cannot hold, or -1. When found, the

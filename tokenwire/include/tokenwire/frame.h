@@ -41,10 +41,12 @@
 typedef struct {
     const char *name;
     unsigned min_width, max_width;     /* the width byte a frame of this codec may carry */
-    int64_t min_id, max_id;            /* the ids an encoder forced to this codec can hold */
+    int64_t min_id, max_id;            /* the ids the codec holds (max_id: 2**k - 1; encode.h's
+                                          tw_codec_width and auto's choice read these) */
     const char *id_range;              /* the same, as the messages print it */
 } tw_codec_info;
 
+/* In table order, which is also auto's tie-break order (fastest to decode first). */
 enum { TW_CODEC_RAW = 0, TW_CODEC_U16 = 1, TW_CODEC_PACKED = 2, TW_NCODECS = 3 };
 
 static const tw_codec_info tw_codecs[TW_NCODECS] = {
