@@ -98,13 +98,10 @@ namespace {
 // ---- format constants (docs/wire-format.md) --------------------------------------------------
 
 constexpr unsigned kVersion = TW_WIRE_VERSION;
-constexpr size_t kHeaderSize = TW_HEADER_SIZE;
-constexpr size_t kChecksumSize = TW_CHECKSUM_SIZE;
 constexpr size_t kZstdLengthSize = TW_ZSTD_LENGTH_SIZE;
 constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_PACKED;
 constexpr unsigned kFlagChecksum = TW_FLAG_CHECKSUM, kFlagMulti = TW_FLAG_MULTI,
-                   kFlagZstd = TW_FLAG_ZSTD, kFlagReserved = TW_FLAG_RESERVED;
-constexpr uint64_t kZstdMaxExpansion = TW_ZSTD_MAX_EXPANSION;
+                   kFlagZstd = TW_FLAG_ZSTD;
 
 __extension__ typedef unsigned __int128 u128;   // exact byte counts of absurd claims, for messages
 
