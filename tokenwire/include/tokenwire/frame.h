@@ -1,11 +1,14 @@
 /* Checks of an untrusted frame that the Python extension (tokenwire/_frame.pxd, used by
  * _wire.pxi) and the C++ header (wire.hpp) share: one implementation, one text per message.
  *
- *   - the magic bytes (TW_MAGIC) and the codec table: name, wire id (its index) and the widths
- *     a frame may declare for it; every list of codec names (Python's tokenwire.CODECS,
- *     FrameInfo.codec, C++'s FrameInfo, the messages below) is read from here. A payload is
- *     `width` bits per id for every codec (raw: 32, u16: 16), so its size is one formula
- *     (tw_payload_size); the kernels that write and read it are one switch each (payload.h);
+ *   - the magic bytes (TW_MAGIC) and the codec table: name, wire id (its index), the widths a
+ *     frame may declare for it and the ids it holds; every list of codec names (Python's
+ *     tokenwire.CODECS, FrameInfo.codec, C++'s FrameInfo, the messages below) and the
+ *     encoder's choice (encode.h) are read from here. A payload is `width` bits per id for every
+ *     codec (raw: 32, u16: 16), so its size is one formula (tw_payload_size). Adding a codec is
+ *     an entry here and its case in each of payload.h's two switches (the kernels that write
+ *     and read it); beyond C, only what cannot read a C table names codecs: C++'s
+ *     tokenwire::Codec, the Literal types of _core.pyi, and docs/wire-format.md;
  *   - tw_check_codec_width: the header's codec and width bytes against that table;
  *   - tw_parse_prefix / tw_parse_rest: the header, the count table and the zstd length prefix
  *     (everything frame_info needs), in two steps so that a caller whose memory may change can
