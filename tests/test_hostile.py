@@ -464,8 +464,8 @@ def test_type_error_inside_index_is_chained_with_the_index() -> None:
 
 
 def test_count_table_total_is_exact_and_checked_before_allocating() -> None:
-    """Ruled out for real buffers (a wrap needs a table of 2**32 entries, 16 GiB); the sum now
-    stops at the 2**58 limit anyway. A table of maximal counts gives the exact size needed."""
+    """Ruled out for real buffers (a wrap needs a table of 2**32 entries, 16 GiB); the sum is
+    128-bit anyway. A table of maximal counts gives the exact size needed."""
     nseq = 1000
     table = struct.pack(f"<{nseq}I", *([0xFFFFFFFF] * nseq))
     frame = b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x02, nseq) + table

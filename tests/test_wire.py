@@ -141,6 +141,29 @@ def test_encode_rejects_what_as_tokens_rejects() -> None:
         tokenwire.encode([1.0])
 
 
+@pytest.mark.parametrize("bad", [2**31, -2**31 - 1, 2**40])
+def test_ids_outside_int32_name_index_value_and_for_encode_many_the_sequence(bad: int) -> None:
+    # docs/wire-format.md, "Encoder rules": the class and the exact text, the sequence index
+    # in front for encode_many (as for a forced codec's misfit)
+    text = f"token id at index 1 is {bad}, outside int32 [-2147483648, 2147483647]"
+    with pytest.raises(tokenwire.TokenIdOverflowError) as one:
+        tokenwire.encode([5, bad])
+    assert str(one.value) == text
+    with pytest.raises(tokenwire.TokenIdOverflowError) as many:
+        tokenwire.encode_many([[1], [2], [5, bad]])
+    assert str(many.value) == f"sequence 2: {text}"
+    with pytest.raises(tokenwire.TokenIdOverflowError, match=r"^sequence 1: token id at index 0 "):
+        tokenwire.encode_many([[1], np.array([bad], dtype=np.int64)])
+
+
+def test_encode_many_names_the_sequence_of_any_conversion_error() -> None:
+    with pytest.raises(tokenwire.TokenIdTypeError) as info:
+        tokenwire.encode_many([[1, 2], [3, "4"]])
+    assert str(info.value) == "sequence 1: token id at index 1 must be an int, got str"
+    with pytest.raises(tokenwire.TokenIdTypeError, match=r"^sequence 0: "):
+        tokenwire.encode_many([[1.5]])
+
+
 # ---------------------------------------------------------------------------------------------
 # Codec choice and sizes
 
@@ -212,6 +235,12 @@ def test_decode_refuses_multi_sequence_frames() -> None:
         tokenwire.decode(tokenwire.encode_many([[1]]))
 
 
+def test_every_frame_starts_with_the_magic() -> None:
+    assert tokenwire._core.MAGIC == b"TWIR"
+    for frame in (tokenwire.encode([]), tokenwire.encode_many([[1], [2]], checksum=True)):
+        assert frame[:4] == tokenwire._core.MAGIC
+
+
 def test_decode_many_of_single_frame_is_one_element_list() -> None:
     out = tokenwire.decode_many(tokenwire.encode([7, 8]))
     assert isinstance(out, list) and len(out) == 1 and out[0].tolist() == [7, 8]
@@ -226,6 +255,17 @@ def test_frame_info_fields() -> None:
                                                len(frame))
     assert "codec='packed'" in repr(info)
     assert isinstance(info, tokenwire.FrameInfo)
+
+
+def test_frame_info_counts_and_flags_as_the_spec_lists_them() -> None:
+    # docs/wire-format.md, "frame_info": counts is the table (empty for S = 0) or (N,); multi is
+    # the MULTI flag, also for one sequence; no vocab_size (it reads no ids)
+    assert tokenwire.frame_info(tokenwire.encode([])).counts == (0,)
+    assert tokenwire.frame_info(tokenwire.encode_many([])).counts == ()
+    one = tokenwire.frame_info(tokenwire.encode_many([[4, 5]]))
+    assert (one.counts, one.multi) == ((2,), True)
+    with pytest.raises(TypeError):
+        tokenwire.frame_info(tokenwire.encode([1]), vocab_size=3)  # type: ignore[call-arg]
 
 
 def test_frame_info_finds_the_end_of_a_frame_in_a_stream() -> None:
@@ -261,6 +301,15 @@ def test_vocab_violation_names_index_and_value() -> None:
         tokenwire.decode(tokenwire.encode([0, -7]), vocab_size=10)
     with pytest.raises(WireFormatError, match=r"sequence 1: token id at index 0 is 10"):
         tokenwire.decode_many(tokenwire.encode_many([[1], [10]]), vocab_size=10)
+    # decode_many names the sequence on every frame, a single-sequence one included ("sequence
+    # 0: "); decode never does
+    single = tokenwire.encode([3, 12])
+    with pytest.raises(WireFormatError) as info:
+        tokenwire.decode_many(single, vocab_size=10)
+    assert str(info.value) == "sequence 0: token id at index 1 is 12, outside the vocabulary [0, 10)"
+    with pytest.raises(WireFormatError) as info:
+        tokenwire.decode(single, vocab_size=10)
+    assert str(info.value) == "token id at index 1 is 12, outside the vocabulary [0, 10)"
     with pytest.raises(ValueError, match="vocab_size must be positive"):
         tokenwire.decode(frame, vocab_size=0)
 

@@ -141,11 +141,11 @@ def _decoder_sources() -> list[pathlib.Path]:
 
 
 DECODER_SOURCES = _decoder_sources()
-# The first literal piece of every message a decoder raises: `_wire_error(f"...`,
+# The first literal piece of every message a decoder raises: `WireFormatError(f"...` or
 # `WireFormatError("...`, `ChecksumError(f"...`, the C++ header's `fail("...`, and frame.h's
 # `snprintf(msg, cap, "...` (up to the first conversion).
 _MESSAGE_SITE = re.compile(
-    r"(?:(?:_wire_error|WireFormatError|ChecksumError|checksum_error|\bfail)\(\s*"
+    r"(?:(?:WireFormatError|ChecksumError|checksum_error|\bfail)\(\s*"
     r"(?:std::string\()?f?|snprintf\(msg, cap,\s*)\"([^\"{%]*)")
 
 

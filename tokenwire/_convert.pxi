@@ -263,7 +263,7 @@ cdef TokenVector _from_buffer(object obj):
         tv = tv_alloc(n)
         if n == 0:
             return tv
-        if n * itemsize >= NOGIL_BYTES:
+        if _release_gil(n * itemsize):
             with nogil:
                 bad_index = _dispatch_narrow(src, n, stride, itemsize, kind, swap, tv._data, &bad)
         else:
@@ -436,7 +436,7 @@ cdef int _check_vocab(TokenVector tv, object vocab_size, object error=TokenIdErr
     cdef Py_ssize_t bad
     if limit == 0:
         limit = _vocab_limit(vocab_size)
-    if tv._len * 4 >= NOGIL_BYTES:
+    if _release_gil(tv._len * 4):
         with nogil:
             bad = _first_outside_vocab(tv._data, tv._len, limit)
     else:

@@ -9,7 +9,7 @@ file per concept, all compiled into this one module (kernels compute, wrappers c
   * _tolist.pxi       -- list[int] materialization through a process-wide table of int objects;
   * _tokenvector.pxi  -- TokenVector, an immutable native int32 sequence (buffer protocol);
   * _wire.pxi         -- the wire codec (encode / decode / frame_info).
-C-level concepts have one .pxd each (_endian, _bitpack, _crc32c, _frame, _pyint) over the C
+C-level concepts have one .pxd each (_byteorder, _bitpack, _crc32c, _frame, _pyint) over the C
 headers in include/tokenwire/, which the C++ header wire.hpp shares. Kernels take raw pointers,
 hold no references and are `noexcept nogil`; argument checks and error messages live in the
 Python-facing wrappers above them.
@@ -49,7 +49,7 @@ from libc.stdint cimport (
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy
 
-from tokenwire._endian cimport TW_HOST_BIG_ENDIAN, tw_bswap16, tw_bswap32, tw_bswap64
+from tokenwire._byteorder cimport TW_HOST_BIG_ENDIAN, tw_bswap16, tw_bswap32, tw_bswap64
 from tokenwire._pyint cimport pyint_small_value
 
 import operator

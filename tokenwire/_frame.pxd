@@ -1,14 +1,17 @@
 # cython: language_level=3
-"""Frame checks shared with the C++ header (C in include/tokenwire/frame.h): the codec table,
-the header and count-table parse, the whole-frame checks and the zstd frame walk; and the
-encoder's rules over the same table (include/tokenwire/encode.h). A check
+"""The wire format's C, shared with the C++ header: the magic, the codec table, the header and
+count-table parse, the whole-frame checks and the zstd frame walk (include/tokenwire/frame.h);
+the codecs' payload kernels (payload.h); the encoder's rules and its one frame writer over the
+same table (encode.h). A check
 returns -1 (TW_CHECKSUM_MISMATCH for a bad checksum) and writes its message -- the text of
 WireFormatError / ChecksumError -- into a caller buffer of TW_MSG_SIZE bytes."""
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from "tokenwire/frame.h" nogil:
+    const char* TW_MAGIC
     enum:
+        TW_MAGIC_SIZE
         TW_MSG_SIZE
         TW_CHECKSUM_MISMATCH
         TW_WIRE_VERSION
@@ -53,15 +56,48 @@ cdef extern from "tokenwire/frame.h" nogil:
                        size_t cap) noexcept
     int tw_check_padding_bits(const uint8_t* payload, const tw_layout* L, char* msg,
                               size_t cap) noexcept
-    size_t tw_payload_size(unsigned codec, unsigned width, uint64_t total) noexcept
+    size_t tw_payload_size(unsigned width, uint64_t total) noexcept
     int64_t tw_zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len, char* msg,
                                size_t cap) noexcept
 
 
-# The encoder's rules, read from the same codec table (include/tokenwire/encode.h).
+# The codecs' payload kernels: one switch per direction (include/tokenwire/payload.h).
+cdef extern from "tokenwire/payload.h" nogil:
+    ctypedef struct tw_seq:
+        const int32_t* ids
+        size_t n
+
+    void tw_write_payload(uint8_t* out, const tw_seq* seqs, size_t nseq, unsigned codec,
+                          unsigned width) noexcept
+    void tw_read_payload(const uint8_t* payload, size_t payload_len, unsigned codec,
+                         unsigned width, uint64_t start, size_t n, int32_t* dst) noexcept
+
+
+# The encoder's rules and its frame writer, read from the same codec table
+# (include/tokenwire/encode.h).
 cdef extern from "tokenwire/encode.h" nogil:
+    enum:
+        TW_REQUEST_AUTO
+        TW_REQUEST_ZSTD
+
+    ctypedef struct tw_frame_plan:
+        unsigned codec
+        unsigned width
+        unsigned flags
+        uint64_t count
+        size_t nseq
+        size_t table_len
+        size_t payload_off
+        size_t payload_len
+        size_t stored_len
+        size_t nbytes
+
     int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned* width) noexcept
     int64_t tw_codec_misfit(unsigned codec, const int32_t* ids, size_t n, int64_t seq, char* msg,
                             size_t cap) noexcept
-    void tw_write_header(uint8_t* out, unsigned codec, unsigned width, unsigned flags,
-                         uint64_t count) noexcept
+    uint32_t tw_seqs_or(const tw_seq* seqs, size_t nseq) noexcept
+    int tw_plan_frame(tw_frame_plan* P, unsigned request, uint32_t orv, uint64_t total,
+                      size_t nseq, int multi, int checksum) noexcept
+    int tw_plan_zstd(tw_frame_plan* P, size_t clen) noexcept
+    void tw_write_frame(uint8_t* out, const tw_frame_plan* P, const tw_seq* seqs, size_t nseq,
+                        const uint8_t* section) noexcept

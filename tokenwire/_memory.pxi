@@ -1,5 +1,6 @@
-# Where token ids live: the GIL-release threshold, the int table of `tolist`, allocation of
-# TokenVector storage (tv_*), and the zero-copy rule (ImmutableBuffer, is_immutable_source).
+# Where token ids live: the GIL-release threshold (_release_gil), the int table of `tolist`,
+# allocation of TokenVector storage (tv_*), and the zero-copy rule (ImmutableBuffer,
+# is_immutable_source, _can_view_ids).
 #
 # Included by _core.pyx (the hub): one file per concept, one extension module, so every file
 # sees TokenVector's fields and the other files' cdef functions directly.
@@ -28,6 +29,12 @@ def gil_release_threshold(nbytes=None):
             raise ValueError(f"gil_release_threshold must be >= 0 bytes, got {n}")
         NOGIL_BYTES = n
     return previous
+
+
+cdef inline bint _release_gil(Py_ssize_t nbytes) noexcept nogil:
+    """Whether work over `nbytes` bytes runs without the GIL: the one test of NOGIL_BYTES, used
+    by every kernel call (`if _release_gil(n): with nogil: ... else: ...`)."""
+    return nbytes >= NOGIL_BYTES
 
 #: Ids in [0, INT_CACHE_SIZE) are materialized from a process-wide table of int objects (see
 #: `tolist`). 2**18 = 262,144 covers every current LLM vocabulary (Gemma's is exactly 262,144).
@@ -76,7 +83,7 @@ cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n):
     cdef size_t nbytes = <size_t>n * 4
     if n == 0:
         return tv
-    if nbytes >= <size_t>NOGIL_BYTES:
+    if _release_gil(<Py_ssize_t>nbytes):
         with nogil:
             memcpy(tv._data, src, nbytes)
     else:
@@ -169,3 +176,12 @@ cpdef bint is_immutable_source(object obj):
         obj = (<memoryview>obj).obj if t is memoryview else memoryview(obj).obj
         t = type(obj)
     return t is bytes or t is TokenVector or t is ImmutableBuffer
+
+
+cdef inline bint _can_view_ids(object owner, const void* ids) except -1:
+    """Whether native int32 ids at `ids`, inside the memory of `owner`, may be viewed rather than
+    copied: the host is little-endian (the wire's byte order), the address is 4-aligned, and the
+    memory can never change (`is_immutable_source`). The one zero-copy test (decode, decode_many,
+    TokenVector.frombuffer)."""
+    return (not TW_HOST_BIG_ENDIAN and (<uintptr_t>ids) % 4 == 0
+            and is_immutable_source(owner))

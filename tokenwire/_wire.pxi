@@ -2,54 +2,48 @@
 #
 # Included at the end of _core.pyx (one extension module, like msgpack's _cmsgpack.pyx), so it
 # sees TokenVector's fields and the tv_* helpers directly. The byte-level format is specified in
-# docs/wire-format.md; keep the two in step. Layout of this file:
+# docs/wire-format.md; keep the two in step. The C that both this file and the C++ header use
+# (include/tokenwire/: frame.h's checks, payload.h's codec kernels, encode.h's frame writer) is
+# cimported through _frame.pxd. Layout of this file:
 #   * constants and the parsed-frame struct;
-#   * kernels (nogil, no Python objects): payload writers and readers;
-#   * _parse_frame: every structural check of an untrusted frame, before anything is allocated;
+#   * _parse_header / _check_frame: every structural check of an untrusted frame, before
+#     anything is allocated;
 #   * the public functions.
 
-from tokenwire._bitpack cimport (
-    twbp_copy_or_all,
-    twbp_have_avx2,
-    twbp_init,
-    twbp_narrow16,
-    twbp_or_all,
-    twbp_pack,
-    twbp_pack_finish,
-    twbp_packer,
-    twbp_unpack,
-    twbp_widen16,
-)
+from tokenwire._bitpack cimport twbp_copy_or_all, twbp_have_avx2, twbp_init
 from tokenwire._frame cimport (
     TW_CHECKSUM_MISMATCH,
-    TW_CHECKSUM_SIZE as CHECKSUM_SIZE,
-    TW_CODEC_PACKED as CODEC_PACKED,
     TW_CODEC_RAW as CODEC_RAW,
-    TW_CODEC_U16 as CODEC_U16,
     TW_FLAG_CHECKSUM as FLAG_CHECKSUM,
     TW_FLAG_MULTI as FLAG_MULTI,
     TW_FLAG_ZSTD as FLAG_ZSTD,
-    TW_HEADER_SIZE as HEADER_SIZE,
+    TW_MAGIC,
+    TW_MAGIC_SIZE,
     TW_MSG_SIZE,
     TW_NCODECS,
+    TW_REQUEST_AUTO as REQUEST_AUTO,
+    TW_REQUEST_ZSTD as REQUEST_ZSTD,
     TW_WIRE_VERSION as WIRE_VERSION,
     TW_ZSTD_LENGTH_SIZE as ZSTD_LENGTH_SIZE,
-    TW_ZSTD_MAX_EXPANSION as ZSTD_MAX_EXPANSION,
     tw_check_frame,
     tw_check_padding_bits,
-    tw_choose_codec,
     tw_codec_misfit,
     tw_codecs,
+    tw_frame_plan,
     tw_layout,
-    tw_write_header,
     tw_parse_prefix,
     tw_parse_rest,
-    tw_payload_size,
+    tw_plan_frame,
+    tw_plan_zstd,
+    tw_read_payload,
+    tw_seq,
+    tw_seqs_or,
+    tw_write_frame,
+    tw_write_payload,
     tw_zstd_frame_size,
 )
 from tokenwire._crc32c cimport tw_crc32c, tw_crc32c_portable, twcrc_have_hw, twcrc_init
-from tokenwire._endian cimport load_le32, load_le64, store_le32, store_le64
-from libc.string cimport memset
+from tokenwire._byteorder cimport load_le32
 
 
 twcrc_init()
@@ -58,15 +52,11 @@ twbp_init()
 # --------------------------------------------------------------------------------------------
 # Format constants (docs/wire-format.md)
 
-# The format's sizes, flags and limits live in include/tokenwire/frame.h (cimported above).
-cdef enum:
-    # Requested codecs (encode's `codec=`) that are not wire codecs: the encoder's choices.
-    # Wire codecs are requested by their id (the codec table, include/tokenwire/frame.h).
-    REQUEST_AUTO = 0x100        # TW_REQUEST_AUTO: tw_choose_codec takes it (and zstd) as auto
-    REQUEST_ZSTD = 0x101
+# The format's sizes, flags and limits live in include/tokenwire/frame.h, the requests that are
+# not wire codecs (REQUEST_AUTO, REQUEST_ZSTD) in encode.h (cimported above).
 
-#: The 4 magic bytes every frame starts with ("TWIR", "tokenwire").
-MAGIC = b"TWIR"
+#: The 4 magic bytes every frame starts with ("TWIR", "tokenwire"; frame.h's TW_MAGIC).
+MAGIC = PyBytes_FromStringAndSize(TW_MAGIC, TW_MAGIC_SIZE)
 #: Wire codec names by id, read from the codec table (include/tokenwire/frame.h).
 CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range(TW_NCODECS)])
 #: Every name `encode`'s `codec=` takes: "auto", the wire codecs, "zstd" (see `check_codec`).
@@ -101,80 +91,7 @@ ctypedef tw_layout FrameLayout
 
 
 # --------------------------------------------------------------------------------------------
-# Kernels
-
-cdef inline Py_ssize_t _payload_size(int codec, unsigned width, uint64_t total) noexcept nogil:
-    return <Py_ssize_t>tw_payload_size(codec, width, total)
-
-
-cdef void _write_payload(uint8_t* out, const int32_t** ptrs, const Py_ssize_t* lens,
-                         Py_ssize_t nseq, int codec, unsigned width) noexcept nogil:
-    cdef Py_ssize_t k, i
-    cdef twbp_packer pk
-    if codec == CODEC_PACKED:
-        pk.out = out
-        pk.acc = 0
-        pk.bits = 0
-        for k in range(nseq):
-            twbp_pack(&pk, ptrs[k], <size_t>lens[k], width)
-        twbp_pack_finish(&pk)
-        return
-    for k in range(nseq):
-        if codec == CODEC_RAW:
-            if TW_HOST_BIG_ENDIAN:
-                for i in range(lens[k]):
-                    store_le32(out + 4 * i, <uint32_t>ptrs[k][i])
-            else:
-                memcpy(out, ptrs[k], <size_t>lens[k] * 4)
-            out += lens[k] * 4
-        else:
-            twbp_narrow16(ptrs[k], <size_t>lens[k], out)
-            out += lens[k] * 2
-
-
-cdef void _read_payload(const uint8_t* payload, Py_ssize_t payload_len, int codec,
-                        unsigned width, uint64_t start, Py_ssize_t n, int32_t* dst) noexcept nogil:
-    """Ids [start, start + n) of a checked payload into dst."""
-    cdef uint64_t bit
-    cdef Py_ssize_t i
-    if codec == CODEC_RAW:
-        if TW_HOST_BIG_ENDIAN:
-            for i in range(n):
-                dst[i] = <int32_t>load_le32(payload + 4 * (start + i))
-        else:
-            memcpy(dst, payload + 4 * start, <size_t>n * 4)
-    elif codec == CODEC_U16:
-        twbp_widen16(payload + 2 * start, <size_t>n, dst)
-    else:
-        bit = start * width
-        twbp_unpack(payload + (bit >> 3), <size_t>(payload_len - <Py_ssize_t>(bit >> 3)),
-                    <unsigned>(bit & 7), dst, <size_t>n, width)
-
-
-cdef uint32_t _or_all(const int32_t* p, Py_ssize_t n):
-    cdef uint32_t r
-    if n * 4 >= NOGIL_BYTES:
-        with nogil:
-            r = twbp_or_all(p, <size_t>n)
-        return r
-    return twbp_or_all(p, <size_t>n)
-
-
-cdef uint32_t _crc(const uint8_t* p, Py_ssize_t n):
-    cdef uint32_t r
-    if n >= NOGIL_BYTES:
-        with nogil:
-            r = tw_crc32c(p, <size_t>n)
-        return r
-    return tw_crc32c(p, <size_t>n)
-
-
-# --------------------------------------------------------------------------------------------
 # Parsing (every check of an untrusted frame; nothing is allocated before it passes)
-
-cdef inline object _wire_error(str msg):
-    return WireFormatError(msg)
-
 
 cdef inline str _text(const char* msg):
     return (<bytes>msg).decode("ascii")
@@ -187,7 +104,7 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint st
     is copied once, between the two steps, and only the copy is read."""
     cdef char msg[TW_MSG_SIZE]
     if tw_parse_prefix(buf, <size_t>n, L, msg, TW_MSG_SIZE) != 0:
-        raise _wire_error(_text(msg))
+        raise WireFormatError(_text(msg))
     if L.counts != NULL and L.nseq and not stable:
         # The table fits in the frame (checked): the copy is at most n bytes.
         L.counts_copy = <uint8_t*>PyMem_Malloc(<size_t>L.nseq * 4)
@@ -196,7 +113,7 @@ cdef int _parse_header(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint st
         memcpy(L.counts_copy, L.counts, <size_t>L.nseq * 4)      # the one read of the table
         L.counts = L.counts_copy
     if tw_parse_rest(buf, <size_t>n, L, msg, TW_MSG_SIZE) != 0:
-        raise _wire_error(_text(msg))
+        raise WireFormatError(_text(msg))
     return 0
 
 
@@ -212,7 +129,7 @@ cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint sta
     cdef char msg[TW_MSG_SIZE]
     cdef int r
     _parse_header(buf, n, L, stable)
-    if n >= NOGIL_BYTES:
+    if _release_gil(n):
         with nogil:
             r = tw_check_frame(buf, <size_t>n, L, msg, TW_MSG_SIZE)
     else:
@@ -220,7 +137,7 @@ cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint sta
     if r == TW_CHECKSUM_MISMATCH:
         raise ChecksumError(_text(msg))
     if r != 0:
-        raise _wire_error(_text(msg))
+        raise WireFormatError(_text(msg))
     return 0
 
 
@@ -229,7 +146,7 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
     produces more than L.payload_len + 1 bytes, whatever the zstd frame holds."""
     zstd = _zstd()
     if zstd is None:
-        raise _wire_error(
+        raise WireFormatError(
             "zstd-compressed frame, but the zstandard package is not installed "
             "(pip install tokenwire[zstd])"
         )
@@ -241,17 +158,17 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
     cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(section, <size_t>clen,
                                                           <uint64_t>plen, msg, TW_MSG_SIZE)
     if flen < 0:
-        raise _wire_error(_text(msg))
+        raise WireFormatError(_text(msg))
     cdef Py_ssize_t want = plen + 1, got = 0
     if flen != clen:
-        raise _wire_error(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
+        raise WireFormatError(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
     comp = PyBytes_FromStringAndSize(<const char*>section, clen)
     try:
         declared = zstd.frame_content_size(comp)
     except zstd.ZstdError as e:
-        raise _wire_error(f"zstd payload is corrupt: {e}") from None
+        raise WireFormatError(f"zstd payload is corrupt: {e}") from None
     if declared != plen:
-        raise _wire_error(
+        raise WireFormatError(
             f"zstd payload declares {declared} bytes, the header needs {plen}"
         )
     # libzstd compares the real output with the declared size only at the end of the frame, so
@@ -266,15 +183,15 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
             chunks.append(chunk)
             got += len(chunk)
     except zstd.ZstdError as e:
-        raise _wire_error(f"zstd payload is corrupt: {e}") from None
+        raise WireFormatError(f"zstd payload is corrupt: {e}") from None
     if got != plen:
-        raise _wire_error(
+        raise WireFormatError(
             f"zstd payload decompresses to {'more than ' if got > plen else ''}"
             f"{min(got, plen)} bytes, the header needs {plen}"
         )
     out = b"".join(chunks)
     if tw_check_padding_bits(<const uint8_t*>PyBytes_AS_STRING(out), L, msg, TW_MSG_SIZE) != 0:
-        raise _wire_error(_text(msg))
+        raise WireFormatError(_text(msg))
     return out
 
 
@@ -294,18 +211,17 @@ cdef TokenVector _decode_one(object source, const uint8_t* payload, FrameLayout*
         PyObject_GetBuffer(source, &view, PyBUF_SIMPLE)
         return tv_take_view(&view, <const int32_t*>(payload + 4 * start), n)
     tv = tv_alloc(n)
-    if n * 4 >= NOGIL_BYTES:
+    if _release_gil(n * 4):
         with nogil:
-            _read_payload(payload, L.payload_len, L.codec, L.width, start, n, tv._data)
+            tw_read_payload(payload, L.payload_len, L.codec, L.width, start, <size_t>n, tv._data)
     else:
-        _read_payload(payload, L.payload_len, L.codec, L.width, start, n, tv._data)
+        tw_read_payload(payload, L.payload_len, L.codec, L.width, start, <size_t>n, tv._data)
     return tv
 
 
-cdef inline bint _can_view(object data, const uint8_t* payload, FrameLayout* L):
-    # The same zero-copy rule as TokenVector.frombuffer: only memory that can never change.
-    return (L.codec == CODEC_RAW and not TW_HOST_BIG_ENDIAN and (<uintptr_t>payload) % 4 == 0
-            and is_immutable_source(data))
+cdef inline bint _can_view(object source, const uint8_t* payload, FrameLayout* L) except -1:
+    # A raw payload is native int32s on a little-endian host: the zero-copy rule of _memory.pxi.
+    return L.codec == CODEC_RAW and _can_view_ids(source, payload)
 
 
 def decode(data, *, vocab_size=None):
@@ -335,14 +251,14 @@ def decode(data, *, vocab_size=None):
         buf = <const uint8_t*>view.buf
         _check_frame(buf, view.len, &L, is_immutable_source(data))
         if L.flags & FLAG_MULTI:
-            raise _wire_error(
+            raise WireFormatError(
                 f"multi-sequence frame ({L.nseq} sequences): read it with decode_many()"
             )
         if L.flags & FLAG_ZSTD:
             plain = _zstd_payload(buf, &L)
             payload = <const uint8_t*>PyBytes_AS_STRING(plain)
             tv = _decode_one(plain, payload, &L, 0, <Py_ssize_t>L.total,
-                             L.codec == CODEC_RAW and not TW_HOST_BIG_ENDIAN)
+                             _can_view(plain, payload, &L))
         else:
             payload = buf + L.payload_off
             if _can_view(data, payload, &L) and L.total > 0:
@@ -384,10 +300,9 @@ def decode_many(data, *, vocab_size=None):
         if L.flags & FLAG_ZSTD:
             source = _zstd_payload(buf, &L)
             payload = <const uint8_t*>PyBytes_AS_STRING(source)
-            zero_copy = L.codec == CODEC_RAW and not TW_HOST_BIG_ENDIAN
         else:
             payload = buf + L.payload_off
-            zero_copy = _can_view(data, payload, &L)
+        zero_copy = _can_view(source, payload, &L)
         out = [None] * <Py_ssize_t>L.nseq
         for k in range(<Py_ssize_t>L.nseq):
             # The checked copy of the table: its counts add up to L.total by construction.
@@ -431,105 +346,67 @@ def check_codec(codec):
     return codec
 
 
-cdef object _codec_misfit(int codec, const int32_t** ptrs, const Py_ssize_t* lens,
-                          Py_ssize_t nseq, bint multi):
+cdef object _codec_misfit(int codec, const tw_seq* seqs, Py_ssize_t nseq, bint multi):
     """The error for a forced codec that cannot hold the ids, naming the first that does not
-    fit (the rule and the text: frame.h's codec table, shared with wire.hpp)."""
+    fit (the rule and the text: encode.h, shared with wire.hpp)."""
     cdef char msg[TW_MSG_SIZE]
     cdef Py_ssize_t k
     for k in range(nseq):
-        if tw_codec_misfit(codec, ptrs[k], <size_t>lens[k], k if multi else -1, msg,
+        if tw_codec_misfit(codec, seqs[k].ids, seqs[k].n, k if multi else -1, msg,
                            TW_MSG_SIZE) >= 0:
             return TokenIdError(_text(msg))
     return TokenIdError("codec cannot hold these ids")      # a writer changed them meanwhile
 
 
-cdef bytes _encode_frame(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq,
-                         bint multi, int request, bint checksum, int64_t known_or=-1):
-    """One frame of the ids at ptrs; `known_or`, when >= 0, is their bitwise OR (computed by the
-    caller while it copied them)."""
+cdef bytes _encode_frame(const tw_seq* seqs, Py_ssize_t nseq, bint multi, int request,
+                         bint checksum, int64_t known_or=-1):
+    """One frame of the ids of `seqs` (MULTI when `multi`): planned and written by encode.h, the
+    writer the C++ header uses too, into a bytes object of the planned size. `known_or`, when
+    >= 0, is the ids' bitwise OR (computed by the caller while it copied them)."""
     cdef uint64_t total = 0
-    cdef uint32_t orv = <uint32_t>known_or if known_or >= 0 else 0
-    cdef Py_ssize_t k, table_len = 0, off, payload_len, nbytes
-    cdef unsigned width = 32
-    cdef int codec
-    cdef uint8_t* out
-    cdef unsigned flags = 0
+    cdef uint32_t orv = 0
+    cdef Py_ssize_t k
+    cdef tw_frame_plan P
     for k in range(nseq):
-        total += <uint64_t>lens[k]
-        if request != CODEC_RAW and known_or < 0:
-            orv |= _or_all(ptrs[k], lens[k])
-    # The codec and width (frame.h: auto's choice, or what a forced codec can hold).
-    codec = tw_choose_codec(request, orv, total, &width)
-    if codec < 0:
-        raise _codec_misfit(request, ptrs, lens, nseq, multi)
-    if multi:
-        flags |= FLAG_MULTI
-        table_len = ((nseq * 4 + 7) // 8) * 8
-    if checksum:
-        flags |= FLAG_CHECKSUM
-    off = HEADER_SIZE + table_len
-    payload_len = _payload_size(codec, width, total)
+        total += seqs[k].n
+    if known_or >= 0:
+        orv = <uint32_t>known_or
+    elif request != CODEC_RAW:
+        if _release_gil(<Py_ssize_t>total * 4):
+            with nogil:
+                orv = tw_seqs_or(seqs, <size_t>nseq)
+        else:
+            orv = tw_seqs_or(seqs, <size_t>nseq)
+    if tw_plan_frame(&P, request, orv, total, <size_t>nseq, multi, checksum) != 0:
+        raise _codec_misfit(request, seqs, nseq, multi)
     if request == REQUEST_ZSTD:
-        return _encode_zstd(ptrs, lens, nseq, multi, codec, width, total, flags, table_len)
-    nbytes = off + payload_len + (CHECKSUM_SIZE if checksum else 0)
-    frame = PyBytes_FromStringAndSize(NULL, nbytes)
-    out = <uint8_t*>PyBytes_AS_STRING(frame)
-    _write_header(out, codec, width, flags, nseq if multi else <Py_ssize_t>total, lens, nseq,
-                  multi, table_len)
-    if payload_len >= NOGIL_BYTES:
+        return _encode_zstd(seqs, nseq, &P)
+    frame = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>P.nbytes)
+    cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(frame)
+    if _release_gil(<Py_ssize_t>P.nbytes):
         with nogil:
-            _write_payload(out + off, ptrs, lens, nseq, codec, width)
+            tw_write_frame(out, &P, seqs, <size_t>nseq, NULL)
     else:
-        _write_payload(out + off, ptrs, lens, nseq, codec, width)
-    if checksum:
-        store_le32(out + off + payload_len, _crc(out, off + payload_len))
+        tw_write_frame(out, &P, seqs, <size_t>nseq, NULL)
     return frame
 
 
-cdef void _write_header(uint8_t* out, int codec, unsigned width, unsigned flags, Py_ssize_t count,
-                        const Py_ssize_t* lens, Py_ssize_t nseq, bint multi,
-                        Py_ssize_t table_len) noexcept:
-    cdef Py_ssize_t k
-    tw_write_header(out, codec, width, flags, <uint64_t>count)
-    if multi:
-        memset(out + HEADER_SIZE, 0, <size_t>table_len)
-        for k in range(nseq):
-            store_le32(out + HEADER_SIZE + 4 * k, <uint32_t>lens[k])
-
-
-cdef bytes _encode_zstd(const int32_t** ptrs, const Py_ssize_t* lens, Py_ssize_t nseq, bint multi,
-                        int codec, unsigned width, uint64_t total, unsigned flags,
-                        Py_ssize_t table_len):
-    """zstd (level 3) over the chosen payload; stored uncompressed (no zstd flag) when that is not
-    smaller or would expand more than ZSTD_MAX_EXPANSION times."""
-    cdef Py_ssize_t payload_len = _payload_size(codec, width, total)
-    cdef Py_ssize_t off = HEADER_SIZE + table_len, clen, nbytes, stored
-    cdef bint checksum = flags & FLAG_CHECKSUM
+cdef bytes _encode_zstd(const tw_seq* seqs, Py_ssize_t nseq, tw_frame_plan* P):
+    """zstd (level 3, content size declared, no zstd checksum) over the planned payload; the
+    frame keeps it or the plain payload by encode.h's rule (tw_plan_zstd)."""
     cdef uint8_t* out
-    plain = PyBytes_FromStringAndSize(NULL, payload_len)
-    _write_payload(<uint8_t*>PyBytes_AS_STRING(plain), ptrs, lens, nseq, codec, width)
+    plain = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>P.payload_len)
+    out = <uint8_t*>PyBytes_AS_STRING(plain)
+    if _release_gil(<Py_ssize_t>P.payload_len):
+        with nogil:
+            tw_write_payload(out, seqs, <size_t>nseq, P.codec, P.width)
+    else:
+        tw_write_payload(out, seqs, <size_t>nseq, P.codec, P.width)
     comp = _zstd().ZstdCompressor(level=3, write_content_size=True).compress(plain)
-    clen = len(comp)
-    if clen + ZSTD_LENGTH_SIZE < payload_len and payload_len <= clen * ZSTD_MAX_EXPANSION:
-        flags |= FLAG_ZSTD
-        body = comp
-        stored = ZSTD_LENGTH_SIZE + clen
-    else:
-        body = plain
-        stored = payload_len
-    nbytes = off + stored + (CHECKSUM_SIZE if checksum else 0)
-    frame = PyBytes_FromStringAndSize(NULL, nbytes)
-    out = <uint8_t*>PyBytes_AS_STRING(frame)
-    _write_header(out, codec, width, flags, nseq if multi else <Py_ssize_t>total, lens, nseq,
-                  multi, table_len)
-    if flags & FLAG_ZSTD:
-        store_le64(out + off, <uint64_t>clen)
-        memcpy(out + off + ZSTD_LENGTH_SIZE, PyBytes_AS_STRING(body), <size_t>clen)
-    else:
-        memcpy(out + off, PyBytes_AS_STRING(body), <size_t>payload_len)
-    if checksum:
-        store_le32(out + off + stored, _crc(out, off + stored))
+    section = comp if tw_plan_zstd(P, <size_t>len(comp)) else plain
+    frame = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>P.nbytes)
+    tw_write_frame(<uint8_t*>PyBytes_AS_STRING(frame), P, seqs, <size_t>nseq,
+                   <const uint8_t*>PyBytes_AS_STRING(section))
     return frame
 
 
@@ -541,14 +418,14 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     id; ids >= 0), or "zstd" (auto, then zstd-compressed when that is smaller; needs the
     `zstandard` package). checksum: append a CRC-32C of the frame.
 
-    Raises ValueError when a forced codec cannot hold an id (naming it), and what `as_tokens`
-    raises for unconvertible input.
+    Raises TokenIdError (a ValueError) when a forced codec cannot hold an id (naming it), and
+    what `as_tokens` raises for unconvertible input (TokenIdOverflowError for an id outside
+    int32).
     """
     cdef int request = _codec_request(codec)
     cdef Py_buffer view
     cdef bint have_view = False
-    cdef const int32_t* ptr
-    cdef Py_ssize_t n
+    cdef tw_seq seq
     cdef uint32_t orv
     cdef TokenVector tv
     cdef int ids = IDS_NOT_BUFFER
@@ -556,8 +433,8 @@ def encode(tokens, *, codec="auto", bint checksum=False):
         ids = _acquire_ids(tokens, &view)
     if ids == IDS_INT32:
         # A native int32 buffer is encoded where it lies (no intermediate copy).
-        ptr = <const int32_t*>view.buf
-        n = view.shape[0]
+        seq.ids = <const int32_t*>view.buf
+        seq.n = <size_t>view.shape[0]
         if request == CODEC_RAW or is_immutable_source(tokens):
             have_view = True
         else:
@@ -566,53 +443,64 @@ def encode(tokens, *, codec="auto", bint checksum=False):
             # (one read of each id, OR-ed on the way), then check and code the copy. Raw
             # reads the ids once anyway (one memcpy into the frame).
             try:
-                tv = tv_alloc(n)
-                if n * 4 >= NOGIL_BYTES:
+                tv = tv_alloc(<Py_ssize_t>seq.n)
+                if _release_gil(<Py_ssize_t>seq.n * 4):
                     with nogil:
-                        orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+                        orv = twbp_copy_or_all(tv._data, seq.ids, seq.n)
                 else:
-                    orv = twbp_copy_or_all(tv._data, ptr, <size_t>n)
+                    orv = twbp_copy_or_all(tv._data, seq.ids, seq.n)
             finally:
                 PyBuffer_Release(&view)
-            return _encode_frame(<const int32_t**>&tv._data, &n, 1, False, request, checksum, orv)
+            seq.ids = tv._data
+            return _encode_frame(&seq, 1, False, request, checksum, orv)
     else:
         if ids != IDS_NOT_BUFFER:
             PyBuffer_Release(&view)
         tv = tokens if type(tokens) is TokenVector else _convert(tokens)
-        ptr = tv._data
-        n = tv._len
+        seq.ids = tv._data
+        seq.n = <size_t>tv._len
     try:
-        return _encode_frame(&ptr, &n, 1, False, request, checksum)
+        return _encode_frame(&seq, 1, False, request, checksum)
     finally:
         if have_view:
             PyBuffer_Release(&view)
 
 
+cdef TokenVector _convert_sequence(object v, Py_ssize_t k):
+    """Sequence `k` of encode_many as a TokenVector; a conversion error names the sequence
+    ("sequence K: " before as_tokens' message), as the encoder's own errors do."""
+    if type(v) is TokenVector:
+        return v
+    try:
+        return _convert(v)
+    except (TokenIdError, TokenIdOverflowError, TokenIdTypeError) as e:
+        raise type(e)(f"sequence {k}: {e}") from None
+
+
 def encode_many(seqs, *, codec="auto", bint checksum=False):
     """Encode several sequences of token ids (each anything `as_tokens` accepts) as one frame:
     one codec and width for all of them, a table of counts, the ids back to back. Read it with
-    `decode_many`. Raises OverflowError for a sequence of 2**32 ids or more."""
+    `decode_many`. Errors name the sequence ("sequence K: ..."); TokenIdOverflowError for a
+    sequence of 2**32 ids or more."""
     cdef int request = _codec_request(codec)
-    cdef list vectors = [v if type(v) is TokenVector else _convert(v) for v in seqs]
+    cdef list vectors = [_convert_sequence(v, k) for k, v in enumerate(seqs)]
     cdef Py_ssize_t nseq = len(vectors), k
-    cdef const int32_t** ptrs = <const int32_t**>malloc(max(nseq, 1) * sizeof(int32_t*))
-    cdef Py_ssize_t* lens = <Py_ssize_t*>malloc(max(nseq, 1) * sizeof(Py_ssize_t))
+    cdef tw_seq* table = <tw_seq*>PyMem_Malloc(<size_t>max(nseq, 1) * sizeof(tw_seq))
     cdef TokenVector tv
+    if table == NULL:
+        raise MemoryError(f"cannot allocate a table of {nseq} sequences")
     try:
-        if ptrs == NULL or lens == NULL:
-            raise MemoryError()
         for k in range(nseq):
             tv = vectors[k]
             if tv._len > 0xFFFFFFFF:
                 raise TokenIdOverflowError(
                     f"sequence {k} has {tv._len} ids; a multi-sequence frame holds < 2**32 per sequence"
                 )
-            ptrs[k] = tv._data
-            lens[k] = tv._len
-        return _encode_frame(ptrs, lens, nseq, True, request, checksum)
+            table[k].ids = tv._data
+            table[k].n = <size_t>tv._len
+        return _encode_frame(table, nseq, True, request, checksum)
     finally:
-        free(ptrs)
-        free(lens)
+        PyMem_Free(table)
 
 
 # --------------------------------------------------------------------------------------------

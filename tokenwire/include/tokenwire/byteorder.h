@@ -1,6 +1,6 @@
 /* Byte order: tokenwire's one set of little-endian loads and stores (all wire data is
  * little-endian), shared by the C kernels (bitpack.h, crc32c.h), the C++ header (wire.hpp,
- * python.hpp) and Cython (tokenwire/_endian.pxd), after asyncpg's hton.pxd.
+ * python.hpp) and Cython (tokenwire/_byteorder.pxd), after asyncpg's hton.pxd.
  *
  * Loads and stores go through memcpy, so any address is fine and compilers emit one (unaligned)
  * load or store; on a little-endian host (every platform LLM serving runs on) there is no swap.

@@ -1,9 +1,14 @@
 /* Checks of an untrusted frame that the Python extension (tokenwire/_frame.pxd, used by
  * _wire.pxi) and the C++ header (wire.hpp) share: one implementation, one text per message.
  *
- *   - the codec table: name, wire id (its index) and the widths a frame may declare for it;
- *     every list of codec names (Python's tokenwire.CODECS, FrameInfo.codec, C++'s FrameInfo,
- *     the messages below) is read from here, so adding a codec touches this table;
+ *   - the magic bytes (TW_MAGIC) and the codec table: name, wire id (its index), the widths a
+ *     frame may declare for it and the ids it holds; every list of codec names (Python's
+ *     tokenwire.CODECS, FrameInfo.codec, C++'s FrameInfo, the messages below) and the
+ *     encoder's choice (encode.h) are read from here. A payload is `width` bits per id for every
+ *     codec (raw: 32, u16: 16), so its size is one formula (tw_payload_size). Adding a codec is
+ *     an entry here and its case in each of payload.h's two switches (the kernels that write
+ *     and read it); beyond C, only what cannot read a C table names codecs: C++'s
+ *     tokenwire::Codec, the Literal types of _core.pyi, and docs/wire-format.md;
  *   - tw_check_codec_width: the header's codec and width bytes against that table;
  *   - tw_parse_prefix / tw_parse_rest: the header, the count table and the zstd length prefix
  *     (everything frame_info needs), in two steps so that a caller whose memory may change can
@@ -11,7 +16,7 @@
  *   - tw_check_frame: the checks of a whole frame (sizes, trailing bytes, checksum, padding);
  *   - tw_zstd_frame_size: the walk over a zstd frame's headers (RFC 8878, 3.1.1).
  *
- * (The encoder's rules, which read the same table, are in encode.h.)
+ * (The encoder's rules and its frame writer, which read the same table, are in encode.h.)
  *
  * A check returns 0 (or a size) when the input passes; otherwise -1, with the message (exactly
  * the text of WireFormatError / tokenwire::wire_format_error, docs/wire-format.md) written into
@@ -30,15 +35,21 @@
 
 #define TW_MSG_SIZE 256
 
+/* The 4 bytes every frame starts with ("TWIR": tokenwire). */
+#define TW_MAGIC "TWIR"
+#define TW_MAGIC_SIZE 4u
+
 /* ---- the codec table --------------------------------------------------------------------- */
 
 typedef struct {
     const char *name;
     unsigned min_width, max_width;     /* the width byte a frame of this codec may carry */
-    int64_t min_id, max_id;            /* the ids an encoder forced to this codec can hold */
+    int64_t min_id, max_id;            /* the ids the codec holds (max_id: 2**k - 1; encode.h's
+                                          tw_codec_width and auto's choice read these) */
     const char *id_range;              /* the same, as the messages print it */
 } tw_codec_info;
 
+/* In table order, which is also auto's tie-break order (fastest to decode first). */
 enum { TW_CODEC_RAW = 0, TW_CODEC_U16 = 1, TW_CODEC_PACKED = 2, TW_NCODECS = 3 };
 
 static const tw_codec_info tw_codecs[TW_NCODECS] = {
@@ -152,10 +163,10 @@ static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg
     char num[48], rep[24];
     L->counts = NULL;
     L->counts_copy = NULL;
-    const size_t k = n >= 4 ? 4 : n;
-    if (k != 0 && memcmp(buf, "TWIR", k) != 0) {
+    const size_t k = n >= TW_MAGIC_SIZE ? TW_MAGIC_SIZE : n;
+    if (k != 0 && memcmp(buf, TW_MAGIC, k) != 0) {
         tw_bytes_repr(buf, k, rep);
-        snprintf(msg, cap, "bad magic %s: not a tokenwire frame (expected b'TWIR')", rep);
+        snprintf(msg, cap, "bad magic %s: not a tokenwire frame (expected b'" TW_MAGIC "')", rep);
         return -1;
     }
     if (n < TW_HEADER_SIZE) {
@@ -196,10 +207,10 @@ static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg
     return 0;
 }
 
-/* Payload bytes of `total` ids of a codec and width (total < 2**58, width <= 32: no overflow). */
-static size_t tw_payload_size(unsigned codec, unsigned width, uint64_t total) {
-    if (codec == TW_CODEC_RAW) return (size_t)(total * 4);
-    if (codec == TW_CODEC_U16) return (size_t)(total * 2);
+/* Payload bytes of `total` ids at `width` bits each: every codec stores `width` bits per id (raw
+ * 32, u16 16, packed 1..31), so this holds for all of them (total < 2**58, width <= 32: no
+ * overflow). */
+static size_t tw_payload_size(unsigned width, uint64_t total) {
     return (size_t)((total * width + 7) / 8);
 }
 
@@ -208,19 +219,13 @@ static size_t tw_payload_size(unsigned codec, unsigned width, uint64_t total) {
 static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, size_t cap) {
     char num[48];
     size_t off = TW_HEADER_SIZE;
-    uint64_t total = L->total;
-    int partial = 0;
+    /* The exact number of ids: a table holds fewer than 2**62 entries (it is in the buffer),
+     * each below 2**32, so the sum stays below 2**94 and never wraps. */
+    tw_u128 total = L->total;
     if (L->flags & TW_FLAG_MULTI) {
         const size_t table_len = (size_t)((L->nseq * 4 + 7) / 8 * 8);
         total = 0;
-        for (uint64_t k = 0; k < L->nseq; k++) {
-            /* Stop adding once past the limit: with a table of 2**32 entries or more a 64-bit
-             * sum could wrap around to a small total before the size check below. */
-            if (total < TW_COUNT_LIMIT)
-                total += tw_load_le32(L->counts + 4 * k);
-            else
-                partial = 1;
-        }
+        for (uint64_t k = 0; k < L->nseq; k++) total += tw_load_le32(L->counts + 4 * k);
         for (size_t k = TW_HEADER_SIZE + (size_t)L->nseq * 4; k < TW_HEADER_SIZE + table_len; k++)
             if (buf[k] != 0) {
                 snprintf(msg, cap, "nonzero padding byte at offset %llu, after the count table",
@@ -229,18 +234,17 @@ static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, 
             }
         off += table_len;
     }
-    L->total = total;
     L->payload_off = off;
-    const size_t trailer = (L->flags & TW_FLAG_CHECKSUM) ? TW_CHECKSUM_SIZE : 0;
     if (total >= TW_COUNT_LIMIT) {
-        /* Cannot be in memory; say what it would need. */
-        const unsigned bits = L->codec == TW_CODEC_RAW ? 32 : L->width;
-        snprintf(msg, cap, "truncated: payload needs %s%s bytes, has %llu",
-                 partial ? "more than " : "", tw_u128_str(((tw_u128)total * bits + 7) / 8, num),
-                 (unsigned long long)(n > off + trailer ? n - off - trailer : 0));
+        /* Cannot be in memory; say what it would need (exactly: the product can exceed 2**64).
+         * Like every "truncated" message, "has" counts the bytes from where the part starts to
+         * the end of the buffer (here the payload region, a checksum trailer's place included). */
+        snprintf(msg, cap, "truncated: payload needs %s bytes, has %llu",
+                 tw_u128_str((total * L->width + 7) / 8, num), (unsigned long long)(n - off));
         return -1;
     }
-    L->payload_len = tw_payload_size(L->codec, L->width, total);
+    L->total = (uint64_t)total;
+    L->payload_len = tw_payload_size(L->width, L->total);
     if (L->flags & TW_FLAG_ZSTD) {
         if (n - off < TW_ZSTD_LENGTH_SIZE) {
             snprintf(msg, cap, "truncated: zstd length needs %u bytes, has %llu",
@@ -249,9 +253,9 @@ static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, 
         }
         const uint64_t clen = tw_load_le64(buf + off);      /* compressed size */
         if (clen > n) {
-            const size_t used = off + TW_ZSTD_LENGTH_SIZE + trailer;
             snprintf(msg, cap, "truncated: zstd payload needs %llu bytes, has %llu",
-                     (unsigned long long)clen, (unsigned long long)(n > used ? n - used : 0));
+                     (unsigned long long)clen,
+                     (unsigned long long)(n - off - TW_ZSTD_LENGTH_SIZE));
             return -1;
         }
         if (L->payload_len > clen * TW_ZSTD_MAX_EXPANSION) {
@@ -266,7 +270,7 @@ static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, 
     } else {
         L->stored_len = L->payload_len;
     }
-    L->nbytes = off + L->stored_len + trailer;
+    L->nbytes = off + L->stored_len + ((L->flags & TW_FLAG_CHECKSUM) ? TW_CHECKSUM_SIZE : 0);
     return 0;
 }
 
@@ -295,10 +299,11 @@ static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char
     const size_t have = n - L->payload_off;
     const int zstd = (L->flags & TW_FLAG_ZSTD) != 0;
     if (have < L->stored_len) {
+        /* tw_parse_rest saw the zstd length prefix: have >= prefix. */
         const size_t prefix = zstd ? TW_ZSTD_LENGTH_SIZE : 0;
-        snprintf(msg, cap, "truncated: %s needs %llu bytes, has %lld",
+        snprintf(msg, cap, "truncated: %s needs %llu bytes, has %llu",
                  zstd ? "zstd payload" : "payload", (unsigned long long)(L->stored_len - prefix),
-                 (long long)have - (long long)prefix);
+                 (unsigned long long)(have - prefix));
         return -1;
     }
     if (have < L->stored_len + trailer) {

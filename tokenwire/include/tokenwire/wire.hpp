@@ -6,10 +6,12 @@
 // The format and every validation message are specified in docs/wire-format.md. The checks of
 // an untrusted frame (header, count table, sizes, checksum, padding, the zstd frame walk), their
 // messages and the codec table are C in tokenwire/frame.h, and the bit-packing, CRC-32C and
-// byte-order kernels are tokenwire/bitpack.h, crc32c.h and byteorder.h: the very headers the
-// Python extension compiles, one implementation for both languages. What is left here (zstd
-// decompression, the vocabulary check, the encoder) follows tokenwire/_wire.pxi, so that both
-// accept and reject the same frames with the same text and encode byte-for-byte the same frames.
+// byte-order kernels are tokenwire/bitpack.h, crc32c.h and byteorder.h, the codecs' payload
+// kernels payload.h, and the encoder (codec choice, misfit message, the one frame writer)
+// encode.h: the very headers the Python extension compiles, one implementation for both
+// languages. What is left here (zstd compression and decompression, the vocabulary check)
+// follows tokenwire/_wire.pxi, so that both accept and reject the same frames with the same text
+// and encode byte-for-byte the same frames.
 // The test suite checks the agreement (tests/test_cpp_wire.py).
 //
 // Allocation bound (untrusted input): nothing is allocated before the frame has been checked to
@@ -52,6 +54,7 @@
 #include "bitpack.h"
 #include "crc32c.h"
 #include "frame.h"
+#include "payload.h"
 #include "encode.h"
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
@@ -95,13 +98,10 @@ namespace {
 // ---- format constants (docs/wire-format.md) --------------------------------------------------
 
 constexpr unsigned kVersion = TW_WIRE_VERSION;
-constexpr size_t kHeaderSize = TW_HEADER_SIZE;
-constexpr size_t kChecksumSize = TW_CHECKSUM_SIZE;
 constexpr size_t kZstdLengthSize = TW_ZSTD_LENGTH_SIZE;
 constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_PACKED;
 constexpr unsigned kFlagChecksum = TW_FLAG_CHECKSUM, kFlagMulti = TW_FLAG_MULTI,
-                   kFlagZstd = TW_FLAG_ZSTD, kFlagReserved = TW_FLAG_RESERVED;
-constexpr uint64_t kZstdMaxExpansion = TW_ZSTD_MAX_EXPANSION;
+                   kFlagZstd = TW_FLAG_ZSTD;
 
 __extension__ typedef unsigned __int128 u128;   // exact byte counts of absurd claims, for messages
 
@@ -145,10 +145,6 @@ inline std::string dec(int v) { return dec(int64_t(v)); }
 // What a frame's header says: frame.h's tw_layout (its counts point into the frame: C++ callers
 // pass memory that does not change while they decode it).
 using Layout = tw_layout;
-
-inline size_t payload_size(unsigned codec, unsigned width, uint64_t total) {
-    return tw_payload_size(codec, width, total);
-}
 
 // Header, count table and zstd length prefix: everything frame_info needs (not the payload).
 // The checks and their messages are frame.h's, the very functions the Python extension calls.
@@ -244,23 +240,10 @@ inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
 #endif
 }
 
-// Ids [start, start + n) of a checked payload into dst.
+// Ids [start, start + n) of a checked payload into dst (payload.h's kernel, shared with Python).
 inline void read_payload(const uint8_t* payload, const Layout& L, uint64_t start, size_t n,
                          int32_t* dst) {
-    if (n == 0) return;
-    if (L.codec == kRaw) {
-        if (TW_HOST_BIG_ENDIAN) {
-            for (size_t i = 0; i < n; i++) dst[i] = int32_t(tw_load_le32(payload + 4 * (start + i)));
-        } else {
-            std::memcpy(dst, payload + 4 * start, n * 4);
-        }
-    } else if (L.codec == kU16) {
-        twbp_widen16(payload + 2 * start, n, dst);
-    } else {
-        const uint64_t bit = start * L.width;
-        twbp_unpack(payload + (bit >> 3), L.payload_len - size_t(bit >> 3), unsigned(bit & 7),
-                    dst, n, L.width);
-    }
+    tw_read_payload(payload, L.payload_len, L.codec, L.width, start, n, dst);
 }
 
 inline uint32_t vocab_limit(int64_t vocab_size) {
@@ -284,12 +267,10 @@ inline void check_vocab(const std::vector<int32_t>& ids, uint32_t limit, int64_t
 
 // ---- encoding ---------------------------------------------------------------------------------
 
-struct Seq {
-    const int32_t* ids;
-    size_t n;
-};
+// One sequence to encode: encode.h's tw_seq {ids, n}.
+using Seq = tw_seq;
 
-// A forced codec that cannot hold the ids: the first that does not fit, named (frame.h's rule
+// A forced codec that cannot hold the ids: the first that does not fit, named (encode.h's rule
 // and text, shared with the Python extension).
 [[noreturn]] inline void codec_error(unsigned codec, const Seq* seqs, size_t nseq, bool multi) {
     char msg[TW_MSG_SIZE];
@@ -300,60 +281,8 @@ struct Seq {
     throw std::invalid_argument("codec cannot hold these ids");
 }
 
-// The wire codec for ids whose bitwise OR is `orv` (frame.h's tw_choose_codec: the rule of
-// docs/wire-format.md).
-inline unsigned choose_codec(Codec request, uint32_t orv, uint64_t total, unsigned* width,
-                             const Seq* seqs, size_t nseq, bool multi) {
-    const unsigned wire = request == Codec::Raw      ? unsigned(kRaw)
-                          : request == Codec::U16    ? unsigned(kU16)
-                          : request == Codec::Packed ? unsigned(kPacked)
-                                                     : unsigned(TW_REQUEST_AUTO);
-    const int codec = tw_choose_codec(wire, orv, total, width);
-    if (codec < 0) codec_error(wire, seqs, nseq, multi);
-    return unsigned(codec);
-}
-
-inline void write_payload(uint8_t* out, const Seq* seqs, size_t nseq, unsigned codec,
-                          unsigned width) {
-    if (codec == kPacked) {
-        twbp_packer pk{out, 0, 0};
-        for (size_t k = 0; k < nseq; k++) twbp_pack(&pk, seqs[k].ids, seqs[k].n, width);
-        twbp_pack_finish(&pk);
-        return;
-    }
-    for (size_t k = 0; k < nseq; k++) {
-        const size_t n = seqs[k].n;
-        if (codec == kRaw) {
-            if (TW_HOST_BIG_ENDIAN) {
-                for (size_t i = 0; i < n; i++) tw_store_le32(out + 4 * i, uint32_t(seqs[k].ids[i]));
-            } else if (n) {
-                std::memcpy(out, seqs[k].ids, n * 4);
-            }
-            out += n * 4;
-        } else {
-            if (reinterpret_cast<uintptr_t>(out) % 2 == 0) {
-                twbp_narrow16(seqs[k].ids, n, out);
-            } else {   // narrow16 stores uint16 words: give it 2-aligned memory
-                std::vector<uint8_t> tmp(n * 2);
-                twbp_narrow16(seqs[k].ids, n, tmp.data());
-                if (n) std::memcpy(out, tmp.data(), n * 2);
-            }
-            out += n * 2;
-        }
-    }
-}
-
-inline void write_header(uint8_t* out, unsigned codec, unsigned width, unsigned flags,
-                         uint64_t count, const Seq* seqs, size_t nseq, bool multi,
-                         size_t table_len) {
-    tw_write_header(out, codec, width, flags, count);
-    if (multi) {
-        std::memset(out + kHeaderSize, 0, table_len);
-        for (size_t k = 0; k < nseq; k++)
-            tw_store_le32(out + kHeaderSize + 4 * k, uint32_t(seqs[k].n));
-    }
-}
-
+// The frame, planned and written by encode.h (the writer the Python extension uses too) into a
+// vector of the planned size; only the zstd compression itself is libzstd's, here.
 inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool multi, Codec request,
                                          bool checksum) {
     init_kernels();
@@ -363,32 +292,25 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
             "codec 'zstd' needs zstd support compiled in (define TOKENWIRE_WITH_ZSTD and link "
             "-lzstd)");
 #endif
+    const unsigned wire = request == Codec::Raw      ? unsigned(kRaw)
+                          : request == Codec::U16    ? unsigned(kU16)
+                          : request == Codec::Packed ? unsigned(kPacked)
+                          : request == Codec::Zstd   ? unsigned(TW_REQUEST_ZSTD)
+                                                     : unsigned(TW_REQUEST_AUTO);
     uint64_t total = 0;
-    uint32_t orv = 0;
-    for (size_t k = 0; k < nseq; k++) {
-        total += seqs[k].n;
-        if (request != Codec::Raw && seqs[k].n) orv |= twbp_or_all(seqs[k].ids, seqs[k].n);
-    }
-    unsigned width = 32;
-    const unsigned codec = choose_codec(request, orv, total, &width, seqs, nseq, multi);
-    unsigned flags = 0;
-    size_t table_len = 0;
-    if (multi) {
-        flags |= kFlagMulti;
-        table_len = (nseq * 4 + 7) / 8 * 8;
-    }
-    if (checksum) flags |= kFlagChecksum;
-    const size_t off = kHeaderSize + table_len;
-    const size_t payload_len = payload_size(codec, width, total);
-    const uint64_t count = multi ? uint64_t(nseq) : total;
+    for (size_t k = 0; k < nseq; k++) total += seqs[k].n;
+    const uint32_t orv = wire == kRaw ? 0 : tw_seqs_or(seqs, nseq);
+    tw_frame_plan plan;
+    if (tw_plan_frame(&plan, wire, orv, total, nseq, multi, checksum) != 0)
+        codec_error(wire, seqs, nseq, multi);
     std::vector<uint8_t> frame;
 #ifdef TOKENWIRE_WITH_ZSTD
     if (request == Codec::Zstd) {
-        // zstd level 3 over the chosen payload, content size written (as Python's zstandard
-        // does); stored plain when that is not smaller or would expand more than 64x.
-        std::vector<uint8_t> plain(payload_len);
-        write_payload(plain.data(), seqs, nseq, codec, width);
-        std::vector<uint8_t> comp(ZSTD_compressBound(payload_len));
+        // zstd level 3 over the planned payload, content size written (as Python's zstandard
+        // does), no zstd checksum; encode.h's tw_plan_zstd decides whether the frame keeps it.
+        std::vector<uint8_t> plain(plan.payload_len);
+        tw_write_payload(plain.data(), seqs, nseq, plan.codec, plan.width);
+        std::vector<uint8_t> comp(ZSTD_compressBound(plan.payload_len));
         struct CCtx {
             ZSTD_CCtx* p = ZSTD_createCCtx();
             ~CCtx() { ZSTD_freeCCtx(p); }
@@ -402,28 +324,14 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
         if (ZSTD_isError(clen))
             throw std::runtime_error(std::string("zstd compression failed: ") +
                                      ZSTD_getErrorName(clen));
-        const bool use = clen + kZstdLengthSize < payload_len &&
-                         payload_len <= clen * kZstdMaxExpansion;
-        if (use) flags |= kFlagZstd;
-        const size_t stored = use ? kZstdLengthSize + clen : payload_len;
-        frame.resize(off + stored + (checksum ? kChecksumSize : 0));
-        write_header(frame.data(), codec, width, flags, count, seqs, nseq, multi, table_len);
-        if (use) {
-            tw_store_le64(frame.data() + off, clen);
-            std::memcpy(frame.data() + off + kZstdLengthSize, comp.data(), clen);
-        } else if (payload_len) {
-            std::memcpy(frame.data() + off, plain.data(), payload_len);
-        }
-        if (checksum)
-            tw_store_le32(frame.data() + off + stored, tw_crc32c(frame.data(), off + stored));
+        const bool use = tw_plan_zstd(&plan, clen) != 0;
+        frame.resize(plan.nbytes);
+        tw_write_frame(frame.data(), &plan, seqs, nseq, use ? comp.data() : plain.data());
         return frame;
     }
 #endif
-    frame.resize(off + payload_len + (checksum ? kChecksumSize : 0));
-    write_header(frame.data(), codec, width, flags, count, seqs, nseq, multi, table_len);
-    write_payload(frame.data() + off, seqs, nseq, codec, width);
-    if (checksum)
-        tw_store_le32(frame.data() + off + payload_len, tw_crc32c(frame.data(), off + payload_len));
+    frame.resize(plan.nbytes);
+    tw_write_frame(frame.data(), &plan, seqs, nseq, nullptr);
     return frame;
 }
 
