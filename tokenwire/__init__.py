@@ -37,6 +37,7 @@ from tokenwire.request import (
     token_buffer,
     token_fields,
 )
+from tokenwire._interop import json_default
 from tokenwire.text import from_base64, to_base64
 
 __version__ = "0.1.0"
@@ -79,6 +80,7 @@ __all__ = [
     "frame_info",
     "from_base64",
     "get_include",
+    "json_default",
     "gil_release_threshold",
     "to_base64",
     "tolist",
