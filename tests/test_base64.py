@@ -260,3 +260,12 @@ def test_int32_argument_errors(backend: str) -> None:
                  lambda: from_base64("AQAAAA==", format="int64")):  # type: ignore[arg-type]
         with pytest.raises(ValueError, match="format must be 'frame' or 'int32', got 'int64'"):
             call()
+
+
+@pytest.mark.parametrize("codec", ["auto", "raw", "u16", "packed"])
+def test_an_int32_reader_with_a_vocabulary_refuses_frame_text(codec: str) -> None:
+    """A writer left at the default format: the reader's vocab_size catches it (docs/adopting.md,
+    TensorRT-LLM rollout): the byte count, or the magic read as an id."""
+    s = to_base64(list(range(101)), codec=codec)  # type: ignore[arg-type]
+    with pytest.raises(WireFormatError, match="multiple of 4 bytes|index 0 is 1380538196"):
+        from_base64(s, format="int32", vocab_size=1 << 24)

@@ -63,6 +63,31 @@ def test_engine_request_grows_its_own_copy(source: str) -> None:
     assert type(req._all_token_ids) is list
 
 
+class SessionRequest(EngineRequest):
+    """An engine request the scheduler itself grows in place (a streaming session's new prompt
+    ids): built with the one conversion docs/adopting.md gives, from the message's field."""
+
+    @classmethod
+    def from_message(cls, request_id: str, prompt_token_ids: Any) -> SessionRequest:
+        return cls(request_id, prompt_token_ids.tolist())
+
+    def append_prompt(self, token_ids: list[int]) -> None:
+        self.prompt_token_ids.extend(token_ids)
+        self._all_token_ids.extend(token_ids)
+
+
+def test_the_field_the_engine_extends_is_converted_once_on_arrival() -> None:
+    tv = tokenwire.decode(tokenwire.encode(IDS))
+    with pytest.raises(AttributeError, match="extend"):
+        EngineRequest("r", tv).prompt_token_ids.extend([1])   # what the doc's diff is for
+    req = SessionRequest.from_message("r", tv)
+    req.append_output_token_ids(5)
+    req.append_prompt([6, 7])
+    assert req.prompt_token_ids == IDS + [6, 7]
+    assert req._all_token_ids == IDS + [5, 6, 7]
+    assert tv == IDS                                  # the received buffer is untouched
+
+
 def test_copy_is_a_new_list_built_like_tolist() -> None:
     tv = TokenVector(BIG)
     a, b = tv.copy(), tv.copy()

@@ -18,6 +18,7 @@ from tokenwire._core import (
     gil_release_threshold,
     tolist,
 )
+from tokenwire._interop import json_default
 from tokenwire.errors import (
     AuthenticationError,
     ChecksumError,
@@ -37,7 +38,6 @@ from tokenwire.request import (
     token_buffer,
     token_fields,
 )
-from tokenwire._interop import json_default
 from tokenwire.text import from_base64, to_base64
 
 __version__ = "0.1.0"
