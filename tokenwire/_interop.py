@@ -24,7 +24,7 @@ import importlib
 import sys
 from typing import Any
 
-from tokenwire._core import TokenVector, as_tokens, tolist
+from tokenwire._core import TokenVector, as_tokens
 from tokenwire.errors import TokenwireError
 
 __all__ = ["json_default"]
@@ -83,8 +83,18 @@ def pydantic_core_schema() -> Any:
             strict_schema=cs.is_instance_schema(TokenVector),
         ),
         serialization=cs.plain_serializer_function_ser_schema(
-            tolist, return_schema=cs.list_schema(cs.int_schema())),
+            _serialize, return_schema=cs.list_schema(cs.int_schema())),
     )
+
+
+def _serialize(value: Any) -> list[int]:
+    if type(value) is TokenVector:
+        return value.tolist()
+    # Not ours (a union's other member, or a value set without validation): pydantic then tries
+    # the union's next member, or serializes the value by its own type.
+    pydantic_core = importlib.import_module("pydantic_core")
+    raise pydantic_core.PydanticSerializationUnexpectedValue(
+        f"expected TokenVector, got {type(value).__name__}")
 
 
 def pydantic_json_schema() -> dict[str, Any]:
