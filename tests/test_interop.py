@@ -412,6 +412,24 @@ def test_an_id_the_typecode_cannot_hold_is_refused(code: str, bad: int) -> None:
     assert arr.tolist() == [1]
 
 
+def test_every_path_releases_the_arrays_buffers() -> None:
+    """An array cannot be resized while its buffer is exported: after each comparison and
+    concatenation (results, errors, NotImplemented) both the operand and the result can grow."""
+    tv = TokenVector([1, 2, 300])
+    for code in INT_CODES + "d":
+        arr = array.array(code, [1, 2])
+        outcomes: list[Any] = [tv == arr, arr != tv, tv == array.array(code, [1])]
+        for fn in (lambda: tv + arr, lambda: arr + tv):
+            try:
+                out = fn()
+            except (OverflowError, TypeError):          # 300 in 'b' / 'B'; 'd' is not ids
+                continue
+            out.append(1)
+            outcomes.append(out)
+        arr.append(3)
+        assert arr.tolist()[-1] == 3 and len(outcomes) >= 3
+
+
 class ScheduleReq:
     """The shape of a scheduler request that keeps its ids in array('q'): the prompt from the
     tokenizer, the outputs appended one by one, and the ids to run built as prompt + output."""
