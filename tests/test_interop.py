@@ -12,8 +12,11 @@ from typing import Any, List, Optional, Union
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tokenwire
+from strategies import token_lists
 from tokenwire import TokenIdOverflowError, TokenVector, json_default
 
 pydantic = pytest.importorskip("pydantic")     # the test extra installs it
@@ -410,6 +413,33 @@ def test_an_id_the_typecode_cannot_hold_is_refused(code: str, bad: int) -> None:
                                  rf"typecode '{code}'"):
             fn()
     assert arr.tolist() == [1]
+
+
+def _holds(code: str, ids: list[int]) -> bool:
+    try:
+        array.array(code, ids)
+    except OverflowError:
+        return False
+    return True
+
+
+@given(ids=token_lists, other=st.lists(st.integers(-(2**63), 2**64 - 1), max_size=4),
+       code=st.sampled_from(INT_CODES), mode=st.sampled_from(["same", "prefix", "other"]))
+def test_arrays_behave_as_lists_of_the_same_values(ids: list[int], other: list[int], code: str,
+                                                   mode: str) -> None:
+    """The oracle is the list: == is list equality of the values, + is list concatenation of
+    the values (held in the array's typecode, or refused when it cannot hold them)."""
+    items = {"same": ids, "prefix": ids[:-1], "other": other}[mode]
+    if not _holds(code, items):
+        return
+    tv, arr = TokenVector(ids), array.array(code, items)
+    assert (tv == arr) is (arr == tv) is (ids == items)
+    assert (tv != arr) is (arr != tv) is (ids != items)
+    if _holds(code, ids):
+        assert (tv + arr).tolist() == ids + items and (arr + tv).tolist() == items + ids
+    else:
+        with pytest.raises(TokenIdOverflowError):
+            tv + arr
 
 
 def test_every_path_releases_the_arrays_buffers() -> None:

@@ -33,8 +33,10 @@ cdef class TokenVector:
 
     The Python-side twin of an engine's `std::vector<int32>`: `numpy.asarray(tv)` and
     `memoryview(tv)` are zero-copy read-only views (format "i"), slicing returns a TokenVector,
-    `tolist()` builds a `list[int]` in C, and pickling sends the ids as one bytes payload
-    (out-of-band at protocol 5). Build one with `TokenVector(ids)` or `as_tokens(ids)`.
+    `tolist()` (and `copy()`, for code written for a list field) builds a `list[int]` in C, and
+    pickling sends the ids as one bytes payload (out-of-band at protocol 5). Build one with
+    `TokenVector(ids)` or `as_tokens(ids)`. It compares equal to a list, tuple or integer
+    array.array of the same values, and is a pydantic v2 field type.
     """
 
     def __cinit__(self, tokens=_NOTHING, *, vocab_size=None):
