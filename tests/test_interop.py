@@ -483,3 +483,46 @@ def test_scheduler_shaped_request_holds_an_int64_array() -> None:
     assert np.frombuffer(req.fill_ids, np.int64).tolist() == BIG + [9, 10, 11]
     assert req.origin_input_ids == array.array("q", BIG)
     assert req.fill_ids[: len(BIG)] == req.origin_input_ids
+
+
+# --------------------------------------------------------------------------------------------
+# Leaks: the new C and glue paths, results and errors (the harness of tests/test_leaks.py)
+
+LEAK_IDS = BIG[:2000]           # 8 KB a vector: one left behind per call is far over the limit
+ARR_Q = array.array("q", LEAK_IDS)
+TV_BIG = TokenVector(LEAK_IDS)
+INT32_TEXT = tokenwire.to_base64(LEAK_IDS, format="int32")
+
+
+def _leak_cases() -> dict[str, Any]:
+    from test_leaks import _raises
+
+    return {
+        "copy": TV_BIG.copy,
+        "eq array": lambda: TV_BIG == ARR_Q,
+        "ne array (length)": lambda: TV_BIG != ARR_Q[:-1],
+        "eq float array": lambda: TV_BIG == array.array("d", [1.0]),
+        "tv + array": lambda: TV_BIG + ARR_Q,
+        "array + tv": lambda: ARR_Q + TV_BIG,
+        "array overflow": _raises(lambda: TV_BIG + array.array("b"), OverflowError),
+        "float array +": _raises(lambda: TV_BIG + array.array("d"), TypeError),
+        "json_default": lambda: json.dumps(TV_BIG, default=json_default),
+        "to_base64 int32": lambda: tokenwire.to_base64(TV_BIG, format="int32"),
+        "from_base64 int32": lambda: tokenwire.from_base64(INT32_TEXT, format="int32"),
+        "from_base64 int32 vocab": _raises(
+            lambda: tokenwire.from_base64(INT32_TEXT, format="int32", vocab_size=10), ValueError),
+        "from_base64 int32 length": _raises(
+            lambda: tokenwire.from_base64("AQID", format="int32"), ValueError),
+        "pydantic": lambda: CompletionRequest(model="m", prompt=ARR_Q).model_dump_json(),
+        "pydantic error": _raises(
+            lambda: CompletionRequest(model="m", prompt="p", prompt_token_ids=LEAK_IDS + [2**31]),
+            ValidationError),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(_leak_cases()))
+def test_no_leak(name: str) -> None:
+    from test_leaks import assert_no_growth
+
+    assert_no_growth(_leak_cases()[name], rounds=300)
