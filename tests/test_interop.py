@@ -72,7 +72,7 @@ class SessionRequest(EngineRequest):
 
     @classmethod
     def from_message(cls, request_id: str, prompt_token_ids: Any) -> SessionRequest:
-        return cls(request_id, prompt_token_ids.tolist())
+        return cls(request_id, None if prompt_token_ids is None else prompt_token_ids.copy())
 
     def append_prompt(self, token_ids: list[int]) -> None:
         self.prompt_token_ids.extend(token_ids)
@@ -83,12 +83,14 @@ def test_the_field_the_engine_extends_is_converted_once_on_arrival() -> None:
     tv = tokenwire.decode(tokenwire.encode(IDS))
     with pytest.raises(AttributeError, match="extend"):
         EngineRequest("r", tv).prompt_token_ids.extend([1])   # what the doc's diff is for
-    req = SessionRequest.from_message("r", tv)
-    req.append_output_token_ids(5)
-    req.append_prompt([6, 7])
-    assert req.prompt_token_ids == IDS + [6, 7]
-    assert req._all_token_ids == IDS + [5, 6, 7]
-    assert tv == IDS                                  # the received buffer is untouched
+    sent_list = list(IDS)                             # what an old proxy sends
+    for received in (tv, sent_list):
+        req = SessionRequest.from_message("r", received)
+        req.append_output_token_ids(5)
+        req.append_prompt([6, 7])
+        assert type(req.prompt_token_ids) is list and req.prompt_token_ids == IDS + [6, 7]
+        assert req._all_token_ids == IDS + [5, 6, 7]
+        assert received == IDS                        # the received value is untouched
 
 
 def test_copy_is_a_new_list_built_like_tolist() -> None:
