@@ -183,3 +183,88 @@ def test_binascii_fallback_when_pybase64_is_not_installed() -> None:
                        cwd=tempfile.gettempdir())        # not the checkout: the installed package
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == to_base64(list(range(0, 300000, 7)))[-40:]
+
+
+# --------------------------------------------------------------------------------------------
+# format="int32": the bare form relay servers send (base64 of little-endian int32 bytes)
+
+
+def _relay_text(ids: object) -> str:
+    """What such a server writes: base64.b64encode(np.asarray(ids, np.int32).tobytes())."""
+    return base64.b64encode(np.asarray(ids, np.int32).tobytes()).decode()
+
+
+@given(ids=token_lists, urlsafe=st.booleans())
+def test_int32_text_is_the_relay_servers_text_from_both_backends(ids: list[int],
+                                                                 urlsafe: bool) -> None:
+    expected = _relay_text(ids)
+    if urlsafe:
+        expected = expected.replace("+", "-").replace("/", "_")
+    for source in (ids, np.asarray(ids, np.int32), np.asarray(ids, np.int64),
+                   tokenwire.TokenVector(ids)):
+        assert both(lambda: to_base64(source, format="int32", urlsafe=urlsafe)) == [
+            ("ok", expected)] * 2
+    for kind, tv in both(lambda: from_base64(expected, format="int32", urlsafe=urlsafe)):
+        assert kind == "ok" and type(tv) is tokenwire.TokenVector and tv == ids
+
+
+def test_int32_reads_the_relay_servers_text(backend: str) -> None:
+    ids = list(range(-3, 40_000, 3)) + [2**31 - 1, -(2**31)]
+    s = _relay_text(ids)
+    for text_form in (s, s.encode("ascii"), bytearray(s, "ascii"), memoryview(s.encode())):
+        assert from_base64(text_form, format="int32") == ids
+    assert from_base64(s, format="int32").tolist() == np.frombuffer(
+        base64.b64decode(s), np.int32).tolist()
+    assert from_base64("", format="int32") == []
+    # The default stays the frame: the relay text is not one, and the frame is not relay text.
+    with pytest.raises(WireFormatError, match="bad magic"):
+        from_base64(s)
+    assert to_base64(ids) != to_base64(ids, format="int32")
+    assert tokenwire.decode(base64.b64decode(to_base64(ids))) == ids
+
+
+@pytest.mark.parametrize("nbytes", [1, 2, 3, 5, 7, 401])
+def test_int32_byte_count_not_a_multiple_of_4(nbytes: int) -> None:
+    s = base64.b64encode(bytes(i % 256 for i in range(nbytes))).decode()
+    assert both(lambda: from_base64(s, format="int32")) == [
+        ("WireFormatError", f"int32 token data must be a multiple of 4 bytes, got {nbytes} bytes")
+    ] * 2
+
+
+def test_int32_vocab_size_and_bad_text(backend: str) -> None:
+    s = _relay_text([5, 10, 151_935])
+    assert from_base64(s, format="int32", vocab_size=151_936) == [5, 10, 151_935]
+    with pytest.raises(WireFormatError, match="index 2 is 151935, outside the vocabulary"):
+        from_base64(s, format="int32", vocab_size=151_935)
+    with pytest.raises(WireFormatError, match="index 0 is -1, outside the vocabulary"):
+        from_base64(_relay_text([-1]), format="int32", vocab_size=10)
+    with pytest.raises(ValueError, match="vocab_size must be positive"):
+        from_base64(s, format="int32", vocab_size=0)
+    for bad, message in BAD_TEXT[:7]:
+        with pytest.raises(WireFormatError) as e:
+            from_base64(bad, format="int32")
+        assert message in str(e.value)
+
+
+def test_int32_argument_errors(backend: str) -> None:
+    with pytest.raises(OverflowError, match="index 1 is 2147483648"):
+        to_base64([1, 2**31], format="int32")
+    with pytest.raises(TypeError):
+        to_base64(np.array([1.5]), format="int32")
+    with pytest.raises(ValueError, match="codec and checksum apply to frames"):
+        to_base64([1], format="int32", codec="packed")
+    with pytest.raises(ValueError, match="codec and checksum apply to frames"):
+        to_base64([1], format="int32", checksum=True)
+    for call in (lambda: to_base64([1], format="int64"),  # type: ignore[arg-type]
+                 lambda: from_base64("AQAAAA==", format="int64")):  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="format must be 'frame' or 'int32', got 'int64'"):
+            call()
+
+
+@pytest.mark.parametrize("codec", ["auto", "raw", "u16", "packed"])
+def test_an_int32_reader_with_a_vocabulary_refuses_frame_text(codec: str) -> None:
+    """A writer left at the default format: the reader's vocab_size catches it (docs/adopting.md,
+    TensorRT-LLM rollout): the byte count, or the magic read as an id."""
+    s = to_base64(list(range(101)), codec=codec)  # type: ignore[arg-type]
+    with pytest.raises(WireFormatError, match="multiple of 4 bytes|index 0 is 1380538196"):
+        from_base64(s, format="int32", vocab_size=1 << 24)

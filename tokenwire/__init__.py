@@ -18,6 +18,7 @@ from tokenwire._core import (
     gil_release_threshold,
     tolist,
 )
+from tokenwire._interop import json_default
 from tokenwire.errors import (
     AuthenticationError,
     ChecksumError,
@@ -79,6 +80,7 @@ __all__ = [
     "frame_info",
     "from_base64",
     "get_include",
+    "json_default",
     "gil_release_threshold",
     "to_base64",
     "tolist",

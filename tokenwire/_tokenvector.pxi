@@ -4,6 +4,8 @@
 # Included by _core.pyx (the hub): one file per concept, one extension module, so every file
 # sees TokenVector's fields and the other files' cdef functions directly.
 
+from array import array as _pyarray
+
 cdef Py_ssize_t _tv_find(TokenVector self, object value, Py_ssize_t start, Py_ssize_t stop) except -2:
     """Index of the first `value` in [start, stop), or -1 (also for non-int values)."""
     cdef int64_t v
@@ -31,8 +33,10 @@ cdef class TokenVector:
 
     The Python-side twin of an engine's `std::vector<int32>`: `numpy.asarray(tv)` and
     `memoryview(tv)` are zero-copy read-only views (format "i"), slicing returns a TokenVector,
-    `tolist()` builds a `list[int]` in C, and pickling sends the ids as one bytes payload
-    (out-of-band at protocol 5). Build one with `TokenVector(ids)` or `as_tokens(ids)`.
+    `tolist()` (and `copy()`, for code written for a list field) builds a `list[int]` in C, and
+    pickling sends the ids as one bytes payload (out-of-band at protocol 5). Build one with
+    `TokenVector(ids)` or `as_tokens(ids)`. It compares equal to a list, tuple or integer
+    array.array of the same values, and is a pydantic v2 field type.
     """
 
     def __cinit__(self, tokens=_NOTHING, *, vocab_size=None):
@@ -208,6 +212,8 @@ cdef class TokenVector:
                 if not (element == self._data[i]):
                     return False
             return PySequence_Fast_GET_SIZE(other) == self._len
+        if isinstance(other, _pyarray):
+            return _tv_equal_array(self, other)
         return NotImplemented
 
     def __ne__(self, other):
@@ -220,6 +226,16 @@ cdef class TokenVector:
 
     def tolist(self):
         """The ids as a `list[int]`, built in C (see tokenwire.tolist)."""
+        return _tolist_strided(<const char*>self._data, self._len, 4)
+
+    def copy(self):
+        """A new `list[int]` of the ids, built in C: the same as `tolist()`.
+
+        The mutable copy code written for a `list[int]` field expects: `ids =
+        req.prompt_token_ids.copy()` then `ids.append(t)` works whether the field holds a list or
+        a TokenVector. (`copy.copy(tv)` is another thing: a TokenVector is immutable, so it
+        returns `tv` itself.)
+        """
         return _tolist_strided(<const char*>self._data, self._len, 4)
 
     def tobytes(self):
@@ -282,6 +298,18 @@ cdef class TokenVector:
     def __rmul__(self, times):
         return _tv_repeat(self, times)
 
+    # -- pydantic v2 (tokenwire/_interop.py; pydantic is imported only when a model uses the type)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source, handler):
+        from tokenwire._interop import pydantic_core_schema
+        return pydantic_core_schema()
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema, handler):
+        from tokenwire._interop import pydantic_json_schema
+        return pydantic_json_schema()
+
     def __copy__(self):
         return self          # immutable: a copy is the same value
 
@@ -313,6 +341,11 @@ def _restore_token_vector(data):
 # a list, what code written for `list[int]` expects (`ids[1:] + [ids[0]]`, then `.append`).
 # Caveat, as with an ndarray: `lst += tv` rebinds `lst` to a new list (Python asks the right
 # operand before list's in-place concat); `lst.extend(tv)` extends in place.
+# Mixed with an array.array of an integer typecode, the result is an array.array of that
+# typecode: array + array is an array in Python, and a stack that keeps its ids in an
+# array('q') keeps holding one (then `.append`, `.extend`, `np.frombuffer` work as before). An id
+# the typecode cannot hold ('b', 'B', 'h', 'H', or a negative id into an unsigned code) raises
+# TokenIdOverflowError naming it; float and unicode arrays are not token ids (TypeError).
 
 cdef object _tv_concat(object left, object right):
     cdef TokenVector a, b, out
@@ -325,6 +358,8 @@ cdef object _tv_concat(object left, object right):
     if isinstance(left, (list, tuple)) or isinstance(right, (list, tuple)):
         return (left.tolist() if type(left) is TokenVector else list(left)) + (
             right.tolist() if type(right) is TokenVector else list(right))
+    if isinstance(left, _pyarray) or isinstance(right, _pyarray):
+        return _tv_concat_array(left, right)
     return NotImplemented
 
 
@@ -343,3 +378,158 @@ cdef object _tv_repeat(TokenVector tv, object times):
     for i in range(n):
         memcpy(out._data + i * tv._len, tv._data, <size_t>tv._len * 4)
     return out
+
+
+
+# -- array.array (typed buffers of ids, compared and converted in C) ---------------------------
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef bint _equal_as(const char* src, Py_ssize_t n, const int32_t* ids, src_int tag) noexcept nogil:
+    # Branch-free (vectorizable): every item in int32 and equal to the id at its index.
+    cdef const src_int* p = <const src_int*>src
+    cdef Py_ssize_t i
+    cdef bint ok = True
+    for i in range(n):
+        ok &= _in_int32(p[i]) & (<int32_t>p[i] == ids[i])
+    return ok
+
+
+cdef inline bint _fits(int32_t v, src_int tag) noexcept nogil:
+    # Does the id v survive a round trip through src_int (no negative id into an unsigned type)?
+    if src_int is uint8_t or src_int is uint16_t or src_int is uint32_t or src_int is uint64_t:
+        return v >= 0 and <int64_t>(<src_int>v) == <int64_t>v
+    else:
+        return <int64_t>(<src_int>v) == <int64_t>v
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _widen_as(const int32_t* ids, Py_ssize_t n, char* dst, src_int tag) noexcept nogil:
+    # The ids into items of type src_int; the index of the first id the type cannot hold, or -1.
+    cdef src_int* out = <src_int*>dst
+    cdef Py_ssize_t i
+    for i in range(n):
+        if not _fits(ids[i], tag):
+            return i
+        out[i] = <src_int>ids[i]
+    return -1
+
+
+cdef inline Py_ssize_t _array_as(bint widen, const int32_t* ids, Py_ssize_t n, char* items,
+                                 src_int tag) noexcept nogil:
+    if widen:
+        return _widen_as(ids, n, items, tag)
+    return _equal_as(items, n, ids, tag)
+
+
+cdef Py_ssize_t _array_kernel(bint widen, const int32_t* ids, Py_ssize_t n, char* items,
+                              Py_ssize_t itemsize, int kind) noexcept nogil:
+    # (kind, itemsize) -> the item type, as _dispatch_narrow does. widen: ids -> items (returns the
+    # first bad index or -1); else: 1 when items == ids, 0 otherwise.
+    if kind == KIND_SIGNED:
+        if itemsize == 1:
+            return _array_as(widen, ids, n, items, <int8_t>0)
+        if itemsize == 2:
+            return _array_as(widen, ids, n, items, <int16_t>0)
+        if itemsize == 4:
+            return _array_as(widen, ids, n, items, <int32_t>0)
+        return _array_as(widen, ids, n, items, <int64_t>0)
+    if itemsize == 1:
+        return _array_as(widen, ids, n, items, <uint8_t>0)
+    if itemsize == 2:
+        return _array_as(widen, ids, n, items, <uint16_t>0)
+    if itemsize == 4:
+        return _array_as(widen, ids, n, items, <uint32_t>0)
+    return _array_as(widen, ids, n, items, <uint64_t>0)
+
+
+cdef int _array_kind(Py_buffer* view):
+    """KIND_SIGNED / KIND_UNSIGNED for an array.array of an integer typecode, KIND_BAD otherwise
+    (float and unicode typecodes are not token ids)."""
+    cdef bint swap = False
+    return _parse_int_format(view.format, view.itemsize, &swap)     # arrays are native order
+
+
+cdef object _tv_equal_array(TokenVector tv, object arr):
+    cdef Py_buffer view
+    cdef Py_ssize_t n, r
+    cdef int kind
+    # The buffer, not len(): a subclass's __len__ may lie; while exported, the array cannot be
+    # resized (array raises BufferError), so the comparison may run without the GIL.
+    PyObject_GetBuffer(arr, &view, PyBUF_FORMAT | PyBUF_ND)
+    try:
+        kind = _array_kind(&view)
+        if kind == KIND_BAD:
+            return NotImplemented
+        n = view.len // view.itemsize
+        if n != tv._len:
+            return False
+        if view.len >= NOGIL_BYTES:
+            with nogil:
+                r = _array_kernel(False, tv._data, n, <char*>view.buf, view.itemsize, kind)
+        else:
+            r = _array_kernel(False, tv._data, n, <char*>view.buf, view.itemsize, kind)
+        return r == 1
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef object _tv_concat_array(object left, object right):
+    """tv + array / array + tv: an array.array of the array's typecode (the rule above
+    _tv_concat); NotImplemented for a float or unicode array."""
+    cdef bint tv_first = type(left) is TokenVector
+    cdef TokenVector tv = left if tv_first else right
+    arr = right if tv_first else left
+    cdef Py_buffer src, dst
+    cdef Py_ssize_t itemsize, n_arr, bad = -1
+    cdef int kind
+    cdef char* ids_at
+    cdef char* arr_at
+    PyObject_GetBuffer(arr, &src, PyBUF_FORMAT | PyBUF_ND)
+    try:
+        kind = _array_kind(&src)
+        if kind == KIND_BAD:
+            return NotImplemented
+        itemsize = src.itemsize
+        n_arr = src.len // itemsize
+        if tv._len > (<Py_ssize_t>(sys.maxsize // 8)) - n_arr:
+            raise MemoryError(f"array of {n_arr} items + TokenVector of {tv._len} ids")
+        # A zeroed array of the result's size (array's repeat is a memcpy doubling), filled in C.
+        out = _pyarray(arr.typecode, bytes(itemsize)) * (n_arr + tv._len)
+        PyObject_GetBuffer(out, &dst, PyBUF_WRITABLE | PyBUF_ND)
+        try:
+            ids_at = <char*>dst.buf + (0 if tv_first else src.len)
+            arr_at = <char*>dst.buf + (tv._len * itemsize if tv_first else 0)
+            memcpy(arr_at, src.buf, <size_t>src.len)
+            bad = _array_kernel(True, tv._data, tv._len, ids_at, itemsize, kind)
+        finally:
+            PyBuffer_Release(&dst)
+    finally:
+        PyBuffer_Release(&src)
+    if bad >= 0:
+        raise TokenIdOverflowError(
+            f"token id at index {bad} is {tv._data[bad]}, outside the range of "
+            f"array typecode {arr.typecode!r}")
+    return out
+
+
+def _ids_from_int32_bytes(bytes data, vocab_size=None):
+    """The ids of received little-endian int32 bytes (from_base64's "int32" form), viewing them.
+
+    They are bad data as a bad frame is: WireFormatError for a byte count that is not a
+    multiple of 4 and, with `vocab_size`, for an id outside [0, vocab_size) (a bad `vocab_size`
+    itself is a ValueError, reported first)."""
+    cdef uint32_t limit = 0
+    if vocab_size is not None:
+        limit = _vocab_limit(vocab_size)
+    cdef TokenVector tv
+    try:
+        tv = TokenVector.frombuffer(data)
+    except TokenIdError as e:
+        # frombuffer's byte-count rule (bytes are C-contiguous and not objects: its only error
+        # here), raised as what it is in received data, not a frame rule of its own.
+        raise WireFormatError(str(e)) from None
+    if vocab_size is not None:
+        _check_vocab(tv, vocab_size, WireFormatError, -1, limit)
+    return tv

@@ -11,6 +11,10 @@ Base64 runs through `pybase64` (SIMD) when it is installed (`pip install 'tokenw
 and through the standard library's `binascii` otherwise; the output is the same either way, and
 so is what is accepted: the chosen alphabet, padded to a multiple of 4 characters, no whitespace.
 With ``urlsafe=True`` the alphabet uses "-" and "_" instead of "+" and "/" (on both sides).
+
+``format="int32"`` (both sides) is the bare form other servers relay: the base64 of the ids as
+little-endian int32 bytes, no header (``base64.b64encode(np.asarray(ids, np.int32).tobytes())``),
+for a peer that reads or writes that; the default ``format="frame"`` is tokenwire's frame.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import binascii
 import importlib
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union, cast
 
-from tokenwire._core import TokenVector, decode, encode
+from tokenwire._core import TokenVector, _ids_from_int32_bytes, as_tokens, decode, encode
 from tokenwire.errors import WireFormatError
 
 if TYPE_CHECKING:
@@ -45,6 +49,7 @@ _URLSAFE_TEXT = re.compile(rb"[A-Za-z0-9_-]*={0,2}")
 _use_pybase64 = _pybase64 is not None
 
 Text = Union[str, bytes, bytearray, memoryview]
+Format = Literal["frame", "int32"]
 
 
 def _set_pybase64(enabled: bool) -> bool:
@@ -62,14 +67,16 @@ def base64_backend() -> str:
 
 
 def to_base64(tokens: Any, *, codec: _Codec = "auto", checksum: bool = False,
-              urlsafe: bool = False) -> str:
+              urlsafe: bool = False, format: Format = "frame") -> str:
     """The frame `encode(tokens, codec=codec, checksum=checksum)` as a base64 string (standard
     alphabet with padding; "-" and "_" for "+" and "/" with ``urlsafe=True``).
 
     `tokens` is anything `as_tokens` accepts (a TokenVector, an int32 buffer, a list of ints);
-    raises what `encode` raises for ids it cannot hold.
+    raises what `encode` raises for ids it cannot hold. With ``format="int32"`` the text holds
+    the ids as bare little-endian int32 bytes instead of a frame (no codec, no checksum: passing
+    either is a ValueError); an id outside int32 raises TokenIdOverflowError.
     """
-    frame = encode(tokens, codec=codec, checksum=checksum)
+    frame = _payload(tokens, codec, checksum, format)
     if _use_pybase64:
         return cast(str, _pybase64.b64encode_as_string(
             frame, altchars=_URL_ALTCHARS if urlsafe else None))
@@ -80,15 +87,40 @@ def to_base64(tokens: Any, *, codec: _Codec = "auto", checksum: bool = False,
 
 
 def from_base64(text: Text, *, vocab_size: Optional[int] = None,
-                urlsafe: bool = False) -> TokenVector:
+                urlsafe: bool = False, format: Format = "frame") -> TokenVector:
     """The TokenVector held by a `to_base64` string (`str`, or ASCII bytes-like).
 
     Raises WireFormatError (a ValueError) naming the position of the first character outside
     the alphabet, a misplaced or excess "=", a length that is not a multiple of 4, or, once
     decoded, what `decode` finds wrong with the frame (including ids outside `vocab_size`).
     A raw frame is not copied again: the vector views the decoded bytes.
+
+    ``format="int32"`` reads bare little-endian int32 bytes (``to_base64(..., format="int32")``,
+    or ``base64.b64encode(np.asarray(ids, np.int32).tobytes())``), viewed without a copy; a
+    decoded byte count that is not a multiple of 4, or an id outside `vocab_size`, is a
+    WireFormatError.
     """
+    if format == "int32":
+        return _ids_from_int32_bytes(_frame_bytes(text, urlsafe), vocab_size)
+    _check_format(format)
     return decode(_frame_bytes(text, urlsafe), vocab_size=vocab_size)
+
+
+def _check_format(format: str) -> None:
+    if format not in ("frame", "int32"):
+        raise ValueError(f"format must be 'frame' or 'int32', got {format!r}")
+
+
+def _payload(tokens: Any, codec: str, checksum: bool, format: str) -> Any:
+    """What to_base64 encodes: a frame, or for "int32" the ids' little-endian int32 bytes (a
+    TokenVector's own memory on a little-endian host: no copy beyond `as_tokens`)."""
+    if format == "frame":
+        return encode(tokens, codec=cast("_Codec", codec), checksum=checksum)
+    _check_format(format)
+    if codec != "auto" or checksum:
+        raise ValueError('format="int32" is bare int32 ids: codec and checksum apply to frames')
+    tv = as_tokens(tokens)
+    return tv if sys.byteorder == "little" else tv.tobytes()
 
 
 def _frame_bytes(text: Text, urlsafe: bool) -> bytes:

@@ -1,0 +1,103 @@
+"""TokenVector in JSON and in pydantic v2 models.
+
+* `json_default`: the stdlib's `default=` hook (`json.dumps(obj, default=tokenwire.json_default)`):
+  a TokenVector becomes a list of ints.
+* `TokenVector.__get_pydantic_core_schema__` (in the extension) asks `pydantic_core_schema` here,
+  so a model field can be typed `TokenVector` (`pip install 'tokenwire[pydantic]'`; pydantic is
+  imported only when a model uses the type):
+
+  - lax mode (the default), Python input: a list, tuple, numpy integer array, integer
+    array.array or TokenVector -> a TokenVector (one pass in C; a TokenVector is kept as it is);
+  - strict mode, Python input: a TokenVector only (as pydantic's strict mode takes a UUID only
+    as a UUID);
+  - JSON input (`model_validate_json`), either mode: an array of ints;
+  - ids are ints in every mode: a bool, str or float item, or an id outside int32, is a
+    ValidationError naming the index (tokenwire's own message, the one `as_tokens` raises);
+  - `model_dump` / `model_dump_json` write a list of ints; `model_json_schema()` says an array
+    of int32 integers.
+"""
+
+from __future__ import annotations
+
+import array
+import importlib
+import sys
+from typing import Any
+
+from tokenwire._core import TokenVector, as_tokens
+from tokenwire.errors import TokenwireError
+
+__all__ = ["json_default"]
+
+_INT32_MIN = -(2**31)
+_INT32_MAX = 2**31 - 1
+
+
+def json_default(obj: Any) -> Any:
+    """`default=` for `json.dump(s)`: a TokenVector as a list of ints; for anything else the
+    TypeError json itself raises."""
+    if type(obj) is TokenVector:
+        return obj.tolist()
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def _is_ndarray(obj: Any) -> bool:
+    np = sys.modules.get("numpy")        # an ndarray exists only once numpy is imported
+    return np is not None and isinstance(obj, np.ndarray)
+
+
+def _validate(value: Any, accepted: tuple[type, ...], what: str) -> TokenVector:
+    pydantic_core = importlib.import_module("pydantic_core")
+    if type(value) is TokenVector:
+        return value
+    if not (isinstance(value, accepted) or _is_ndarray(value)):
+        raise pydantic_core.PydanticCustomError(
+            "token_ids", "token ids must be {what}, got {type}",
+            {"what": what, "type": type(value).__name__})
+    try:
+        return as_tokens(value)
+    except TokenwireError as e:
+        # as_tokens's message names the index and the value or type ("token id at index 2 must
+        # be an int, got bool"); TypeError and OverflowError would escape pydantic, so all of
+        # tokenwire's errors become one ValidationError type.
+        raise pydantic_core.PydanticCustomError(
+            "token_ids", "{reason}", {"reason": str(e)}) from None
+
+
+def _validate_python(value: Any) -> TokenVector:
+    return _validate(value, (list, tuple, array.array),
+                     "a list, tuple, numpy array, array.array or TokenVector")
+
+
+def _validate_json(value: Any) -> TokenVector:
+    return _validate(value, (list,), "an array of ints")
+
+
+def pydantic_core_schema() -> Any:
+    """The pydantic-core schema of a `TokenVector` field (the rules in the module docstring)."""
+    cs = importlib.import_module("pydantic_core.core_schema")
+    return cs.json_or_python_schema(
+        json_schema=cs.no_info_plain_validator_function(_validate_json),
+        python_schema=cs.lax_or_strict_schema(
+            lax_schema=cs.no_info_plain_validator_function(_validate_python),
+            strict_schema=cs.is_instance_schema(TokenVector),
+        ),
+        serialization=cs.plain_serializer_function_ser_schema(
+            _serialize, return_schema=cs.list_schema(cs.int_schema())),
+    )
+
+
+def _serialize(value: Any) -> list[int]:
+    if type(value) is TokenVector:
+        return value.tolist()
+    # Not ours (a union's other member, or a value set without validation): pydantic then tries
+    # the union's next member, or serializes the value by its own type.
+    pydantic_core = importlib.import_module("pydantic_core")
+    raise pydantic_core.PydanticSerializationUnexpectedValue(
+        f"expected TokenVector, got {type(value).__name__}")
+
+
+def pydantic_json_schema() -> dict[str, Any]:
+    """The JSON schema of a `TokenVector` field: an array of int32 integers."""
+    return {"type": "array",
+            "items": {"type": "integer", "minimum": _INT32_MIN, "maximum": _INT32_MAX}}
