@@ -548,16 +548,15 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     cdef Py_buffer view
     cdef bint have_view = False
     cdef const int32_t* ptr
-    cdef Py_ssize_t n
+    cdef Py_ssize_t n, stride
     cdef uint32_t orv
     cdef TokenVector tv
     cdef int ids = IDS_NOT_BUFFER
     if type(tokens) is not TokenVector:
-        ids = _acquire_ids(tokens, &view)
+        ids = _acquire_ids(tokens, &view, &n, &stride)
     if ids == IDS_INT32:
         # A native int32 buffer is encoded where it lies (no intermediate copy).
         ptr = <const int32_t*>view.buf
-        n = view.shape[0]
         if request == CODEC_RAW or is_immutable_source(tokens):
             have_view = True
         else:
