@@ -237,15 +237,17 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
     cdef Py_ssize_t clen = <Py_ssize_t>L.stored_len - ZSTD_LENGTH_SIZE
     cdef Py_ssize_t plen = <Py_ssize_t>L.payload_len
     cdef char msg[TW_MSG_SIZE]
+    # One read of the section (the frame may be memory another party writes): the walk and
+    # libzstd both read this copy.
+    comp = PyBytes_FromStringAndSize(<const char*>section, clen)
     # The frame's headers, walked in C (include/tokenwire/frame.h, shared with wire.hpp).
-    cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(section, <size_t>clen,
-                                                          <uint64_t>plen, msg, TW_MSG_SIZE)
+    cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(
+        <const uint8_t*>PyBytes_AS_STRING(comp), <size_t>clen, <uint64_t>plen, msg, TW_MSG_SIZE)
     if flen < 0:
         raise _wire_error(_text(msg))
     cdef Py_ssize_t want = plen + 1, got = 0
     if flen != clen:
         raise _wire_error(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
-    comp = PyBytes_FromStringAndSize(<const char*>section, clen)
     try:
         declared = zstd.frame_content_size(comp)
     except zstd.ZstdError as e:
