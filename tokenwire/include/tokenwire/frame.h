@@ -352,7 +352,7 @@ static int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_l
                                   size_t cap) {
     static const size_t fcs_sizes[4] = {0, 2, 4, 8}, did_sizes[4] = {0, 1, 2, 4};
     static const uint8_t magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
-    if (memcmp(p, magic, n < 4 ? n : 4) != 0) {
+    if (n != 0 && memcmp(p, magic, n < 4 ? n : 4) != 0) {    /* p may be null when n is 0 */
         snprintf(msg, cap, "zstd payload is corrupt: it does not start with a zstd frame");
         return -1;
     }
