@@ -288,10 +288,13 @@ def as_tokens_reference(buf: object) -> list[int]:
 
 def frombuffer_reference(buf: object) -> list[int]:
     """What `TokenVector.frombuffer` documents: the buffer's bytes read as little-endian int32
-    (ValueError when not C-contiguous or not a multiple of 4 bytes)."""
+    (TypeError when its items are not integers -- floats, bool, complex; ValueError when not
+    C-contiguous or not a multiple of 4 bytes)."""
     arr = np.asarray(buf)
     if not arr.flags.c_contiguous:
         raise ValueError("not C-contiguous")
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"dtype {arr.dtype}")
     if arr.nbytes % 4:
         raise ValueError(f"{arr.nbytes} bytes")
     return np.frombuffer(arr.tobytes(), dtype="<i4").tolist()

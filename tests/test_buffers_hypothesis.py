@@ -98,6 +98,11 @@ def test_frombuffer_matches_numpy(buf: object) -> None:
     if error is None:
         assert tokenwire.TokenVector.frombuffer(buf).tolist() == ids
         return
+    if error is TypeError:
+        with pytest.raises(tokenwire.TokenIdTypeError, match="does not hold token ids") as exc:
+            tokenwire.TokenVector.frombuffer(buf)
+        assert repr(memoryview(buf).format) in str(exc.value)
+        return
     # numpy refuses a non-contiguous ndarray with ValueError, a memoryview with BufferError
     with pytest.raises((ValueError, BufferError)) as exc:
         tokenwire.TokenVector.frombuffer(buf)

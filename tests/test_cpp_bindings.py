@@ -154,7 +154,7 @@ def test_refuses_what_as_tokens_refuses_with_its_error(ext: ModuleType, name: st
     assert _error(lambda: ext.to_vector_bytes(make())) == expected
 
 
-@pytest.mark.parametrize("vocab", [0, -5, 3, 4, 151_936, 2**40])
+@pytest.mark.parametrize("vocab", [0, -1, -5, 3, 4, 151_936, 2**40])
 @pytest.mark.parametrize("ids", [[1, 2, 3], [0, 3, -1], np.array([1, 2, 3], dtype=np.int64),
                                  np.array([3, 2, 1], dtype=np.int32)], ids=repr)
 def test_vocab_check_is_as_tokens(ext: ModuleType, ids: object, vocab: int) -> None:

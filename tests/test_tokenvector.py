@@ -294,3 +294,51 @@ def test_frombuffer_refuses_object_arrays_and_strided_memory_alike():
         with pytest.raises(tokenwire.TokenIdError, match="C-contiguous"):
             tokenwire.TokenVector.frombuffer(strided)
     assert tokenwire.TokenVector.frombuffer(np.arange(4, dtype=np.int32)) == [0, 1, 2, 3]
+
+
+def test_frombuffer_takes_raw_bytes_and_integer_items() -> None:
+    """Raw bytes (no format, 'B', 'b', 'c') and integer items of any size are memory holding
+    ids: their bytes are read as little-endian int32."""
+    import array
+    import ctypes
+
+    raw = b"\x01\x00\x00\x00\xff\xff\xff\xff"
+    for data in (raw, bytearray(raw), memoryview(raw), memoryview(raw).cast("b"),
+                 memoryview(raw).cast("c"), (ctypes.c_char * 8).from_buffer_copy(raw),
+                 (ctypes.c_ubyte * 8).from_buffer_copy(raw),
+                 (ctypes.c_byte * 8).from_buffer_copy(raw)):
+        assert TokenVector.frombuffer(data) == [1, -1], type(data)
+    assert TokenVector.frombuffer((ctypes.c_int32 * 3)(5, -6, 7)) == [5, -6, 7]
+    assert TokenVector.frombuffer(array.array("i", [8, 9])) == [8, 9]
+    assert TokenVector.frombuffer(np.array([2, 3], dtype="<u4")) == [2, 3]
+    # the bytes of wider integers, read as int32 all the same (documented)
+    assert TokenVector.frombuffer((ctypes.c_int64 * 1)(5)) == [5, 0]
+    assert TokenVector.frombuffer(np.array([1], dtype="<i2").repeat(2)) == [0x10001]
+
+
+@pytest.mark.parametrize(("make", "fmt"), [
+    (lambda: __import__("ctypes").c_char_p * 2, "<z"),           # pointers to strings
+    (lambda: __import__("ctypes").c_void_p * 2, "<P"),           # pointers
+    (lambda: __import__("ctypes").c_float * 2, "<f"),
+    (lambda: __import__("ctypes").c_bool * 4, "<?"),
+    (lambda: __import__("ctypes").c_wchar * 2, "<u"),
+], ids=["c_char_p", "c_void_p", "c_float", "c_bool", "c_wchar"])
+def test_frombuffer_refuses_ctypes_arrays_that_do_not_hold_ids(make: object, fmt: str) -> None:
+    import ctypes
+    import re
+
+    import tokenwire
+    arr = make()()          # type: ignore[operator]
+    if fmt == "<z":
+        arr = (ctypes.c_char_p * 2)(b"secret", b"ids")    # their addresses must not leak as ids
+    with pytest.raises(tokenwire.TokenIdTypeError, match=re.escape(f"format {fmt!r}")):
+        TokenVector.frombuffer(arr)
+
+
+@pytest.mark.parametrize("dtype", ["f4", "f8", "?", "c8", "f2"])
+def test_frombuffer_refuses_non_integer_arrays_naming_the_format(dtype: str) -> None:
+    import tokenwire
+    arr = np.zeros(4, dtype=dtype)
+    with pytest.raises(tokenwire.TokenIdTypeError, match="format '") as exc:
+        TokenVector.frombuffer(arr)
+    assert memoryview(arr).format in str(exc.value)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import array
+import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -72,3 +74,44 @@ def test_tolist_errors_follow_as_tokens() -> None:
 def test_boundaries_round_trip_through_numpy() -> None:
     tv = as_tokens(BOUNDARY_IDS)
     assert np.asarray(tv).tolist() == tv.tolist() == tokenwire.tolist(np.asarray(tv)) == BOUNDARY_IDS
+
+
+# ctypes arrays export their buffer with strides = NULL (C-contiguous by the buffer protocol);
+# every consumer of the one buffer helper must take the layout from it, not from the view.
+CTYPES_INTEGER_ARRAYS = [
+    (ctypes.c_int32, [0, 1, -1, INT32_MAX, INT32_MIN, 151_935]),
+    (ctypes.c_int64, [0, 1, -1, INT32_MAX, INT32_MIN]),
+    (ctypes.c_uint32, [0, 1, INT32_MAX]),
+    (ctypes.c_int16, [0, -5, 32767]),
+    (ctypes.c_uint16, [0, 65535]),
+    (ctypes.c_int8, [0, -128, 127]),
+    (ctypes.c_uint8, [0, 255]),
+    (ctypes.c_long, [7, -7]),
+    (ctypes.c_int32, []),
+    (ctypes.c_int32, [42]),
+]
+
+
+@pytest.mark.parametrize(("ctype", "ids"), CTYPES_INTEGER_ARRAYS,
+                         ids=[f"{t.__name__}*{len(v)}" for t, v in CTYPES_INTEGER_ARRAYS])
+def test_ctypes_integer_arrays_through_every_consumer(ctype: type, ids: list[int]) -> None:
+    arr = (ctype * len(ids))(*ids)
+    assert tolist(arr) == ids
+    assert as_tokens(arr).tolist() == ids
+    assert TokenVector(arr).tolist() == ids
+    assert tokenwire.decode(tokenwire.encode(arr)).tolist() == ids
+    assert tokenwire.decode(tokenwire.encode(arr, codec="raw")).tolist() == ids
+    assert [v.tolist() for v in tokenwire.decode_many(tokenwire.encode_many([arr, arr]))] == \
+        [ids, ids]
+
+
+def test_ctypes_arrays_that_are_not_1d_int_ids_are_refused() -> None:
+    with pytest.raises(tokenwire.TokenIdError, match=r"1-D, got shape \(3, 2\)"):
+        tolist(((ctypes.c_int32 * 2) * 3)())
+    with pytest.raises(tokenwire.TokenIdError, match=r"1-D, got shape \(\)"):
+        tolist(ctypes.c_int32(5))
+    for bad, fmt in (((ctypes.c_char * 4)(), "<c"), ((ctypes.c_char_p * 2)(), "<z"),
+                     ((ctypes.c_float * 2)(), "<f"), ((ctypes.c_bool * 2)(), "<?")):
+        for fn in (tolist, as_tokens, tokenwire.encode):
+            with pytest.raises(tokenwire.TokenIdTypeError, match=re.escape(repr(fmt))):
+                fn(bad)

@@ -171,6 +171,18 @@ cdef int _parse_int_format(const char* fmt, Py_ssize_t itemsize, bint* swap):
     return KIND_BAD
 
 
+cdef bint _is_raw_bytes_format(const char* fmt, Py_ssize_t itemsize):
+    """A buffer of raw bytes: 1-byte items with no format, or of format 'B', 'b' or 'c' (with or
+    without a byte-order prefix, meaningless for one byte)."""
+    if itemsize != 1:
+        return False
+    if fmt == NULL:
+        return True
+    if fmt[0] == b'@' or fmt[0] == b'=' or fmt[0] == b'<' or fmt[0] == b'>' or fmt[0] == b'!':
+        fmt += 1
+    return (fmt[0] == b'B' or fmt[0] == b'b' or fmt[0] == b'c') and fmt[1] == 0
+
+
 cdef enum:
     IDS_NOT_BUFFER = 0      # not a buffer of ids (or bytes / bytearray): nothing acquired
     IDS_OTHER = 1           # acquired: some other format, itemsize or shape
@@ -178,12 +190,19 @@ cdef enum:
     IDS_INT32 = 3           # acquired: native-order 1-D int32, C-contiguous
 
 
-cdef int _acquire_ids(object obj, Py_buffer* view) except -1:
+cdef int _acquire_ids(object obj, Py_buffer* view, Py_ssize_t* n, Py_ssize_t* stride) except -1:
     """The one place that takes a buffer of token ids and decides whether it is native 1-D int32
     (usable as int32_t in place). Acquires `obj`'s buffer into `view` (PyBUF_RECORDS_RO) unless
     it returns IDS_NOT_BUFFER; the caller releases it. bytes and bytearray are text or frames,
-    never ids: IDS_NOT_BUFFER."""
+    never ids: IDS_NOT_BUFFER.
+
+    For a 1-D buffer it also decides the layout once, for every caller: `n[0]` items, `stride[0]`
+    bytes apart. An exporter may leave `shape` NULL (then the items are len / itemsize) or
+    `strides` NULL (then C-contiguous: ctypes arrays do); callers read the layout from here and
+    never from the view's fields. For any other buffer (IDS_OTHER, not 1-D) both are 0."""
     cdef bint swap = False
+    n[0] = 0
+    stride[0] = 0
     if not PyObject_CheckBuffer(obj) or isinstance(obj, (bytes, bytearray)):
         return IDS_NOT_BUFFER
     try:
@@ -196,10 +215,21 @@ cdef int _acquire_ids(object obj, Py_buffer* view) except -1:
             raise TokenIdTypeError(
                 f"token ids must be integers, got an array of dtype {dtype}") from None
         raise
-    if not (view.ndim == 1 and view.itemsize == 4
+    if view.ndim != 1 or view.itemsize <= 0:
+        return IDS_OTHER
+    cdef Py_ssize_t count = view.shape[0] if view.shape != NULL else view.len // view.itemsize
+    if count < 0 or (view.strides == NULL and count > view.len // view.itemsize):
+        # A contiguous buffer whose shape claims more items than its bytes hold.
+        PyBuffer_Release(view)
+        raise TokenIdError(
+            f"the buffer's shape ({count},) does not fit its {view.len} bytes "
+            f"of itemsize {view.itemsize}")
+    n[0] = count
+    stride[0] = view.strides[0] if view.strides != NULL else view.itemsize
+    if not (view.itemsize == 4
             and _parse_int_format(view.format, 4, &swap) == KIND_SIGNED and not swap):
         return IDS_OTHER
-    return IDS_INT32 if view.strides == NULL or view.strides[0] == 4 else IDS_INT32_STRIDED
+    return IDS_INT32 if stride[0] == 4 or count <= 1 else IDS_INT32_STRIDED
 
 
 cdef str _format_str(const char* fmt):
@@ -235,7 +265,7 @@ cdef TokenVector _from_buffer(object obj):
     cdef uint64_t bad = 0
     cdef TokenVector tv
     cdef const char* src
-    cdef int ids = _acquire_ids(obj, &view)
+    cdef int ids = _acquire_ids(obj, &view, &n, &stride)
     if ids == IDS_NOT_BUFFER:       # _convert rejects bytes and bytearray before it gets here
         raise TokenIdTypeError(f"token ids must be integers, got {type(obj).__name__}")
     try:
@@ -254,8 +284,6 @@ cdef TokenVector _from_buffer(object obj):
         if view.ndim != 1:
             raise TokenIdError(f"token ids must be 1-D, got shape {_shape_of(&view)}")
         itemsize = view.itemsize
-        n = view.shape[0] if view.shape != NULL else view.len // itemsize
-        stride = view.strides[0] if view.strides != NULL else itemsize
         src = <const char*>view.buf
         if ids == IDS_INT32:
             # The hot path: a native int32 C-contiguous buffer is exactly one memcpy.

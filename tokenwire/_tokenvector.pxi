@@ -64,22 +64,35 @@ cdef class TokenVector:
     def frombuffer(data):
         """A TokenVector from raw little-endian int32 bytes (any C-contiguous bytes-like object).
 
+        The memory is read as bytes, whatever its item type, so it must hold bytes or integers:
+
+        * raw bytes: a buffer with no format, or 1-byte items of format 'B', 'b' or 'c' (`bytes`,
+          `bytearray`, `memoryview`, `mmap`, a ctypes `c_char`/`c_ubyte`/`c_byte` array);
+        * integer items: one integer code (b h i l q n, B H I L Q N, with or without a byte-order
+          prefix @ = < > !), of any size; their bytes are read as little-endian int32 all the
+          same (an int32 array of this host's order gives its own ids).
+
+        Anything else (floats, bool, pointers such as ctypes `c_char_p` / `c_void_p` arrays,
+        Python objects, structures) is refused with TypeError naming its format: those bytes
+        are not token ids.
+
         Zero-copy when `data` is immutable and 4-byte aligned (see `is_immutable_source`): the
         vector views `data` and keeps it alive. Otherwise one memcpy, so later writes to a mutable
         source never show through. Raises ValueError when the byte count is not a multiple of 4
-        or the memory is not C-contiguous, TypeError for an array of Python objects (its bytes
-        are pointers, not ids).
+        or the memory is not C-contiguous.
         """
         cdef Py_buffer view
+        cdef bint swap
         try:
             PyObject_GetBuffer(data, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
         except (ValueError, BufferError) as e:      # numpy says ValueError, memoryview BufferError
             raise TokenIdError(f"frombuffer() needs C-contiguous bytes: {e}") from None
-        if view.format != NULL and b"O" in <bytes>view.format:
+        if not _is_raw_bytes_format(view.format, view.itemsize) and \
+                _parse_int_format(view.format, view.itemsize, &swap) == KIND_BAD:
             PyBuffer_Release(&view)
             raise TokenIdTypeError(
-                "frombuffer() reads raw int32 bytes; an array of Python objects (format 'O') "
-                "holds pointers, not token ids")
+                f"frombuffer() reads raw bytes or integers; a buffer of format "
+                f"{_format_str(view.format)!r} (itemsize {view.itemsize}) does not hold token ids")
         cdef Py_ssize_t n = view.len // 4
         cdef TokenVector tv
         cdef Py_ssize_t i

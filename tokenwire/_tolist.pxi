@@ -45,13 +45,14 @@ def tolist(obj):
     what makes this several times faster than `ndarray.tolist()`; see INT_CACHE_SIZE.
     """
     cdef Py_buffer view
+    cdef Py_ssize_t n, stride
     if type(obj) is TokenVector:
         return (<TokenVector>obj).tolist()
-    cdef int ids = _acquire_ids(obj, &view)
+    cdef int ids = _acquire_ids(obj, &view, &n, &stride)
     if ids != IDS_NOT_BUFFER:
         try:
-            if ids >= IDS_INT32_STRIDED:
-                return _tolist_strided(<const char*>view.buf, view.shape[0], view.strides[0])
+            if ids >= IDS_INT32_STRIDED:      # the layout as _acquire_ids decided it
+                return _tolist_strided(<const char*>view.buf, n, stride)
         finally:
             PyBuffer_Release(&view)
     return as_tokens(obj).tolist()

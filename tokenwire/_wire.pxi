@@ -154,15 +154,17 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
     cdef Py_ssize_t clen = <Py_ssize_t>L.stored_len - ZSTD_LENGTH_SIZE
     cdef Py_ssize_t plen = <Py_ssize_t>L.payload_len
     cdef char msg[TW_MSG_SIZE]
+    # One read of the section (the frame may be memory another party writes): the walk and
+    # libzstd both read this copy.
+    comp = PyBytes_FromStringAndSize(<const char*>section, clen)
     # The frame's headers, walked in C (include/tokenwire/frame.h, shared with wire.hpp).
-    cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(section, <size_t>clen,
-                                                          <uint64_t>plen, msg, TW_MSG_SIZE)
+    cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(
+        <const uint8_t*>PyBytes_AS_STRING(comp), <size_t>clen, <uint64_t>plen, msg, TW_MSG_SIZE)
     if flen < 0:
         raise WireFormatError(_text(msg))
     cdef Py_ssize_t want = plen + 1, got = 0
     if flen != clen:
         raise WireFormatError(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
-    comp = PyBytes_FromStringAndSize(<const char*>section, clen)
     try:
         declared = zstd.frame_content_size(comp)
     except zstd.ZstdError as e:
@@ -426,15 +428,16 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     cdef Py_buffer view
     cdef bint have_view = False
     cdef tw_seq seq
+    cdef Py_ssize_t n, stride
     cdef uint32_t orv
     cdef TokenVector tv
     cdef int ids = IDS_NOT_BUFFER
     if type(tokens) is not TokenVector:
-        ids = _acquire_ids(tokens, &view)
+        ids = _acquire_ids(tokens, &view, &n, &stride)
     if ids == IDS_INT32:
         # A native int32 buffer is encoded where it lies (no intermediate copy).
         seq.ids = <const int32_t*>view.buf
-        seq.n = <size_t>view.shape[0]
+        seq.n = <size_t>n
         if request == CODEC_RAW or is_immutable_source(tokens):
             have_view = True
         else:

@@ -8,12 +8,14 @@
 //                  one typed loop.
 // The free functions are the micro-benchmark's subjects and references.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 #include <tokenwire/nanobind.hpp>
 #include <tokenwire/wire.hpp>
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 namespace nb = nanobind;
@@ -76,14 +78,14 @@ NB_MODULE(_tokenwire_engine, m) {
         .def_prop_ro("max_tokens", &max_tokens<RequestTokens>)
         .def("ids_bytes", &ids_bytes<RequestTokens>);
     m.def("to_vector_len",
-          [](nb::handle obj, int64_t vocab_size) {
+          [](nb::handle obj, std::optional<int64_t> vocab_size) {
               return tokenwire::to_vector(obj, vocab_size).size();
           },
-          nb::arg("obj").none(), nb::arg("vocab_size") = -1);
-    m.def("to_vector_bytes", [](nb::handle obj, int64_t vocab_size) {
+          nb::arg("obj").none(), nb::arg("vocab_size").none() = nb::none());
+    m.def("to_vector_bytes", [](nb::handle obj, std::optional<int64_t> vocab_size) {
         std::vector<int32_t> v = tokenwire::to_vector(obj, vocab_size);
         return nb::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
-    }, nb::arg("obj").none(), nb::arg("vocab_size") = -1);
+    }, nb::arg("obj").none(), nb::arg("vocab_size").none() = nb::none());
     m.def("tokens_roundtrip", [](tokenwire::Tokens t) { return t; });
     m.def("stock_len", [](std::vector<int32_t> v) { return v.size(); });
     m.def("memcpy_len", &memcpy_len);

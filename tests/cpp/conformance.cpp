@@ -4,8 +4,9 @@
 // serves thousands of hypothesis examples. Built by the tests with the system C++ compiler
 // against tokenwire.get_include() (and with sanitizers by .ci/run).
 //
-// Request (little-endian): op u8, codec u8, checksum u8, pad u8, vocab_size i64, length u64,
-// then `length` bytes of data.
+// Request (little-endian): op u8, codec u8, checksum u8, has_vocab u8, vocab_size i64,
+// length u64, then `length` bytes of data. vocab_size is passed to decode / decode_many only
+// when has_vocab is 1 (otherwise std::nullopt: no check).
 //   op 'd' decode(data), 'm' decode_many(data), 'i' frame_info(data): data is a frame; after a
 //          successful decode the ids are re-encoded with `codec` unless codec is 255;
 //   op 'e' encode(ids), 'E' encode_many(seqs): data is u32 count + int32 ids (for 'E': u32
@@ -20,6 +21,7 @@
 #include <tokenwire/wire.hpp>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,7 +82,7 @@ std::string ids_text(const std::vector<std::vector<int32_t>>& seqs) {
     return s;
 }
 
-std::string serve(uint8_t op, uint8_t codec, bool checksum, int64_t vocab,
+std::string serve(uint8_t op, uint8_t codec, bool checksum, std::optional<int64_t> vocab,
                   const std::vector<uint8_t>& data) {
     const uint8_t* p = data.data();
     const size_t n = data.size();
@@ -136,7 +138,8 @@ int main() {
         std::vector<uint8_t> data(len);
         if (!read_exact(data.data(), len)) return 1;
         try {
-            answer(serve(head[0], head[1], head[2] != 0, vocab, data));
+            answer(serve(head[0], head[1], head[2] != 0,
+                         head[3] ? std::optional<int64_t>(vocab) : std::nullopt, data));
         } catch (const tokenwire::checksum_error& e) {
             answer(std::string("error checksum\n") + e.what());
         } catch (const tokenwire::wire_format_error& e) {

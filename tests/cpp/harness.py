@@ -47,6 +47,16 @@ def compile_conformance(out_dir: pathlib.Path, *, zstd: bool) -> pathlib.Path:
     return exe
 
 
+def compile_race_count_table(out_dir: pathlib.Path) -> pathlib.Path:
+    """race_count_table.cpp: decode_many / frame_info while a thread rewrites the count table
+    (-pthread; under .ci/run's flags, with AddressSanitizer)."""
+    exe = out_dir / "race-count-table"
+    subprocess.run([cxx(), "-std=c++17", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread",
+                    "-I", tokenwire.get_include(), str(HERE / "race_count_table.cpp"),
+                    "-o", str(exe), *extra_flags()], check=True)
+    return exe
+
+
 def compile_pybind_engine(out_dir: pathlib.Path) -> pathlib.Path:
     """The pybind11 flavour of the engine stand-in, with the compiler directly (no CMake)."""
     import pybind11
@@ -86,10 +96,10 @@ class Conformance:
         assert rc == 0, f"conformance server exited with {rc}"
 
     def _call(self, op: bytes, data: bytes, codec: str | None = None, checksum: bool = False,
-              vocab_size: int = -1) -> str:
+              vocab_size: int | None = None) -> str:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(op + bytes([CODEC_IDS[codec], int(checksum), 0])
-                              + struct.pack("<qQ", vocab_size, len(data)) + data)
+        self.proc.stdin.write(op + bytes([CODEC_IDS[codec], int(checksum), vocab_size is not None])
+                              + struct.pack("<qQ", vocab_size or 0, len(data)) + data)
         self.proc.stdin.flush()
         head = self.proc.stdout.read(8)
         if len(head) != 8:
@@ -111,12 +121,12 @@ class Conformance:
             frame = bytes.fromhex(lines[1 + nseq].split()[1])
         return seqs, frame
 
-    def decode(self, frame: bytes, *, vocab_size: int = -1, reencode: str | None = None,
+    def decode(self, frame: bytes, *, vocab_size: int | None = None, reencode: str | None = None,
                checksum: bool = False) -> tuple[list[int], bytes | None]:
         seqs, again = self._ids(self._call(b"d", frame, reencode, checksum, vocab_size))
         return seqs[0], again
 
-    def decode_many(self, frame: bytes, *, vocab_size: int = -1, reencode: str | None = None,
+    def decode_many(self, frame: bytes, *, vocab_size: int | None = None, reencode: str | None = None,
                     checksum: bool = False) -> tuple[list[list[int]], bytes | None]:
         return self._ids(self._call(b"m", frame, reencode, checksum, vocab_size))
 
@@ -149,5 +159,6 @@ def require_compiler() -> None:
         raise RuntimeError(f"no C++ compiler ({cxx()}); install g++ (Debian: build-essential)")
 
 
-__all__ = ["CppError", "Conformance", "compile_conformance", "compile_pybind_engine", "cxx",
+__all__ = ["CppError", "Conformance", "compile_conformance", "compile_pybind_engine",
+           "compile_race_count_table", "cxx",
            "have_zstd_header", "require_compiler"]

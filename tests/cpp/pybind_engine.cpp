@@ -7,6 +7,7 @@
 #include <tokenwire/pybind11.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace py = pybind11;
@@ -41,9 +42,9 @@ PYBIND11_MODULE(_tokenwire_pybind_engine, m) {
         .def("__len__", [](const RequestTokens& r) { return r.input_token_ids.size(); })
         .def_property_readonly("max_tokens", [](const RequestTokens& r) { return r.max_tokens; })
         .def("ids_bytes", &ids_bytes<RequestTokens>);
-    m.def("to_vector_bytes", [](py::handle obj, int64_t vocab_size) {
+    m.def("to_vector_bytes", [](py::handle obj, std::optional<int64_t> vocab_size) {
         std::vector<int32_t> v = tokenwire::to_vector(obj, vocab_size);
         return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
-    }, py::arg("obj"), py::arg("vocab_size") = -1);
+    }, py::arg("obj"), py::arg("vocab_size") = py::none());
     m.def("tokens_roundtrip", [](tokenwire::Tokens t) { return t; });
 }

@@ -96,6 +96,9 @@ static int tw_check_codec_width(unsigned codec, unsigned width, char *msg, size_
 /* No count can be this large in a frame that fits in memory; bounding counts keeps every size
  * computation in 64-bit range (2**58 ids * 32 bits = 2**63 bits). */
 #define TW_COUNT_LIMIT (UINT64_C(1) << 58)
+/* Nor can a zstd section of this many bytes; the bound keeps 64 * C and the frame's size in
+ * 64-bit range without comparing C with the bytes present (frame_info reads a prefix). */
+#define TW_ZSTD_LENGTH_LIMIT (UINT64_C(1) << 58)
 
 /* What a frame's header says. */
 typedef struct {
@@ -215,7 +218,8 @@ static size_t tw_payload_size(unsigned width, uint64_t total) {
 }
 
 /* Step 2: the sum of the counts (read from L->counts only), the table's padding, the size limit
- * and the zstd length prefix. Does not need the payload to be present. 0, or -1 and a message. */
+ * and the zstd length prefix. Does not need the payload to be present (nor, for zstd, more than
+ * the length prefix: frame_info works on a prefix of a frame). 0, or -1 and a message. */
 static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, size_t cap) {
     char num[48];
     size_t off = TW_HEADER_SIZE;
@@ -252,7 +256,7 @@ static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, 
             return -1;
         }
         const uint64_t clen = tw_load_le64(buf + off);      /* compressed size */
-        if (clen > n) {
+        if (clen >= TW_ZSTD_LENGTH_LIMIT) {
             snprintf(msg, cap, "truncated: zstd payload needs %llu bytes, has %llu",
                      (unsigned long long)clen,
                      (unsigned long long)(n - off - TW_ZSTD_LENGTH_SIZE));
@@ -333,18 +337,33 @@ static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char
 /* ---- zstd frame walk --------------------------------------------------------------------- */
 
 #define TW_ZSTD_MAGIC 0xFD2FB528u
-#define TW_ZSTD_BLOCK_MAX (128u * 1024u)     /* a zstd block never regenerates more than this */
+#define TW_ZSTD_BLOCK_MAX (128u * 1024u)     /* no zstd block may be larger than this */
 
 /* The size in bytes of the zstd frame at p (n bytes available), from its headers alone: nothing
- * is decompressed. Raw and RLE blocks say how much they regenerate, so a frame whose blocks add
- * up to more than payload_len (what the tokenwire header needs) is refused before any output
- * exists; compressed blocks are bounded by the decompressor's output limit. -1 and a message
- * when the frame is corrupt or truncated. */
+ * is decompressed. It refuses, in this order (docs/wire-format.md, "The zstd walk"):
+ *   - not the zstd magic over the first min(4, n) bytes; a frame header cut short; the reserved
+ *     descriptor bit; a dictionary ID other than 0 (tokenwire frames use no dictionary);
+ *   - then block by block, K being the offset of the block's 3-byte header: a block header cut
+ *     short; block type 3; a Block_Size above the block maximum min(Window_Size, 128 KiB) (for an
+ *     RLE block Block_Size is what it regenerates); raw and RLE blocks regenerating more than
+ *     payload_len in all; a block's stored bytes cut short; in a compressed block, literals
+ *     above the block maximum and the sequences section's reserved mode bits (libzstd releases
+ *     differ on those two: tokenwire decides them itself);
+ *   - a content checksum cut short.
+ * Window_Size is RFC 8878's: Frame_Content_Size for a single-segment frame, else from the
+ * Window_Descriptor. Every rule libzstd releases disagree on that the headers can show is here,
+ * so that the answer does not depend on the release. -1 and a message when refused. */
 static int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_len, char *msg,
                                   size_t cap) {
     static const size_t fcs_sizes[4] = {0, 2, 4, 8}, did_sizes[4] = {0, 1, 2, 4};
-    if (n < 5 || tw_load_le32(p) != TW_ZSTD_MAGIC) {
+    static const uint8_t magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+    if (n != 0 && memcmp(p, magic, n < 4 ? n : 4) != 0) {    /* p may be null when n is 0 */
         snprintf(msg, cap, "zstd payload is corrupt: it does not start with a zstd frame");
+        return -1;
+    }
+    if (n < 5) {
+        snprintf(msg, cap, "zstd payload is truncated: frame header needs 5 bytes, has %llu",
+                 (unsigned long long)n);
         return -1;
     }
     const unsigned fhd = p[4];
@@ -352,19 +371,51 @@ static int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_l
         snprintf(msg, cap, "zstd payload is corrupt: reserved bit set in the frame header");
         return -1;
     }
+    const int single = (fhd & 0x20) != 0;
     size_t fcs_len = fcs_sizes[fhd >> 6];
-    if (fcs_len == 0 && (fhd & 0x20)) fcs_len = 1;
-    size_t off = 5 + ((fhd & 0x20) ? 0 : 1) + did_sizes[fhd & 3] + fcs_len;
+    if (fcs_len == 0 && single) fcs_len = 1;
+    const size_t did_len = did_sizes[fhd & 3];
+    const size_t header_len = 5 + (single ? 0 : 1) + did_len + fcs_len;
+    if (n < header_len) {
+        snprintf(msg, cap, "zstd payload is truncated: frame header needs %llu bytes, has %llu",
+                 (unsigned long long)header_len, (unsigned long long)n);
+        return -1;
+    }
+    size_t off = 5;
+    uint64_t window;
+    if (!single) {
+        const unsigned wd = p[off++];
+        const uint64_t base = UINT64_C(1) << (10 + (wd >> 3));
+        window = base + (base / 8) * (wd & 7);
+    } else {
+        window = 0;     /* Frame_Content_Size, below */
+    }
+    uint64_t dict = 0;
+    for (size_t i = 0; i < did_len; i++) dict |= (uint64_t)p[off + i] << (8 * i);
+    off += did_len;
+    if (dict != 0) {
+        snprintf(msg, cap, "zstd payload is corrupt: the frame needs dictionary %llu "
+                 "(tokenwire frames use none)", (unsigned long long)dict);
+        return -1;
+    }
+    if (single) {
+        uint64_t fcs = 0;
+        for (size_t i = 0; i < fcs_len; i++) fcs |= (uint64_t)p[off + i] << (8 * i);
+        if (fcs_len == 2) fcs += 256;
+        window = fcs;
+    }
+    off += fcs_len;
+    const uint64_t block_max = window < TW_ZSTD_BLOCK_MAX ? window : TW_ZSTD_BLOCK_MAX;
     uint64_t regenerated = 0;
     for (;;) {
-        if (off > n || n - off < 3) {
+        const size_t at = off;     /* K: the block header's offset */
+        if (n - off < 3) {
             snprintf(msg, cap, "zstd payload is truncated: block header at byte %llu of %llu",
-                     (unsigned long long)off, (unsigned long long)n);
+                     (unsigned long long)at, (unsigned long long)n);
             return -1;
         }
         const uint32_t bh = (uint32_t)p[off] | ((uint32_t)p[off + 1] << 8) |
                             ((uint32_t)p[off + 2] << 16);
-        const size_t at = off;
         off += 3;
         const unsigned btype = (bh >> 1) & 3;
         const uint32_t size = bh >> 3;
@@ -373,9 +424,11 @@ static int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_l
                      (unsigned long long)at);
             return -1;
         }
-        if (size > TW_ZSTD_BLOCK_MAX) {
-            snprintf(msg, cap, "zstd payload is corrupt: a block of %lu bytes at byte %llu",
-                     (unsigned long)size, (unsigned long long)at);
+        if (size > block_max) {
+            snprintf(msg, cap,
+                     "zstd payload is corrupt: a block of %lu bytes at byte %llu, above the block "
+                     "maximum of %llu bytes", (unsigned long)size, (unsigned long long)at,
+                     (unsigned long long)block_max);
             return -1;
         }
         if (btype <= 1) {
@@ -390,10 +443,58 @@ static int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_l
         }
         const size_t stored = btype == 1 ? 1 : size;
         if (n - off < stored) {
-            snprintf(msg, cap, "zstd payload is truncated: a block needs %llu bytes at byte %llu, has %llu",
-                     (unsigned long long)stored, (unsigned long long)off,
+            snprintf(msg, cap,
+                     "zstd payload is truncated: a block needs %llu bytes at byte %llu, has %llu",
+                     (unsigned long long)stored, (unsigned long long)at,
                      (unsigned long long)(n - off));
             return -1;
+        }
+        if (btype == 2 && size >= 1) {
+            /* Compressed block (RFC 8878 3.1.1.3): the literals section header gives how many
+             * literals the block holds and where the sequences section starts. */
+            const uint8_t *b = p + off;
+            const unsigned ltype = b[0] & 3, sf = (b[0] >> 2) & 3;
+            size_t lh = 0;
+            uint64_t lit = 0, lit_stored = 0;
+            if (ltype <= 1) {                          /* raw or RLE literals */
+                lh = sf == 1 ? 2 : sf == 3 ? 3 : 1;
+                if (size >= lh) {
+                    const uint32_t v = (uint32_t)b[0] | (lh > 1 ? (uint32_t)b[1] << 8 : 0) |
+                                       (lh > 2 ? (uint32_t)b[2] << 16 : 0);
+                    lit = lh == 1 ? v >> 3 : v >> 4;
+                    lit_stored = ltype == 0 ? lit : 1;
+                }
+            } else {                                   /* compressed or treeless literals */
+                lh = sf <= 1 ? 3 : sf == 2 ? 4 : 5;
+                if (size >= lh) {
+                    uint64_t v = 0;
+                    for (size_t i = 0; i < lh; i++) v |= (uint64_t)b[i] << (8 * i);
+                    const unsigned bits = sf <= 1 ? 10 : sf == 2 ? 14 : 18;
+                    lit = (v >> 4) & ((UINT64_C(1) << bits) - 1);
+                    lit_stored = v >> (4 + bits);
+                }
+            }
+            if (size >= lh && lit > block_max) {
+                snprintf(msg, cap,
+                         "zstd payload is corrupt: %llu literals in the block at byte %llu, above "
+                         "the block maximum of %llu bytes", (unsigned long long)lit,
+                         (unsigned long long)at, (unsigned long long)block_max);
+                return -1;
+            }
+            /* The sequences section header: Number_of_Sequences (1-3 bytes), then, when it is
+             * not 0, Symbol_Compression_Modes whose 2 low bits are reserved (must be 0). */
+            const uint64_t seq = (uint64_t)lh + lit_stored;
+            if (size >= lh && seq < size) {
+                const uint8_t *s = b + seq;
+                const size_t left = size - (size_t)seq;
+                const size_t nlen = s[0] < 128 ? 1 : s[0] < 255 ? 2 : 3;
+                if (s[0] != 0 && left > nlen && (s[nlen] & 3) != 0) {
+                    snprintf(msg, cap,
+                             "zstd payload is corrupt: reserved bits set in the sequences "
+                             "section of the block at byte %llu", (unsigned long long)at);
+                    return -1;
+                }
+            }
         }
         off += stored;
         if (bh & 1) break;

@@ -1,6 +1,7 @@
 // Token ids from Python into C++ for nanobind extensions (include after <nanobind/nanobind.h>).
 //
-//   std::vector<int32_t> tokenwire::to_vector(nanobind::handle obj, int64_t vocab_size = -1);
+//   std::vector<int32_t> tokenwire::to_vector(nanobind::handle obj,
+//                                             std::optional<int64_t> vocab_size = std::nullopt);
 //   tokenwire::Tokens   a type with a caster: `Request(tokenwire::Tokens ids, ...)` accepts a
 //                       list, a tuple, an ndarray, a TokenVector -- what tokenwire.as_tokens does.
 //
@@ -16,9 +17,11 @@
 
 namespace tokenwire {
 
-// The ids in obj; with vocab_size >= 1 each must lie in [0, vocab_size). Call with the GIL
+// The ids in obj; with a vocab_size each must lie in [0, vocab_size) (a vocab_size < 1 raises
+// as_tokens' ValueError; std::nullopt, Python's None, checks nothing). Call with the GIL
 // held; raises (nanobind::python_error) OverflowError / TypeError / ValueError like as_tokens.
-inline std::vector<int32_t> to_vector(nanobind::handle obj, int64_t vocab_size = -1) {
+inline std::vector<int32_t> to_vector(nanobind::handle obj,
+                                      std::optional<int64_t> vocab_size = std::nullopt) {
     std::vector<int32_t> out;
     if (!detail_py::to_vector(obj.ptr(), vocab_size, out)) throw nanobind::python_error();
     return out;
@@ -48,7 +51,7 @@ template <> struct type_caster<tokenwire::Tokens> {
     ~type_caster() { error.clear(); }     // an error nobody asked for (another overload won)
 
     bool from_python(handle src, uint32_t, cleanup_list*) noexcept {
-        if (!tokenwire::detail_py::to_vector(src.ptr(), -1, value.ids)) error.fetch();
+        if (!tokenwire::detail_py::to_vector(src.ptr(), std::nullopt, value.ids)) error.fetch();
         return true;
     }
 

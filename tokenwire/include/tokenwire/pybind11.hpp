@@ -1,6 +1,7 @@
 // Token ids from Python into C++ for pybind11 extensions (include after <pybind11/pybind11.h>).
 //
-//   std::vector<int32_t> tokenwire::to_vector(pybind11::handle obj, int64_t vocab_size = -1);
+//   std::vector<int32_t> tokenwire::to_vector(pybind11::handle obj,
+//                                             std::optional<int64_t> vocab_size = std::nullopt);
 //   tokenwire::Tokens   a type with a caster: `Request(tokenwire::Tokens ids, ...)` accepts a
 //                       list, a tuple, an ndarray, a TokenVector -- what tokenwire.as_tokens does.
 //
@@ -14,10 +15,12 @@
 
 namespace tokenwire {
 
-// The ids in obj; with vocab_size >= 1 each must lie in [0, vocab_size). Call with the GIL
+// The ids in obj; with a vocab_size each must lie in [0, vocab_size) (a vocab_size < 1 raises
+// as_tokens' ValueError; std::nullopt, Python's None, checks nothing). Call with the GIL
 // held; raises (pybind11::error_already_set) OverflowError / TypeError / ValueError like
 // as_tokens.
-inline std::vector<int32_t> to_vector(pybind11::handle obj, int64_t vocab_size = -1) {
+inline std::vector<int32_t> to_vector(pybind11::handle obj,
+                                      std::optional<int64_t> vocab_size = std::nullopt) {
     std::vector<int32_t> out;
     if (!detail_py::to_vector(obj.ptr(), vocab_size, out)) throw pybind11::error_already_set();
     return out;
@@ -34,7 +37,7 @@ template <> struct type_caster<tokenwire::Tokens> {
     PYBIND11_TYPE_CASTER(tokenwire::Tokens, const_name("collections.abc.Sequence[int]"));
 
     bool load(handle src, bool) {
-        if (!tokenwire::detail_py::to_vector(src.ptr(), -1, value.ids)) throw error_already_set();
+        if (!tokenwire::detail_py::to_vector(src.ptr(), std::nullopt, value.ids)) throw error_already_set();
         return true;
     }
 

@@ -12,14 +12,17 @@
 //   * anything else (other integer dtypes, byte-swapped buffers, int subclasses, numpy scalars,
 //     big ints, ranges, iterables, and all errors): as_tokens' own one range-checked pass, then
 //     a memcpy of its result.
-// With vocab_size >= 1 every id must lie in [0, vocab_size): a failing check is re-run by
-// as_tokens(obj, vocab_size=...) so that the ValueError is the one Python users see.
+// vocab_size is as_tokens' (and wire.hpp's decode): std::nullopt (Python: None) checks nothing;
+// a value must be >= 1 and every id must lie in [0, vocab_size). A bad value or a failing check
+// is handed to as_tokens(obj, vocab_size=...) so that the ValueError is the one Python users see
+// ("vocab_size must be positive, got -1").
 #ifndef TOKENWIRE_PYTHON_HPP
 #define TOKENWIRE_PYTHON_HPP
 
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "byteorder.h"
@@ -130,14 +133,15 @@ inline bool is_native_int32(const Py_buffer& view) {
 }
 
 // as_tokens(obj[, vocab_size=...]) copied into out: the general path and every error.
-inline bool via_as_tokens(PyObject* obj, int64_t vocab_size, std::vector<int32_t>& out) {
+inline bool via_as_tokens(PyObject* obj, std::optional<int64_t> vocab_size,
+                          std::vector<int32_t>& out) {
     PyObject* as_tokens = as_tokens_function();
     if (!as_tokens) return false;
     PyObject* args = PyTuple_Pack(1, obj);
     PyObject* kwargs = nullptr;
     PyObject* tv = nullptr;
-    if (args && vocab_size != -1) {
-        kwargs = Py_BuildValue("{s:L}", "vocab_size", static_cast<long long>(vocab_size));
+    if (args && vocab_size) {
+        kwargs = Py_BuildValue("{s:L}", "vocab_size", static_cast<long long>(*vocab_size));
         if (!kwargs) Py_CLEAR(args);
     }
     if (args) tv = PyObject_Call(as_tokens, args, kwargs);
@@ -157,8 +161,9 @@ inline bool via_as_tokens(PyObject* obj, int64_t vocab_size, std::vector<int32_t
 }
 
 // out = the ids in obj (as_tokens' rules and errors). Returns false with a Python error set.
-inline bool to_vector(PyObject* obj, int64_t vocab_size, std::vector<int32_t>& out) {
-    if (vocab_size == 0 || vocab_size < -1)            // as_tokens raises its ValueError
+inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
+                      std::vector<int32_t>& out) {
+    if (vocab_size && *vocab_size <= 0)                 // as_tokens raises its ValueError
         return via_as_tokens(obj, vocab_size, out);
     bool done = false;
     if (PyList_Check(obj) || PyTuple_Check(obj)) {
@@ -188,10 +193,10 @@ inline bool to_vector(PyObject* obj, int64_t vocab_size, std::vector<int32_t>& o
         }
     }
     if (!done) return via_as_tokens(obj, vocab_size, out);
-    if (vocab_size > 0) {
+    if (vocab_size) {
         // Unsigned compare: a negative id wraps to >= 2**31. Branch-free, so it vectorizes.
-        const uint32_t limit = vocab_size > (int64_t(1) << 31) ? uint32_t(1) << 31
-                                                               : uint32_t(vocab_size);
+        const uint32_t limit = *vocab_size > (int64_t(1) << 31) ? uint32_t(1) << 31
+                                                                : uint32_t(*vocab_size);
         bool ok = true;
         for (int32_t v : out) ok &= uint32_t(v) < limit;
         if (!ok) return via_as_tokens(obj, vocab_size, out);    // raises as_tokens' ValueError

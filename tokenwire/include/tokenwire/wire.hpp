@@ -15,15 +15,17 @@
 // The test suite checks the agreement (tests/test_cpp_wire.py).
 //
 // Allocation bound (untrusted input): nothing is allocated before the frame has been checked to
-// hold what its header claims; the ids then take 4*N bytes. A zstd payload additionally takes
-// its declared size, at most 64x the compressed bytes received, and the decompressor is never
-// given room for more than that size + 1 byte.
+// hold what its header claims; the ids then take 4*N bytes. The count table and a zstd section
+// are copied once (each at most the frame's size: the memory passed in may change, see
+// docs/cpp.md). A zstd payload additionally takes its declared size, at most 64x the compressed
+// bytes received, and the decompressor is never given room for more than that size + 1 byte.
 #ifndef TOKENWIRE_WIRE_HPP
 #define TOKENWIRE_WIRE_HPP
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -142,19 +144,37 @@ inline std::string dec(int v) { return dec(int64_t(v)); }
 
 // ---- frame layout -----------------------------------------------------------------------------
 
-// What a frame's header says: frame.h's tw_layout (its counts point into the frame: C++ callers
-// pass memory that does not change while they decode it).
+// What a frame's header says: frame.h's tw_layout.
 using Layout = tw_layout;
+
+// A parsed header and its own copy of the count table. The table is read from the caller's
+// memory exactly once (between tw_parse_prefix and tw_parse_rest, as the Python extension does):
+// its sum is checked on the copy, and every later reader (decode_many, frame_info) reads the
+// copy, so a writer racing with the decoder cannot make the counts disagree with the total that
+// bounds every read. L.counts is left null: nothing reads the frame's table after parsing.
+struct Parsed {
+    Layout L;
+    std::vector<uint8_t> table;       // nseq little-endian uint32 counts (multi-sequence only)
+    uint64_t count(uint64_t k) const {
+        return (L.flags & TW_FLAG_MULTI) ? tw_load_le32(table.data() + 4 * k) : L.total;
+    }
+};
 
 // Header, count table and zstd length prefix: everything frame_info needs (not the payload).
 // The checks and their messages are frame.h's, the very functions the Python extension calls.
-inline Layout parse_header(const uint8_t* buf, size_t n) {
-    Layout L{};
+// The table is copied once (it fits in the n bytes: checked by tw_parse_prefix) and only the
+// copy is read.
+inline Parsed parse_header(const uint8_t* buf, size_t n) {
+    Parsed p{};
     char msg[TW_MSG_SIZE];
-    if (tw_parse_prefix(buf, n, &L, msg, sizeof msg) != 0 ||
-        tw_parse_rest(buf, n, &L, msg, sizeof msg) != 0)
-        fail(msg);
-    return L;
+    if (tw_parse_prefix(buf, n, &p.L, msg, sizeof msg) != 0) fail(msg);
+    if (p.L.counts != nullptr && p.L.nseq != 0) {
+        p.table.assign(p.L.counts, p.L.counts + size_t(p.L.nseq) * 4);   // the one read
+        p.L.counts = p.table.data();
+    }
+    if (tw_parse_rest(buf, n, &p.L, msg, sizeof msg) != 0) fail(msg);
+    p.L.counts = nullptr;
+    return p;
 }
 
 inline void check_padding_bits(const uint8_t* payload, const Layout& L) {
@@ -163,14 +183,14 @@ inline void check_padding_bits(const uint8_t* payload, const Layout& L) {
 }
 
 // All structural checks of a whole frame, and the checksum.
-inline Layout check_frame(const uint8_t* buf, size_t n) {
+inline Parsed check_frame(const uint8_t* buf, size_t n) {
     init_kernels();
-    const Layout L = parse_header(buf, n);
+    Parsed p = parse_header(buf, n);
     char msg[TW_MSG_SIZE];
-    const int r = tw_check_frame(buf, n, &L, msg, sizeof msg);
+    const int r = tw_check_frame(buf, n, &p.L, msg, sizeof msg);
     if (r == TW_CHECKSUM_MISMATCH) throw checksum_error(msg);
     if (r != 0) fail(msg);
-    return L;
+    return p;
 }
 
 // The zstd frame's size from its headers (the walk and its messages: tw_zstd_frame_size in
@@ -182,11 +202,15 @@ inline size_t zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len) 
     return size_t(size);
 }
 
-// The decompressed payload of a checked zstd frame: exactly L.payload_len bytes.
+// The decompressed payload of a checked zstd frame: exactly L.payload_len bytes. The zstd
+// section is copied first (at most the frame's size), so that the walk over its headers and
+// libzstd read the same bytes.
 inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
 #ifdef TOKENWIRE_WITH_ZSTD
-    const uint8_t* comp = buf + L.payload_off + kZstdLengthSize;
     const size_t clen = L.stored_len - kZstdLengthSize;
+    const std::vector<uint8_t> section(buf + L.payload_off + kZstdLengthSize,
+                                       buf + L.payload_off + kZstdLengthSize + clen);
+    const uint8_t* comp = section.data();
     const size_t flen = zstd_frame_size(comp, clen, L.payload_len);
     if (flen != clen)
         fail("zstd payload has " + dec(uint64_t(clen - flen)) +
@@ -194,11 +218,11 @@ inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
     const unsigned long long declared = ZSTD_getFrameContentSize(comp, clen);
     if (declared == ZSTD_CONTENTSIZE_ERROR)
         fail("zstd payload is corrupt: error when determining content size");
-    const int64_t declared_signed =
-        declared == ZSTD_CONTENTSIZE_UNKNOWN ? -1 : int64_t(declared);
-    if (declared_signed != int64_t(L.payload_len))
-        fail("zstd payload declares " + dec(declared_signed) + " bytes, the header needs " +
-             dec(uint64_t(L.payload_len)));
+    if (declared != uint64_t(L.payload_len))     // ZSTD_CONTENTSIZE_UNKNOWN prints as -1
+        fail("zstd payload declares " +
+             (declared == ZSTD_CONTENTSIZE_UNKNOWN ? std::string("-1")
+                                                   : dec(uint64_t(declared))) +
+             " bytes, the header needs " + dec(uint64_t(L.payload_len)));
     // Streaming, so that the end of the zstd frame is seen (trailing data is an error), into a
     // buffer of the declared size + 1: libzstd can never write more than that.
     std::vector<uint8_t> out(L.payload_len + 1);
@@ -246,10 +270,14 @@ inline void read_payload(const uint8_t* payload, const Layout& L, uint64_t start
     tw_read_payload(payload, L.payload_len, L.codec, L.width, start, n, dst);
 }
 
-inline uint32_t vocab_limit(int64_t vocab_size) {
-    if (vocab_size == 0 || vocab_size < -1)
-        throw std::invalid_argument("vocab_size must be positive, got " + dec(vocab_size));
-    return vocab_size > (int64_t(1) << 31) ? uint32_t(1) << 31 : uint32_t(vocab_size);
+// The vocabulary rule, as Python's: no value (std::nullopt; Python: None) means no check; a
+// value must be positive (std::invalid_argument with Python's ValueError text otherwise).
+// 0 when there is nothing to check.
+inline uint32_t vocab_limit(std::optional<int64_t> vocab_size) {
+    if (!vocab_size) return 0;
+    if (*vocab_size <= 0)
+        throw std::invalid_argument("vocab_size must be positive, got " + dec(*vocab_size));
+    return *vocab_size > (int64_t(1) << 31) ? uint32_t(1) << 31 : uint32_t(*vocab_size);
 }
 
 inline void check_vocab(const std::vector<int32_t>& ids, uint32_t limit, int64_t vocab_size,
@@ -346,29 +374,30 @@ namespace {
 // `nbytes` tells a stream reader where the frame ends). The checksum is not verified.
 inline FrameInfo frame_info(const uint8_t* data, size_t size) {
     using namespace detail;
-    const Layout L = parse_header(data, size);
+    const Parsed p = parse_header(data, size);
+    const Layout& L = p.L;
     FrameInfo info;
     info.version = int(kVersion);
     info.codec = tw_codecs[L.codec].name;
     info.width = int(L.width);
-    if (L.flags & kFlagMulti) {
-        info.counts.resize(size_t(L.nseq));
-        for (size_t k = 0; k < L.nseq; k++) info.counts[k] = tw_load_le32(L.counts + 4 * k);
-    } else {
-        info.counts.assign(1, L.total);
-    }
+    info.counts.resize(size_t(L.nseq));
+    for (size_t k = 0; k < L.nseq; k++) info.counts[k] = p.count(k);
     info.checksum = (L.flags & kFlagChecksum) != 0;
     info.nbytes = L.nbytes;
     return info;
 }
 
-// Decode a single-sequence frame. With vocab_size >= 1, every id must lie in [0, vocab_size).
-// Throws wire_format_error (checksum_error on a checksum mismatch) for a malformed frame, and
-// for a multi-sequence frame (read those with decode_many).
-inline std::vector<int32_t> decode(const uint8_t* data, size_t size, int64_t vocab_size = -1) {
+// Decode a single-sequence frame. With a vocab_size, every id must lie in [0, vocab_size);
+// without one (std::nullopt, the default) ids are not checked. Throws std::invalid_argument for
+// a vocab_size < 1 (Python's ValueError: "vocab_size must be positive, got -1"), before reading
+// the frame; wire_format_error (checksum_error on a checksum mismatch) for a malformed frame,
+// and for a multi-sequence frame (read those with decode_many).
+inline std::vector<int32_t> decode(const uint8_t* data, size_t size,
+                                   std::optional<int64_t> vocab_size = std::nullopt) {
     using namespace detail;
-    const uint32_t limit = vocab_size == -1 ? 0 : vocab_limit(vocab_size);
-    const Layout L = check_frame(data, size);
+    const uint32_t limit = vocab_limit(vocab_size);
+    const Parsed p = check_frame(data, size);
+    const Layout& L = p.L;
     if (L.flags & kFlagMulti)
         fail("multi-sequence frame (" + dec(L.nseq) + " sequences): read it with decode_many()");
     std::vector<uint8_t> plain;
@@ -379,16 +408,18 @@ inline std::vector<int32_t> decode(const uint8_t* data, size_t size, int64_t voc
     }
     std::vector<int32_t> ids(size_t(L.total));
     read_payload(payload, L, 0, ids.size(), ids.data());
-    if (limit) check_vocab(ids, limit, vocab_size, -1);
+    if (limit) check_vocab(ids, limit, *vocab_size, -1);
     return ids;
 }
 
 // Decode a frame to one vector per sequence (a one-element result for a single-sequence frame).
-inline std::vector<std::vector<int32_t>> decode_many(const uint8_t* data, size_t size,
-                                                     int64_t vocab_size = -1) {
+// vocab_size and errors as decode's.
+inline std::vector<std::vector<int32_t>> decode_many(
+    const uint8_t* data, size_t size, std::optional<int64_t> vocab_size = std::nullopt) {
     using namespace detail;
-    const uint32_t limit = vocab_size == -1 ? 0 : vocab_limit(vocab_size);
-    const Layout L = check_frame(data, size);
+    const uint32_t limit = vocab_limit(vocab_size);
+    const Parsed p = check_frame(data, size);
+    const Layout& L = p.L;
     std::vector<uint8_t> plain;
     const uint8_t* payload = data + L.payload_off;
     if (L.flags & kFlagZstd) {
@@ -398,12 +429,11 @@ inline std::vector<std::vector<int32_t>> decode_many(const uint8_t* data, size_t
     std::vector<std::vector<int32_t>> out(size_t(L.nseq));
     uint64_t start = 0;
     for (size_t k = 0; k < L.nseq; k++) {
-        const size_t n = (L.flags & kFlagMulti) ? tw_load_le32(L.counts + 4 * k)
-                                                : size_t(L.total);
+        const size_t n = size_t(p.count(k));      // the copy checked: the counts sum to L.total
         out[k].resize(n);
         read_payload(payload, L, start, n, out[k].data());
         start += n;
-        if (limit) check_vocab(out[k], limit, vocab_size, int64_t(k));
+        if (limit) check_vocab(out[k], limit, *vocab_size, int64_t(k));
     }
     return out;
 }
