@@ -10,7 +10,8 @@ from hypothesis import given
 from strategies import BOUNDARY_IDS, INT32_MAX, INT32_MIN, int_arrays, token_lists
 
 import tokenwire
-from tokenwire import INT_CACHE_SIZE, TokenVector, as_tokens, tolist
+from tokenwire import TokenVector, as_tokens, tolist
+from tokenwire.memory import INT_CACHE_SIZE
 
 
 def test_cache_bound_is_documented_value() -> None:

@@ -16,7 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire import ChecksumError, WireFormatError
+import tokenwire.wire
+import tokenwire.memory
+from tokenwire import WireFormatError
+from tokenwire.errors import ChecksumError
 from tokenwire import _core
 from tokenwire._core import _crc32c
 
@@ -225,7 +228,7 @@ def test_frame_info_fields() -> None:
             info.compression, info.nbytes) == (1, "packed", 18, (2, 0, 1), True, True, None,
                                                len(frame))
     assert "codec='packed'" in repr(info)
-    assert isinstance(info, tokenwire.FrameInfo)
+    assert isinstance(info, tokenwire.wire.FrameInfo)
 
 
 def test_frame_info_finds_the_end_of_a_frame_in_a_stream() -> None:
@@ -546,7 +549,7 @@ def test_received_zmq_frame_is_viewed_only_when_promised_immutable() -> None:
         base = np.frombuffer(frame.buffer, np.uint8).ctypes.data
         copied = tokenwire.decode(frame)                       # a Frame is not trusted by type
         assert np.asarray(copied).ctypes.data != base + 16
-        tv = tokenwire.decode(tokenwire.ImmutableBuffer(frame))   # the explicit promise
+        tv = tokenwire.decode(tokenwire.memory.ImmutableBuffer(frame))   # the explicit promise
         assert np.asarray(tv).ctypes.data == base + 16
         del frame
         gc.collect()
@@ -666,19 +669,19 @@ def test_decode_does_not_leak_memory() -> None:
 
 
 def test_codec_table_is_what_encode_accepts() -> None:
-    assert tokenwire.CODECS == ("auto", "raw", "u16", "packed", "zstd")
+    assert tokenwire.wire.CODECS == ("auto", "raw", "u16", "packed", "zstd")
     for wire_id, name in enumerate(_core.CODEC_NAMES):
         frame = tokenwire.encode([1, 2, 3], codec=name)
         assert frame[5] == wire_id and tokenwire.frame_info(frame).codec == name
-    for name in tokenwire.CODECS:
+    for name in tokenwire.wire.CODECS:
         if name != "zstd" or HAS_ZSTD:
-            assert tokenwire.check_codec(name) == name
+            assert tokenwire.wire.check_codec(name) == name
             tokenwire.encode([1], codec=name)
 
 
 def test_check_codec_raises_what_encode_raises() -> None:
     with pytest.raises(ValueError) as by_check:
-        tokenwire.check_codec("lz4")
+        tokenwire.wire.check_codec("lz4")
     with pytest.raises(ValueError) as by_encode:
         tokenwire.encode([1], codec="lz4")
     assert str(by_check.value) == str(by_encode.value) == (
