@@ -25,7 +25,7 @@ from tokenwire.benchmarks.baseline import PlainGenerationRequest, SamplingParams
 from tokenwire.benchmarks.data import token_stream
 from tokenwire.benchmarks.harness import Method, Result, Target, ratio_target, group_ratios, grouped_suite_main
 from tokenwire.transport import dumps_oob, loads_oob
-from tokenwire.request import token_buffer, token_fields
+from tokenwire import token_buffer, token_fields
 
 PROTOCOL = 5
 PROMPT = GenerationRequest.prompt_token_ids
