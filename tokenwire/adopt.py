@@ -152,7 +152,6 @@ class TokenwireMixin:
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-
 _OURS = {vars(TokenwireMixin)[m] for m in ("__getstate__", "__setstate__", "__reduce_ex__",
                                           "__copy__", "__deepcopy__")}
 

@@ -86,8 +86,6 @@ class _TokenField:
         return (_TokenField, (self.vector, True)) if self.as_tuple else (_TokenField, (self.vector,))
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # Codec hook: the one place where a field's pickled payload is produced and consumed
 
@@ -150,7 +148,6 @@ def _field_from_state(owner: str, name: str, payload: Any) -> Any:
         f"{owner} state key {name!r}: a token field is a TokenVector, a wire frame, a list or "
         f"tuple of ints or None, got {kind.__name__}"
     )
-
 
 
 # --------------------------------------------------------------------------------------------

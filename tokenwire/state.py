@@ -78,7 +78,6 @@ def list_on_wire(enabled: Optional[bool] = None) -> bool:
     return previous
 
 
-
 # --------------------------------------------------------------------------------------------
 # Per-class configuration: computed for each class on first use, cached in that class's own
 # __dict__ (a subclass never uses its base's), every name resolved as attribute lookup
@@ -242,8 +241,6 @@ def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any],
     return updates, slot_updates
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # Protocols 0-2: frames as text
 
@@ -256,7 +253,6 @@ def _frames_as_text(payload: Any) -> Any:
     if type(payload) is tuple and len(payload) == 1 and type(payload[0]) is bytes:
         return (payload[0].decode("latin-1"),)
     return payload
-
 
 
 def _reduce_frames_as_text(obj: Any, rv: Any) -> Any:

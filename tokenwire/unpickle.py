@@ -23,7 +23,6 @@ PICKLE_GLOBALS: frozenset[tuple[str, str]] = frozenset({
 })
 
 
-
 def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
     """``Unpickler.find_class`` for an allow-list: resolve ``module.name`` only when it is in
     `allow` (pairs ``(module, name)``) or in ``PICKLE_GLOBALS``; otherwise raise
