@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenwire import GenerationRequest
+from tokenwire import GenerationRequest, token_buffer
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
 from bench.harness import Target, machine, report_targets, stderr_progress
@@ -71,12 +71,10 @@ def make_request(mode: str, ids: np.ndarray, i: int) -> Any:
 
 
 def token_source(req: Any) -> Any:
-    """Token prep: what the worker hands the engine's constructor -- the int32 buffer a
-    tokenwire request carries, else the `list[int]`."""
+    """Token prep: what the worker hands the engine's constructor -- the int32 buffer of a
+    tokenwire request (`token_buffer`), else the `list[int]`."""
     if isinstance(req, GenerationRequest):
-        buf = req._prompt_token_ids_i32
-        if buf is not None:
-            return buf
+        return token_buffer(req, "prompt_token_ids")
     return req.prompt_token_ids
 
 
@@ -259,9 +257,8 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
                 windows.append((t0, t1))
                 prep.append((tb - ta) * 1e6)
                 ctor.append((t1 - tb) * 1e6)
-                if isinstance(req, GenerationRequest) and (
-                        req._prompt_token_ids_i32 is None
-                        or GenerationRequest.prompt_token_ids.is_materialized(req)):
+                if isinstance(req, GenerationRequest) and \
+                        GenerationRequest.prompt_token_ids.is_materialized(req):
                     fallbacks += 1
                 crcs.append(crc(vec))
                 # Keep this request alive through the next window and free the one before it

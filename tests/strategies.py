@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import tokenwire
+import tokenwire.wire
 from frame_damage import DrawChooser, RandomChooser, damage
 
 INT32_MIN = -(2**31)
@@ -124,14 +125,14 @@ def apply_mutation(ids: list[int], mutation: tuple) -> None:
 # --------------------------------------------------------------------------------------------
 # Wire codec (tests/test_wire.py, fuzz/fuzz_decode.py)
 
-#: Every codec name `encode` accepts, from the one codec table (tokenwire.CODECS); "zstd" only
+#: Every codec name `encode` accepts, from the one codec table (tokenwire.wire.CODECS); "zstd" only
 #: where zstandard is installed.
 try:
     import zstandard as _zstandard  # noqa: F401
     _HAS_ZSTD = True
 except ImportError:  # pragma: no cover - the extra is optional
     _HAS_ZSTD = False
-CODECS = [c for c in tokenwire.CODECS if c != "zstd" or _HAS_ZSTD]
+CODECS = [c for c in tokenwire.wire.CODECS if c != "zstd" or _HAS_ZSTD]
 
 #: Ids a given codec can hold: u16 needs [0, 65536), packed needs >= 0.
 CODEC_RANGES = {

@@ -1,6 +1,6 @@
-"""docs/api.md documents the public API as it is: every name of `tokenwire.__all__` (and of
-tokenwire.msgspec, tokenwire.transport, tokenwire.text) has an entry with a signature and a
-description, every entry names something in its module's `__all__`, and a function's parameters
+"""docs/api.md documents the public API as it is: every name of `tokenwire.__all__` (and of the
+submodules in MODULES) has an entry with a signature and a description (a submodule's name that
+is the very object of the same name at the top level is documented there, once), every entry names something in its module's `__all__`, and a function's parameters
 in the doc are its real ones. The names come from the modules at run time."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 API_MD = Path(__file__).resolve().parent.parent / "docs" / "api.md"
-MODULES = ["tokenwire", "tokenwire.msgspec", "tokenwire.transport", "tokenwire.text"]
+MODULES = ["tokenwire", "tokenwire.errors", "tokenwire.wire", "tokenwire.memory",
+           "tokenwire.unpickle", "tokenwire.state", "tokenwire.msgspec", "tokenwire.transport",
+           "tokenwire.text", "tokenwire.shm"]
 
 #: "### `tokenwire.msgspec.Encoder`", then a ```python block (the signature), then the text.
 ENTRY = re.compile(r"^### `(tokenwire(?:\.\w+)*)\.(\w+)`\n\n```python\n(.*?)\n```\n\n"
@@ -35,9 +37,15 @@ def entries() -> dict[tuple[str, str], tuple[str, str]]:
 
 
 def public(module: str) -> set[str]:
-    if module == "tokenwire.msgspec":
-        pytest.importorskip("msgspec")
-    return set(importlib.import_module(module).__all__)
+    """The names of `module.__all__` documented under `module`: for a submodule, those that are
+    not the top level's own object (those are documented once, under `tokenwire`)."""
+    mod = importlib.import_module(module)
+    top = importlib.import_module("tokenwire")
+    names = set(mod.__all__)
+    if module != "tokenwire":
+        names = {n for n in names
+                 if not (n in top.__all__ and vars(top).get(n) is getattr(mod, n))}
+    return names
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -49,7 +57,7 @@ def test_every_public_name_is_documented_and_every_entry_is_public(module: str) 
 
 
 def test_entries_name_only_the_documented_modules() -> None:
-    assert {m for m, _ in entries()} == set(MODULES)
+    assert {m for m, _ in entries()} <= set(MODULES)
 
 
 def _doc_parameters(signature: str, name: str) -> list[str] | None:

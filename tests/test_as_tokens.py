@@ -22,16 +22,8 @@ from strategies import (
 )
 
 import tokenwire
-from tokenwire import (
-    TokenIdError,
-    TokenIdOverflowError,
-    TokenIdTypeError,
-    TokenVector,
-    TokenwireError,
-    WireFormatError,
-    as_tokens,
-    tolist,
-)
+from tokenwire import TokenIdError, TokenVector, TokenwireError, WireFormatError, as_tokens, tolist
+from tokenwire.errors import TokenIdOverflowError, TokenIdTypeError
 
 # --------------------------------------------------------------------------------------------
 # accepted inputs

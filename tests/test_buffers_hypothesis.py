@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import tokenwire
 from strategies import CODECS, any_buffers, as_tokens_reference, frombuffer_reference
-from tokenwire.request import TokenIds, TokenWireMixin
+from tokenwire import TokenIds, TokenwireMixin
 
 BASES = (TypeError, OverflowError, ValueError)
 
@@ -99,7 +99,7 @@ def test_frombuffer_matches_numpy(buf: object) -> None:
         assert tokenwire.TokenVector.frombuffer(buf).tolist() == ids
         return
     if error is TypeError:
-        with pytest.raises(tokenwire.TokenIdTypeError, match="does not hold token ids") as exc:
+        with pytest.raises(tokenwire.errors.TokenIdTypeError, match="does not hold token ids") as exc:
             tokenwire.TokenVector.frombuffer(buf)
         assert repr(memoryview(buf).format) in str(exc.value)
         return
@@ -111,7 +111,7 @@ def test_frombuffer_matches_numpy(buf: object) -> None:
         assert re.search(rf"got {np.asarray(buf).nbytes} bytes", str(exc.value)), exc.value
 
 
-class Request(TokenWireMixin):
+class Request(TokenwireMixin):
     prompt_token_ids = TokenIds()
 
 

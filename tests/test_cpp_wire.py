@@ -22,7 +22,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire import ChecksumError, WireFormatError
+from tokenwire import WireFormatError
+from tokenwire.errors import ChecksumError
 from cpp.harness import (
     Conformance,
     CppError,

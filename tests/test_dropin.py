@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 import tokenwire
+import tokenwire.unpickle
 from tokenwire import TokenVector, token_buffer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,10 +254,10 @@ def test_list_on_wire_per_class_and_environment():
         def __init__(self, ids):
             self.ids = ids
 
-    class CompatMixin(tokenwire.TokenWireMixin, list_on_wire=True):
+    class CompatMixin(tokenwire.TokenwireMixin, list_on_wire=True):
         ids = tokenwire.TokenIds()
 
-    class Fast(tokenwire.TokenWireMixin, list_on_wire=False):
+    class Fast(tokenwire.TokenwireMixin, list_on_wire=False):
         ids = tokenwire.TokenIds()
 
     obj = Compat(np.arange(3, dtype=np.int32))               # held as a buffer, sent as a list
@@ -385,7 +386,7 @@ def test_pickle_globals_is_exactly_what_is_named():
     for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
         Recorder(io.BytesIO(pickle.dumps(req, protocol))).load()
     ours = {g for g in seen if g[0] != "serving_requests"}
-    assert ours == set(tokenwire.PICKLE_GLOBALS) == {("tokenwire._core", "_restore_token_vector")}
+    assert ours == set(tokenwire.unpickle.PICKLE_GLOBALS) == {("tokenwire._core", "_restore_token_vector")}
 
 
 def test_find_class_refuses_everything_else():
@@ -489,7 +490,8 @@ def test_worker_handoff_public_name_and_seed_alias():
     ids = ids_of(1000)
     out = roundtrip(tokenwire.GenerationRequest(list(ids)))
     assert token_buffer(out, "prompt_token_ids") is out._prompt_token_ids_i32   # the seed's name
-    assert tokenwire.GenerationRequest.prompt_token_ids.buffer(out) is out._prompt_token_ids_i32
+    with pytest.warns(DeprecationWarning, match=r"token_buffer\(obj, 'prompt_token_ids'\)"):
+        assert tokenwire.GenerationRequest.prompt_token_ids.buffer(out) is out._prompt_token_ids_i32
     proxy_side = tokenwire.GenerationRequest(list(ids))
     assert proxy_side._prompt_token_ids_i32 is None          # seed semantics: list-built
     assert token_buffer(proxy_side, "prompt_token_ids") == ids  # the public name converts

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tokenwire
+import tokenwire.memory
 
 # Threads timed against the GIL: `pytest -m "not slow"` skips them.
 pytestmark = pytest.mark.slow
@@ -42,9 +43,9 @@ def longest_stall_fraction(call: Callable[[], object]) -> float:
 
 @pytest.fixture
 def threshold():  # type: ignore[no-untyped-def]
-    previous = tokenwire.gil_release_threshold()
+    previous = tokenwire.memory.gil_release_threshold()
     yield
-    tokenwire.gil_release_threshold(previous)
+    tokenwire.memory.gil_release_threshold(previous)
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +73,15 @@ CALLS: dict[str, Callable[[dict[str, Any]], object]] = {
 @pytest.mark.parametrize("name", list(CALLS))
 def test_released_above_the_threshold_held_below(threshold, big, name: str) -> None:  # type: ignore[no-untyped-def]
     call = CALLS[name]
-    assert tokenwire.gil_release_threshold() == 8 * 1024 * 1024
-    tokenwire.gil_release_threshold(0)
+    assert tokenwire.memory.gil_release_threshold() == 8 * 1024 * 1024
+    tokenwire.memory.gil_release_threshold(0)
     assert longest_stall_fraction(lambda: call(big)) < 0.3     # the other thread kept running
-    tokenwire.gil_release_threshold(2**62)
+    tokenwire.memory.gil_release_threshold(2**62)
     assert longest_stall_fraction(lambda: call(big)) > 0.5     # stopped for most of the call
 
 
 def test_threshold_is_validated(threshold) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="must be >= 0 bytes, got -1"):
-        tokenwire.gil_release_threshold(-1)
-    assert tokenwire.gil_release_threshold(1024) == 8 * 1024 * 1024
-    assert tokenwire.gil_release_threshold() == 1024
+        tokenwire.memory.gil_release_threshold(-1)
+    assert tokenwire.memory.gil_release_threshold(1024) == 8 * 1024 * 1024
+    assert tokenwire.memory.gil_release_threshold() == 1024

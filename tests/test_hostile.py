@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tokenwire
+import tokenwire.memory
 from tokenwire import WireFormatError
 
 # Subprocesses, peak-RSS measurements and racing threads: `pytest -m "not slow"` skips them.
@@ -100,7 +101,7 @@ BOMB_PATHS = {
     "decode": "tokenwire.decode(data)",
     "decode_many": "tokenwire.decode_many(data)",
     "GenerationRequest.__setstate__": """
-        from tokenwire.request import GenerationRequest
+        from tokenwire import GenerationRequest
         state = GenerationRequest([1, 2, 3]).__getstate__()
         state["prompt_token_ids"] = data
         GenerationRequest.__new__(GenerationRequest).__setstate__(state)
@@ -166,7 +167,7 @@ def test_no_extension_type_has_generated_pickle_helpers() -> None:
 def test_only_token_vector_pickles() -> None:
     import pickle
     info = tokenwire.frame_info(tokenwire.encode([1, 2, 3]))
-    for obj in (info, tokenwire.ImmutableBuffer(b"abcd")):
+    for obj in (info, tokenwire.memory.ImmutableBuffer(b"abcd")):
         for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
             with pytest.raises(TypeError, match="cannot pickle"):
                 pickle.dumps(obj, protocol=protocol)
@@ -277,11 +278,11 @@ class Flipper:
 
 @pytest.fixture
 def gil_always_released():  # type: ignore[no-untyped-def]
-    previous = tokenwire.gil_release_threshold(0)
+    previous = tokenwire.memory.gil_release_threshold(0)
     try:
         yield
     finally:
-        tokenwire.gil_release_threshold(previous)
+        tokenwire.memory.gil_release_threshold(previous)
 
 
 def _call(fn):  # type: ignore[no-untyped-def]

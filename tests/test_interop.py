@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 import tokenwire
 from strategies import token_lists
-from tokenwire import TokenIdOverflowError, TokenVector, json_default
+from tokenwire import TokenVector, json_default
+from tokenwire.errors import TokenIdOverflowError
 
 pydantic = pytest.importorskip("pydantic")     # the test extra installs it
 from pydantic import BaseModel, ConfigDict, Field, ValidationError  # noqa: E402
@@ -380,14 +381,14 @@ def test_an_array_subclass_is_compared_by_its_buffer() -> None:
 
 
 def test_large_arrays_compare_and_concatenate_without_the_gil() -> None:
-    previous = tokenwire.gil_release_threshold(0)
+    previous = tokenwire.memory.gil_release_threshold(0)
     try:
         tv = TokenVector(BIG)
         assert tv == array.array("q", BIG) and array.array("l", BIG) == tv
         assert tv != array.array("q", BIG[:-1] + [0])
         assert tv + array.array("q", [1]) == array.array("q", BIG + [1])
     finally:
-        tokenwire.gil_release_threshold(previous)
+        tokenwire.memory.gil_release_threshold(previous)
 
 
 @pytest.mark.parametrize("code", INT_CODES)

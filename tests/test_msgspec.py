@@ -23,7 +23,9 @@ zmq = pytest.importorskip("zmq")
 import tokenwire  # noqa: E402
 import tokenwire.msgspec as tm  # noqa: E402
 from strategies import int_arrays, token_lists  # noqa: E402
-from tokenwire import ChecksumError, ImmutableBuffer, TokenVector, WireFormatError  # noqa: E402
+from tokenwire import TokenVector, WireFormatError  # noqa: E402
+from tokenwire.errors import ChecksumError  # noqa: E402
+from tokenwire.memory import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -442,8 +444,8 @@ def test_no_per_id_python_objects() -> None:
     # for its list slot. What these paths may allocate per id is bytes/str payload: the
     # message, the frame, the text (about 10 bytes per id at most, measured).
     extra = 99_000
-    small = paths(np.arange(1_000, dtype=np.int32) + tokenwire.INT_CACHE_SIZE)
-    big = paths(np.arange(1_000 + extra, dtype=np.int32) + tokenwire.INT_CACHE_SIZE)
+    small = paths(np.arange(1_000, dtype=np.int32) + INT_CACHE_SIZE)
+    big = paths(np.arange(1_000 + extra, dtype=np.int32) + INT_CACHE_SIZE)
     for name in small:
         (blocks_small, peak_small), (blocks_big, peak_big) = (
             allocations(small[name]), allocations(big[name]))

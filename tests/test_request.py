@@ -1,4 +1,4 @@
-"""The request layer: TokenIds, TokenWireMixin, GenerationRequest."""
+"""The request layer: TokenIds, TokenwireMixin, GenerationRequest."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
+import tokenwire.unpickle
 from strategies import (
     BOUNDARY_IDS,
     ID_SOURCES,
@@ -23,9 +24,10 @@ from strategies import (
     list_mutations,
     token_lists,
 )
-from tokenwire import GenerationRequest, TokenIds, TokenVector, TokenWireMixin
+from tokenwire import GenerationRequest, TokenIds, TokenVector, TokenwireMixin, token_buffer
 from tokenwire.errors import WireFormatError
-from tokenwire.request import STATE_VERSION, _config, _TokenField
+from tokenwire.fields import _TokenField
+from tokenwire.state import STATE_VERSION, _config
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROMPT = GenerationRequest.prompt_token_ids
@@ -63,7 +65,7 @@ def test_roundtrip_any_source_read_or_unread(ids, kind, read, protocol):
         assert list(req.prompt_token_ids) == ids
     out = roundtrip(req, protocol)
     assert not PROMPT.is_materialized(out)          # decoding never builds the list
-    assert out._prompt_token_ids_i32 == ids         # the side channel holds the ids
+    assert token_buffer(out, "prompt_token_ids") == ids
     assert list(out.prompt_token_ids) == ids
     assert type(out.prompt_token_ids) is (tuple if kind == "tuple" else list)   # a tuple stays one
     assert out.query_token_ids == ids[:3]
@@ -89,7 +91,7 @@ def test_repickling_unread_request_never_materializes():
         hop = roundtrip(worker_side, protocol)
         assert not PROMPT.is_materialized(worker_side)
         assert not PROMPT.is_materialized(hop)
-        assert hop._prompt_token_ids_i32 == worker_side._prompt_token_ids_i32
+        assert token_buffer(hop, "prompt_token_ids") == token_buffer(worker_side, "prompt_token_ids")
     copy.copy(worker_side), copy.deepcopy(worker_side), repr(worker_side), worker_side.prompt_len
     assert not PROMPT.is_materialized(worker_side)
     assert worker_side.prompt_token_ids == ids
@@ -151,7 +153,7 @@ def test_protocol5_token_fields_go_out_of_band(with_query):
     # Received frames are read-only bytes; the decoded field views them (no copy).
     frames = [bytes(b.raw()) for b in buffers]
     out = pickle.loads(data, buffers=frames)
-    vec = out._prompt_token_ids_i32
+    vec = token_buffer(out, "prompt_token_ids")
     assert np.asarray(vec).ctypes.data == np.frombuffer(frames[0], np.uint8).ctypes.data
     assert out.prompt_token_ids == ids
 
@@ -226,7 +228,7 @@ def test_legacy_state_loads(protocol, private):
     assert "_prompt_token_ids" not in vars(out) and "_prompt_token_ids_i32" not in vars(out)
     # A legacy list is already a list: it stays one; the side channel is for buffers only.
     assert out._prompt_token_ids_i32 is None
-    assert PROMPT.buffer(out) == ids
+    assert token_buffer(out, "prompt_token_ids") == ids
     # ... and it re-pickles in the current format.
     state = out.__getstate__()
     assert state["__tokenwire__"] == STATE_VERSION and no_lists_in(state)
@@ -260,7 +262,7 @@ def test_mutations_are_reflected_everywhere(ids, mutations, wire):
         apply_mutation(expected, m)
         diverged |= expected != ids
         assert req.prompt_token_ids is lst
-        assert PROMPT.buffer(req) == expected
+        assert token_buffer(req, "prompt_token_ids") == expected
         side = req._prompt_token_ids_i32
         if wire and not diverged:
             assert side == expected          # still the held buffer, and equal to the list
@@ -291,11 +293,11 @@ def test_each_mutation_kind_on_a_decoded_request(mutate):
     expected = list(lst)
     assert expected != ids
     assert req._prompt_token_ids_i32 is None
-    assert PROMPT.buffer(req) == expected
+    assert token_buffer(req, "prompt_token_ids") == expected
     out = roundtrip(req)
     assert out.prompt_token_ids == expected and out._prompt_token_ids_i32 == expected
     lst.append(1)                                    # a second change after the first sync
-    assert PROMPT.buffer(req) == expected + [1]
+    assert token_buffer(req, "prompt_token_ids") == expected + [1]
     assert roundtrip(req).prompt_token_ids == expected + [1]
 
 
@@ -306,7 +308,7 @@ def test_user_list_is_held_and_its_mutations_reflected():
     ids.append(4)
     assert roundtrip(req).prompt_token_ids == [1, 2, 3, 4]
     ids[0] = 0
-    assert PROMPT.buffer(req) == [0, 2, 3, 4]
+    assert token_buffer(req, "prompt_token_ids") == [0, 2, 3, 4]
 
 
 @pytest.mark.parametrize("bad, exc", [("x", TypeError), (None, TypeError)])
@@ -316,7 +318,7 @@ def test_list_mutated_to_hold_a_non_id_fails_loudly_naming_the_field(bad, exc):
     with pytest.raises(exc, match=r"GenerationRequest\.prompt_token_ids: token id at index 3"):
         pickle.dumps(req)
     with pytest.raises(exc):
-        PROMPT.buffer(req)
+        token_buffer(req, "prompt_token_ids")
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,7 +344,7 @@ def test_consumer_patterns(ids, wire):
 def test_unset_fields_read_none():
     req = GenerationRequest(None)
     assert req.prompt_token_ids is None and req.query_token_ids is None
-    assert PROMPT.buffer(req) is None and req._prompt_token_ids_i32 is None
+    assert token_buffer(req, "prompt_token_ids") is None and req._prompt_token_ids_i32 is None
     assert req.prompt_len == 0 and not PROMPT.is_materialized(req)
     assert roundtrip(req).prompt_token_ids is None
     req.prompt_token_ids = [1]
@@ -411,7 +413,7 @@ def test_shallow_copy_shares_the_list_like_a_plain_object(wire, read_first):
     assert dup.sampling_params is req.sampling_params
     dup.prompt_token_ids.append(7)
     assert req.prompt_token_ids[-1] == 7
-    assert PROMPT.buffer(req) == ids + [7] and PROMPT.buffer(dup) == ids + [7]
+    assert token_buffer(req, "prompt_token_ids") == ids + [7] and token_buffer(dup, "prompt_token_ids") == ids + [7]
     dup.prompt_token_ids = [1]                              # rebinding is per object
     assert req.prompt_token_ids == ids + [7]
 
@@ -485,7 +487,7 @@ def test_codecs():
         TokenIds(codec="zip")
 
 
-class Compact(TokenWireMixin):
+class Compact(TokenwireMixin):
     ids = TokenIds(codec="packed")
     small = TokenIds(codec="u16")
     raw = TokenIds()
@@ -504,7 +506,7 @@ def test_compact_codecs_travel_as_frames(protocol):
     assert len(state["ids"]) < 4 * len(obj.ids) * 0.6        # 18 bits per id, not 32
     back = pickle.loads(pickle.dumps(obj, protocol=protocol))
     assert not Compact.ids.is_materialized(back)              # decoded to a buffer, no list
-    assert Compact.ids.buffer(back) == list(range(0, 150_000, 7))
+    assert token_buffer(back, "ids") == list(range(0, 150_000, 7))
     assert back.ids == list(range(0, 150_000, 7)) and back.small == [1, 65_535, 0]
     assert back.raw == [-5, 2**31 - 1]
 
@@ -520,7 +522,7 @@ def test_compact_codec_errors_name_the_field():
         Compact().__setstate__(state)
 
 
-class Base(TokenWireMixin):
+class Base(TokenwireMixin):
     ids = TokenIds()
     extra = TokenIds()
 
@@ -547,7 +549,7 @@ def test_mixin_on_another_class():
 
 
 def test_descriptor_without_the_mixin_pickles_like_a_plain_attribute():
-    # Without TokenWireMixin / token_fields the object pickles by default: a list the user set
+    # Without TokenwireMixin / token_fields the object pickles by default: a list the user set
     # travels as that list; ids held as a buffer travel as the buffer, never as a list.
     obj = NoMixin()
     obj.ids = [1, 2, 3]
@@ -748,7 +750,7 @@ class ShadowsField(GenerationRequest):
     prompt_token_ids = None              # a plain attribute where the base has a token field
 
 
-class LabelBase(TokenWireMixin):
+class LabelBase(TokenwireMixin):
     ids = TokenIds()
 
     @property
@@ -868,7 +870,7 @@ def test_own_getstate_is_wrapped(cls, source):
     assert "lock" not in state and type(state["ids"]) is TokenVector   # the user's rule, then ours
     for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
         data = pickle.dumps(obj, protocol)
-        assert {g for g in _globals_named(data) if g[0] != __name__} <= set(tokenwire.PICKLE_GLOBALS)
+        assert {g for g in _globals_named(data) if g[0] != __name__} <= set(tokenwire.unpickle.PICKLE_GLOBALS)
         out = pickle.loads(data)
         assert type(vars(out)["ids"]) is _TokenField and out.ids == ids
     if cls is OwnBoth:
@@ -923,7 +925,7 @@ class WithBaseSlots(SlotBase):
         self._SlotBase__secret = [priority]
 
 
-class MixinWithBaseSlots(SlotBase, TokenWireMixin):
+class MixinWithBaseSlots(SlotBase, TokenwireMixin):
     ids = TokenIds()
 
 
@@ -978,7 +980,7 @@ def test_special_names_the_class_defines_are_refused(key):
 
 
 def test_one_predicate_decides_every_key():
-    from tokenwire.request import _state_key_problem
+    from tokenwire.state import _state_key_problem
     config = _config(GenerationRequest)
     assert _state_key_problem(config, "__orig_class__") is None
     assert _state_key_problem(config, "id") is None
@@ -1002,7 +1004,7 @@ def test_received_list_changed_to_non_int32_travels_as_that_list(extra):
     assert deep.prompt_token_ids == [1, 2, extra] and deep.prompt_token_ids is not req.prompt_token_ids
     assert type(vars(req)["prompt_token_ids"]) is list        # the list is the source now
     with pytest.raises((OverflowError, TypeError), match=r"GenerationRequest\.prompt_token_ids: token id at index 2"):
-        PROMPT.buffer(req)
+        token_buffer(req, "prompt_token_ids")
 
 
 # -- compact codecs below protocol 3: no _codecs global ---------------------------------------
@@ -1074,7 +1076,7 @@ def test_tuple_state_payload_forms():
 
 
 def test_list_on_wire_environment_words(monkeypatch):
-    from tokenwire.request import _env_flag
+    from tokenwire.state import _env_flag
     for word, expected in (("1", True), ("true", True), ("YES", True), (" on ", True),
                            ("0", False), ("false", False), ("No", False), ("off", False), ("", False)):
         monkeypatch.setenv("TOKENWIRE_LIST_ON_WIRE", word)
@@ -1126,7 +1128,7 @@ def test_token_fields_below_dataclass_is_refused(later_field):
                 n: int
     with pytest.raises(TypeError, match=r"M\.input_ids is a token field"):
         @dataclasses.dataclass
-        class M(TokenWireMixin):
+        class M(TokenwireMixin):
             input_ids: List[int] = TokenIds()
 
 

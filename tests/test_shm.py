@@ -21,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokenwire import AuthenticationError, TokenVector, WireFormatError
+from tokenwire import TokenVector, WireFormatError
+from tokenwire.errors import AuthenticationError
 from tokenwire.transport import loads_oob, recv_pyobj_oob, send_pyobj_oob
 
 shm = pytest.importorskip("tokenwire.shm")

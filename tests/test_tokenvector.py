@@ -331,7 +331,7 @@ def test_frombuffer_refuses_ctypes_arrays_that_do_not_hold_ids(make: object, fmt
     arr = make()()          # type: ignore[operator]
     if fmt == "<z":
         arr = (ctypes.c_char_p * 2)(b"secret", b"ids")    # their addresses must not leak as ids
-    with pytest.raises(tokenwire.TokenIdTypeError, match=re.escape(f"format {fmt!r}")):
+    with pytest.raises(tokenwire.errors.TokenIdTypeError, match=re.escape(f"format {fmt!r}")):
         TokenVector.frombuffer(arr)
 
 
@@ -339,6 +339,6 @@ def test_frombuffer_refuses_ctypes_arrays_that_do_not_hold_ids(make: object, fmt
 def test_frombuffer_refuses_non_integer_arrays_naming_the_format(dtype: str) -> None:
     import tokenwire
     arr = np.zeros(4, dtype=dtype)
-    with pytest.raises(tokenwire.TokenIdTypeError, match="format '") as exc:
+    with pytest.raises(tokenwire.errors.TokenIdTypeError, match="format '") as exc:
         TokenVector.frombuffer(arr)
     assert memoryview(arr).format in str(exc.value)

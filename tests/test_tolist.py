@@ -12,7 +12,8 @@ from hypothesis import given
 from strategies import BOUNDARY_IDS, INT32_MAX, INT32_MIN, int_arrays, token_lists
 
 import tokenwire
-from tokenwire import INT_CACHE_SIZE, TokenVector, as_tokens, tolist
+from tokenwire import TokenVector, as_tokens, tolist
+from tokenwire.memory import INT_CACHE_SIZE
 
 
 def test_cache_bound_is_documented_value() -> None:
@@ -113,5 +114,5 @@ def test_ctypes_arrays_that_are_not_1d_int_ids_are_refused() -> None:
     for bad, fmt in (((ctypes.c_char * 4)(), "<c"), ((ctypes.c_char_p * 2)(), "<z"),
                      ((ctypes.c_float * 2)(), "<f"), ((ctypes.c_bool * 2)(), "<?")):
         for fn in (tolist, as_tokens, tokenwire.encode):
-            with pytest.raises(tokenwire.TokenIdTypeError, match=re.escape(repr(fmt))):
+            with pytest.raises(tokenwire.errors.TokenIdTypeError, match=re.escape(repr(fmt))):
                 fn(bad)

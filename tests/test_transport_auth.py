@@ -17,7 +17,10 @@ import numpy as np
 import pytest
 
 import tokenwire
-from tokenwire import AuthenticationError, GenerationRequest, TokenVector, TokenwireError
+import tokenwire.unpickle
+import tokenwire.memory
+from tokenwire import GenerationRequest, TokenVector, TokenwireError, token_buffer
+from tokenwire.errors import AuthenticationError
 from tokenwire.transport import (KEY_ENV, MIN_KEY_BYTES, SIGNATURE_BYTES, dumps_oob, key_from_env,
                                  loads_oob, recv_pyobj_oob, send_pyobj_oob)
 
@@ -56,8 +59,8 @@ def test_signed_roundtrip_keeps_zero_copy():
     assert len(frames) == 3 and len(frames[0]) == SIGNATURE_BYTES
     out = loads_oob([bytes(f) for f in frames], key=KEY)
     assert out.id == req.id and out.prompt_token_ids == req.prompt_token_ids
-    out = loads_oob([tokenwire.ImmutableBuffer(bytes(f)) for f in frames], key=KEY)
-    vec = GenerationRequest.prompt_token_ids.buffer(out)
+    out = loads_oob([tokenwire.memory.ImmutableBuffer(bytes(f)) for f in frames], key=KEY)
+    vec = token_buffer(out, "prompt_token_ids")
     assert vec.__sizeof__() < vec.nbytes              # still a view of the received frame
 
 
@@ -175,7 +178,7 @@ def test_key_from_env(monkeypatch):
 
 def test_find_class_allow_list():
     """recv/loads_oob(find_class=...) with tokenwire's own allow-list helper: only
-    tokenwire.PICKLE_GLOBALS and the request classes the caller names may load."""
+    tokenwire.unpickle.PICKLE_GLOBALS and the request classes the caller names may load."""
     import functools
     allow = {("tokenwire.request", "GenerationRequest"), ("builtins", "dict")}
     find_class = functools.partial(tokenwire.find_class, allow=allow)
@@ -220,7 +223,7 @@ def test_zmq_worker_rejects_an_attacker_and_keeps_serving(zmq_ctx):
         loads_oob(pull.recv_multipart(copy=False))
     out = received[0]
     assert out.prompt_token_ids == req.prompt_token_ids
-    assert type(out._prompt_token_ids_i32) is TokenVector
+    assert type(token_buffer(out, "prompt_token_ids")) is TokenVector
 
 
 @pytest.mark.integration

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import transport_workers
-from tokenwire import GenerationRequest, TokenVector
+from tokenwire import GenerationRequest, TokenVector, token_buffer
 from tokenwire.transport import OOB_THRESHOLD, dumps_oob, loads_oob, recv_pyobj_oob, send_pyobj_oob
 from transport_workers import Received, describe
 
@@ -47,11 +47,10 @@ def make_request(n: int, seed: int = 0, kind: str = "list") -> GenerationRequest
 
 
 def check(received: Received, sent: GenerationRequest) -> None:
-    ids = PROMPT.buffer(sent)
+    ids = token_buffer(sent, "prompt_token_ids")
     assert received.id == sent.id
     assert received.materialized is False, "the receiving side built a list"
     assert received.prompt == ids
-    assert received.side_channel == ids            # the worker can memcpy it
     assert received.query == sent.query_token_ids
     assert received.sampling_params == sent.sampling_params
 
@@ -150,7 +149,7 @@ def test_zmq_push_pull(zmq_ctx, transport, method, tmp_path):
         check(describe(out), req)
         if method == "oob_helper" and PROMPT.length(req) * 4 >= OOB_THRESHOLD:
             # Zero-copy: the field views the received frame (it owns no memory of its own).
-            vec = out._prompt_token_ids_i32
+            vec = token_buffer(out, "prompt_token_ids")
             assert vec.__sizeof__() < vec.nbytes
         assert out.prompt_token_ids == req.prompt_token_ids
 
@@ -238,4 +237,4 @@ def test_ray_object_store_put_get(ray):
     req = pickle.loads(pickle.dumps(make_request(128_000, 5)))     # as a worker would hold it
     out = ray.get(ray.put(req), timeout=60)
     check(describe(out), req)
-    assert type(out._prompt_token_ids_i32) is TokenVector
+    assert type(token_buffer(out, "prompt_token_ids")) is TokenVector

@@ -16,7 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from tokenwire import ChecksumError, WireFormatError
+import tokenwire.wire
+import tokenwire.memory
+from tokenwire import WireFormatError
+from tokenwire.errors import ChecksumError
 from tokenwire import _core
 from tokenwire._core import _crc32c
 
@@ -146,21 +149,21 @@ def test_ids_outside_int32_name_index_value_and_for_encode_many_the_sequence(bad
     # docs/wire-format.md, "Encoder rules": the class and the exact text, the sequence index
     # in front for encode_many (as for a forced codec's misfit)
     text = f"token id at index 1 is {bad}, outside int32 [-2147483648, 2147483647]"
-    with pytest.raises(tokenwire.TokenIdOverflowError) as one:
+    with pytest.raises(tokenwire.errors.TokenIdOverflowError) as one:
         tokenwire.encode([5, bad])
     assert str(one.value) == text
-    with pytest.raises(tokenwire.TokenIdOverflowError) as many:
+    with pytest.raises(tokenwire.errors.TokenIdOverflowError) as many:
         tokenwire.encode_many([[1], [2], [5, bad]])
     assert str(many.value) == f"sequence 2: {text}"
-    with pytest.raises(tokenwire.TokenIdOverflowError, match=r"^sequence 1: token id at index 0 "):
+    with pytest.raises(tokenwire.errors.TokenIdOverflowError, match=r"^sequence 1: token id at index 0 "):
         tokenwire.encode_many([[1], np.array([bad], dtype=np.int64)])
 
 
 def test_encode_many_names_the_sequence_of_any_conversion_error() -> None:
-    with pytest.raises(tokenwire.TokenIdTypeError) as info:
+    with pytest.raises(tokenwire.errors.TokenIdTypeError) as info:
         tokenwire.encode_many([[1, 2], [3, "4"]])
     assert str(info.value) == "sequence 1: token id at index 1 must be an int, got str"
-    with pytest.raises(tokenwire.TokenIdTypeError, match=r"^sequence 0: "):
+    with pytest.raises(tokenwire.errors.TokenIdTypeError, match=r"^sequence 0: "):
         tokenwire.encode_many([[1.5]])
 
 
@@ -254,7 +257,7 @@ def test_frame_info_fields() -> None:
             info.compression, info.nbytes) == (1, "packed", 18, (2, 0, 1), True, True, None,
                                                len(frame))
     assert "codec='packed'" in repr(info)
-    assert isinstance(info, tokenwire.FrameInfo)
+    assert isinstance(info, tokenwire.wire.FrameInfo)
 
 
 def test_frame_info_counts_and_flags_as_the_spec_lists_them() -> None:
@@ -595,7 +598,7 @@ def test_received_zmq_frame_is_viewed_only_when_promised_immutable() -> None:
         base = np.frombuffer(frame.buffer, np.uint8).ctypes.data
         copied = tokenwire.decode(frame)                       # a Frame is not trusted by type
         assert np.asarray(copied).ctypes.data != base + 16
-        tv = tokenwire.decode(tokenwire.ImmutableBuffer(frame))   # the explicit promise
+        tv = tokenwire.decode(tokenwire.memory.ImmutableBuffer(frame))   # the explicit promise
         assert np.asarray(tv).ctypes.data == base + 16
         del frame
         gc.collect()
@@ -715,19 +718,19 @@ def test_decode_does_not_leak_memory() -> None:
 
 
 def test_codec_table_is_what_encode_accepts() -> None:
-    assert tokenwire.CODECS == ("auto", "raw", "u16", "packed", "zstd")
+    assert tokenwire.wire.CODECS == ("auto", "raw", "u16", "packed", "zstd")
     for wire_id, name in enumerate(_core.CODEC_NAMES):
         frame = tokenwire.encode([1, 2, 3], codec=name)
         assert frame[5] == wire_id and tokenwire.frame_info(frame).codec == name
-    for name in tokenwire.CODECS:
+    for name in tokenwire.wire.CODECS:
         if name != "zstd" or HAS_ZSTD:
-            assert tokenwire.check_codec(name) == name
+            assert tokenwire.wire.check_codec(name) == name
             tokenwire.encode([1], codec=name)
 
 
 def test_check_codec_raises_what_encode_raises() -> None:
     with pytest.raises(ValueError) as by_check:
-        tokenwire.check_codec("lz4")
+        tokenwire.wire.check_codec("lz4")
     with pytest.raises(ValueError) as by_encode:
         tokenwire.encode([1], codec="lz4")
     assert str(by_check.value) == str(by_encode.value) == (

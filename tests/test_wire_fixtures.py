@@ -91,7 +91,7 @@ def expected_outcome_matches(expected: dict[str, object], error: BaseException |
     """Whether an entry point's outcome (None: it returned) is the manifest's `expected`."""
     if "ok" in expected:
         return error is None
-    if error is None or not isinstance(error, getattr(tokenwire, str(expected["error"]))):
+    if error is None or not isinstance(error, getattr(tokenwire.errors, str(expected["error"]))):
         return False
     if expected.get("match") == "prefix":
         return str(error).startswith(str(expected["message"]))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
-from tokenwire import GenerationRequest, TokenVector
+from tokenwire import GenerationRequest, TokenVector, token_buffer
 
 PROMPT = GenerationRequest.prompt_token_ids
 QUERY = GenerationRequest.query_token_ids
@@ -19,7 +19,6 @@ class Received(NamedTuple):
 
     id: Any
     materialized: bool                        # was a list built by unpickling? (must be False)
-    side_channel: Optional[TokenVector]      # request._prompt_token_ids_i32
     prompt: Optional[TokenVector]            # the prompt as a buffer (no list built)
     query: Optional[TokenVector]
     sampling_params: Any
@@ -27,8 +26,8 @@ class Received(NamedTuple):
 
 def describe(request: GenerationRequest) -> Received:
     materialized = PROMPT.is_materialized(request) or QUERY.is_materialized(request)
-    return Received(request.id, materialized, request._prompt_token_ids_i32,
-                    PROMPT.buffer(request), QUERY.buffer(request), request.sampling_params)
+    return Received(request.id, materialized, token_buffer(request, "prompt_token_ids"),
+                    token_buffer(request, "query_token_ids"), request.sampling_params)
 
 
 def queue_echo(inbox, outbox) -> None:

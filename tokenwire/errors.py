@@ -17,6 +17,16 @@ unknown codec name, `vocab_size <= 0`, a negative GIL threshold) are plain Value
 as in msgspec: they are programming mistakes, not bad data.
 """
 
+__all__ = [
+    "AuthenticationError",
+    "ChecksumError",
+    "TokenIdError",
+    "TokenIdOverflowError",
+    "TokenIdTypeError",
+    "TokenwireError",
+    "WireFormatError",
+]
+
 
 class TokenwireError(Exception):
     """Root of tokenwire's own exceptions."""

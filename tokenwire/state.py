@@ -1,0 +1,273 @@
+"""The pickled state of a class with token fields: its format, the per-class configuration that
+writes and checks it, and the process-wide "list on the wire" switch for rolling upgrades.
+
+Pickled state (version 1) is a dict::
+
+    {"__tokenwire__": 1,                   # state version
+     "<field>": TokenVector | bytes | str | (payload,) | list | tuple | None,
+                                           # one entry per set TokenIds field, under its public
+                                           # name: the vector ("raw"), or a wire frame (bytes;
+                                           # a latin-1 str below protocol 3); ids that were a
+                                           # tuple as a one-item tuple around that payload; for
+                                           # ints that are not int32 ids, the list (tuple) itself
+     "<attr>": value, ...}                 # every other instance attribute, pickled as usual
+
+or ``(that dict, {slot: value})`` when base classes have slots. A ``TokenVector`` pickles as raw
+int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so a pickler with a
+``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart frames, Ray, Dask). A
+state without ``"__tokenwire__"`` is the list form: what the class pickled before tokenwire was
+adopted (a plain ``list[int]`` under the public name or under ``_<field>``), and what
+``list_on_wire`` writes during a rolling upgrade; it loads.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import os
+from typing import Any, Optional, cast
+
+from tokenwire.errors import WireFormatError
+from tokenwire.fields import _MISSING, TokenIds, _field_from_state
+
+__all__ = ["STATE_VERSION", "list_on_wire"]
+
+#: Version of the pickled state written by ``TokenwireMixin.__getstate__``.
+STATE_VERSION = 1
+
+#: Key of the version in the pickled state; its absence marks a list-form (legacy) state.
+_VERSION_KEY = "__tokenwire__"
+
+#: Class-level settings live in names starting with this prefix; a pickled state may never set one.
+_CONFIG_PREFIX = "_tokenwire"
+
+
+# --------------------------------------------------------------------------------------------
+# Rolling upgrades: "list on the wire"
+
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+_FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
+
+
+def _env_flag(name: str) -> bool:
+    """A boolean environment variable: 1/true/yes/on or 0/false/no/off (any case; unset or
+    empty is off). Anything else raises ValueError naming the variable and its value."""
+    raw = os.environ.get(name, "")
+    word = raw.strip().lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise ValueError(f"{name}={raw!r} is not a boolean: use 1/true/yes/on or 0/false/no/off")
+
+
+_list_on_wire = _env_flag("TOKENWIRE_LIST_ON_WIRE")
+
+
+def list_on_wire(enabled: Optional[bool] = None) -> bool:
+    """Process-wide: pickle token fields as plain ``list[int]`` (the format of the class before
+    tokenwire), so that processes still running the unmodified class can read them. With
+    `enabled`, set it and return the previous value; without, return it. Starts from the
+    environment variable ``TOKENWIRE_LIST_ON_WIRE`` (``1``/``true``/``yes``/``on`` on,
+    ``0``/``false``/``no``/``off`` or unset off; any other value fails at import). A class can
+    override it with ``list_on_wire=True/False`` (see TokenwireMixin / token_fields).
+    Receivers need no setting: tokenwire classes read both forms."""
+    global _list_on_wire
+    previous = _list_on_wire
+    if enabled is not None:
+        _list_on_wire = bool(enabled)
+    return previous
+
+
+# --------------------------------------------------------------------------------------------
+# Per-class configuration: computed for each class on first use, cached in that class's own
+# __dict__ (a subclass never uses its base's), every name resolved as attribute lookup
+# resolves it -- by the first class in the MRO that defines it.
+
+_CONFIG_ATTR = "_tokenwire_config"
+_ACCEPTED_CACHE_MAX = 1024
+
+
+class _Config:
+    """What pickling, copying and __setstate__'s checks need to know about one class."""
+
+    __slots__ = ("fields", "keys", "fieldmap", "reserved", "slotnames", "slots", "frames",
+                 "list_on_wire", "accepted")
+
+    def __init__(self, cls: type) -> None:
+        resolved: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):        # later (more derived) classes win
+            resolved.update(vars(klass))
+        #: (name, descriptor) of every TokenIds field, base classes' included, base order.
+        self.fields = tuple((n, a) for n, a in resolved.items() if isinstance(a, TokenIds))
+        self.keys = frozenset(n for n, _ in self.fields)
+        self.fieldmap = dict(self.fields)
+        #: Names a pickled state may not set in __dict__: data descriptors (properties,
+        #: slots, TokenIds, __dict__...) and special names the class defines.
+        self.reserved = frozenset(
+            n for n, a in resolved.items()
+            if hasattr(type(a), "__set__") or n[:2] == "__" == n[-2:])
+        self.slotnames: tuple[str, ...] = tuple(copyreg._slotnames(cls))  # type: ignore[attr-defined]
+        self.slots = frozenset(self.slotnames)
+        self.frames = any(d.codec != "raw" for _, d in self.fields)
+        #: True/False: this class's choice of list-on-the-wire; None: follow ``list_on_wire()``.
+        self.list_on_wire: Optional[bool] = getattr(cls, "_tokenwire_list_on_wire", None)
+        #: Ordinary keys already found acceptable (a bounded cache of the check below).
+        self.accepted: set[str] = set()
+
+
+def _config(cls: type) -> _Config:
+    config = cls.__dict__.get(_CONFIG_ATTR)
+    if config is None:
+        config = _Config(cls)
+        setattr(cls, _CONFIG_ATTR, config)
+    return cast(_Config, config)
+
+
+def _reconfigure(cls: type) -> _Config:
+    if _CONFIG_ATTR in vars(cls):
+        delattr(cls, _CONFIG_ATTR)
+    return _config(cls)
+
+
+def _state_key_problem(config: _Config, key: Any, strict: bool = True) -> Optional[str]:
+    """Why `key` may not become an instance attribute from a pickled state, or None. Never a
+    class-level tokenwire setting; with `strict` (tokenwire stores the state itself) also not a
+    non-string, nor a name that shadows something class-level -- a property, slot or other data
+    descriptor (the __dict__ entry would be dead) or a special name the class defines."""
+    if type(key) is not str:
+        return "is not a string" if strict else None
+    if key.startswith(_CONFIG_PREFIX):
+        return "names class-level configuration"
+    if strict and key in config.reserved:
+        return "names a class-level attribute (a property, slot, descriptor or special name)"
+    return None
+
+
+def _to_state(obj: Any, config: _Config, attrs: dict[str, Any]) -> dict[str, Any]:
+    """The pickled dict state of `attrs` (the instance __dict__, or what a class's own
+    __getstate__ returned): token fields as payloads under a version key, or in list form."""
+    as_lists = config.list_on_wire
+    if as_lists is None:
+        as_lists = _list_on_wire
+    state: dict[str, Any] = {} if as_lists else {_VERSION_KEY: STATE_VERSION}
+    fields = config.fieldmap
+    for key, value in attrs.items():          # in the object's order (an unset field: absent)
+        desc = fields.get(key)
+        if desc is None:
+            state[key] = value
+        elif as_lists:
+            state[key] = desc._listed(value)          # the list-form state: a plain list
+        else:
+            state[key] = desc._payload(obj, value)
+    return state
+
+
+def _slot_values(obj: Any, slotnames: tuple[str, ...]) -> dict[str, Any]:
+    slots = {}
+    for name in slotnames:
+        try:
+            slots[name] = getattr(obj, name)
+        except AttributeError:
+            pass
+    return slots
+
+
+def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(updates, slot updates) from a pickled state: token fields converted to what an
+    instance stores (_MISSING: unset), every key checked. Raises WireFormatError naming the key
+    before anything is stored."""
+    owner = cls.__name__
+    config = _config(cls)
+    slots: Any = None
+    if type(state) is tuple:                            # (dict, slots) of default pickling
+        if len(state) != 2:
+            raise WireFormatError(f"{owner} state tuple must be (dict, slots), got {len(state)} items")
+        state, slots = state
+    if state is None:
+        state = {}
+    if type(state) is not dict:
+        raise WireFormatError(f"{owner} state must be a dict, got {type(state).__name__}")
+    if slots is not None and type(slots) is not dict:
+        raise WireFormatError(f"{owner} slot state must be a dict, got {type(slots).__name__}")
+    fields = config.fieldmap
+    version = state.get(_VERSION_KEY)
+    legacy = version is None
+    if not legacy and (type(version) is not int or not 1 <= version <= STATE_VERSION):
+        raise WireFormatError(
+            f"{owner} state version {version!r} is not supported "
+            f"(this tokenwire reads versions 1..{STATE_VERSION})"
+        )
+    # Keys keep the state's order, so vars() lists them as the sender's object did.
+    updates = dict(state)
+    if not legacy:
+        del updates[_VERSION_KEY]
+    # List form (legacy): written before tokenwire, or with list_on_wire. A field may be
+    # under its public name or under "_<name>" (a property's backing attribute);
+    # "_<name>_i32" was the hand-written side channel this layer replaces.
+    aliases: dict[str, str] = {}
+    if legacy:
+        for name in fields:
+            aliases["_" + name] = name
+            aliases["_" + name + "_i32"] = ""
+    accepted = config.accepted if strict else set()
+    for key in updates:        # runs for every attribute of every request: cached when fine
+        if key in accepted or key in fields or key in aliases:
+            continue
+        problem = _state_key_problem(config, key, strict)
+        if problem is not None:
+            raise WireFormatError(f"{owner} state key {key!r} {problem}")
+        if strict and len(accepted) < _ACCEPTED_CACHE_MAX:
+            accepted.add(key)
+    for name in fields:
+        if name in updates:
+            updates[name] = _field_from_state(owner, name, updates[name])
+    for alias, name in aliases.items():
+        if alias in updates:
+            value = updates.pop(alias)
+            if name and name not in updates:        # the public name wins
+                updates[name] = _field_from_state(owner, name, value)
+    for name in fields:
+        if name not in updates:
+            updates[name] = _MISSING                 # absent from the state: unset
+    slot_updates: dict[str, Any] = {}
+    if slots:
+        for key, value in slots.items():
+            if key in fields:
+                updates[key] = _field_from_state(owner, key, value)
+            elif key in config.slots or not strict and type(key) is str and not key.startswith(_CONFIG_PREFIX):
+                slot_updates[key] = value
+            else:
+                raise WireFormatError(f"{owner} slot state key {key!r} is not a slot of the class")
+    return updates, slot_updates
+
+
+# --------------------------------------------------------------------------------------------
+# Protocols 0-2: frames as text
+
+
+def _frames_as_text(payload: Any) -> Any:
+    """Below protocol 3 pickle has no bytes opcode (bytes pickle through ``_codecs.encode``):
+    a frame travels as a latin-1 str instead, as a TokenVector does."""
+    if type(payload) is bytes:
+        return payload.decode("latin-1")
+    if type(payload) is tuple and len(payload) == 1 and type(payload[0]) is bytes:
+        return (payload[0].decode("latin-1"),)
+    return payload
+
+
+def _reduce_frames_as_text(obj: Any, rv: Any) -> Any:
+    """`rv` (a reduce tuple below protocol 3) with compact-codec frames in tokenwire's state
+    sent as latin-1 str, so the pickle names no ``_codecs.encode``."""
+    if type(rv) is not tuple or len(rv) < 3:
+        return rv
+    state = rv[2]
+    slots = _MISSING
+    if type(state) is tuple and len(state) == 2:
+        state, slots = state
+    if type(state) is not dict or _VERSION_KEY not in state:
+        return rv                                 # not tokenwire's state (a class's own reduce)
+    state = dict(state)
+    for name, desc in _config(type(obj)).fields:
+        if desc.codec != "raw" and name in state:
+            state[name] = _frames_as_text(state[name])
+    return (*rv[:2], state if slots is _MISSING else (state, slots), *rv[3:])
