@@ -294,6 +294,7 @@ class Decoder:
             raise WireFormatError("Decoder.decode() got no frames (needs the main frame)")
         local = self._local
         local.frames = frames
+        local.made = {}
         try:
             return self._decoder.decode(frames[0])
         except UnicodeDecodeError as e:
@@ -303,6 +304,7 @@ class Decoder:
             raise msgspec.DecodeError(f"invalid UTF-8 in a msgpack string: {e}") from None
         finally:
             local.frames = None
+            local.made = None
 
     def recv(self, socket: Any, flags: int = 0) -> Any:
         """Receive one multipart message from a pyzmq socket and decode it. The received
@@ -326,6 +328,16 @@ class Decoder:
             raise WireFormatError(
                 f"out-of-band reference to frame {index}, but the message has "
                 f"{len(frames) - 1} buffer(s) (frames 1..{len(frames) - 1})")
+        made = self._local.made
+        tv = made.get(index)
+        if tv is not None:
+            # Another reference to a frame already read: the same vector, never a second copy
+            # (a message naming one frame many times would otherwise cost its size each time).
+            if len(tv) != count:
+                raise WireFormatError(
+                    f"out-of-band frame {index} is referenced with {count} ids, an earlier "
+                    f"reference said {len(tv)}")
+            return tv
         buf = frames[index]
         nbytes = memoryview(buf).nbytes
         if nbytes != 4 * count:
@@ -338,4 +350,5 @@ class Decoder:
                 as_tokens(tv, vocab_size=self.vocab_size)       # checks, returns tv itself
             except ValueError as e:
                 raise WireFormatError(f"out-of-band frame {index}: {e}") from None
+        made[index] = tv
         return tv
