@@ -55,9 +55,13 @@ OOB_THRESHOLD = 64 * 1024
 KEY_ENV = "TOKENWIRE_KEY"
 #: Keys shorter than this are refused: HMAC's strength is bounded by the key's.
 MIN_KEY_BYTES = 16
+# A key of fewer distinct byte values is refused as guessable (b"\x01" + 15 zeros): 16 random
+# bytes hold fewer than 8 distinct values with probability below 2**-39.
+_MIN_DISTINCT_KEY_BYTES = 8
 
-# The signature frame: a 4-byte marker, then the 32-byte HMAC-SHA256 digest.
-_SIG_MAGIC = b"TWS1"
+# The signature frame: a 4-byte marker, then the 32-byte HMAC-SHA256 digest. "TWS2": the HMAC
+# key is SHA-256(key) (a "TWS1" signature used the key itself, where K and K + b"\0" agree).
+_SIG_MAGIC = b"TWS2"
 SIGNATURE_BYTES = len(_SIG_MAGIC) + hashlib.sha256().digest_size
 # What the MAC covers starts with this tag, so a signature made for another purpose with the
 # same key can never pass as one of these.
@@ -71,13 +75,20 @@ FindClass = Callable[[str, str], Any]
 
 @lru_cache(maxsize=16)
 def _keyed(key: bytes) -> tuple[Any, Any]:
-    """HMAC-SHA256 (RFC 2104) split into its two keyed SHA-256 states, each copied per message:
-    C-level ``hashlib`` copies cost a third of what ``hmac.HMAC.copy()`` does."""
+    """HMAC-SHA256 (RFC 2104) keyed with SHA-256(key), split into its two keyed SHA-256 states,
+    each copied per message: C-level ``hashlib`` copies cost a third of what
+    ``hmac.HMAC.copy()`` does.
+
+    The HMAC key is always the 32-byte SHA-256 of `key`: RFC 2104 pads a short key with zeros
+    and hashes a long one, so `K` and ``K + b"\0"`` (or a long key and its hash) would be the
+    same key; hashed to a fixed length, two different keys never are."""
     if len(key) < MIN_KEY_BYTES:
         raise ValueError(f"an HMAC key needs at least {MIN_KEY_BYTES} bytes, got {len(key)}")
-    if len(key) > _BLOCK:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(_BLOCK, b"\0")
+    distinct = len(set(key))
+    if distinct < _MIN_DISTINCT_KEY_BYTES:
+        raise ValueError(f"the key holds only {distinct} distinct byte value(s): not a random "
+                         f"key, use secrets.token_bytes(32)")
+    key = hashlib.sha256(key).digest().ljust(_BLOCK, b"\0")
     return (hashlib.sha256(bytes(b ^ 0x36 for b in key)),
             hashlib.sha256(bytes(b ^ 0x5C for b in key)))
 
@@ -93,11 +104,12 @@ def _as_key(key: Any) -> bytes:
     if not any(raw):
         raise ValueError(f"the key is {len(raw)} zero bytes: use a random key "
                          f"(secrets.token_bytes(32))")
+    _keyed(raw)                                  # its other checks, before any frame is read
     return raw
 
 
 def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool) -> bytes:
-    """The signature frame: HMAC-SHA256(key, DOMAIN || mode || u64 n || u64 len(buffer_i)...
+    """The signature frame: HMAC-SHA256(SHA-256(key), DOMAIN || mode || u64 n || u64 len(buffer_i)...
     || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]), all integers
     little-endian, mode one byte (1 when the buffers' bytes are covered)."""
     inner_state, outer_state = _keyed(key)
