@@ -596,3 +596,30 @@ def test_a_second_reference_must_agree_on_the_count() -> None:
     with pytest.raises(WireFormatError, match="frame 1 is referenced with 7 ids, an earlier "
                                               "reference said 8"):
         tm.Decoder().decode([msgspec.msgpack.encode(refs), frame])
+
+
+def test_recv_copies_inproc_frames_because_the_sender_can_still_write() -> None:
+    """Decoder.recv over inproc: a frame sent with copy=False is the sender's memory (a write
+    after the send shows on the receiver), so the decoded vector is a copy made before it."""
+    ctx = zmq.Context()
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVTIMEO, 10_000)
+    pull.bind("inproc://tokenwire-msgspec-sender-writes")
+    push.connect("inproc://tokenwire-msgspec-sender-writes")
+    try:
+        ids = tokenwire.as_tokens(np.arange(40_000, dtype=np.int32))
+        main, buf = tm.Encoder().encode([ids])
+        mutable = bytearray(buf)
+        push.send_multipart([main, mutable], copy=False)
+        frames = pull.recv_multipart(copy=False)
+        mutable[:4] = b"\7\0\0\0"
+        assert bytes(frames[1].buffer[:4]) == b"\7\0\0\0"          # the hazard is real
+        mutable = bytearray(buf)
+        push.send_multipart([main, mutable], copy=False)
+        out = tm.Decoder().recv(pull)[0]
+        mutable[:4] = b"\7\0\0\0"
+        assert out[0] == 0 and out == ids
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
+        ctx.term()

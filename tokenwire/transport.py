@@ -45,7 +45,8 @@ from tokenwire._core import ImmutableBuffer
 from tokenwire.errors import AuthenticationError
 
 __all__ = ["AuthenticationError", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
-           "dumps_oob", "key_from_env", "loads_oob", "recv_pyobj_oob", "send_pyobj_oob"]
+           "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
+           "send_pyobj_oob"]
 
 #: Buffers at least this large travel out-of-band; smaller ones are copied into the pickle.
 #: 64 KiB is pyzmq's own threshold below which zero-copy sends are not worth it.
@@ -239,19 +240,38 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
     socket.send_multipart(frames, flags=flags, copy=False)
 
 
+# ZMQ_SRCFD: the file descriptor a message was read from; zmq_msg_get fails for a message that
+# never crossed a stream (inproc). The number, not zmq.SRCFD: this module never imports pyzmq.
+_ZMQ_SRCFD = 2
+
+
+def received_buffer(frame: Any) -> Any:
+    """A pyzmq frame received with ``copy=False``, as tokenwire may read it: wrapped in
+    `ImmutableBuffer` (viewed without a copy) when it was read from a tcp or ipc stream, whose
+    memory libzmq alone holds and never rewrites; the frame itself (copied once when a token
+    field is made from it) otherwise. Over ``inproc`` a large frame *is* the sender's memory --
+    a ``send(bytearray, copy=False)`` followed by a write to it changes what the receiver sees
+    -- so it is never trusted; nor is a frame whose origin libzmq cannot tell."""
+    try:
+        fd = frame.get(_ZMQ_SRCFD)
+    except Exception:              # inproc (EINVAL), not a zmq.Frame, a libzmq without SRCFD
+        return frame
+    return ImmutableBuffer(frame) if type(fd) is int and fd >= 0 else frame
+
+
 def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
                    sign_buffers: bool = False, find_class: Optional[FindClass] = None) -> Any:
-    """Receive an object sent by `send_pyobj_oob`. The frames are received with ``copy=False``
-    and handed to the unpickler as `ImmutableBuffer`s, so a token field views the message memory
-    instead of copying it. With `key`, the signature is verified before unpickling; a worker
-    whose socket anyone else can reach must pass one."""
+    """Receive an object sent by `send_pyobj_oob`. The frames are received with ``copy=False``;
+    a token field views a frame read from a tcp or ipc stream and copies one received over
+    inproc, whose memory the sender can still write (`received_buffer`). With `key`, the
+    signature is verified before unpickling; a worker whose socket anyone else can reach must
+    pass one."""
     frames = socket.recv_multipart(flags=flags, copy=False)
-    # A received message's memory is never rewritten by libzmq: say so (ImmutableBuffer), so the
-    # token fields view the frames instead of copying them. Frames are not trusted by type,
-    # because a zmq.Frame built over a bytearray looks the same as a received one.
+    # Frames are not trusted by type (a zmq.Frame built over a bytearray looks the same as a
+    # received one), nor because they were received (over inproc they are the sender's memory).
     views = [f.buffer for f in frames]
     if key is None:
         _check_unsigned(views)
-        return _unpickle(views[0], [ImmutableBuffer(f) for f in frames[1:]], find_class)
+        return _unpickle(views[0], [received_buffer(f) for f in frames[1:]], find_class)
     _verify(views, _as_key(key), sign_buffers)
-    return _unpickle(views[1], [ImmutableBuffer(f) for f in frames[2:]], find_class)
+    return _unpickle(views[1], [received_buffer(f) for f in frames[2:]], find_class)
