@@ -9,8 +9,10 @@
 With protocol 5 and a ``buffer_callback``, a TokenVector (and an ndarray, ...) is not copied into
 the pickle stream: its memory is handed over as a ``pickle.PickleBuffer``, sent as its own frame,
 and on the receiving side the unpickler is given the received frames as they are, so a token
-field ends up viewing the received message memory. Buffers smaller than ``oob_threshold`` bytes
-stay in-band: for a few hundred bytes an extra frame costs more than the copy.
+field ends up viewing the received message memory (a frame read from a tcp or ipc stream; one
+received over inproc is the sender's memory and is copied once, see `received_buffer`). Buffers
+smaller than ``oob_threshold`` bytes stay in-band: for a few hundred bytes an extra frame costs
+more than the copy.
 
 Authentication. Unpickling runs code chosen by whoever wrote the pickle, so a worker must never
 unpickle a message that anyone able to reach its socket could have sent. With ``key=`` the sender
