@@ -113,6 +113,8 @@ def test_urlsafe_alphabet(backend: str) -> None:
 BAD_TEXT = [
     ("AB=A", "padding '=' at position 2 before the end"),
     ("A===", "excess padding '=' at position 3"),
+    ("AAAA====", "excess padding '=' at position 6"),
+    ("AAAAAAAA====", "excess padding '=' at position 10"),
     ("ABC", "3 characters, not a multiple of 4"),
     ("AB C", "character ' ' at position 2 is not in the alphabet"),
     ("ABCD\n", "character '\\n' at position 4"),

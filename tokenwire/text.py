@@ -126,15 +126,17 @@ def _frame_bytes(text: Text, urlsafe: bool) -> bytes:
         if isinstance(e, WireFormatError):
             raise
         raise WireFormatError(_explain(text, urlsafe) or f"invalid base64: {e}") from None
-    problem = _non_canonical(text, size)
+    problem = _tail_problem(text, size, urlsafe)
     if problem is not None:
         raise WireFormatError(problem)
     return frame
 
 
-def _non_canonical(text: Text, size: int) -> Optional[str]:
-    """Valid base64 whose last character before "=" holds bits past the end of the data (both
-    backends decode "AB==" and "AA==" to the same byte): one frame, one text. O(1)."""
+def _tail_problem(text: Text, size: int, urlsafe: bool) -> Optional[str]:
+    """What the backends let through at the end of a decoded text, in O(1): more than two "="
+    (binascii's strict mode decodes "AAAA===="), or a last character before "=" that holds
+    bits past the end of the data (both backends decode "AB==" and "AA==" to the same byte:
+    non-canonical; one frame, one text)."""
     if size < 4:
         return None
     if isinstance(text, str):
@@ -143,6 +145,8 @@ def _non_canonical(text: Text, size: int) -> Optional[str]:
         tail = text.cast("B")[-3:].tobytes() if text.c_contiguous else text.tobytes()[-3:]
     else:
         tail = bytes(text[-3:])
+    if tail == b"===":
+        return _explain(text, urlsafe)
     if tail[2:] != b"=":
         return None
     pads, low_bits = (2, 4) if tail[1:2] == b"=" else (1, 2)
