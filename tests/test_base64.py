@@ -113,11 +113,20 @@ def test_urlsafe_alphabet(backend: str) -> None:
 BAD_TEXT = [
     ("AB=A", "padding '=' at position 2 before the end"),
     ("A===", "excess padding '=' at position 3"),
+    ("AAAA====", "excess padding '=' at position 6"),
+    ("AAAAAAAA====", "excess padding '=' at position 10"),
     ("ABC", "3 characters, not a multiple of 4"),
     ("AB C", "character ' ' at position 2 is not in the alphabet"),
     ("ABCD\n", "character '\\n' at position 4"),
     ("AB-_", "character '-' at position 2"),
     ("ABé=", "non-ASCII character 'é' at position 2"),
+    ("AA== ", "character ' ' at position 4 is not in the alphabet"),
+    ("AA==    ", "character ' ' at position 4 is not in the alphabet"),
+    ("AA==AA==", "padding '=' at position 2 before the end"),
+    ("AB==", "non-canonical text: character 'B' at position 1 carries bits past the end of the "
+             "data (its low 4 bits must be 0)"),
+    ("AAAAAAB=", "non-canonical text: character 'B' at position 6 carries bits past the end of "
+                 "the data (its low 2 bits must be 0)"),
     ("", "truncated: header needs 16 bytes, has 0"),
     ("AAAA", "bad magic"),
 ]
@@ -269,3 +278,61 @@ def test_an_int32_reader_with_a_vocabulary_refuses_frame_text(codec: str) -> Non
     s = to_base64(list(range(101)), codec=codec)  # type: ignore[arg-type]
     with pytest.raises(WireFormatError, match="multiple of 4 bytes|index 0 is 1380538196"):
         from_base64(s, format="int32", vocab_size=1 << 24)
+
+
+def test_non_canonical_text_is_refused_one_frame_one_text(backend: str) -> None:
+    """Every frame has exactly one text: the bits of the last character that lie past the end
+    of the data must be zero, or several texts would decode to one frame."""
+    alphabet = text._STANDARD_ALPHABET.decode()
+    for ids in ([1, 2, 3], [1, 2, 3, 4]):                 # frames of 28 and 32 bytes
+        s = to_base64(ids, codec="raw")
+        pads = len(s) - len(s.rstrip("="))
+        assert pads == (2 if len(ids) == 3 else 1) and from_base64(s) == ids
+        at = len(s) - pads - 1
+        for bit in range(2 * pads):                       # each unused low bit of s[at]
+            other = s[:at] + alphabet[alphabet.index(s[at]) ^ (1 << bit)] + "=" * pads
+            assert base64.b64decode(other) == base64.b64decode(s)   # a lenient decoder agrees
+            for form in (other, other.encode(), bytearray(other.encode()),
+                         memoryview(other.encode())):
+                with pytest.raises(WireFormatError, match=f"non-canonical text: character "
+                                                          f"'{other[at]}' at position {at} "):
+                    from_base64(form)
+    urlsafe = to_base64([1, 2, 3, 4], codec="raw", urlsafe=True)
+    with pytest.raises(WireFormatError, match="non-canonical"):
+        from_base64(urlsafe[:-3] + "_==", urlsafe=True)    # 63: low 4 bits set
+
+
+def _python_lines_run(fn) -> int:  # type: ignore[no-untyped-def]
+    """How many lines of tokenwire/text.py run during fn() (sys.settrace line events)."""
+    import sys
+    count = 0
+
+    def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
+        nonlocal count
+        if frame.f_code.co_filename != text.__file__:
+            return None
+        if event == "line":
+            count += 1
+        return tracer
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    except WireFormatError:
+        pass
+    finally:
+        sys.settrace(None)
+    return count
+
+
+@pytest.mark.parametrize("where", ["non-ASCII", "bad character", "trailing space", "padding"])
+def test_refusing_a_long_text_runs_no_python_loop_per_character(backend: str, where: str) -> None:
+    """Finding what is wrong is a few passes of C code: the Python lines run do not grow with
+    the text (a loop per character made 16 MiB of bad text 40x slower than good text)."""
+    def bad(n: int) -> str:
+        s = to_base64(list(range(n)), codec="raw")
+        return {"non-ASCII": s[:-5] + "é" + s[-4:], "bad character": s[:-5] + "*" + s[-4:],
+                "trailing space": s + "    ", "padding": s[:8] + "==" + s[10:]}[where]
+    small, large = (_python_lines_run(lambda n=n: from_base64(bad(n)))
+                    for n in (1_000, 100_000))
+    assert 0 < large == small < 100

@@ -491,3 +491,153 @@ def test_inputs_are_not_modified() -> None:
     tokenwire.decode_many(frame)
     assert np.array_equal(arr, before_arr) and bytes(frame) == before_frame
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Restricted unpickling: a pickle naming one source many times (its memo makes that cost a few
+# bytes a time) gets one vector, so memory stays within a constant factor of the pickle.
+
+_REFS = 300
+_SOURCE = 1 << 20                                        # 1 MiB of ids
+_GLOBAL = b"\x8c\x0ftokenwire._core\x8c\x15_restore_token_vector\x93\x94"   # memo 0
+
+
+def _in_band_bytearray() -> tuple[bytes, list[object]]:
+    """BYTEARRAY8 once (memo 1), then restored _REFS times (6 bytes each)."""
+    first = _GLOBAL + b"\x96" + struct.pack("<Q", _SOURCE) + bytes(_SOURCE) + b"\x94\x85R"
+    again = b"h\x00h\x01\x85R" * (_REFS - 1)
+    return b"\x80\x05](" + first + again + b"e.", []
+
+
+def _out_of_band_view() -> tuple[bytes, list[object]]:
+    """One out-of-band buffer over writable memory, made read-only once (memo 1), restored
+    _REFS times."""
+    first = _GLOBAL + b"\x97\x98\x94\x85R"
+    again = b"h\x00h\x01\x85R" * (_REFS - 1)
+    return b"\x80\x05](" + first + again + b"e.", [bytearray(_SOURCE)]
+
+
+def _out_of_band_fresh_views() -> tuple[bytes, list[object]]:
+    """The buffer itself memoized (memo 1): each restore makes a new read-only view of it."""
+    first = _GLOBAL + b"0\x97\x940"                     # both memoized, then popped
+    again = b"h\x00h\x01\x98\x85R" * _REFS
+    return b"\x80\x05](" + first + again + b"e.", [bytearray(_SOURCE)]
+
+
+def _request_states() -> tuple[bytes, list[object]]:
+    """_REFS requests whose states name one bytearray frame (pickle memoizes it)."""
+    import pickle
+
+    from tokenwire.request import GenerationRequest
+    frame = bytearray(tokenwire.encode(np.zeros(_SOURCE // 4, np.int32), codec="raw"))
+    fn, args, state = GenerationRequest([1]).__reduce_ex__(5)[:3]
+
+    class Shared:
+        __class__ = property(lambda self: GenerationRequest)    # what pickle checks of __newobj__
+
+        def __reduce_ex__(self, protocol: object) -> object:
+            return fn, args, dict(state, prompt_token_ids=frame, query_token_ids=(frame,))
+
+    return pickle.dumps([Shared() for _ in range(_REFS)], protocol=5), []
+
+
+@pytest.mark.parametrize("craft", [_in_band_bytearray, _out_of_band_view,
+                                   _out_of_band_fresh_views, _request_states])
+def test_restricted_unpickle_copies_a_mutable_source_once(craft) -> None:
+    import functools
+    import gc
+    import io
+    import pickle
+
+    from tokenwire.request import GenerationRequest
+    data, buffers = craft()
+    assert len(data) < _SOURCE + 200 * _REFS
+    allow = {("tokenwire.request", "GenerationRequest"), ("copyreg", "__newobj__")}
+    find = functools.partial(tokenwire.find_class, allow=allow)
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> object:
+            return find(module, name)
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        out = Restricted(io.BytesIO(data), buffers=buffers).load()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert len(out) == _REFS
+    assert peak < 2 * len(data) + 2 * _SOURCE, f"{peak} bytes traced for a {len(data)}-byte pickle"
+    if isinstance(out[0], GenerationRequest):
+        vectors = [v for r in out for v in (r.prompt_token_ids, r.query_token_ids)]
+        assert all(type(v) is list for v in vectors[::2]) and all(type(v) is tuple for v in vectors[1::2])
+        assert len(vectors[0]) == _SOURCE // 4 and not any(vectors[0]) and vectors[1] == tuple(vectors[0])
+    else:
+        assert all(v is out[0] for v in out) and len(out[0]) == _SOURCE // 4 and not any(out[0])
+
+
+def test_a_restored_vector_never_shows_a_later_write() -> None:
+    """The source is copied, and a source written since a vector was made from it gives a new
+    vector; the same unchanged memory gives the same one."""
+    from tokenwire._core import _restore_token_vector
+    source = bytearray(b"\0\0\0\0\1\0\0\0")
+    view = memoryview(source).toreadonly()
+    first = _restore_token_vector(view)
+    assert _restore_token_vector(memoryview(source).toreadonly()) is first
+    source[0] = 7
+    assert list(first) == [0, 1]
+    second = _restore_token_vector(view)
+    assert list(second) == [7, 1] and list(first) == [0, 1]
+    assert _restore_token_vector(source) is second
+    third = _restore_token_vector(bytearray(b"\7\0\0\0\1\0\0\0"))   # another object: a copy
+    assert list(third) == [7, 1]
+    # Text (protocols 0-2) is immutable: one vector per str object, the same error as before.
+    text = "\1\0\0\0\2\0\0\0"
+    assert _restore_token_vector(text) is _restore_token_vector(text)
+    with pytest.raises(tokenwire.TokenIdError, match="code point above 255"):
+        _restore_token_vector("\u0100abc")
+
+
+# ---------------------------------------------------------------------------------------------
+# A pickled request state may not shadow a method
+
+
+import functools  # noqa: E402
+
+from tokenwire import GenerationRequest  # noqa: E402
+
+
+class MethodsRequest(GenerationRequest):
+    @classmethod
+    def make(cls) -> "MethodsRequest":
+        return cls([1])
+
+    @staticmethod
+    def helper() -> int:
+        return 1
+
+    @functools.cached_property
+    def total(self) -> int:
+        return 3
+
+
+def test_state_keys_naming_methods_are_refused() -> None:
+    """{"set_id": 5} in a state would shadow the method with an int on the instance: refused,
+    naming the key, for methods, classmethods, staticmethods and inherited ones alike. A
+    cached_property keeps its value under its own name in __dict__: still allowed."""
+    import pickle
+
+    req = MethodsRequest([1, 2])
+    state = req.__reduce_ex__(5)[2]
+    methods = ["set_id", "make", "helper", "__reduce_ex__"]
+    assert all(callable(getattr(req, n)) for n in methods)
+    for name in methods:
+        fresh = MethodsRequest.__new__(MethodsRequest)
+        with pytest.raises(WireFormatError, match=f"state key {name!r} names a class-level "
+                                                  f"attribute \\(a method"):
+            fresh.__setstate__(dict(state, **{name: 5}))
+    assert req.total == 3                                  # cached in __dict__ as "total"
+    back = pickle.loads(pickle.dumps(req))
+    assert back.total == 3 and "total" in vars(back)

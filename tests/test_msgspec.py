@@ -544,3 +544,72 @@ def test_one_encoder_and_decoder_shared_by_threads() -> None:
         elif any(v for k, v in inside.items() if k != name):
             interleaved += 1
     assert interleaved > 0
+
+
+def _traced_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """(fn(), the peak of traced memory above the start during the call)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+def test_many_references_to_one_mutable_frame_copy_it_once() -> None:
+    """A message naming one out-of-band frame many times: a frame that is not `bytes` (here a
+    bytearray, as a zmq.Frame of copy=False is) is copied once per decode, not once per
+    reference, so memory stays within a constant factor of the message."""
+    n_ids, refs = 1 << 18, 300                           # a 1 MiB frame, 300 references
+    frame = bytearray(np.arange(n_ids, dtype="<i4").tobytes())
+    ref = msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF.pack(1, n_ids))
+    main = msgspec.msgpack.encode([ref] * refs)
+    assert len(main) < 20 * refs
+    out, peak = _traced_peak(lambda: tm.Decoder().decode([main, frame]))
+    assert peak < 2 * len(frame), f"{peak} bytes traced for a {len(frame)}-byte frame"
+    assert len(out) == refs and all(v is out[0] for v in out)
+    assert out[0] == TokenVector.frombuffer(bytes(frame))
+    frame[:4] = b"\7\0\0\0"                              # the copy never shows a later write
+    assert out[0][0] == 0
+    # The next decode copies again: a cache per decode, never a stale vector.
+    assert tm.Decoder().decode([main, frame])[0][0] == 7
+
+
+def test_a_second_reference_must_agree_on_the_count() -> None:
+    frame = bytearray(8 * 4)
+    refs = [msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF.pack(1, 8)),
+            msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF.pack(1, 7))]
+    with pytest.raises(WireFormatError, match="frame 1 is referenced with 7 ids, an earlier "
+                                              "reference said 8"):
+        tm.Decoder().decode([msgspec.msgpack.encode(refs), frame])
+
+
+def test_recv_copies_inproc_frames_because_the_sender_can_still_write() -> None:
+    """Decoder.recv over inproc: a frame sent with copy=False is the sender's memory (a write
+    after the send shows on the receiver), so the decoded vector is a copy made before it."""
+    ctx = zmq.Context()
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVTIMEO, 10_000)
+    pull.bind("inproc://tokenwire-msgspec-sender-writes")
+    push.connect("inproc://tokenwire-msgspec-sender-writes")
+    try:
+        ids = tokenwire.as_tokens(np.arange(40_000, dtype=np.int32))
+        main, buf = tm.Encoder().encode([ids])
+        mutable = bytearray(buf)
+        push.send_multipart([main, mutable], copy=False)
+        frames = pull.recv_multipart(copy=False)
+        mutable[:4] = b"\7\0\0\0"
+        assert bytes(frames[1].buffer[:4]) == b"\7\0\0\0"          # the hazard is real
+        mutable = bytearray(buf)
+        push.send_multipart([main, mutable], copy=False)
+        out = tm.Decoder().recv(pull)[0]
+        mutable[:4] = b"\7\0\0\0"
+        assert out[0] == 0 and out == ids
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)
+        ctx.term()

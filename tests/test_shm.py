@@ -477,7 +477,7 @@ def test_sender_killed_mid_message_then_restarted(zmq_ctx, tmp_path):
             frames = pull.recv_multipart(copy=False)
             ack.send(b"")
             assert proxy.wait(timeout=30) == -signal.SIGKILL
-            msg = receiver.loads([f.buffer for f in frames], immutable=True)  # after its death
+            msg = receiver.loads([f.buffer for f in frames])    # after its death
             assert msg["n"] == 3 and msg["ids"] == ids(start=start + 3)
             assert receiver.stats["shm"] >= 2
         assert len(receiver._segments) == 2               # the restarted proxy's segment too

@@ -145,6 +145,11 @@ def test_keys_are_checked():
             loads_oob([b"x"], key=guessable)          # type: ignore[arg-type]
     with pytest.raises(ValueError, match="32 zero bytes"):
         dumps_oob(request(3), key=bytes(32))
+    for guessable in (b"\x01" + bytes(15), b"\x01" * 16, bytes(range(7)) * 5):
+        with pytest.raises(ValueError, match=r"only \d distinct byte value\(s\): not a random"):
+            dumps_oob(request(3), key=guessable)
+        with pytest.raises(ValueError, match="not a random key"):
+            loads_oob([b"x", b"y"], key=guessable)
     for key in (bytearray(KEY), memoryview(KEY)):     # bytes-like keys are the same key
         assert loads_oob(dumps_oob({"a": 1}, key=key), key=KEY) == {"a": 1}
 
@@ -240,7 +245,7 @@ def test_worker_example_with_a_key(tmp_path):
     assert "ok: 2 requests" in result.stdout and "signed: yes" in result.stdout
 
 
-@pytest.mark.parametrize("key", [KEY, b"\x01" * 16, bytes(range(64)), bytes(range(100))],
+@pytest.mark.parametrize("key", [KEY, bytes(range(16)), bytes(range(64)), bytes(range(100))],
                          ids=["32", "16", "64", "100"])
 @pytest.mark.parametrize("sign_buffers", [False, True])
 def test_signature_is_standard_hmac_sha256(key, sign_buffers):
@@ -253,4 +258,18 @@ def test_signature_is_standard_hmac_sha256(key, sign_buffers):
     sig, head, buf = frames
     msg = (b"tokenwire-oob-v1\0" + (b"\1" if sign_buffers else b"\0")
            + struct.pack("<3Q", 1, len(buf), len(head)) + head + (buf if sign_buffers else b""))
-    assert sig == b"TWS1" + hmac.new(key, msg, hashlib.sha256).digest()
+    assert sig == b"TWS2" + hmac.new(hashlib.sha256(key).digest(), msg, hashlib.sha256).digest()
+
+
+@pytest.mark.parametrize("other", [KEY + b"\0", KEY + bytes(40), None], ids=["+NUL", "+40 NULs", "hash"])
+def test_keys_that_differ_never_verify_each_other(other):
+    """Plain HMAC pads a short key with zeros and hashes one longer than 64 bytes, so K, K + NULs
+    and (for a long K) SHA-256(K) would be one key. Keyed with SHA-256(key), they are not."""
+    import hashlib
+    long_key = bytes(range(100))
+    pairs = [(KEY, other)] if other is not None else [(long_key, hashlib.sha256(long_key).digest())]
+    for a, b in pairs:
+        assert loads_oob(dumps_oob({"a": 1}, key=a), key=a) == {"a": 1}
+        for signer, verifier in ((a, b), (b, a)):
+            with pytest.raises(AuthenticationError, match="bad signature"):
+                loads_oob(dumps_oob({"a": 1}, key=signer), key=verifier)

@@ -238,3 +238,36 @@ def test_ray_object_store_put_get(ray):
     out = ray.get(ray.put(req), timeout=60)
     check(describe(out), req)
     assert type(token_buffer(out, "prompt_token_ids")) is TokenVector
+
+
+def test_inproc_frames_are_copied_because_the_sender_can_still_write(zmq_ctx):
+    """Over inproc a frame sent with copy=False *is* the sender's memory: a write after the send
+    shows on the receiver's frame. recv_pyobj_oob copies such a frame once, so the received
+    token field keeps the ids that were sent (a frame read from tcp/ipc is viewed: above)."""
+    zmq, ctx = zmq_ctx
+    pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    pull.bind("inproc://tokenwire-sender-writes")
+    push = ctx.socket(zmq.PUSH)
+    push.connect("inproc://tokenwire-sender-writes")
+    req = make_request(40_000)
+    head, buf = dumps_oob(req)
+    sent_first = token_buffer(req, "prompt_token_ids")[0]
+    try:
+        # The hazard is real: the receiver's frame changes with the sender's bytearray.
+        mutable = bytearray(buf)
+        push.send_multipart([head, mutable], copy=False)
+        frames = pull.recv_multipart(copy=False)
+        mutable[:4] = b"\7\0\0\0"
+        assert bytes(frames[1].buffer[:4]) == b"\7\0\0\0"
+        # recv_pyobj_oob: the field is a copy, made before the write.
+        mutable = bytearray(buf)
+        push.send_multipart([head, mutable], copy=False)
+        out = recv_pyobj_oob(pull)
+        vec = token_buffer(out, "prompt_token_ids")
+        mutable[:4] = b"\7\0\0\0"
+        assert vec[0] == sent_first != 7
+        assert vec == token_buffer(req, "prompt_token_ids")
+    finally:
+        push.close(linger=0)
+        pull.close(linger=0)

@@ -1,7 +1,7 @@
 """Type stubs for tokenwire._core (kept in step with the module by tests/test_stubs.py)."""
 
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, Literal, SupportsIndex, final, overload
 
 from typing_extensions import Buffer, Self, disjoint_base
@@ -71,6 +71,7 @@ def is_immutable_source(obj: object) -> bool: ...
 def gil_release_threshold(nbytes: SupportsIndex | None = None) -> int: ...
 def _restore_token_vector(data: Buffer | str) -> TokenVector: ...
 def _ids_from_int32_bytes(data: bytes, vocab_size: int | None = None) -> TokenVector: ...
+def _restore_shared(data: Buffer | str, make: Callable[[Any], TokenVector]) -> TokenVector: ...
 
 # -- wire codec (_wire.pxi) --
 

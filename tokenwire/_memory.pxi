@@ -120,9 +120,10 @@ cdef class ImmutableBuffer:
     from it) is alive, so tokenwire may view it instead of copying.
 
     Nothing can check such a promise, which is why tokenwire trusts only `bytes`, `TokenVector`
-    and this wrapper. The case it exists for is a received pyzmq `Frame` (libzmq never rewrites
-    a received message, but a `zmq.Frame` built over a bytearray looks the same, so frames are
-    not trusted by type): `tokenwire.transport.recv_pyobj_oob` wraps the frames it receives, and
+    and this wrapper. The case it exists for is a pyzmq `Frame` read from a tcp or ipc stream
+    (libzmq never rewrites a received message, but a `zmq.Frame` built over a bytearray looks
+    the same, so frames are not trusted by type, and over inproc a frame is the sender's own
+    memory): `tokenwire.transport.received_buffer` wraps those, and
     `decode(ImmutableBuffer(frame))` decodes one without a copy. It exports the bytes read-only.
     """
 

@@ -29,7 +29,7 @@ import sys
 import warnings
 from typing import Any, Optional, cast
 
-from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
+from tokenwire._core import TokenVector, _restore_shared, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
 
 __all__ = ["TokenIds", "token_buffer"]
@@ -112,17 +112,18 @@ _HELD_KINDS = (TokenVector, bytes, bytearray, memoryview, str)
 
 
 def _held_from_state(owner: str, name: str, payload: Any, as_tuple: bool) -> _TokenField:
-    """A _TokenField from a TokenVector or a wire frame (bytes; a latin-1 str below protocol 3)."""
+    """A _TokenField from a TokenVector or a wire frame (bytes; a latin-1 str below protocol 3).
+    One frame named by many fields or objects is decoded (a mutable one copied) once:
+    `_restore_shared`."""
     kind = type(payload)
     if kind is TokenVector:
         return _TokenField(payload, as_tuple)
     try:
-        if kind is str:
-            try:
-                payload = payload.encode("latin-1")
-            except UnicodeEncodeError:
-                raise WireFormatError("a frame sent as text must be latin-1 (code points < 256)") from None
-        return _TokenField(decode(payload), as_tuple)
+        try:
+            vector = _restore_shared(payload, decode)
+        except UnicodeEncodeError:
+            raise WireFormatError("a frame sent as text must be latin-1 (code points < 256)") from None
+        return _TokenField(vector, as_tuple)
     except WireFormatError as exc:
         raise WireFormatError(f"{owner} state key {name!r}: {exc}") from None
 

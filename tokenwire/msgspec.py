@@ -23,7 +23,8 @@ message but handed over as its own buffer (a view of its memory), referenced fro
 by an Ext of type `BUFFER_EXT_CODE` holding the buffer's index and id count; smaller ones are
 inline Exts. ``Decoder(T).decode(frames)`` takes bytes / memoryviews / ``zmq.Frame`` objects
 and views buffers in immutable memory (bytes, `ImmutableBuffer`); `Decoder.recv` receives from
-a pyzmq socket and views the received frames (libzmq never rewrites a received message)::
+a pyzmq socket and views the frames read from a tcp or ipc stream (libzmq never rewrites a
+received message), copying once those received over inproc (the sender's own memory)::
 
     socket.send_multipart(Encoder().encode(request), copy=False)
     request = Decoder(Request).recv(socket)
@@ -70,10 +71,10 @@ except ImportError as e:
         f"tokenwire.msgspec needs the msgspec package: pip install 'tokenwire[msgspec]' ({e})"
     ) from e
 
-from tokenwire._core import ImmutableBuffer, TokenVector, as_tokens, check_codec, decode, encode
+from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
 from tokenwire.text import from_base64, to_base64
-from tokenwire.transport import OOB_THRESHOLD
+from tokenwire.transport import OOB_THRESHOLD, received_buffer
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -307,6 +308,7 @@ class Decoder:
             raise WireFormatError("Decoder.decode() got no frames (needs the main frame)")
         local = self._local
         local.frames = frames
+        local.made = {}
         try:
             return self._decoder.decode(frames[0])
         except UnicodeDecodeError as e:
@@ -316,13 +318,15 @@ class Decoder:
             raise msgspec.DecodeError(f"invalid UTF-8 in a msgpack string: {e}") from None
         finally:
             local.frames = None
+            local.made = None
 
     def recv(self, socket: Any, flags: int = 0) -> Any:
-        """Receive one multipart message from a pyzmq socket and decode it. The received
-        frames are viewed, not copied: libzmq never rewrites a received message, so they are
-        wrapped in `ImmutableBuffer` (the promise `decode` needs)."""
+        """Receive one multipart message from a pyzmq socket and decode it. A frame read from
+        a tcp or ipc stream is viewed (libzmq alone holds its memory and never rewrites it); one
+        received over inproc is the sender's memory, which it may still write, and is copied
+        once (`tokenwire.transport.received_buffer`)."""
         frames = socket.recv_multipart(flags=flags, copy=False)
-        return self.decode([ImmutableBuffer(f) for f in frames])
+        return self.decode([received_buffer(f) for f in frames])
 
     def _ext_hook(self, code: int, data: memoryview) -> Any:
         if code != self.buffer_ext_code:
@@ -339,6 +343,16 @@ class Decoder:
             raise WireFormatError(
                 f"out-of-band reference to frame {index}, but the message has "
                 f"{len(frames) - 1} buffer(s) (frames 1..{len(frames) - 1})")
+        made = self._local.made
+        tv = made.get(index)
+        if tv is not None:
+            # Another reference to a frame already read: the same vector, never a second copy
+            # (a message naming one frame many times would otherwise cost its size each time).
+            if len(tv) != count:
+                raise WireFormatError(
+                    f"out-of-band frame {index} is referenced with {count} ids, an earlier "
+                    f"reference said {len(tv)}")
+            return tv
         buf = frames[index]
         nbytes = memoryview(buf).nbytes
         if nbytes != 4 * count:
@@ -351,4 +365,5 @@ class Decoder:
                 as_tokens(tv, vocab_size=self.vocab_size)       # checks, returns tv itself
             except ValueError as e:
                 raise WireFormatError(f"out-of-band frame {index}: {e}") from None
+        made[index] = tv
         return tv

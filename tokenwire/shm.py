@@ -54,7 +54,7 @@ import sys
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tokenwire._core import ImmutableBuffer, TokenVector
+from tokenwire._core import TokenVector
 from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _signature,
                                  _unpickle, dumps_oob)
@@ -450,11 +450,11 @@ class Receiver:
         return seg
 
     def loads(self, frames: Iterable[Any], *, key: Optional[bytes] = None,
-              sign_buffers: bool = False, find_class: Optional[FindClass] = None,
-              immutable: bool = False) -> Any:
+              sign_buffers: bool = False, find_class: Optional[FindClass] = None) -> Any:
         """The object `Sender.dumps` framed. With `key`, the signature (over the descriptor and
-        the pickle) is checked before any slot is touched. `immutable=True` promises that the
-        frames' memory never changes (received zmq frames), so buffers view it."""
+        the pickle) is checked before any slot is touched. Frames are used as they are given:
+        an `ImmutableBuffer` is viewed, anything else copied once
+        (`tokenwire.transport.received_buffer` decides for received zmq frames)."""
         frames = list(frames)
         views = [memoryview(f) for f in frames]
         if key is not None:
@@ -477,14 +477,13 @@ class Receiver:
                 raise WireFormatError(f"a channel message has a descriptor and a pickle frame, "
                                       f"got {len(views)} frame(s)")
             desc, head, first = views[0].tobytes(), views[1], 2
-        buffers = self.take(desc, frames[first:], immutable=immutable, slots=not sign_buffers)
+        buffers = self.take(desc, frames[first:], slots=not sign_buffers)
         return _unpickle(head, buffers, find_class)
 
-    def take(self, desc: Any, frames: Sequence[Any], *, immutable: bool = False,
-             slots: bool = True) -> List[Any]:
+    def take(self, desc: Any, frames: Sequence[Any], *, slots: bool = True) -> List[Any]:
         """The buffers `Sender.place` described, in order: slots copied out (each a
         `TokenVector` the caller owns, or `bytes` for a length that is not a multiple of 4) and
-        freed, frames as they are (wrapped in `ImmutableBuffer` when `immutable`). Raises
+        freed, frames as they are. Raises
         WireFormatError for a descriptor that does not match the frames or the slots, or that
         names a slot when `slots` is false (with sign_buffers=True every byte must be signed,
         and a slot's bytes are not)."""
@@ -515,7 +514,7 @@ class Receiver:
         k = 0
         for i, gen, n in entries:
             if i == _NO_SLOT:
-                out.append(ImmutableBuffer(frames[k]) if immutable else frames[k])
+                out.append(frames[k])
                 k += 1
                 self.stats["frames"] += 1
                 continue

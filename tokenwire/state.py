@@ -23,6 +23,7 @@ adopted (a plain ``list[int]`` under the public name or under ``_<field>``), and
 from __future__ import annotations
 
 import copyreg
+import functools
 import os
 from typing import Any, Optional, cast
 
@@ -102,10 +103,15 @@ class _Config:
         self.keys = frozenset(n for n, _ in self.fields)
         self.fieldmap = dict(self.fields)
         #: Names a pickled state may not set in __dict__: data descriptors (properties,
-        #: slots, TokenIds, __dict__...) and special names the class defines.
+        #: slots, TokenIds, __dict__...), methods (functions, classmethods, staticmethods...:
+        #: an instance attribute would shadow the method) and special names the class defines.
+        #: A non-data descriptor that is not a method (functools.cached_property) keeps its
+        #: value in __dict__ under its own name, so it stays allowed.
         self.reserved = frozenset(
             n for n, a in resolved.items()
-            if hasattr(type(a), "__set__") or n[:2] == "__" == n[-2:])
+            if hasattr(type(a), "__set__") or n[:2] == "__" == n[-2:]
+            or hasattr(type(a), "__get__") and (
+                callable(a) or isinstance(a, (classmethod, staticmethod, functools.partialmethod))))
         self.slotnames: tuple[str, ...] = tuple(copyreg._slotnames(cls))  # type: ignore[attr-defined]
         self.slots = frozenset(self.slotnames)
         self.frames = any(d.codec != "raw" for _, d in self.fields)
@@ -133,13 +139,15 @@ def _state_key_problem(config: _Config, key: Any, strict: bool = True) -> Option
     """Why `key` may not become an instance attribute from a pickled state, or None. Never a
     class-level tokenwire setting; with `strict` (tokenwire stores the state itself) also not a
     non-string, nor a name that shadows something class-level -- a property, slot or other data
-    descriptor (the __dict__ entry would be dead) or a special name the class defines."""
+    descriptor (the __dict__ entry would be dead), a method (the entry would replace it) or a
+    special name the class defines."""
     if type(key) is not str:
         return "is not a string" if strict else None
     if key.startswith(_CONFIG_PREFIX):
         return "names class-level configuration"
     if strict and key in config.reserved:
-        return "names a class-level attribute (a property, slot, descriptor or special name)"
+        return ("names a class-level attribute (a method, property, slot, descriptor or special "
+                "name)")
     return None
 
 

@@ -9,7 +9,9 @@ characters each ("packed" at 2.25 bytes per id, times 4/3).
 
 Base64 runs through `pybase64` (SIMD) when it is installed (`pip install 'tokenwire[base64]'`)
 and through the standard library's `binascii` otherwise; the output is the same either way, and
-so is what is accepted: the chosen alphabet, padded to a multiple of 4 characters, no whitespace.
+so is what is accepted: the chosen alphabet, padded to a multiple of 4 characters, no whitespace,
+and canonical (the unused low bits of the last character before "=" are zero, so each frame has
+exactly one text).
 With ``urlsafe=True`` the alphabet uses "-" and "_" instead of "+" and "/" (on both sides).
 
 ``format="int32"`` (both sides) is the bare form other servers relay: the base64 of the ids as
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import binascii
 import importlib
-import re
 import sys
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union, cast
 
@@ -43,8 +44,13 @@ _URL_ALTCHARS = b"-_"
 _TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
 _STRICT_BINASCII = sys.version_info >= (3, 11)      # a2b_base64(strict_mode=True)
-_STANDARD_TEXT = re.compile(rb"[A-Za-z0-9+/]*={0,2}")
-_URLSAFE_TEXT = re.compile(rb"[A-Za-z0-9_-]*={0,2}")
+_STANDARD_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_URLSAFE_ALPHABET = _STANDARD_ALPHABET[:62] + b"-_"
+# The 6-bit value of each alphabet character (both alphabets: "+" and "-" are 62, "/" and "_" 63).
+_SEXTET = bytearray(256)
+for _value, _char in enumerate(_STANDARD_ALPHABET):
+    _SEXTET[_char] = _value
+_SEXTET[ord("-")], _SEXTET[ord("_")] = 62, 63
 
 _use_pybase64 = _pybase64 is not None
 
@@ -91,8 +97,10 @@ def from_base64(text: Text, *, vocab_size: Optional[int] = None,
     """The TokenVector held by a `to_base64` string (`str`, or ASCII bytes-like).
 
     Raises WireFormatError (a ValueError) naming the position of the first character outside
-    the alphabet, a misplaced or excess "=", a length that is not a multiple of 4, or, once
-    decoded, what `decode` finds wrong with the frame (including ids outside `vocab_size`).
+    the alphabet, a misplaced or excess "=", a length that is not a multiple of 4, a last
+    character before "=" whose unused low bits are not zero (non-canonical text: every frame
+    has exactly one text), or, once decoded, what `decode` finds wrong with the frame
+    (including ids outside `vocab_size`). Finding the problem costs no more than decoding.
     A raw frame is not copied again: the vector views the decoded bytes.
 
     ``format="int32"`` reads bare little-endian int32 bytes (``to_base64(..., format="int32")``,
@@ -132,20 +140,55 @@ def _frame_bytes(text: Text, urlsafe: bool) -> bytes:
         raise WireFormatError(_explain(text, urlsafe) or "invalid base64")
     try:
         if _use_pybase64:
-            return cast(bytes, _pybase64.b64decode(
+            frame = cast(bytes, _pybase64.b64decode(
                 text, altchars=_URL_ALTCHARS if urlsafe else None, validate=True))
-        plain = text
-        if urlsafe:
-            plain = (text.encode("ascii") if isinstance(text, str) else bytes(text)).translate(
-                _FROM_URLSAFE)
-        if _STRICT_BINASCII:
-            return binascii.a2b_base64(plain, strict_mode=True)
-        problem = _explain(text, urlsafe)        # Python < 3.11: validate first
-        if problem is None:
-            return binascii.a2b_base64(plain)
+        else:
+            plain = text
+            if urlsafe:
+                plain = (text.encode("ascii") if isinstance(text, str) else bytes(text)).translate(
+                    _FROM_URLSAFE)
+            if _STRICT_BINASCII:
+                frame = binascii.a2b_base64(plain, strict_mode=True)
+            else:
+                problem = _explain(text, urlsafe)        # Python < 3.11: validate first
+                if problem is not None:
+                    raise WireFormatError(problem)
+                frame = binascii.a2b_base64(plain)
     except (binascii.Error, ValueError) as e:
-        problem = _explain(text, urlsafe) or f"invalid base64: {e}"
-    raise WireFormatError(problem)
+        if isinstance(e, WireFormatError):
+            raise
+        raise WireFormatError(_explain(text, urlsafe) or f"invalid base64: {e}") from None
+    problem = _tail_problem(text, size, urlsafe)
+    if problem is not None:
+        raise WireFormatError(problem)
+    return frame
+
+
+def _tail_problem(text: Text, size: int, urlsafe: bool) -> Optional[str]:
+    """What the backends let through at the end of a decoded text, in O(1): more than two "="
+    (binascii's strict mode decodes "AAAA===="), or a last character before "=" that holds
+    bits past the end of the data (both backends decode "AB==" and "AA==" to the same byte:
+    non-canonical; one frame, one text)."""
+    if size < 4:
+        return None
+    if isinstance(text, str):
+        tail = text[-3:].encode("ascii")               # valid text: ASCII
+    elif isinstance(text, memoryview):
+        tail = text.cast("B")[-3:].tobytes() if text.c_contiguous else text.tobytes()[-3:]
+    else:
+        tail = bytes(text[-3:])
+    if tail == b"===":
+        return _explain(text, urlsafe)
+    if tail[2:] != b"=":
+        return None
+    pads, low_bits = (2, 4) if tail[1:2] == b"=" else (1, 2)
+    position = size - pads - 1
+    char = tail[2 - pads]
+    if _SEXTET[char] & ((1 << low_bits) - 1):
+        return (f"invalid base64: non-canonical text: character {chr(char)!r} at position "
+                f"{position} carries bits past the end of the data (its low {low_bits} bits "
+                f"must be 0)")
+    return None
 
 
 def _has_standard_only_characters(text: Text) -> bool:
@@ -158,27 +201,33 @@ def _has_standard_only_characters(text: Text) -> bool:
 
 
 def _explain(text: Text, urlsafe: bool) -> Optional[str]:
-    """What is wrong with a base64 text (the slow path, run only after a failure), or None."""
+    """What is wrong with a base64 text (run only after a failure), or None. Every step is one
+    pass of C code over the text (encode, translate, find): no Python loop per character, so
+    a long bad text is refused about as fast as a good one is decoded."""
     if isinstance(text, str):
-        for i, ch in enumerate(text):
-            if ord(ch) > 127:
-                return f"invalid base64: non-ASCII character {ch!r} at position {i}"
-        data = text.encode("ascii")
+        try:
+            data = text.encode("ascii")
+        except UnicodeEncodeError as e:
+            return f"invalid base64: non-ASCII character {text[e.start]!r} at position {e.start}"
     else:
         data = bytes(text)
     n = len(data)
-    pattern = _URLSAFE_TEXT if urlsafe else _STANDARD_TEXT
-    good = pattern.match(data)
-    end = good.end() if good else 0
-    if end < n:
-        ch = chr(data[end])
-        if ch == "=":
-            return f"invalid base64: excess padding '=' at position {end}"
-        if data.find(b"=", 0, end) >= 0:
-            first_pad = data.find(b"=", 0, end)
-            return f"invalid base64: padding '=' at position {first_pad} before the end"
-        alphabet = "A-Z a-z 0-9 - _" if urlsafe else "A-Z a-z 0-9 + /"
-        return f"invalid base64: character {ch!r} at position {end} is not in the alphabet ({alphabet} =)"
+    alphabet = _URLSAFE_ALPHABET if urlsafe else _STANDARD_ALPHABET
+    others = data.translate(None, alphabet)          # padding and strangers, in text order
+    if others:
+        first = data.find(others[:1])                # the first character outside the alphabet
+        end = first
+        if others[0] == 0x3D:                        # "=": up to two end the text
+            end += 2 if data[first + 1:first + 2] == b"=" else 1
+        if end < n:
+            ch = chr(data[end])
+            if ch == "=":
+                return f"invalid base64: excess padding '=' at position {end}"
+            if data[end:end + 1].translate(None, alphabet) == b"":
+                return f"invalid base64: padding '=' at position {first} before the end"
+            names = "A-Z a-z 0-9 - _" if urlsafe else "A-Z a-z 0-9 + /"
+            return (f"invalid base64: character {ch!r} at position {end} is not in the alphabet "
+                    f"({names} =)")
     if n % 4:
         return (f"invalid base64: {n} characters, not a multiple of 4 "
                 f"(truncated, or the padding '=' is missing)")

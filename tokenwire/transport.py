@@ -9,8 +9,10 @@
 With protocol 5 and a ``buffer_callback``, a TokenVector (and an ndarray, ...) is not copied into
 the pickle stream: its memory is handed over as a ``pickle.PickleBuffer``, sent as its own frame,
 and on the receiving side the unpickler is given the received frames as they are, so a token
-field ends up viewing the received message memory. Buffers smaller than ``oob_threshold`` bytes
-stay in-band: for a few hundred bytes an extra frame costs more than the copy.
+field ends up viewing the received message memory (a frame read from a tcp or ipc stream; one
+received over inproc is the sender's memory and is copied once, see `received_buffer`). Buffers
+smaller than ``oob_threshold`` bytes stay in-band: for a few hundred bytes an extra frame costs
+more than the copy.
 
 Authentication. Unpickling runs code chosen by whoever wrote the pickle, so a worker must never
 unpickle a message that anyone able to reach its socket could have sent. With ``key=`` the sender
@@ -45,7 +47,8 @@ from tokenwire._core import ImmutableBuffer
 from tokenwire.errors import AuthenticationError
 
 __all__ = ["AuthenticationError", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
-           "dumps_oob", "key_from_env", "loads_oob", "recv_pyobj_oob", "send_pyobj_oob"]
+           "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
+           "send_pyobj_oob"]
 
 #: Buffers at least this large travel out-of-band; smaller ones are copied into the pickle.
 #: 64 KiB is pyzmq's own threshold below which zero-copy sends are not worth it.
@@ -55,9 +58,13 @@ OOB_THRESHOLD = 64 * 1024
 KEY_ENV = "TOKENWIRE_KEY"
 #: Keys shorter than this are refused: HMAC's strength is bounded by the key's.
 MIN_KEY_BYTES = 16
+# A key of fewer distinct byte values is refused as guessable (b"\x01" + 15 zeros): 16 random
+# bytes hold fewer than 8 distinct values with probability below 2**-39.
+_MIN_DISTINCT_KEY_BYTES = 8
 
-# The signature frame: a 4-byte marker, then the 32-byte HMAC-SHA256 digest.
-_SIG_MAGIC = b"TWS1"
+# The signature frame: a 4-byte marker, then the 32-byte HMAC-SHA256 digest. "TWS2": the HMAC
+# key is SHA-256(key) (a "TWS1" signature used the key itself, where K and K + b"\0" agree).
+_SIG_MAGIC = b"TWS2"
 SIGNATURE_BYTES = len(_SIG_MAGIC) + hashlib.sha256().digest_size
 # What the MAC covers starts with this tag, so a signature made for another purpose with the
 # same key can never pass as one of these.
@@ -74,13 +81,20 @@ FindClass = Callable[[str, str], Any]
 
 @lru_cache(maxsize=16)
 def _keyed(key: bytes) -> tuple[Any, Any]:
-    """HMAC-SHA256 (RFC 2104) split into its two keyed SHA-256 states, each copied per message:
-    C-level ``hashlib`` copies cost a third of what ``hmac.HMAC.copy()`` does."""
+    """HMAC-SHA256 (RFC 2104) keyed with SHA-256(key), split into its two keyed SHA-256 states,
+    each copied per message: C-level ``hashlib`` copies cost a third of what
+    ``hmac.HMAC.copy()`` does.
+
+    The HMAC key is always the 32-byte SHA-256 of `key`: RFC 2104 pads a short key with zeros
+    and hashes a long one, so `K` and ``K + b"\0"`` (or a long key and its hash) would be the
+    same key; hashed to a fixed length, two different keys never are."""
     if len(key) < MIN_KEY_BYTES:
         raise ValueError(f"an HMAC key needs at least {MIN_KEY_BYTES} bytes, got {len(key)}")
-    if len(key) > _BLOCK:
-        key = hashlib.sha256(key).digest()
-    key = key.ljust(_BLOCK, b"\0")
+    distinct = len(set(key))
+    if distinct < _MIN_DISTINCT_KEY_BYTES:
+        raise ValueError(f"the key holds only {distinct} distinct byte value(s): not a random "
+                         f"key, use secrets.token_bytes(32)")
+    key = hashlib.sha256(key).digest().ljust(_BLOCK, b"\0")
     return (hashlib.sha256(bytes(b ^ 0x36 for b in key)),
             hashlib.sha256(bytes(b ^ 0x5C for b in key)))
 
@@ -96,12 +110,13 @@ def _as_key(key: Any) -> bytes:
     if not any(raw):
         raise ValueError(f"the key is {len(raw)} zero bytes: use a random key "
                          f"(secrets.token_bytes(32))")
+    _keyed(raw)                                  # its other checks, before any frame is read
     return raw
 
 
 def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool,
                channel: bool = False) -> bytes:
-    """The signature frame: HMAC-SHA256(key, DOMAIN || mode || u64 n || u64 len(buffer_i)...
+    """The signature frame: HMAC-SHA256(SHA-256(key), DOMAIN || mode || u64 n || u64 len(buffer_i)...
     || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]), all integers
     little-endian, mode one byte (1 when the buffers' bytes are covered; 2 and 3 for a
     `channel` message, whose `head` is its descriptor followed by its pickle)."""
@@ -238,24 +253,42 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
     socket.send_multipart(frames, flags=flags, copy=False)
 
 
+# ZMQ_SRCFD: the file descriptor a message was read from; zmq_msg_get fails for a message that
+# never crossed a stream (inproc). The number, not zmq.SRCFD: this module never imports pyzmq.
+_ZMQ_SRCFD = 2
+
+
+def received_buffer(frame: Any) -> Any:
+    """A pyzmq frame received with ``copy=False``, as tokenwire may read it: wrapped in
+    `ImmutableBuffer` (viewed without a copy) when it was read from a tcp or ipc stream, whose
+    memory libzmq alone holds and never rewrites; the frame itself (copied once when a token
+    field is made from it) otherwise. Over ``inproc`` a large frame *is* the sender's memory --
+    a ``send(bytearray, copy=False)`` followed by a write to it changes what the receiver sees
+    -- so it is never trusted; nor is a frame whose origin libzmq cannot tell."""
+    try:
+        fd = frame.get(_ZMQ_SRCFD)
+    except Exception:              # inproc (EINVAL), not a zmq.Frame, a libzmq without SRCFD
+        return frame
+    return ImmutableBuffer(frame) if type(fd) is int and fd >= 0 else frame
+
+
 def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
                    sign_buffers: bool = False, find_class: Optional[FindClass] = None,
                    channel: Any = None) -> Any:
-    """Receive an object sent by `send_pyobj_oob`. The frames are received with ``copy=False``
-    and handed to the unpickler as `ImmutableBuffer`s, so a token field views the message memory
-    instead of copying it. With `key`, the signature is verified before unpickling; a worker
-    whose socket anyone else can reach must pass one. Pass `channel` (a
-    `tokenwire.shm.Receiver`) when the sender passes one."""
+    """Receive an object sent by `send_pyobj_oob`. The frames are received with ``copy=False``;
+    a token field views a frame read from a tcp or ipc stream and copies one received over
+    inproc, whose memory the sender can still write (`received_buffer`). With `key`, the
+    signature is verified before unpickling; a worker whose socket anyone else can reach must
+    pass one. Pass `channel` (a `tokenwire.shm.Receiver`) when the sender passes one."""
     frames = socket.recv_multipart(flags=flags, copy=False)
     if channel is not None:
-        return channel.loads([f.buffer for f in frames], key=key, sign_buffers=sign_buffers,
-                             find_class=find_class, immutable=True)
-    # A received message's memory is never rewritten by libzmq: say so (ImmutableBuffer), so the
-    # token fields view the frames instead of copying them. Frames are not trusted by type,
-    # because a zmq.Frame built over a bytearray looks the same as a received one.
+        return channel.loads([received_buffer(f) for f in frames], key=key,
+                             sign_buffers=sign_buffers, find_class=find_class)
+    # Frames are not trusted by type (a zmq.Frame built over a bytearray looks the same as a
+    # received one), nor because they were received (over inproc they are the sender's memory).
     views = [f.buffer for f in frames]
     if key is None:
         _check_unsigned(views)
-        return _unpickle(views[0], [ImmutableBuffer(f) for f in frames[1:]], find_class)
+        return _unpickle(views[0], [received_buffer(f) for f in frames[1:]], find_class)
     _verify(views, _as_key(key), sign_buffers)
-    return _unpickle(views[1], [ImmutableBuffer(f) for f in frames[2:]], find_class)
+    return _unpickle(views[1], [received_buffer(f) for f in frames[2:]], find_class)

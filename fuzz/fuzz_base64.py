@@ -1,0 +1,109 @@
+"""atheris fuzz target for tokenwire.from_base64 (not part of pytest).
+
+    python fuzz/fuzz_base64.py --seconds 60                # against the installed/in-place build
+    fuzz/run.sh python 60 base64                           # the clang fuzzer+ASan build
+
+The properties: `from_base64` of any text (str, bytes, bytearray, memoryview; either alphabet)
+raises only WireFormatError or TypeError; pybase64 and binascii (the two backends) accept and
+refuse the same texts with the same result or the same message; and a text that is accepted is
+canonical -- re-encoding the bytes it holds gives the text back (one frame, one text). The
+first input byte picks a mode: the rest of the input as text, or the `to_base64` text of fuzzed
+ids with fuzzed character edits (replaced, inserted, deleted, padding moved, cut).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+import tempfile
+from typing import Any
+
+import atheris
+
+with atheris.instrument_imports():
+    import tokenwire
+    import tokenwire.text as text
+    from tokenwire import WireFormatError
+
+_CHARS = "ABCDQgw09+/-_= \n\r\t\x00é\u0100*."
+_stats = {"inputs": 0, "accepted": 0}
+
+
+@atheris.instrument_func
+def build(fdp: atheris.FuzzedDataProvider, urlsafe: bool) -> str:
+    codec = ["raw", "auto", "packed", "u16"][fdp.ConsumeIntInRange(0, 3)]
+    hi = 2**16 - 1 if codec == "u16" else 2**20
+    ids = [fdp.ConsumeIntInRange(0, hi) for _ in range(fdp.ConsumeIntInRange(0, 64))]
+    s = tokenwire.to_base64(ids, codec=codec, checksum=fdp.ConsumeBool(), urlsafe=urlsafe)
+    for _ in range(fdp.ConsumeIntInRange(0, 3)):
+        at = fdp.ConsumeIntInRange(0, len(s))
+        ch = _CHARS[fdp.ConsumeIntInRange(0, len(_CHARS) - 1)]
+        kind = fdp.ConsumeIntInRange(0, 3)
+        if kind == 0:
+            s = s[:at] + ch + s[at + 1:]
+        elif kind == 1:
+            s = s[:at] + ch + s[at:]
+        elif kind == 2:
+            s = s[:at] + s[at + 1:]
+        else:
+            s = s[:at]
+    return s
+
+
+def attempt(data: Any, urlsafe: bool, vocab: Any) -> tuple[str, Any]:
+    try:
+        return "ok", tokenwire.from_base64(data, urlsafe=urlsafe, vocab_size=vocab).tolist()
+    except (WireFormatError, TypeError) as e:
+        return type(e).__name__, str(e)
+
+
+@atheris.instrument_func
+def test_one_input(raw: bytes) -> None:
+    _stats["inputs"] += 1
+    if _stats["inputs"] & (_stats["inputs"] - 1) == 0 and _stats["inputs"] >= 1 << 14:
+        print(f"tokenwire fuzz base64: {_stats['inputs']} inputs, {_stats['accepted']} accepted",
+              file=sys.stderr, flush=True)
+    fdp = atheris.FuzzedDataProvider(raw)
+    mode = fdp.ConsumeIntInRange(0, 1)
+    urlsafe = fdp.ConsumeBool()
+    form = fdp.ConsumeIntInRange(0, 3)
+    vocab = [None, 2**16][fdp.ConsumeIntInRange(0, 1)]
+    s = build(fdp, urlsafe) if mode else fdp.ConsumeUnicodeNoSurrogates(fdp.remaining_bytes())
+    data: Any = s
+    if form and s.isascii():
+        b = s.encode("ascii")
+        data = b if form == 1 else bytearray(b) if form == 2 else memoryview(b)
+    results = []
+    for backend in (True, False):
+        previous = text._set_pybase64(backend)
+        try:
+            results.append(attempt(data, urlsafe, vocab))
+        finally:
+            text._set_pybase64(previous)
+    assert results[0] == results[1], results
+    if results[0][0] != "ok":
+        return
+    _stats["accepted"] += 1
+    plain = s.translate(str.maketrans("-_", "+/")) if urlsafe else s
+    assert base64.b64encode(base64.b64decode(plain)).decode() == plain, "non-canonical accepted"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=int, default=60, help="how long to fuzz")
+    p.add_argument("libfuzzer_args", nargs="*", help="extra libFuzzer arguments (after --)")
+    args = p.parse_args()
+    if text._pybase64 is None:
+        print("fuzz_base64: pybase64 is not installed (both backends are compared)", file=sys.stderr)
+        return 2
+    corpus = tempfile.mkdtemp(prefix="tokenwire-fuzz-base64-")
+    argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-max_len=4096", "-rss_limit_mb=2048",
+            *args.libfuzzer_args, corpus]
+    atheris.Setup(argv, test_one_input)
+    atheris.Fuzz()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
