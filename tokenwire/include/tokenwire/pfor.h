@@ -1,0 +1,288 @@
+/* Codec v2 kernel ("pfor"): per-block bit width with patched exceptions (PFor), for int32 ids.
+ *
+ * Byte layout (draft spec: docs/codec-v2-draft.md). Ids are coded as their 32-bit two's-complement
+ * patterns (uint32), so any int32 round-trips; a negative id costs a block of width 32. n ids form
+ * ceil(n / 128) blocks of m ids (128, the last one 1..128), each:
+ *
+ *   byte 0        b: base width, 0..32
+ *   byte 1        e: exception count, 0..m-1
+ *   byte 2        x: exception width, 1..32-b (present only when e > 0)
+ *   base          ceil(m*b / 8) bytes: the low b bits of every id, id i at bits [i*b, (i+1)*b),
+ *                 bit k being bit k%8 of byte k/8 (LSB first); padding bits zero
+ *   exceptions    ceil(e*(7+x) / 8) bytes (only when e > 0): e fields of 7+x bits in the same bit
+ *                 order, field j = position p_j (7 bits) | high part h_j << 7 (x bits); padding zero
+ *
+ * id[p_j] = base[p_j] | h_j << b; every other id is its base value. Canonical form, checked by the
+ * decoder: positions strictly increasing and < m; every h_j != 0; x is exactly the bit length of
+ * the OR of the h_j; when e == 0, b is exactly the bit length of the OR of the block's ids; zero
+ * padding; no byte after the last block. What remains free is the choice of b (any b below the
+ * block's bit length with exceptions is valid): twpf_encode picks the b in [M-8, M] (M the block's
+ * bit length) that gives the fewest bytes, the larger b on a tie; a receiver that needs byte-exact
+ * canonical form re-encodes and compares.
+ *
+ * Sizes: a block takes at most 2 + 4m bytes (b = M, e = 0 is always a candidate), so
+ * twpf_bound(n) = 4n + 2*ceil(n/128); a block takes at least 2 bytes, so a payload of len bytes
+ * holds at most 64*len ids (twpf_min_size). The encoder copies each block of the source to a
+ * stack buffer once and works from the copy: a source another thread is writing gives some valid
+ * encoding of ids it held, never out-of-bounds writes.
+ *
+ * C99, compiles as C++17 too (restrict is spelled by the includer, as for bitpack.h).
+ */
+#ifndef TOKENWIRE_PFOR_H
+#define TOKENWIRE_PFOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "bitpack.h"
+#include "byteorder.h"
+
+#define TWPF_BLOCK 128u
+
+enum {
+    TWPF_OK = 0,
+    TWPF_E_TRUNCATED = 1,      /* payload ends inside a block */
+    TWPF_E_WIDTH = 2,          /* base width above 32 */
+    TWPF_E_EXCEPTIONS = 3,     /* exception count or width out of range */
+    TWPF_E_POSITION = 4,       /* exception positions not increasing or past the block */
+    TWPF_E_NONCANONICAL = 5,   /* valid bits, but not the one canonical form */
+    TWPF_E_PADDING = 6,        /* nonzero padding bits */
+    TWPF_E_TRAILING = 7        /* bytes after the last block */
+};
+
+typedef struct {
+    const char *msg;   /* static string; NULL when ok */
+    size_t offset;     /* byte offset in the payload of the block (or byte) at fault */
+} twpf_error;
+
+/* Most bytes twpf_encode writes for n ids (n < 2**61). */
+static inline size_t twpf_bound(size_t n) {
+    return 4 * n + 2 * ((n + TWPF_BLOCK - 1) / TWPF_BLOCK);
+}
+
+/* Fewest bytes any payload of n ids takes: reject a claimed count before allocating for it. */
+static inline size_t twpf_min_size(size_t n) {
+    return 2 * ((n + TWPF_BLOCK - 1) / TWPF_BLOCK);
+}
+
+static inline unsigned twpf_bitlen(uint32_t v) {
+    return v ? 32u - (unsigned)__builtin_clz(v) : 0u;
+}
+
+/* ---- bit fields up to 39 bits at any bit offset -------------------------------------------- */
+
+/* Field of f (<= 39) bits at bit q of src, which holds len bytes (the caller checked the field
+ * lies inside). One 8-byte load when 8 bytes remain, bytes otherwise. */
+TWBP_INLINE uint64_t twpf_get(const uint8_t *src, size_t len, uint64_t q, unsigned f) {
+    size_t at = (size_t)(q >> 3);
+    unsigned sh = (unsigned)(q & 7);
+    uint64_t v;
+    if (at + 8 <= len) {
+        v = tw_load_le64(src + at);
+    } else {
+        v = 0;
+        for (size_t k = 0; at + k < len && k < 8; k++) v |= (uint64_t)src[at + k] << (8 * k);
+    }
+    return (v >> sh) & ((1ull << f) - 1);
+}
+
+/* ---- encoder ------------------------------------------------------------------------------- */
+
+/* cnt[k] = number of u[i] >= 2**k, for k in 0..7 (u zero-filled to 128). */
+TWBP_CLONES
+static void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
+    for (unsigned k = 0; k < 8; k++) {
+        const uint8_t t = (uint8_t)(1u << k);
+        unsigned c = 0;
+        for (unsigned i = 0; i < TWPF_BLOCK; i++) c += u[i] >= t;
+        cnt[k] = c;
+    }
+}
+
+/* u[i] = v[i] >> lo (every v[i] < 2**(lo+8)): the top 8 bits of a block's ids. */
+TWBP_CLONES
+static void twpf_narrow(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
+    for (unsigned i = 0; i < TWPF_BLOCK; i++) u[i] = (uint8_t)(v[i] >> lo);
+}
+
+TWBP_CLONES
+static void twpf_mask(const uint32_t *restrict v, uint32_t mask, uint32_t *restrict w) {
+    for (unsigned i = 0; i < TWPF_BLOCK; i++) w[i] = v[i] & mask;
+}
+
+/* One block of m (1..128) ids from src to o; returns the end of what it wrote. */
+static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
+    uint32_t v[TWPF_BLOCK];
+    uint32_t w[TWPF_BLOCK];
+    uint8_t u[TWPF_BLOCK];
+    unsigned cnt[8];
+    /* the one read of the source: everything below works on the copy */
+    uint32_t orv = twbp_copy_or_all((int32_t *)v, src, m);
+    if (m < TWPF_BLOCK) memset(v + m, 0, 4 * (TWPF_BLOCK - m));
+    const unsigned M = twpf_bitlen(orv);
+    const unsigned lo = M > 8 ? M - 8 : 0;
+    unsigned b = M, e = 0;
+    size_t best = ((size_t)m * M + 7) / 8;
+    if (M > 0) {
+        twpf_narrow(v, lo, u);
+        twpf_counts(u, cnt);
+        for (unsigned c = M; c-- > lo;) {  /* c = candidate base width, M-1 down to lo */
+            unsigned ec = cnt[c - lo];
+            if (ec >= m) continue;
+            size_t size = ((size_t)m * c + 7) / 8 + 1 + ((size_t)ec * (7 + M - c) + 7) / 8;
+            if (size < best) {
+                best = size;
+                b = c;
+                e = ec;
+            }
+        }
+    }
+    *o++ = (uint8_t)b;
+    *o++ = (uint8_t)e;
+    const uint32_t *base = v;
+    if (e) {
+        *o++ = (uint8_t)(M - b);
+        twpf_mask(v, (uint32_t)((1ull << b) - 1), w);
+        base = w;
+    }
+    if (b == 32) {
+        for (unsigned i = 0; i < m; i++, o += 4) tw_store_le32(o, base[i]);
+    } else if (b > 0) {
+        twbp_packer pk = {o, 0, 0};
+        twbp_pack(&pk, (const int32_t *)base, m, b);
+        twbp_pack_finish(&pk);
+        o = pk.out;
+    }
+    if (e) {
+        /* exceptions: ids with v >> b != 0, i.e. u >= 2**(b-lo) (b - lo < 8); found 8 at a time:
+         * a byte of x is nonzero iff the id is one, and its bit 7 then lights in z */
+        const unsigned f = 7 + (M - b);
+        const uint64_t hib = 0x0101010101010101ull * (uint8_t)(0xFFu << (b - lo));
+        const uint64_t lo7 = 0x7F7F7F7F7F7F7F7Full, top = 0x8080808080808080ull;
+        uint64_t acc = 0;
+        unsigned bits = 0;
+        for (unsigned g = 0; g < TWPF_BLOCK; g += 8) {
+            uint64_t x;
+            memcpy(&x, u + g, 8);
+#if TW_HOST_BIG_ENDIAN
+            x = tw_bswap64(x);
+#endif
+            x &= hib;
+            uint64_t z = (x | ((x & lo7) + lo7)) & top;
+            while (z) {
+                unsigned i = g + ((unsigned)__builtin_ctzll(z) >> 3);
+                z &= z - 1;
+                acc |= ((uint64_t)i | (uint64_t)(v[i] >> b) << 7) << bits;
+                bits += f;
+                while (bits >= 8) {
+                    *o++ = (uint8_t)acc;
+                    acc >>= 8;
+                    bits -= 8;
+                }
+            }
+        }
+        if (bits) *o++ = (uint8_t)acc;
+    }
+    return o;
+}
+
+/* Encode n ids into dst (room for twpf_bound(n) bytes); returns the bytes written. */
+static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
+    uint8_t *o = dst;
+    for (size_t s = 0; s < n; s += TWPF_BLOCK) {
+        unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
+        o = twpf_encode_block(src + s, m, o);
+    }
+    return (size_t)(o - dst);
+}
+
+/* ---- decoder ------------------------------------------------------------------------------- */
+
+#define TWPF_FAIL(code, text, at)                                                               \
+    do {                                                                                       \
+        if (err) {                                                                             \
+            err->msg = (text);                                                                 \
+            err->offset = (at);                                                                \
+        }                                                                                      \
+        return (code);                                                                         \
+    } while (0)
+
+/* Decode a payload of len bytes holding n ids (both from a checked header) into dst[0..n).
+ * Reads only src[0..len), writes only dst[0..n); on error returns a TWPF_E_* code with err set,
+ * dst then holds garbage. Any byte string gives either TWPF_OK or an error, never UB. */
+static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
+    size_t p = 0;
+    if (err) {
+        err->msg = NULL;
+        err->offset = 0;
+    }
+    if (len < twpf_min_size(n))
+        TWPF_FAIL(TWPF_E_TRUNCATED, "payload too short for its id count", len);
+    for (size_t s = 0; s < n; s += TWPF_BLOCK) {
+        const unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
+        int32_t *d = dst + s;
+        const size_t at = p;
+        if (len - p < 2) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block header", at);
+        const unsigned b = src[p], e = src[p + 1];
+        p += 2;
+        if (b > 32) TWPF_FAIL(TWPF_E_WIDTH, "block width above 32", at);
+        unsigned x = 0;
+        if (e) {
+            if (e >= m) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception count not below the block's id count", at);
+            if (len - p < 1) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block header", at);
+            x = src[p++];
+            if (x == 0 || b + x > 32)
+                TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception width 0 or block width plus exception width above 32", at);
+        }
+        const size_t nbase = ((size_t)m * b + 7) / 8;
+        if (len - p < nbase) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's ids", at);
+        if (b == 0) {
+            memset(d, 0, 4 * (size_t)m);
+        } else if (b == 32) {
+            for (unsigned i = 0; i < m; i++) d[i] = (int32_t)tw_load_le32(src + p + 4 * (size_t)i);
+        } else {
+            twbp_unpack(src + p, len - p, 0, d, m, b);
+            const unsigned used = (m * b) & 7;
+            if (used && (src[p + nbase - 1] >> used))
+                TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", p + nbase - 1);
+        }
+        p += nbase;
+        if (!e) {
+            if (b && !(twbp_or_all(d, m) >> (b - 1)))
+                TWPF_FAIL(TWPF_E_NONCANONICAL, "block width larger than its largest id needs", at);
+            continue;
+        }
+        const unsigned f = 7 + x;
+        const size_t nexc = ((size_t)e * f + 7) / 8;
+        if (len - p < nexc) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
+        const uint8_t *q = src + p;
+        const size_t qlen = len - p;
+        uint32_t orh = 0;
+        int prev = -1;
+        uint64_t bit = 0;
+        for (unsigned j = 0; j < e; j++, bit += f) {
+            uint64_t fld = twpf_get(q, qlen, bit, f);
+            int pos = (int)(fld & 127);
+            uint32_t h = (uint32_t)(fld >> 7);
+            if (pos <= prev || pos >= (int)m)
+                TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
+            if (h == 0) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
+            prev = pos;
+            orh |= h;
+            d[pos] = (int32_t)((uint32_t)d[pos] | h << b);
+        }
+        if (!(orh >> (x - 1)))
+            TWPF_FAIL(TWPF_E_NONCANONICAL, "exception width larger than its largest exception needs", at);
+        const unsigned used = (unsigned)(((size_t)e * f) & 7);
+        if (used && (q[nexc - 1] >> used))
+            TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's exceptions", p + nexc - 1);
+        p += nexc;
+    }
+    if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
+    return TWPF_OK;
+}
+
+#undef TWPF_FAIL
+
+#endif /* TOKENWIRE_PFOR_H */
