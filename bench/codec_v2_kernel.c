@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
     int repeats = 31;
     int a = 1;
     if (argc > 2 && strcmp(argv[1], "--repeats") == 0) { repeats = atoi(argv[2]); a = 3; }
-    twbp_init();
+    twpf_init();
     static const size_t sizes[] = {1000, 8000, 40000, 131072};
     const size_t maxn = 131072;
     int32_t *scratch = (int32_t *)malloc(4 * maxn), *dec = (int32_t *)malloc(4 * maxn);

@@ -224,6 +224,29 @@ static void test_errors(void) {
         q[len - 1] |= 0x80;
         expect_error(q, len, 8, TWPF_E_PADDING, "exception padding");
     }
+    /* the same checks on a full block followed by more payload (the decoder's fast path):
+     * 256 ids of 1 with 300 at positions 5 and 9 -> block 0 = 01 02 08, 16 base bytes, then
+     * two 15-bit fields (5, 150) (9, 150) in 4 bytes at offset 19 */
+    {
+        int32_t ids[256];
+        for (int i = 0; i < 256; i++) ids[i] = 1;
+        ids[5] = ids[9] = 300;
+        uint8_t q[600];
+        size_t len = twpf_encode(ids, 256, q);
+        uint64_t f = (5u | 150u << 7) | (uint64_t)(9u | 150u << 7) << 15;
+        CHECK(q[0] == 1 && q[1] == 2 && q[2] == 8, "full-block exception header");
+        CHECK((q[19] | q[20] << 8 | q[21] << 16 | (uint64_t)q[22] << 24) == f, "full-block fields");
+        expect_error(q, len, 256, TWPF_OK, "full block with two exceptions");
+        uint64_t g = (9u | 150u << 7) | (uint64_t)(5u | 150u << 7) << 15;
+        for (int k = 0; k < 4; k++) q[19 + k] = (uint8_t)(g >> (8 * k));
+        expect_error(q, len, 256, TWPF_E_POSITION, "full block, positions decreasing");
+        g = (5u | 150u << 7) | (uint64_t)(5u | 150u << 7) << 15;
+        for (int k = 0; k < 4; k++) q[19 + k] = (uint8_t)(g >> (8 * k));
+        expect_error(q, len, 256, TWPF_E_POSITION, "full block, positions repeated");
+        g = (5u | 150u << 7) | (uint64_t)9u << 15;
+        for (int k = 0; k < 4; k++) q[19 + k] = (uint8_t)(g >> (8 * k));
+        expect_error(q, len, 256, TWPF_E_NONCANONICAL, "full block, zero high part");
+    }
     const uint8_t two[] = {0x00, 0x00};
     expect_error(two, 2, 128, TWPF_OK, "128 zeros");
     expect_error(two, 2, 129, TWPF_E_TRUNCATED, "claimed count beyond the payload");
@@ -330,7 +353,7 @@ static void test_race(void) {
 int main(int argc, char **argv) {
     rng_state = argc > 1 ? strtoull(argv[1], NULL, 10) : 1;
     unsigned iterations = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 10) : 20000;
-    twbp_init();
+    twpf_init();
     test_layout();
     test_errors();
     test_roundtrips();

@@ -90,8 +90,30 @@ TWBP_INLINE uint64_t twpf_get(const uint8_t *src, size_t len, uint64_t q, unsign
 /* ---- encoder ------------------------------------------------------------------------------- */
 
 /* cnt[k] = number of u[i] >= 2**k, for k in 0..7 (u zero-filled to 128). */
-TWBP_CLONES
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2")))
+static void twpf_counts_avx2(const uint8_t *u, unsigned *cnt) {
+    __m256i a[4];
+    for (unsigned i = 0; i < 4; i++) a[i] = _mm256_loadu_si256((const __m256i *)(const void *)(u + 32 * i));
+    for (unsigned k = 0; k < 8; k++) {
+        const __m256i t = _mm256_set1_epi8((char)(1u << k));
+        __m256i acc = _mm256_setzero_si256();
+        for (unsigned i = 0; i < 4; i++)    /* a byte lane gains at most 4: no overflow */
+            acc = _mm256_sub_epi8(acc, _mm256_cmpeq_epi8(_mm256_max_epu8(a[i], t), a[i]));
+        __m256i s4 = _mm256_sad_epu8(acc, _mm256_setzero_si256());
+        __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        cnt[k] = (unsigned)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1));
+    }
+}
+#endif
+
 static void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (twbp_have_avx2) {
+        twpf_counts_avx2(u, cnt);
+        return;
+    }
+#endif
     for (unsigned k = 0; k < 8; k++) {
         const uint8_t t = (uint8_t)(1u << k);
         unsigned c = 0;
@@ -199,6 +221,48 @@ static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
 
 /* ---- decoder ------------------------------------------------------------------------------- */
 
+/* A full block's base ids (widths 1..24) with AVX2, as twbp_unpack_avx2 does it but with its
+ * shuffle and shift vectors built once per width in twpf_init instead of once per call. Reads
+ * bytes [0, 15*w + w/2 + 16) of src (the caller checks they are inside the payload). */
+#if defined(__x86_64__) && defined(__GNUC__)
+static uint8_t twpf_shuf[25][32];
+static uint32_t twpf_shift[25][8];
+
+__attribute__((target("avx2")))
+static void twpf_unpack128_avx2(const uint8_t *src, int32_t *dst, unsigned w) {
+    const __m256i vshuf = _mm256_loadu_si256((const __m256i *)(const void *)twpf_shuf[w]);
+    const __m256i vshift = _mm256_loadu_si256((const __m256i *)(const void *)twpf_shift[w]);
+    const __m256i vmask = _mm256_set1_epi32((int)((1u << w) - 1));
+    const unsigned base1 = w / 2;
+    for (unsigned i = 0; i < TWPF_BLOCK; i += 8, src += w) {
+        __m128i lo = _mm_loadu_si128((const __m128i *)(const void *)src);
+        __m128i hi = _mm_loadu_si128((const __m128i *)(const void *)(src + base1));
+        __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+        v = _mm256_shuffle_epi8(v, vshuf);
+        v = _mm256_srlv_epi32(v, vshift);
+        v = _mm256_and_si256(v, vmask);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), v);
+    }
+}
+#endif
+
+/* Once per process before the first decode (CPU detection and tables; idempotent). */
+static void twpf_init(void) {
+    twbp_init();
+#if defined(__x86_64__) && defined(__GNUC__)
+    for (unsigned w = 1; w <= 24; w++) {
+        const unsigned base1 = (4 * w) >> 3;
+        for (unsigned j = 0; j < 8; j++) {
+            unsigned lane = j >> 2;
+            unsigned r = j * w - (lane ? 8 * base1 : 0);
+            for (unsigned k = 0; k < 4; k++)
+                twpf_shuf[w][16 * lane + 4 * (j & 3) + k] = (uint8_t)((r >> 3) + k);
+            twpf_shift[w][j] = r & 7;
+        }
+    }
+#endif
+}
+
 #define TWPF_FAIL(code, text, at)                                                               \
     do {                                                                                       \
         if (err) {                                                                             \
@@ -242,7 +306,12 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         } else if (b == 32) {
             for (unsigned i = 0; i < m; i++) d[i] = (int32_t)tw_load_le32(src + p + 4 * (size_t)i);
         } else {
-            twbp_unpack(src + p, len - p, 0, d, m, b);
+#if defined(__x86_64__) && defined(__GNUC__)
+            if (twbp_have_avx2 && b <= 24 && m == TWPF_BLOCK && len - p >= 16 * (size_t)b + 16)
+                twpf_unpack128_avx2(src + p, d, b);
+            else
+#endif
+                twbp_unpack(src + p, len - p, 0, d, m, b);
             const unsigned used = (m * b) & 7;
             if (used && (src[p + nbase - 1] >> used))
                 TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", p + nbase - 1);
@@ -261,7 +330,26 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         uint32_t orh = 0;
         int prev = -1;
         uint64_t bit = 0;
-        for (unsigned j = 0; j < e; j++, bit += f) {
+        unsigned j = 0;
+        if (m == TWPF_BLOCK && qlen >= nexc + 8) {
+            /* fast path: every field is one 8-byte load inside the payload and every position
+             * (7 bits) inside the block, so patch first and judge the block once at its end */
+            const uint64_t fmask = (1ull << f) - 1;
+            unsigned bad = 0;
+            for (; j < e; j++, bit += f) {
+                uint64_t fld = (tw_load_le64(q + (bit >> 3)) >> (bit & 7)) & fmask;
+                int pos = (int)(fld & 127);
+                uint32_t h = (uint32_t)(fld >> 7);
+                bad |= (unsigned)(pos <= prev) | ((unsigned)(h == 0) << 1);
+                prev = pos;
+                orh |= h;
+                d[pos] = (int32_t)((uint32_t)d[pos] | h << b);
+            }
+            if (bad & 1)
+                TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
+            if (bad) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
+        }
+        for (; j < e; j++, bit += f) {
             uint64_t fld = twpf_get(q, qlen, bit, f);
             int pos = (int)(fld & 127);
             uint32_t h = (uint32_t)(fld >> 7);
