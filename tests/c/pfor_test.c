@@ -131,6 +131,63 @@ static void test_roundtrips(void) {
     free(ids);
 }
 
+/* The spec's layout read bit by bit (docs/codec-v2-draft.md), sharing no code with pfor.h:
+ * the fast decoder and this one must agree on every payload the encoder writes. Returns 0 when
+ * the payload is not well-formed for this reader (it checks sizes, not canonical form). */
+static int spec_bit(const uint8_t *area, size_t bit) { return (area[bit / 8] >> (bit % 8)) & 1; }
+
+static int spec_decode(const uint8_t *src, size_t len, int32_t *out, size_t n) {
+    size_t p = 0;
+    for (size_t s = 0; s < n; s += 128) {
+        size_t m = n - s < 128 ? n - s : 128;
+        if (p + 2 > len) return 0;
+        unsigned b = src[p], e = src[p + 1], x = 0;
+        p += 2;
+        if (e) { if (p + 1 > len) return 0; x = src[p++]; }
+        size_t nbase = (m * b + 7) / 8;
+        if (p + nbase > len) return 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t v = 0;
+            for (unsigned t = 0; t < b; t++) {
+                size_t bit;
+                if (m == 128) {                          /* vertical: lane i%4, row i/4 */
+                    size_t lb = (i / 4) * b + t;         /* bit in the lane's stream */
+                    bit = 8 * (16 * (lb / 32) + 4 * (i % 4)) + lb % 32;
+                } else {                                 /* horizontal */
+                    bit = i * b + t;
+                }
+                v |= (uint32_t)spec_bit(src + p, bit) << t;
+            }
+            out[s + i] = (int32_t)v;
+        }
+        p += nbase;
+        size_t nexc = ((size_t)e * (7 + x) + 7) / 8;
+        if (p + nexc > len) return 0;
+        for (unsigned j = 0; j < e; j++) {
+            uint64_t fld = 0;
+            for (unsigned t = 0; t < 7 + x; t++) fld |= (uint64_t)spec_bit(src + p, (size_t)j * (7 + x) + t) << t;
+            unsigned pos = (unsigned)(fld & 127);
+            if (pos >= m) return 0;
+            out[s + pos] = (int32_t)((uint32_t)out[s + pos] | (uint32_t)(fld >> 7) << b);
+        }
+        p += nexc;
+    }
+    return p == len;
+}
+
+static void test_spec_reader(void) {
+    int32_t ids[700], back[700];
+    uint8_t buf[4096];
+    for (int it = 0; it < 300; it++) {
+        size_t n = (size_t)(rnd() % 700);
+        unsigned w = (unsigned)(rnd() % 33), w2 = (unsigned)(rnd() % 33);
+        for (size_t i = 0; i < n; i++) ids[i] = (int32_t)(rnd() % 6 ? rnd_bits(w) : rnd_bits(w2));
+        size_t len = twpf_encode(ids, n, buf);
+        int ok = spec_decode(buf, len, back, n);
+        CHECK(ok && memcmp(back, ids, 4 * n) == 0, "spec reader disagrees, n=%zu w=%u/%u", n, w, w2);
+    }
+}
+
 /* The layout, byte for byte (these bytes must decode forever). */
 static void test_layout(void) {
     uint8_t buf[64];
@@ -156,6 +213,18 @@ static void test_layout(void) {
     len = twpf_encode(neg, 1, buf);
     const uint8_t wantneg[] = {0x20, 0x00, 0xFE, 0xFF, 0xFF, 0xFF};
     CHECK(len == sizeof wantneg && memcmp(buf, wantneg, len) == 0, "layout of [-2]");
+
+    /* a full block is vertical: 128 ids i % 4 at width 2 put lane j's ids (all j) in lane j's
+     * two words: 00000000 55555555 AAAAAAAA FFFFFFFF, twice */
+    {
+        int32_t lanes[128];
+        uint8_t big[64], want[34] = {0x02, 0x00};
+        for (int i = 0; i < 128; i++) lanes[i] = i % 4;
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 4; j++) memset(want + 2 + 16 * k + 4 * j, (int)(0x55u * (unsigned)j), 4);
+        len = twpf_encode(lanes, 128, big);
+        CHECK(len == 34 && memcmp(big, want, 34) == 0, "layout of a full block");
+    }
 
     /* all zeros: 2 bytes a block */
     int32_t zeros[300] = {0};
@@ -355,6 +424,7 @@ int main(int argc, char **argv) {
     unsigned iterations = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 10) : 20000;
     twpf_init();
     test_layout();
+    test_spec_reader();
     test_errors();
     test_roundtrips();
     test_fuzz(iterations);

@@ -7,8 +7,11 @@
  *   byte 0        b: base width, 0..32
  *   byte 1        e: exception count, 0..m-1
  *   byte 2        x: exception width, 1..32-b (present only when e > 0)
- *   base          ceil(m*b / 8) bytes: the low b bits of every id, id i at bits [i*b, (i+1)*b),
- *                 bit k being bit k%8 of byte k/8 (LSB first); padding bits zero
+ *   base          ceil(m*b / 8) bytes: the low b bits of every id. A full block (m = 128) is
+ *                 vertical: id i is id r = i/4 of lane j = i%4, at bit r*b of that lane's
+ *                 stream, whose 32-bit word k sits little-endian at bytes [16k+4j, 16k+4j+4).
+ *                 The last block when m < 128 is horizontal: id i at bits [i*b, (i+1)*b).
+ *                 Bit k of an area is bit k%8 of its byte k/8 (LSB first); padding bits zero
  *   exceptions    ceil(e*(7+x) / 8) bytes (only when e > 0): e fields of 7+x bits in the same bit
  *                 order, field j = position p_j (7 bits) | high part h_j << 7 (x bits); padding zero
  *
@@ -85,6 +88,138 @@ TWBP_INLINE uint64_t twpf_get(const uint8_t *src, size_t len, uint64_t q, unsign
         for (size_t k = 0; at + k < len && k < 8; k++) v |= (uint64_t)src[at + k] << (8 * k);
     }
     return (v >> sh) & ((1ull << f) - 1);
+}
+
+/* ---- full blocks: vertical layout ---------------------------------------------------------- */
+
+/* The base ids of a full block (128 ids) in 4 lanes: id i goes to lane i % 4 as that lane's id
+ * r = i / 4, at bit r*b of the lane's bit stream; the lane's stream is cut into b 32-bit words
+ * and word k of lane j is stored little-endian at bytes [16k + 4j, 16k + 4j + 4). Four lanes
+ * side by side are one SSE2 register (baseline x86-64), so packing and unpacking are shifts,
+ * ORs and masks of whole registers (the layout of Lemire and Boytsov's SIMD-BP128). */
+#if defined(__SSE2__) && !TW_HOST_BIG_ENDIAN
+#  include <emmintrin.h>
+#  define TWPF_SSE2 1
+#else
+#  define TWPF_SSE2 0
+#endif
+
+#if defined(__GNUC__)
+#  define TWPF_UNROLL _Pragma("GCC unroll 32")
+#else
+#  define TWPF_UNROLL
+#endif
+
+/* in: 128 ids below 2**B (1 <= B <= 31); out: 16*B bytes. */
+TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B) {
+#if TWPF_SSE2
+    __m128i acc = _mm_setzero_si128();
+    unsigned sh = 0;
+    TWPF_UNROLL
+    for (unsigned r = 0; r < 32; r++) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(in + 4 * r));
+        acc = _mm_or_si128(acc, _mm_slli_epi32(v, (int)sh));
+        sh += B;
+        if (sh >= 32) {
+            _mm_storeu_si128((__m128i *)(void *)out, acc);
+            out += 16;
+            sh -= 32;
+            acc = sh ? _mm_srli_epi32(v, (int)(B - sh)) : _mm_setzero_si128();
+        }
+    }
+#else
+    for (unsigned j = 0; j < 4; j++) {
+        uint32_t acc = 0;
+        unsigned sh = 0;
+        uint8_t *o = out + 4 * j;
+        for (unsigned r = 0; r < 32; r++) {
+            const uint32_t v = in[4 * r + j];
+            acc |= v << sh;
+            sh += B;
+            if (sh >= 32) {
+                tw_store_le32(o, acc);
+                o += 16;
+                sh -= 32;
+                acc = sh ? v >> (B - sh) : 0;
+            }
+        }
+    }
+#endif
+}
+
+/* in: 16*B bytes; out: 128 ids. */
+TWBP_INLINE void twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned B) {
+    const uint32_t mask = (1u << B) - 1;
+#if TWPF_SSE2
+    const __m128i vmask = _mm_set1_epi32((int)mask);
+    __m128i cur = _mm_loadu_si128((const __m128i *)(const void *)in);
+    unsigned sh = 0;
+    TWPF_UNROLL
+    for (unsigned r = 0; r < 32; r++) {
+        __m128i v = _mm_srli_epi32(cur, (int)sh);
+        if (sh + B >= 32) {
+            in += 16;
+            if (r < 31) {                          /* the last id ends the last word exactly */
+                cur = _mm_loadu_si128((const __m128i *)(const void *)in);
+                if (sh + B > 32) v = _mm_or_si128(v, _mm_slli_epi32(cur, (int)(32 - sh)));
+            }
+            sh = sh + B - 32;
+        } else {
+            sh += B;
+        }
+        _mm_storeu_si128((__m128i *)(void *)(out + 4 * r), _mm_and_si128(v, vmask));
+    }
+#else
+    for (unsigned j = 0; j < 4; j++) {
+        const uint8_t *p = in + 4 * j;
+        uint32_t cur = tw_load_le32(p);
+        unsigned sh = 0;
+        for (unsigned r = 0; r < 32; r++) {
+            uint32_t v = cur >> sh;
+            if (sh + B >= 32) {
+                p += 16;
+                if (r < 31) {
+                    cur = tw_load_le32(p);
+                    if (sh + B > 32) v |= cur << (32 - sh);
+                }
+                sh = sh + B - 32;
+            } else {
+                sh += B;
+            }
+            out[4 * r + j] = (int32_t)(v & mask);
+        }
+    }
+#endif
+}
+
+#define TWPF_WIDTHS_1_31(X)                                                                    \
+    X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16)    \
+    X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+
+/* Full block at width b (0..32): 16*b bytes. */
+static void twpf_vpack(const uint32_t *in, uint8_t *out, unsigned b) {
+    switch (b) {
+#define TWPF_CASE(B) case B: twpf_vpack_c(in, out, B); return;
+        TWPF_WIDTHS_1_31(TWPF_CASE)
+#undef TWPF_CASE
+        case 32:
+            for (unsigned r = 0; r < 32; r++)
+                for (unsigned j = 0; j < 4; j++) tw_store_le32(out + 16 * r + 4 * j, in[4 * r + j]);
+            return;
+        default: return;
+    }
+}
+
+static void twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
+    switch (b) {
+#define TWPF_CASE(B) case B: twpf_vunpack_c(in, out, B); return;
+        TWPF_WIDTHS_1_31(TWPF_CASE)
+#undef TWPF_CASE
+        case 32:
+            for (unsigned i = 0; i < TWPF_BLOCK; i++) out[i] = (int32_t)tw_load_le32(in + 4 * i);
+            return;
+        default: memset(out, 0, 4 * TWPF_BLOCK); return;
+    }
 }
 
 /* ---- encoder ------------------------------------------------------------------------------- */
@@ -168,7 +303,10 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
         twpf_mask(v, (uint32_t)((1ull << b) - 1), w);
         base = w;
     }
-    if (b == 32) {
+    if (m == TWPF_BLOCK) {
+        twpf_vpack(base, o, b);
+        o += 16 * b;
+    } else if (b == 32) {
         for (unsigned i = 0; i < m; i++, o += 4) tw_store_le32(o, base[i]);
     } else if (b > 0) {
         twbp_packer pk = {o, 0, 0};
@@ -182,8 +320,8 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
         const unsigned f = 7 + (M - b);
         const uint64_t hib = 0x0101010101010101ull * (uint8_t)(0xFFu << (b - lo));
         const uint64_t lo7 = 0x7F7F7F7F7F7F7F7Full, top = 0x8080808080808080ull;
-        uint64_t acc = 0;
-        unsigned bits = 0;
+        uint8_t pos[TWPF_BLOCK];
+        unsigned ne = 0;
         for (unsigned g = 0; g < TWPF_BLOCK; g += 8) {
             uint64_t x;
             memcpy(&x, u + g, 8);
@@ -192,16 +330,27 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
 #endif
             x &= hib;
             uint64_t z = (x | ((x & lo7) + lo7)) & top;
-            while (z) {
-                unsigned i = g + ((unsigned)__builtin_ctzll(z) >> 3);
-                z &= z - 1;
-                acc |= ((uint64_t)i | (uint64_t)(v[i] >> b) << 7) << bits;
-                bits += f;
-                while (bits >= 8) {
-                    *o++ = (uint8_t)acc;
-                    acc >>= 8;
-                    bits -= 8;
-                }
+            for (; z; z &= z - 1) pos[ne++] = (uint8_t)(g + ((unsigned)__builtin_ctzll(z) >> 3));
+        }
+        /* ne == e: the same ids the counts saw, from the same copy */
+        if (f <= 32) {
+            uint32_t fl[TWPF_BLOCK];
+            for (unsigned j = 0; j < ne; j++) fl[j] = pos[j] | (v[pos[j]] >> b) << 7;
+            twbp_packer pk = {o, 0, 0};
+            twbp_pack(&pk, (const int32_t *)fl, ne, f);
+            twbp_pack_finish(&pk);
+            o = pk.out;
+            return o;
+        }
+        uint64_t acc = 0;
+        unsigned bits = 0;
+        for (unsigned j = 0; j < ne; j++) {
+            acc |= ((uint64_t)pos[j] | (uint64_t)(v[pos[j]] >> b) << 7) << bits;
+            bits += f;
+            while (bits >= 8) {
+                *o++ = (uint8_t)acc;
+                acc >>= 8;
+                bits -= 8;
             }
         }
         if (bits) *o++ = (uint8_t)acc;
@@ -301,17 +450,14 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         }
         const size_t nbase = ((size_t)m * b + 7) / 8;
         if (len - p < nbase) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's ids", at);
-        if (b == 0) {
+        if (m == TWPF_BLOCK) {
+            twpf_vunpack(src + p, d, b);
+        } else if (b == 0) {
             memset(d, 0, 4 * (size_t)m);
         } else if (b == 32) {
             for (unsigned i = 0; i < m; i++) d[i] = (int32_t)tw_load_le32(src + p + 4 * (size_t)i);
         } else {
-#if defined(__x86_64__) && defined(__GNUC__)
-            if (twbp_have_avx2 && b <= 24 && m == TWPF_BLOCK && len - p >= 16 * (size_t)b + 16)
-                twpf_unpack128_avx2(src + p, d, b);
-            else
-#endif
-                twbp_unpack(src + p, len - p, 0, d, m, b);
+            twbp_unpack(src + p, len - p, 0, d, m, b);
             const unsigned used = (m * b) & 7;
             if (used && (src[p + nbase - 1] >> used))
                 TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", p + nbase - 1);
@@ -331,23 +477,31 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         int prev = -1;
         uint64_t bit = 0;
         unsigned j = 0;
-        if (m == TWPF_BLOCK && qlen >= nexc + 8) {
-            /* fast path: every field is one 8-byte load inside the payload and every position
-             * (7 bits) inside the block, so patch first and judge the block once at its end */
+        if (f <= 31) {
+            /* fields unpacked together (vectorized), then judged, then applied */
+            uint32_t fl[TWPF_BLOCK];
             const uint64_t fmask = (1ull << f) - 1;
-            unsigned bad = 0;
-            for (; j < e; j++, bit += f) {
-                uint64_t fld = (tw_load_le64(q + (bit >> 3)) >> (bit & 7)) & fmask;
-                int pos = (int)(fld & 127);
-                uint32_t h = (uint32_t)(fld >> 7);
-                bad |= (unsigned)(pos <= prev) | ((unsigned)(h == 0) << 1);
-                prev = pos;
-                orh |= h;
-                d[pos] = (int32_t)((uint32_t)d[pos] | h << b);
+            if (qlen >= nexc + 8) {                  /* one 8-byte load per field */
+                for (unsigned k = 0; k < e; k++) {
+                    const unsigned bk = k * f;
+                    fl[k] = (uint32_t)((tw_load_le64(q + (bk >> 3)) >> (bk & 7)) & fmask);
+                }
+            } else {
+                for (unsigned k = 0; k < e; k++) fl[k] = (uint32_t)twpf_get(q, qlen, (uint64_t)k * f, f);
             }
-            if (bad & 1)
+            unsigned bad = fl[0] < 128, badpos = 0;
+            orh = fl[0] >> 7;
+            for (unsigned k = 1; k < e; k++) {
+                bad |= fl[k] < 128;
+                badpos |= (fl[k] & 127) <= (fl[k - 1] & 127);
+                orh |= fl[k] >> 7;
+            }
+            if (badpos || (fl[e - 1] & 127) >= m)
                 TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
             if (bad) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
+            for (unsigned k = 0; k < e; k++)
+                d[fl[k] & 127] = (int32_t)((uint32_t)d[fl[k] & 127] | (fl[k] >> 7) << b);
+            j = e;
         }
         for (; j < e; j++, bit += f) {
             uint64_t fld = twpf_get(q, qlen, bit, f);
