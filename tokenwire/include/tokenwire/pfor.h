@@ -110,14 +110,15 @@ TWBP_INLINE uint64_t twpf_get(const uint8_t *src, size_t len, uint64_t q, unsign
 #  define TWPF_UNROLL
 #endif
 
-/* in: 128 ids below 2**B (1 <= B <= 31); out: 16*B bytes. */
+/* in: 128 ids, of which the low B bits (1 <= B <= 31) are packed; out: 16*B bytes. */
 TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B) {
 #if TWPF_SSE2
+    const __m128i vmask = _mm_set1_epi32((int)((1u << B) - 1));
     __m128i acc = _mm_setzero_si128();
     unsigned sh = 0;
     TWPF_UNROLL
     for (unsigned r = 0; r < 32; r++) {
-        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(in + 4 * r));
+        const __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)(in + 4 * r)), vmask);
         acc = _mm_or_si128(acc, _mm_slli_epi32(v, (int)sh));
         sh += B;
         if (sh >= 32) {
@@ -133,7 +134,7 @@ TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B
         unsigned sh = 0;
         uint8_t *o = out + 4 * j;
         for (unsigned r = 0; r < 32; r++) {
-            const uint32_t v = in[4 * r + j];
+            const uint32_t v = in[4 * r + j] & ((1u << B) - 1);
             acc |= v << sh;
             sh += B;
             if (sh >= 32) {
@@ -297,20 +298,16 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
     }
     *o++ = (uint8_t)b;
     *o++ = (uint8_t)e;
-    const uint32_t *base = v;
-    if (e) {
-        *o++ = (uint8_t)(M - b);
-        twpf_mask(v, (uint32_t)((1ull << b) - 1), w);
-        base = w;
-    }
+    if (e) *o++ = (uint8_t)(M - b);
     if (m == TWPF_BLOCK) {
-        twpf_vpack(base, o, b);
+        twpf_vpack(v, o, b);                 /* keeps the low b bits itself */
         o += 16 * b;
     } else if (b == 32) {
-        for (unsigned i = 0; i < m; i++, o += 4) tw_store_le32(o, base[i]);
+        for (unsigned i = 0; i < m; i++, o += 4) tw_store_le32(o, v[i]);
     } else if (b > 0) {
+        twpf_mask(v, (uint32_t)((1ull << b) - 1), w);
         twbp_packer pk = {o, 0, 0};
-        twbp_pack(&pk, (const int32_t *)base, m, b);
+        twbp_pack(&pk, (const int32_t *)w, m, b);
         twbp_pack_finish(&pk);
         o = pk.out;
     }
@@ -370,46 +367,15 @@ static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
 
 /* ---- decoder ------------------------------------------------------------------------------- */
 
-/* A full block's base ids (widths 1..24) with AVX2, as twbp_unpack_avx2 does it but with its
- * shuffle and shift vectors built once per width in twpf_init instead of once per call. Reads
- * bytes [0, 15*w + w/2 + 16) of src (the caller checks they are inside the payload). */
-#if defined(__x86_64__) && defined(__GNUC__)
-static uint8_t twpf_shuf[25][32];
-static uint32_t twpf_shift[25][8];
-
-__attribute__((target("avx2")))
-static void twpf_unpack128_avx2(const uint8_t *src, int32_t *dst, unsigned w) {
-    const __m256i vshuf = _mm256_loadu_si256((const __m256i *)(const void *)twpf_shuf[w]);
-    const __m256i vshift = _mm256_loadu_si256((const __m256i *)(const void *)twpf_shift[w]);
-    const __m256i vmask = _mm256_set1_epi32((int)((1u << w) - 1));
-    const unsigned base1 = w / 2;
-    for (unsigned i = 0; i < TWPF_BLOCK; i += 8, src += w) {
-        __m128i lo = _mm_loadu_si128((const __m128i *)(const void *)src);
-        __m128i hi = _mm_loadu_si128((const __m128i *)(const void *)(src + base1));
-        __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-        v = _mm256_shuffle_epi8(v, vshuf);
-        v = _mm256_srlv_epi32(v, vshift);
-        v = _mm256_and_si256(v, vmask);
-        _mm256_storeu_si256((__m256i *)(void *)(dst + i), v);
-    }
-}
-#endif
-
-/* Once per process before the first decode (CPU detection and tables; idempotent). */
+/* Once per process before the first encode or decode (CPU detection; idempotent). */
 static void twpf_init(void) {
     twbp_init();
-#if defined(__x86_64__) && defined(__GNUC__)
-    for (unsigned w = 1; w <= 24; w++) {
-        const unsigned base1 = (4 * w) >> 3;
-        for (unsigned j = 0; j < 8; j++) {
-            unsigned lane = j >> 2;
-            unsigned r = j * w - (lane ? 8 * base1 : 0);
-            for (unsigned k = 0; k < 4; k++)
-                twpf_shuf[w][16 * lane + 4 * (j & 3) + k] = (uint8_t)((r >> 3) + k);
-            twpf_shift[w][j] = r & 7;
-        }
-    }
-#endif
+}
+
+/* d[p] |= h << b for the validated fields p | h << 7 of one block. */
+TWBP_INLINE void twpf_patch(int32_t *d, const uint32_t *fl, unsigned e, unsigned b) {
+    for (unsigned k = 0; k < e; k++)
+        d[fl[k] & 127] = (int32_t)((uint32_t)d[fl[k] & 127] | (fl[k] >> 7) << b);
 }
 
 #define TWPF_FAIL(code, text, at)                                                               \
@@ -426,6 +392,11 @@ static void twpf_init(void) {
  * dst then holds garbage. Any byte string gives either TWPF_OK or an error, never UB. */
 static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
     size_t p = 0;
+    /* A block's patches are applied after the next block is unpacked: ORing into ids just
+     * written by 16-byte stores would wait on store forwarding at every exception. */
+    uint32_t flbuf[2][TWPF_BLOCK];
+    unsigned cur = 0, npend = 0, pend_b = 0;
+    int32_t *pend_d = dst;
     if (err) {
         err->msg = NULL;
         err->offset = 0;
@@ -479,7 +450,7 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         unsigned j = 0;
         if (f <= 31) {
             /* fields unpacked together (vectorized), then judged, then applied */
-            uint32_t fl[TWPF_BLOCK];
+            uint32_t *fl = flbuf[cur];
             const uint64_t fmask = (1ull << f) - 1;
             if (qlen >= nexc + 8) {                  /* one 8-byte load per field */
                 for (unsigned k = 0; k < e; k++) {
@@ -499,9 +470,15 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
             if (badpos || (fl[e - 1] & 127) >= m)
                 TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
             if (bad) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
-            for (unsigned k = 0; k < e; k++)
-                d[fl[k] & 127] = (int32_t)((uint32_t)d[fl[k] & 127] | (fl[k] >> 7) << b);
+            twpf_patch(pend_d, flbuf[cur ^ 1], npend, pend_b);
+            pend_d = d;
+            npend = e;
+            pend_b = b;
+            cur ^= 1;
             j = e;
+        } else {
+            twpf_patch(pend_d, flbuf[cur ^ 1], npend, pend_b);
+            npend = 0;
         }
         for (; j < e; j++, bit += f) {
             uint64_t fld = twpf_get(q, qlen, bit, f);
@@ -522,6 +499,7 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         p += nexc;
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
+    twpf_patch(pend_d, flbuf[cur ^ 1], npend, pend_b);
     return TWPF_OK;
 }
 
