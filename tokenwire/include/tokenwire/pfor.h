@@ -397,6 +397,7 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
     uint32_t flbuf[2][TWPF_BLOCK];
     unsigned cur = 0, npend = 0, pend_b = 0;
     int32_t *pend_d = dst;
+    const uint32_t *pend_fl = NULL;
     if (err) {
         err->msg = NULL;
         err->offset = 0;
@@ -460,24 +461,27 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
             } else {
                 for (unsigned k = 0; k < e; k++) fl[k] = (uint32_t)twpf_get(q, qlen, (uint64_t)k * f, f);
             }
-            unsigned bad = fl[0] < 128, badpos = 0;
-            orh = fl[0] >> 7;
-            for (unsigned k = 1; k < e; k++) {
+            unsigned bad = 0, badpos = 0;
+            int pv = -1;
+            for (unsigned k = 0; k < e; k++) {
+                const int pk = (int)(fl[k] & 127);
                 bad |= fl[k] < 128;
-                badpos |= (fl[k] & 127) <= (fl[k - 1] & 127);
+                badpos |= pk <= pv;
+                pv = pk;
                 orh |= fl[k] >> 7;
             }
-            if (badpos || (fl[e - 1] & 127) >= m)
+            if (badpos || pv >= (int)m)
                 TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
             if (bad) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
-            twpf_patch(pend_d, flbuf[cur ^ 1], npend, pend_b);
+            twpf_patch(pend_d, pend_fl, npend, pend_b);
             pend_d = d;
+            pend_fl = fl;
             npend = e;
             pend_b = b;
             cur ^= 1;
             j = e;
         } else {
-            twpf_patch(pend_d, flbuf[cur ^ 1], npend, pend_b);
+            twpf_patch(pend_d, pend_fl, npend, pend_b);
             npend = 0;
         }
         for (; j < e; j++, bit += f) {
@@ -499,7 +503,7 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         p += nexc;
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
-    twpf_patch(pend_d, flbuf[cur ^ 1], npend, pend_b);
+    twpf_patch(pend_d, pend_fl, npend, pend_b);
     return TWPF_OK;
 }
 
