@@ -2,7 +2,7 @@
  * int32 ids, for the packed codec (bitpack.h, every id at the width of the largest) and pfor
  * (pfor.h), on the same ids, side by side in one run (median of repeats, interleaved).
  *
- *   gcc -O3 -std=c99 -I tokenwire/include bench/codec_v2_kernel.c -o /tmp/cv2 && \
+ *   gcc -O3 -std=c99 -I tokenwire/include bench/codec_v2_kernel.c -o /tmp/cv2 -lm && \
  *       /tmp/cv2 [--repeats R] FILE.i32...
  *
  * FILE.i32: raw little-endian int32 ids (bench/codec_v2_ids.py writes real tokenizer ids); the
