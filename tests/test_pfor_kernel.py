@@ -66,6 +66,15 @@ def test_kernel_optimized(tmp_path: pathlib.Path) -> None:
     _run(_build(tmp_path / "pfor_test_o3", ["-O3", "-march=native"]), 3, 5_000)
 
 
+def test_kernel_portable_paths(tmp_path: pathlib.Path) -> None:
+    """The plain C paths (big-endian hosts, non-x86) against the same checks and the spec's
+    bit-by-bit reader, under the sanitizers."""
+    exe = _build(tmp_path / "pfor_test_portable",
+                 ["-O1", "-DTWPF_PORTABLE", "-fsanitize=address,undefined",
+                  "-fno-sanitize-recover=all"])
+    _run(exe, 11, 3_000)
+
+
 def test_header_compiles_as_cpp17(tmp_path: pathlib.Path) -> None:
     """C++ spells C99's restrict __restrict (wire.hpp defines it around the kernels)."""
     src = tmp_path / "use.cpp"

@@ -97,7 +97,8 @@ TWBP_INLINE uint64_t twpf_get(const uint8_t *src, size_t len, uint64_t q, unsign
  * and word k of lane j is stored little-endian at bytes [16k + 4j, 16k + 4j + 4). Four lanes
  * side by side are one SSE2 register (baseline x86-64), so packing and unpacking are shifts,
  * ORs and masks of whole registers (the layout of Lemire and Boytsov's SIMD-BP128). */
-#if defined(__SSE2__) && !TW_HOST_BIG_ENDIAN
+/* TWPF_PORTABLE (a test knob) selects the plain C paths everywhere. */
+#if defined(__SSE2__) && !TW_HOST_BIG_ENDIAN && !defined(TWPF_PORTABLE)
 #  include <emmintrin.h>
 #  define TWPF_SSE2 1
 #else
@@ -226,7 +227,12 @@ static void twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
 /* ---- encoder ------------------------------------------------------------------------------- */
 
 /* cnt[k] = number of u[i] >= 2**k, for k in 0..7 (u zero-filled to 128). */
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
+#  define TWPF_AVX2_COUNTS 1
+#else
+#  define TWPF_AVX2_COUNTS 0
+#endif
+#if TWPF_AVX2_COUNTS
 __attribute__((target("avx2")))
 static void twpf_counts_avx2(const uint8_t *u, unsigned *cnt) {
     __m256i a[4];
@@ -244,7 +250,7 @@ static void twpf_counts_avx2(const uint8_t *u, unsigned *cnt) {
 #endif
 
 static void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#if TWPF_AVX2_COUNTS
     if (twbp_have_avx2) {
         twpf_counts_avx2(u, cnt);
         return;
