@@ -398,14 +398,6 @@ TWBP_INLINE void twpf_patch(int32_t *d, const uint32_t *fl, unsigned e, unsigned
  * dst then holds garbage. Any byte string gives either TWPF_OK or an error, never UB. */
 static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
     size_t p = 0;
-    /* A block's patches are applied after the next block is unpacked, so their 4-byte
-     * read-modify-writes do not read ids that 16-byte stores have only just written (a store
-     * forwarding stall on some cores; no gain was measurable on the noisy machine it was
-     * written on, so this is cheap insurance, not a measured win). */
-    uint32_t flbuf[2][TWPF_BLOCK];
-    unsigned cur = 0, npend = 0, pend_b = 0;
-    int32_t *pend_d = dst;
-    const uint32_t *pend_fl = NULL;
     if (err) {
         err->msg = NULL;
         err->offset = 0;
@@ -458,39 +450,46 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         uint64_t bit = 0;
         unsigned j = 0;
         if (f <= 31) {
-            /* fields unpacked together (vectorized), then judged, then applied */
-            uint32_t *fl = flbuf[cur];
+            /* fields extracted and judged in one pass, applied once the block is valid */
+            uint32_t fl[TWPF_BLOCK];
             const uint64_t fmask = (1ull << f) - 1;
-            if (qlen >= nexc + 8) {                  /* one 8-byte load per field */
-                for (unsigned k = 0; k < e; k++) {
-                    const unsigned bk = k * f;
+            unsigned bad = 0, badpos = 0, e_done = 0;
+            int pv = -1;
+#define TWPF_JUDGE(k)                                                                          \
+            do {                                                                               \
+                const int pk = (int)(fl[k] & 127);                                             \
+                bad |= fl[k] < 128;                                                            \
+                badpos |= pk <= pv;                                                            \
+                pv = pk;                                                                       \
+                orh |= fl[k];                                                                  \
+            } while (0)
+            if (m == TWPF_BLOCK && qlen >= nexc + 8) {
+                /* full block: every 7-bit position is inside it, so patch in the same pass
+                 * (a bad block's ids are garbage anyway); one 8-byte load per field */
+                for (unsigned k = 0, bk = 0; k < e; k++, bk += f) {
                     fl[k] = (uint32_t)((tw_load_le64(q + (bk >> 3)) >> (bk & 7)) & fmask);
+                    TWPF_JUDGE(k);
+                    d[fl[k] & 127] = (int32_t)((uint32_t)d[fl[k] & 127] | (fl[k] >> 7) << b);
+                }
+                e_done = 1;
+            } else if (qlen >= nexc + 8) {
+                for (unsigned k = 0, bk = 0; k < e; k++, bk += f) {
+                    fl[k] = (uint32_t)((tw_load_le64(q + (bk >> 3)) >> (bk & 7)) & fmask);
+                    TWPF_JUDGE(k);
                 }
             } else {
-                for (unsigned k = 0; k < e; k++) fl[k] = (uint32_t)twpf_get(q, qlen, (uint64_t)k * f, f);
+                for (unsigned k = 0; k < e; k++) {
+                    fl[k] = (uint32_t)twpf_get(q, qlen, (uint64_t)k * f, f);
+                    TWPF_JUDGE(k);
+                }
             }
-            unsigned bad = 0, badpos = 0;
-            int pv = -1;
-            for (unsigned k = 0; k < e; k++) {
-                const int pk = (int)(fl[k] & 127);
-                bad |= fl[k] < 128;
-                badpos |= pk <= pv;
-                pv = pk;
-                orh |= fl[k] >> 7;
-            }
+#undef TWPF_JUDGE
+            orh >>= 7;
             if (badpos || pv >= (int)m)
                 TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
             if (bad) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
-            twpf_patch(pend_d, pend_fl, npend, pend_b);
-            pend_d = d;
-            pend_fl = fl;
-            npend = e;
-            pend_b = b;
-            cur ^= 1;
+            if (!e_done) twpf_patch(d, fl, e, b);
             j = e;
-        } else {
-            twpf_patch(pend_d, pend_fl, npend, pend_b);
-            npend = 0;
         }
         for (; j < e; j++, bit += f) {
             uint64_t fld = twpf_get(q, qlen, bit, f);
@@ -511,7 +510,6 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         p += nexc;
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
-    twpf_patch(pend_d, pend_fl, npend, pend_b);
     return TWPF_OK;
 }
 
