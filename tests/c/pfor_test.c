@@ -316,6 +316,28 @@ static void test_errors(void) {
         for (int k = 0; k < 4; k++) q[19 + k] = (uint8_t)(g >> (8 * k));
         expect_error(q, len, 256, TWPF_E_NONCANONICAL, "full block, zero high part");
     }
+    /* wide exception fields this encoder never writes (its b is at least M - 8) but other
+     * encoders may: b = 0 and one exception of x = 31 bits (a 38-bit field), and b = 1 with
+     * x = 31 (field of 38 bits too), decoded by the general path */
+    {
+        const uint64_t f1 = 7u | (uint64_t)0x7FFFFFFFu << 7;
+        uint8_t q[8] = {0x00, 0x01, 0x1F};
+        for (int k = 0; k < 5; k++) q[3 + k] = (uint8_t)(f1 >> (8 * k));
+        int32_t got[8];
+        twpf_error err;
+        int rc = twpf_decode(q, 8, got, 8, &err);
+        CHECK(rc == TWPF_OK && got[7] == 0x7FFFFFFF && got[0] == 0 && got[6] == 0,
+              "38-bit exception field: %d %s", rc, err.msg ? err.msg : "");
+        /* ids {1, 1, 1, 1, 1, 1, 1, INT32_MIN | 1}: b=1, x=31, high part 1 << 30 at position 7 */
+        const uint64_t f2 = 7u | (uint64_t)(1u << 30) << 7;
+        uint8_t r[9] = {0x01, 0x01, 0x1F, 0xFF};
+        for (int k = 0; k < 5; k++) r[4 + k] = (uint8_t)(f2 >> (8 * k));
+        rc = twpf_decode(r, 9, got, 8, &err);
+        CHECK(rc == TWPF_OK && got[0] == 1 && got[7] == (int32_t)(0x80000001u),
+              "b=1, x=31: %d %s", rc, err.msg ? err.msg : "");
+        r[8] |= 0x80;    /* bit 39: padding after the 38-bit field */
+        expect_error(r, 9, 8, TWPF_E_PADDING, "padding after a 38-bit field");
+    }
     const uint8_t two[] = {0x00, 0x00};
     expect_error(two, 2, 128, TWPF_OK, "128 zeros");
     expect_error(two, 2, 129, TWPF_E_TRUNCATED, "claimed count beyond the payload");

@@ -323,8 +323,8 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
         const unsigned f = 7 + (M - b);
         const uint64_t hib = 0x0101010101010101ull * (uint8_t)(0xFFu << (b - lo));
         const uint64_t lo7 = 0x7F7F7F7F7F7F7F7Full, top = 0x8080808080808080ull;
-        uint8_t pos[TWPF_BLOCK];
-        unsigned ne = 0;
+        uint64_t acc = 0;
+        unsigned bits = 0;
         for (unsigned g = 0; g < TWPF_BLOCK; g += 8) {
             uint64_t x;
             memcpy(&x, u + g, 8);
@@ -333,28 +333,23 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
 #endif
             x &= hib;
             uint64_t z = (x | ((x & lo7) + lo7)) & top;
-            for (; z; z &= z - 1) pos[ne++] = (uint8_t)(g + ((unsigned)__builtin_ctzll(z) >> 3));
-        }
-        /* ne == e: the same ids the counts saw, from the same copy */
-        if (f <= 32) {
-            uint32_t fl[TWPF_BLOCK];
-            for (unsigned j = 0; j < ne; j++) fl[j] = pos[j] | (v[pos[j]] >> b) << 7;
-            twbp_packer pk = {o, 0, 0};
-            twbp_pack(&pk, (const int32_t *)fl, ne, f);
-            twbp_pack_finish(&pk);
-            o = pk.out;
-            return o;
-        }
-        uint64_t acc = 0;
-        unsigned bits = 0;
-        for (unsigned j = 0; j < ne; j++) {
-            acc |= ((uint64_t)pos[j] | (uint64_t)(v[pos[j]] >> b) << 7) << bits;
-            bits += f;
-            while (bits >= 8) {
-                *o++ = (uint8_t)acc;
-                acc >>= 8;
-                bits -= 8;
+            for (; z; z &= z - 1) {
+                const unsigned i = g + ((unsigned)__builtin_ctzll(z) >> 3);
+                /* f = 7 + M - b <= 15 (b >= M - 8) onto fewer than 32 pending bits */
+                acc |= ((uint64_t)i | (uint64_t)(v[i] >> b) << 7) << bits;
+                bits += f;
+                if (bits >= 32) {
+                    tw_store_le32(o, (uint32_t)acc);
+                    o += 4;
+                    acc >>= 32;
+                    bits -= 32;
+                }
             }
+        }
+        while (bits >= 8) {
+            *o++ = (uint8_t)acc;
+            acc >>= 8;
+            bits -= 8;
         }
         if (bits) *o++ = (uint8_t)acc;
     }
