@@ -202,8 +202,9 @@ class GilMonitor:
     came later than usual: those intervals are when some other thread held the GIL. Resolution:
     the usual gap between wake-ups (`idle_gap`, ~17 µs on Linux with the timer slack lowered)."""
 
-    def __init__(self, tick: float = 1e-6) -> None:
+    def __init__(self, tick: float = 1e-6, enabled: bool = True) -> None:
         self.tick = tick
+        self.enabled = enabled
         self.gaps: list[tuple[float, float]] = []
         self.idle_gap = 0.0
         self._stop = threading.Event()
@@ -236,6 +237,8 @@ class GilMonitor:
 
     def __enter__(self) -> GilMonitor:
         self._ready = threading.Event()
+        if not self.enabled:                  # --no-gil-monitor: no thread, no GIL figures
+            return self
         self._thread.start()
         self._ready.wait()
         self._recording = True
@@ -244,10 +247,14 @@ class GilMonitor:
     def __exit__(self, *exc: object) -> None:
         self._recording = False
         self._stop.set()
-        self._thread.join()
+        if self.enabled:
+            self._thread.join()
 
     def blocked_in(self, windows: Sequence[tuple[float, float]]) -> list[float]:
-        """Per window, the seconds the monitor thread was blocked inside it."""
+        """Per window, the seconds the monitor thread was blocked inside it (none when the
+        monitor is off)."""
+        if not self.enabled:
+            return []
         gaps = sorted(self.gaps)
         out = []
         j = 0
@@ -275,7 +282,8 @@ def _receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
     return sock.recv_pyobj()
 
 
-def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None) -> None:
+def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None,
+                gil_monitor: bool = True) -> None:
     """Receive (mode, count, warmup) then `warmup + count` requests, time each submit after
     the warm-up, acknowledge each, report."""
     import zmq
@@ -288,7 +296,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
     receiver = shm.Receiver()                   # once per run, like the proxy's Sender
     gc_log = GcLog()
     gc.callbacks.append(gc_log)
-    with GilMonitor() as mon:
+    with GilMonitor(enabled=gil_monitor) as mon:
         results.send_pyobj({"idle_gap_us": mon.idle_gap * 1e6})
         recv_pyobj_oob(data, channel=receiver)       # the channel's first message: attach
         results.send_pyobj(None)
@@ -402,7 +410,7 @@ def print_table(results: Sequence[ModeResult]) -> None:
         b = base[(r.transport, r.isl)]
         rs = b.p(b.latency_us, 50) / r.p(r.latency_us, 50)
         rg, bound = gil_ratio(b, r)
-        if b.p(b.gil_us, 50) < b.gil_resolution_us:
+        if not r.gil_us or b.p(b.gil_us, 50) < b.gil_resolution_us:
             gil_vs = "n/a"      # even the baseline's stall is below the monitor's resolution
         else:
             gil_vs = ('>=' if bound else '') + format(rg, '.1f') + "x"
@@ -468,8 +476,12 @@ def _gil_target(mode: str) -> Target:
         return (f"{'at least ' if bound else ''}{v:.1f}x lower"
                 + (f"; its stall is below the monitor's {r.gil_resolution_us:.0f} µs resolution"
                    if bound else ""))
+    def value(f: E2EFigures) -> float:
+        if not f.row(mode).gil_us:
+            raise KeyError("no GIL figures (--no-gil-monitor)")   # not measured: not reported
+        return gil_ratio(f.row("baseline"), f.row(mode))[0]
     return Target(f"{mode}: GIL held by the submit >= 10x lower than the baseline's",
-                  lambda f: gil_ratio(f.row("baseline"), f.row(mode))[0], lambda v: v >= 10, shown)
+                  value, lambda v: v >= 10, shown)
 
 
 def targets_for(engine: str) -> list[Target]:
@@ -531,7 +543,7 @@ def serialize(mode: str, req: Any, sender: shm.Sender) -> list[Any]:
 
 def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
             engine_path: str | None = None, modes: Sequence[str] = MODES,
-            warmup: int = WARMUP) -> list[ModeResult]:
+            warmup: int = WARMUP, gil_monitor: bool = True) -> list[ModeResult]:
     import zmq
 
     sender = shm.Sender()                 # once per run: the ring the worker's Receiver maps
@@ -548,7 +560,8 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
         port_r = results.bind_to_random_port("tcp://127.0.0.1")
         data_addr, result_addr = f"tcp://127.0.0.1:{port_d}", f"tcp://127.0.0.1:{port_r}"
     proc = mp.get_context("spawn").Process(target=worker_main,
-                                           args=(data_addr, result_addr, engine_path), daemon=True)
+                                           args=(data_addr, result_addr, engine_path,
+                                                 gil_monitor), daemon=True)
     proc.start()
     out: list[ModeResult] = []
     try:
@@ -731,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
                    help="where the worker's ids end: the numpy stand-in, or a C++ Request built "
                         "with nanobind (needs nanobind, cmake, ninja: the bench extra)")
+    p.add_argument("--no-gil-monitor", dest="gil_monitor", action="store_false",
+                   help="no background thread in the worker: no GIL columns, and none of its "
+                        "wake-ups (tens of thousands a second) competing for the CPUs")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--check-targets", action="store_true",
                    help="exit 1 when a target is missed (off by default: shared machines are noisy)")
@@ -743,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
           f"per row, one at a time; engine: "
           f"{'nanobind C++ Request' if engine_path else 'numpy stand-in'}; submit = worker's "
           f"receive+unpickle+token prep+request ctor; trip = proxy serialize+transport+submit\n")
-    results = run_zmq(isls, count, args.transport, engine_path)
+    results = run_zmq(isls, count, args.transport, engine_path, gil_monitor=args.gil_monitor)
     if args.ray:
         results += run_ray(isls, count)
     print("", file=sys.stderr)
