@@ -1,7 +1,7 @@
 """End-to-end: a proxy process submits requests to a worker process over a real pyzmq socket.
 
 The worker times its submit path — receive, unpickle, get the ids as int32, build the native
-token vector — for three modes side by side. The engine the ids end in (`--engine`):
+token vector — for four modes side by side. The engine the ids end in (`--engine`):
 
   numpy          a stand-in for an engine's `std::vector<int32>` constructor: `np.array(list,
                  dtype=int32)` casts element by element like nanobind does for a list; a buffer
@@ -17,8 +17,11 @@ the proxy adds whole trip: from the start of its serialize to the end of the wor
 reported at p50 and p99. No submit pays for freeing an earlier request: that happens outside the
 timed windows. The proxy builds each request (its ids a fresh `list[int]`, as a tokenizer returns
 them) just before serializing it, outside the timed window, so the list is as warm in the caches
-as a tokenizer's fresh output; and every row starts with WARMUP untimed requests (a server's
-steady state: the ring's slots and the allocators' pages touched once, code paths warm).
+as a tokenizer's fresh output; every row starts with WARMUP untimed requests (a server's
+steady state: the ring's slots and the allocators' pages touched once, code paths warm); and the
+modes take turns, BLOCK requests at a time, so that a shared machine's load weighs on every row
+alike. The garbage collector stays on, as in a server: the worker counts its passes inside the
+timed submits.
 
   baseline       PlainGenerationRequest: the same request with a plain `list[int]` field,
                  pickled whole (send_pyobj)
@@ -36,7 +39,8 @@ ids) stay in the pickle in tokenwire-shm.
 
 While submits run, a background Python thread in the worker (the engine loop's stand-in) wakes
 every few microseconds and records when it could not run; the time it was blocked inside a
-submit window is the time that submit held the GIL. The proxy serializes and sends one request at a
+submit window is the time that submit held the GIL (`--no-gil-monitor`: no such thread, no
+GIL columns). The proxy serializes and sends one request at a
 time and waits for the worker's acknowledgement before the next, so proxy-side pickling never
 competes with the submit being measured and the whole trip is one request's, not a queue's.
 Every run ends with a correctness check: a CRC-32 of the int32 ids the worker built, per request
