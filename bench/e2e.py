@@ -379,6 +379,14 @@ class ModeResult:
     def p(self, values: list[float], q: float) -> float:
         return float(np.percentile(values, q)) if values else float("nan")
 
+    @property
+    def transit_us(self) -> list[float]:
+        """Per trip, what is neither the proxy's serialize nor the worker's submit: the proxy's
+        send call, zmq (both processes' I/O threads, the socket) and the worker's wake-up."""
+        if not self.trip_us:
+            return []
+        return [t - s - w for t, s, w in zip(self.trip_us, self.send_us, self.latency_us)]
+
 
 def _gil_cell(r: ModeResult, q: float) -> str:
     """A GIL percentile, or "<resolution" when the monitor cannot tell it from zero."""
@@ -407,7 +415,8 @@ def _trip_cell(r: ModeResult, q: float) -> str:
 def print_table(results: Sequence[ModeResult]) -> None:
     print(f"{'transport':<10}{'ISL':>9}  {'mode':<15}{'submit p50':>11}{'p99':>11}"
           f"{'prep p50':>10}{'ctor p50':>11}"
-          f"{'GIL p50':>10}{'p99':>11}{'proxy ser. p50':>16}{'trip p50':>11}{'p99':>11}"
+          f"{'GIL p50':>10}{'p99':>11}{'proxy ser. p50':>16}{'transit p50':>13}{'trip p50':>11}"
+          f"{'p99':>11}"
           f"  {'vs baseline: submit':>20}{'GIL':>9}{'trip':>8}  ok")
     base = {(r.transport, r.isl): r for r in results if r.mode == "baseline"}
     for r in results:
@@ -422,14 +431,16 @@ def print_table(results: Sequence[ModeResult]) -> None:
         print(f"{r.transport:<10}{r.isl:>9,}  {r.mode:<15}{r.p(r.latency_us, 50):>9.1f}µs"
               f"{r.p(r.latency_us, 99):>9.1f}µs{_us(r, r.prep_us):>10}{_us(r, r.ctor_us):>11}"
               f"{_gil_cell(r, 50):>10}{_gil_cell(r, 99):>11}"
-              f"{r.p(r.send_us, 50):>14.1f}µs{_trip_cell(r, 50):>11}{_trip_cell(r, 99):>11}"
+              f"{r.p(r.send_us, 50):>14.1f}µs"
+              f"{(format(r.p(r.transit_us, 50), '.1f') + 'µs') if r.trip_us else 'n/a':>13}"
+              f"{_trip_cell(r, 50):>11}{_trip_cell(r, 99):>11}"
               f"  {rs:>19.1f}x{gil_vs:>9}{rt:>8}  {'yes' if r.correct else 'NO'}")
 
 
 def summary(r: ModeResult) -> dict[str, float]:
     """p50 and p99 of each timed column (µs), for the JSON output beside the raw samples."""
     out = {}
-    for name in ("latency", "prep", "ctor", "gil", "send", "trip"):
+    for name in ("latency", "prep", "ctor", "gil", "send", "trip", "transit"):
         values = getattr(r, name + "_us")
         if values:
             out[f"{name}_p50_us"] = r.p(values, 50)
@@ -469,7 +480,8 @@ def _times(f: E2EFigures, v: float) -> str:
 def _tail_shown(mode: str, isl: int) -> Callable[[E2EFigures, float], str]:
     def shown(f: E2EFigures, v: float) -> str:
         r = f.row(mode, isl)
-        return f"{v:.1f}x (p99 {r.p(r.trip_us, 99):.1f} µs, p50 {r.p(r.trip_us, 50):.1f} µs)"
+        return (f"{v:.1f}x (p99 {r.p(r.trip_us, 99):.1f} µs, p50 {r.p(r.trip_us, 50):.1f} µs; "
+                f"transit p99 {r.p(r.transit_us, 99):.1f} µs, p50 {r.p(r.transit_us, 50):.1f} µs)")
     return shown
 
 
