@@ -18,7 +18,10 @@ against the tokenwire installed in the environment (`pip install '.[bench]'`)::
   msgspec_json  TokenVector through msgspec hooks / out-of-band frames / base64 JSON against
                 list[int]
   cpp, engine   the C++ hand-off, in a nanobind engine stand-in built from engine_src/
-  e2e           proxy process -> worker process over pyzmq (and Ray)
+  e2e           proxy process -> worker process over pyzmq (and Ray), in-band, out-of-band and
+                through the shared-memory channel
+  bench_shm     the shared-memory channel by size, and a slot against memcpy (`python -m bench
+                shm`)
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@
   python -m bench transport  what HMAC signing adds to an out-of-band request round trip
   python -m bench msgspec    msgspec Structs and JSON bodies: list[int] vs TokenVector, base64
   python -m bench cpp        the C++ hand-off (to_vector, C++ decode) against memcpy and nanobind
-  python -m bench e2e        proxy -> worker over pyzmq (and Ray): submit latency, GIL held
+  python -m bench e2e        proxy -> worker over pyzmq (and Ray): submit latency, GIL held,
+                             whole trip (p50, p99); in-band, out-of-band, shared memory
+  python -m bench shm        the shared-memory channel (tokenwire.shm) against in-band and
+                             out-of-band frames, by size; a slot against memcpy (--quick)
 
 `python -m bench SUBCOMMAND --help` describes a subcommand's options (`codec` names the default
 one explicitly). They measure the tokenwire installed in this environment: install it with the
@@ -33,6 +36,7 @@ SUBCOMMANDS: dict[str, str] = {
     "msgspec": "bench.msgspec_json",
     "cpp": "bench.cpp",
     "e2e": "bench.e2e",
+    "shm": "bench.bench_shm",
 }
 
 

@@ -1,7 +1,8 @@
 """The shared-memory channel (tokenwire.shm) against in-band and out-of-band frames.
 
-    python bench/bench_shm.py            # paths by size over ipc://, across two processes,
-                                         # then a 160 KB slot vs memcpy
+    python -m bench shm                  # paths by size over ipc://, across two processes,
+                                         # then a 160 KB slot vs memcpy (--quick: fewer rounds)
+    python bench/bench_shm.py            # the same, run as a script
 
 Prints, for each id count, one send + receive of ``{"ids": TokenVector}`` on an ``ipc://``
 PUSH/PULL pair in this process for each path (in-band, out-of-band frame, shared-memory slot;
@@ -12,6 +13,7 @@ to one memcpy of it into a destination of the same footprint (a ring of 4 slot-s
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 SIZES = (1024, 4096, 8192, 16384, 40000)
 
 
-def paths(sender: shm.Sender, receiver: shm.Receiver) -> None:
+def paths(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 15) -> None:
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory() as tmp:
         pull = ctx.socket(zmq.PULL)
@@ -48,7 +50,7 @@ def paths(sender: shm.Sender, receiver: shm.Receiver) -> None:
 
             cases = [(1 << 30, False), (0, False), (0, True)]
             best = [float("inf")] * 3
-            for _ in range(15):                    # interleaved: the machine's noise hits all
+            for _ in range(rounds):                # interleaved: the machine's noise hits all
                 for k, (threshold, channel) in enumerate(cases):
                     t = timeit.timeit(lambda: run(threshold, channel), number=200) / 200 * 1e6
                     best[k] = min(best[k], t)
@@ -74,7 +76,7 @@ def worker(inbox: str, acks: str) -> None:
     ctx.destroy(linger=0)
 
 
-def across_processes(n: int = 40_000) -> None:
+def across_processes(n: int = 40_000, rounds: int = 7) -> None:
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory() as tmp, shm.Sender(slots=8) as sender:
         inbox, acks = f"ipc://{tmp}/in", f"ipc://{tmp}/ack"
@@ -82,7 +84,9 @@ def across_processes(n: int = 40_000) -> None:
         push.bind(inbox)
         pull = ctx.socket(zmq.PULL)
         pull.bind(acks)
-        proc = subprocess.Popen([sys.executable, __file__, "--worker", inbox, acks])
+        # This file run as a script: it needs only tokenwire, numpy and pyzmq.
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", inbox,
+                                 acks])
         obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
         medians = {}
         for name, channel in (("out-of-band", None), ("shm", sender)):
@@ -92,7 +96,7 @@ def across_processes(n: int = 40_000) -> None:
                 pull.recv()
             for _ in range(50):
                 trip()
-            times = sorted(timeit.timeit(trip, number=200) / 200 * 1e6 for _ in range(7))
+            times = sorted(timeit.timeit(trip, number=200) / 200 * 1e6 for _ in range(rounds))
             medians[name] = times[len(times) // 2]
         push.send(b"frames", zmq.SNDMORE)
         send_pyobj_oob(push, None)
@@ -108,8 +112,9 @@ def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_
     """Interleaved, so that the machine's load weighs on memcpy and slot alike: each round
     copies 160 KB into the next of 4 slot-sized buffers, writes it into a slot, and copies the
     slot out (into a TokenVector) and frees it; mean times after a warm-up."""
-    ids = TokenVector(np.arange(40_000, dtype=np.int32))
-    src = memoryview(ids).cast("B")
+    arr = np.arange(40_000, dtype=np.int32)
+    ids = TokenVector(arr)
+    src = memoryview(arr.tobytes())                  # the same 160 KB of int32 ids
     n = src.nbytes
     receiver.loads(sender.dumps({"ids": ids}))
     segment = next(iter(receiver._segments.values()))
@@ -136,15 +141,19 @@ def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_
           f"{(write + read) / memcpy:.1f}x one memcpy")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench shm", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="fewer rounds (a smoke test: a few seconds, figures rougher)")
+    args = p.parse_args(argv)
     if not shm.available():
         print("tokenwire.shm needs Linux memfd_create")
         return 1
     with shm.Sender(slots=4, threshold=0) as sender, shm.Receiver() as receiver:
-        paths(sender, receiver)
-    across_processes()
+        paths(sender, receiver, rounds=2 if args.quick else 15)
+    across_processes(rounds=1 if args.quick else 7)
     with shm.Sender(slots=4) as sender, shm.Receiver() as receiver:
-        slot_vs_memcpy(sender, receiver)
+        slot_vs_memcpy(sender, receiver, rounds=2_000 if args.quick else 20_000)
     return 0
 
 

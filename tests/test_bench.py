@@ -122,15 +122,45 @@ def test_bench_with_a_real_tokenizer(tmp_path: Path) -> None:
     assert f"ids: tokenizer {path}" in r.stdout
 
 
-def test_e2e_quick_is_correct() -> None:
+def test_e2e_quick_is_correct(tmp_path: Path) -> None:
     """The worker is a spawned process: it finds bench/ (not installed) and the installed
-    tokenwire through the sys.path it inherits."""
+    tokenwire through the sys.path it inherits. Every mode runs, the shared-memory one
+    included (its ids through slots: a fallback to frames would fail the correctness check),
+    and the whole trip's p99 is reported beside its p50, in the table and the JSON."""
     pytest.importorskip("zmq")
-    r = run_bench("e2e", "--quick", "--requests", "6")
+    from tokenwire import shm
+    out_json = tmp_path / "e2e.json"
+    r = run_bench("e2e", "--quick", "--requests", "6", "--json", str(out_json))
     assert r.returncode == 0, r.stderr
-    for mode in ("baseline", "tokenwire", "tokenwire-oob"):
+    modes = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm")
+    for mode in modes:
         assert f" {mode} " in r.stdout
     assert "correctness: tokens received == tokens sent" in r.stdout
+    header = next(line for line in r.stdout.splitlines() if line.startswith("transport"))
+    assert "trip p50        p99" in header
+    rows = json.loads(out_json.read_text())["results"]
+    assert {(row["mode"], row["isl"]) for row in rows} == {
+        (mode, isl) for mode in modes for isl in (1000, 40_000)}
+    for row in rows:
+        assert row["correct"] and len(row["trip_us"]) == 6
+        assert row["trip_p99_us"] >= row["trip_p50_us"] > 0
+    if shm.available():
+        assert "tokenwire-shm: whole trip p99 <= 3x its p50" not in r.stdout   # numpy engine
+        assert "tokenwire-shm: worker submit >= 10x lower" in r.stdout
+
+
+def test_shm_suite_quick() -> None:
+    """`python -m bench shm`: the channel's paths by size, across two processes, slot vs
+    memcpy."""
+    pytest.importorskip("zmq")
+    from tokenwire import shm
+    if not shm.available():
+        pytest.skip("the shared-memory channel needs Linux memfd_create")
+    r = run_bench("shm", "--quick", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "in-band  out-of-band        shm" in r.stdout
+    assert "round trip to a worker process: out-of-band" in r.stdout
+    assert "x one memcpy" in r.stdout
 
 
 def test_e2e_through_ray() -> None:
