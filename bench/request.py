@@ -19,13 +19,12 @@ from typing import Any
 import numpy as np
 
 import tokenwire
-from tokenwire import GenerationRequest, token_buffer
+from tokenwire import GenerationRequest, token_buffer, token_fields
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
 from bench.examples import after, before, worker_submit
 from bench.harness import Method, Result, Target, ratio_target, group_ratios, grouped_suite_main
 from tokenwire.transport import dumps_oob, loads_oob
-from tokenwire import token_buffer, token_fields
 
 PROTOCOL = 5
 PROMPT = GenerationRequest.prompt_token_ids

@@ -30,7 +30,8 @@ with atheris.instrument_imports():
 
     import tokenwire
     import tokenwire.msgspec as tm
-    from tokenwire import ImmutableBuffer, TokenVector, WireFormatError
+    from tokenwire import TokenVector, WireFormatError
+    from tokenwire.memory import ImmutableBuffer
 
 EXPECTED = (msgspec.DecodeError, msgspec.ValidationError, WireFormatError)
 
