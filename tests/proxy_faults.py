@@ -59,8 +59,13 @@ def main() -> None:
     ap.add_argument("--isl", type=int, default=40_000)
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--history", type=int, default=0,
+                    help="vary the process's allocation history before the loop: keep this "
+                         "many small objects alive (whether glibc falls into a per-request "
+                         "munmap cycle depends on such details)")
     ap.add_argument("--receiver", nargs=2, metavar=("DATA", "ACK"))
     args = ap.parse_args()
+    history = [bytes(48 + 16 * (i % 64)) for i in range(args.history)]
     if args.receiver:
         receiver(*args.receiver)
         return
@@ -144,8 +149,9 @@ def main() -> None:
     dump = median_us(lambda: pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL))
     print(json.dumps({
         "mode": args.mode, "transport": args.transport, "isl": args.isl,
-        "requests": args.count, "faults": faults, "faults_total": sum(per_request),
+        "requests": args.count, "history": len(history), "faults": faults, "faults_total": sum(per_request),
         "faults_max_request": max(per_request),
+        "requests_faulting": sum(1 for f in per_request if f >= 4),   # >= 4 pages: a block
         "serialize_us": sorted(ser_us)[len(ser_us) // 2],
         "as_tokens_us": conv, "dumps_built_us": dump,
     }))
