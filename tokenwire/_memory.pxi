@@ -74,11 +74,12 @@ cdef extern from *:
 #: mmap and munmaps it on free, so every page of the next such block is faulted in again (one
 #: minor fault per 4 KiB). When it frees such a block it raises the threshold to the block's size
 #: (and its heap trim threshold to twice that): a process settles once it has freed its largest
-#: block. A proxy pickling 40,000 ids never settles: pickle.dumps grows its output to 1.5x the
-#: ids (mmapped), shrinks it to 1x before returning it, and the free of that sets the threshold
-#: just below the next request's 1.5x: 41 faults per request, 2-3x the serialize time. So when
+#: block. A proxy pickling 40,000 ids may never settle: pickle.dumps grows its output to 1.5x
+#: the ids (mmapped), shrinks it to 1x before returning it, and the free of that sets the
+#: threshold just below the next request's 1.5x: 41 faults per request, 3-4x the serialize time
+#: (whether a process falls into that cycle depends on its earlier allocations). So when
 #: tokenwire allocates a vector of `nbytes` it first makes glibc settle for blocks of up to
-#: 2*nbytes (the vector, its pickle, the list it came from), rounded up to a power of two:
+#: 2*nbytes (the vector, and its pickle's 1.5x), rounded up to a power of two:
 #: malloc and free of one untouched block that size, which is glibc's own adaptation, done
 #: before the first request instead of never. At most one per power of two up to glibc's cap on
 #: the threshold (32 MiB), so a handful per process; no-op off glibc, and a no-op for the
