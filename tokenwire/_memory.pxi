@@ -60,6 +60,63 @@ cdef object _NOTHING = object()     # "no argument" default of TokenVector()
 # --------------------------------------------------------------------------------------------
 # Allocation
 
+cdef extern from *:
+    """
+    #if defined(__GLIBC__)
+    #define TW_GLIBC_MALLOC 1
+    #else
+    #define TW_GLIBC_MALLOC 0
+    #endif
+    /* malloc and free one block, untouched. The volatile keeps the compiler from removing the
+       pair (an unused malloc/free pair is otherwise optimized away). */
+    static void tw_malloc_free_block(size_t n) {
+        void* volatile p = malloc(n);
+        free(p);
+    }
+    """
+    int TW_GLIBC_MALLOC
+    void tw_malloc_free_block(size_t n) noexcept nogil
+
+#: glibc's malloc serves a block of at least its mmap threshold (128 KiB at start) with its own
+#: mmap and munmaps it on free, so every page of the next such block is faulted in again (one
+#: minor fault per 4 KiB). When it frees such a block it raises the threshold to the block's size
+#: (and its heap trim threshold to twice that): a process settles once it has freed its largest
+#: block. A proxy pickling 40,000 ids may never settle: pickle.dumps grows its output to 1.5x
+#: the ids (mmapped), shrinks it to 1x before returning it, and the free of that sets the
+#: threshold just below the next request's 1.5x: 41 faults per request, 3-4x the serialize time
+#: (whether a process falls into that cycle depends on its earlier allocations). So when
+#: tokenwire allocates a vector of `nbytes` it first makes glibc settle for blocks of up to
+#: 2*nbytes (the vector, and its pickle's 1.5x), rounded up to a power of two:
+#: malloc and free of one untouched block that size, which is glibc's own adaptation, done
+#: before the first request instead of never. At most one per power of two up to glibc's cap on
+#: the threshold (32 MiB), so a handful per process; no-op off glibc, and a no-op for the
+#: thresholds when MALLOC_MMAP_THRESHOLD_ / M_MMAP_THRESHOLD fixes them (glibc then stops adapting).
+cdef size_t MALLOC_SETTLE_MIN = 64 * 1024
+cdef size_t MALLOC_SETTLE_MAX = 32 * 1024 * 1024
+cdef size_t _malloc_settled = 0
+
+
+cdef void malloc_settle(size_t nbytes) noexcept nogil:
+    global _malloc_settled
+    cdef size_t want = MALLOC_SETTLE_MIN
+    if not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2 or nbytes * 2 <= _malloc_settled:
+        return
+    if _malloc_settled >= MALLOC_SETTLE_MAX:
+        return
+    while want < nbytes * 2 and want < MALLOC_SETTLE_MAX:
+        want *= 2
+    _malloc_settled = want
+    # libc's malloc, not PyMem_Raw*: the point is to reach glibc's allocator (debug hooks would
+    # also write every byte), and the block is freed at once, untouched: it holds no memory.
+    tw_malloc_free_block(want)
+
+
+def _malloc_settled_bytes():
+    """The largest block size tokenwire has made glibc's malloc settle for (0: none yet, or
+    not glibc). For tests."""
+    return _malloc_settled
+
+
 cdef TokenVector tv_alloc(Py_ssize_t n):
     cdef TokenVector tv = TokenVector.__new__(TokenVector)
     if n < 0:
@@ -68,6 +125,7 @@ cdef TokenVector tv_alloc(Py_ssize_t n):
         return tv
     if n > (<Py_ssize_t>(<size_t>-1 >> 1)) // 4:
         raise MemoryError(f"cannot allocate {n} token ids")
+    malloc_settle(<size_t>n * 4)
     # PyMem_Raw*: as fast as malloc (no GIL needed) and visible to tracemalloc and leak tests.
     cdef int32_t* p = <int32_t*>PyMem_RawMalloc(<size_t>n * 4)
     if p == NULL:

@@ -414,7 +414,7 @@ def _restore_shared(data, make):
     return _remember(key, snapshot, result)
 
 
-# -- concatenation and repetition (issue #12) --------------------------------------------------
+# -- concatenation and repetition ------------------------------------------------------------
 # Rule: the result is a TokenVector only when every operand is one (tv + tv, tv * n: the ids
 # stay int32 and stay immutable, like tuple + tuple); mixed with a list or a tuple, the result is
 # a list, what code written for `list[int]` expects (`ids[1:] + [ids[0]]`, then `.append`).

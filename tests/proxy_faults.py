@@ -1,0 +1,161 @@
+"""The proxy's side of a request's trip, counted in minor page faults (run as a script).
+
+A fresh process does what a proxy does for every request: it receives the prompt's ids as a new
+``list[int]`` (a tokenizer's output; made outside the counted window), builds a
+``GenerationRequest`` from it, serializes it (``send_pyobj``'s pickle, or ``dumps_oob`` with the
+ids as an out-of-band frame sent ``copy=False``), sends it over a real zmq socket to a receiver
+process, waits for the receiver's ack and drops the request. ``resource.getrusage`` counts the
+minor faults of each step; the process prints one JSON object: per-step faults summed over the
+steady-state requests, the request count, and the median serialize time next to
+``as_tokens(list)`` + ``pickle.dumps`` of the same request measured apart.
+
+    python tests/proxy_faults.py [--mode pickle|oob] [--transport ipc|tcp] [--isl N] [--count N]
+
+Used by tests/test_proxy_faults.py. No environment variable is read: run it without
+``MALLOC_*`` / ``GLIBC_TUNABLES`` to see what a default process does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+
+def receiver(data_addr: str, ack_addr: str) -> None:
+    """Receive each message whole, unpickle it (as a worker does), ack it; stop on b"stop"."""
+    import zmq
+
+    from tokenwire.transport import loads_oob
+
+    ctx = zmq.Context()
+    data = ctx.socket(zmq.PULL)
+    ack = ctx.socket(zmq.PUSH)
+    data.connect(data_addr)
+    ack.connect(ack_addr)
+    while True:
+        frames = data.recv_multipart(copy=False)
+        if frames[0].bytes == b"stop":
+            break
+        req = loads_oob(frames) if len(frames) > 1 else pickle.loads(frames[0].buffer)
+        ack.send(b"ok")
+        del req, frames
+    ack.send(b"bye")
+    ctx.destroy(linger=1000)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=("pickle", "oob"), default="pickle")
+    ap.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
+    ap.add_argument("--isl", type=int, default=40_000)
+    ap.add_argument("--count", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--history", type=int, default=0,
+                    help="vary the process's allocation history before the loop: keep this "
+                         "many small objects alive (whether glibc falls into a per-request "
+                         "munmap cycle depends on such details)")
+    ap.add_argument("--receiver", nargs=2, metavar=("DATA", "ACK"))
+    args = ap.parse_args()
+    history = [bytes(48 + 16 * (i % 64)) for i in range(args.history)]
+    if args.receiver:
+        receiver(*args.receiver)
+        return
+
+    import zmq
+
+    import tokenwire
+    from tokenwire import GenerationRequest
+    from tokenwire.transport import dumps_oob
+
+    ctx = zmq.Context()
+    data = ctx.socket(zmq.PUSH)
+    ack = ctx.socket(zmq.PULL)
+    tmp = tempfile.mkdtemp(prefix="tokenwire-faults-")
+    if args.transport == "ipc":
+        data_addr, ack_addr = f"ipc://{tmp}/data", f"ipc://{tmp}/ack"
+        data.bind(data_addr)
+        ack.bind(ack_addr)
+    else:
+        data_addr = f"tcp://127.0.0.1:{data.bind_to_random_port('tcp://127.0.0.1')}"
+        ack_addr = f"tcp://127.0.0.1:{ack.bind_to_random_port('tcp://127.0.0.1')}"
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                             "--receiver", data_addr, ack_addr])
+    rnd = random.Random(0)
+    base = [rnd.randrange(151_936) for _ in range(args.isl)]
+    params = {"temperature": 0.7, "max_new_tokens": 128}
+    steps = ("build", "serialize", "send", "ack")
+    faults: Dict[str, int] = dict.fromkeys(steps, 0)
+    per_request: List[int] = []
+    ser_us: List[float] = []
+
+    def minflt() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    try:
+        for i in range(args.warmup + args.count):
+            lst = list(base)                 # the tokenizer's output: a new list per request
+            lst[i % args.isl] = i % 1000
+            f0 = minflt()
+            req = GenerationRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
+            f1 = minflt()
+            t0 = time.perf_counter()
+            if args.mode == "oob":
+                frames: List[Any] = dumps_oob(req)
+            else:
+                frames = [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)]   # send_pyobj
+            t1 = time.perf_counter()
+            f2 = minflt()
+            data.send_multipart(frames, copy=len(frames) == 1)
+            f3 = minflt()
+            if not ack.poll(60_000):
+                raise RuntimeError("the receiver stopped answering")
+            ack.recv()
+            f4 = minflt()
+            del req, frames, lst
+            if i >= args.warmup:
+                for step, d in zip(steps, (f1 - f0, f2 - f1, f3 - f2, f4 - f3)):
+                    faults[step] += d
+                per_request.append(f4 - f0)
+                ser_us.append((t1 - t0) * 1e6)
+        data.send(b"stop")
+        ack.poll(30_000)
+    finally:
+        proc.wait(30)
+        ctx.destroy(linger=0)
+
+    # Apart, in the same (now warm) process: the floor the serialize is compared with.
+    lst = list(base)
+    built = GenerationRequest(tokenwire.as_tokens(lst), params, streaming=True,
+                              arrival_time=time.time(), id=0)
+
+    def median_us(fn: Any, n: int = 50) -> float:
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e6)
+        return sorted(out)[n // 2]
+
+    conv = median_us(lambda: tokenwire.as_tokens(lst))
+    dump = median_us(lambda: pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL))
+    print(json.dumps({
+        "mode": args.mode, "transport": args.transport, "isl": args.isl,
+        "requests": args.count, "history": len(history), "faults": faults, "faults_total": sum(per_request),
+        "faults_max_request": max(per_request),
+        "requests_faulting": sum(1 for f in per_request if f >= 4),   # >= 4 pages: a block
+        "serialize_us": sorted(ser_us)[len(ser_us) // 2],
+        "as_tokens_us": conv, "dumps_built_us": dump,
+    }))
+
+
+if __name__ == "__main__":
+    main()
