@@ -76,8 +76,7 @@ def _array_from(vector: TokenVector, typecode: str) -> "array.array[int]":
     """An ``array(typecode)`` of the ids: one allocation and one widening copy in numpy (no
     per-id Python work). The caller has checked that the typecode holds every id."""
     out = array.array(typecode, [0]) * len(vector)
-    np.copyto(np.frombuffer(out, np.dtype(typecode)), np.frombuffer(vector, np.int32),
-              casting="unsafe")
+    np.copyto(np.frombuffer(out, np.dtype(typecode)), np.asarray(vector), casting="unsafe")
     return out
 
 
@@ -86,7 +85,7 @@ def _fits(vector: TokenVector, typecode: str) -> bool:
     if not len(vector):
         return True
     info = np.iinfo(np.dtype(typecode))
-    ids = np.frombuffer(vector, np.int32)
+    ids = np.asarray(vector)
     return bool(info.min <= int(ids.min()) and int(ids.max()) <= info.max)
 
 
@@ -434,7 +433,7 @@ class TokenIds:
             return "None"
         if not isinstance(value, (list, tuple, array.array, _TokenField)):
             return f"<not token ids: {type(value).__name__}>"
-        ids = value.vector if type(value) is _TokenField else value
+        ids: Any = value.vector if type(value) is _TokenField else value
         n = len(ids)
         if n <= 6:
             return repr(list(ids))
