@@ -11,7 +11,7 @@ import inspect
 import pickle
 import sys
 from array import array
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 import pytest
@@ -274,7 +274,7 @@ class PlainStructReq(msgspec.Struct):
 class StructReq(msgspec.Struct):
     rid: str
     input_text: str
-    input_ids: TokenVector                   # was: array; the proxy fills it with as_tokens(...)
+    input_ids: Union[array, TokenVector]     # was: array; upgraded proxies fill it with as_tokens(...)
     sampling_params: Dict[str, Any]
     return_logprob: bool = False
 
@@ -296,3 +296,16 @@ def test_pickled_struct_sends_the_ids_out_of_band_and_consumers_keep_working():
     assert np.frombuffer(fill, np.int64)[-1] == 2
     plain = PlainStructReq("r", "t", ids, {})
     assert pickle.loads(pickle.dumps(plain, protocol=5)).input_ids == out.input_ids
+
+
+@pytest.mark.parametrize("old_proxy", [False, True])
+def test_struct_scheduler_line_reads_both_proxies(old_proxy):
+    # Schedulers first: the documented scheduler line gives its own array('q') whether an old
+    # tokenizer manager sent an array('q') or an upgraded one a TokenVector.
+    ids = list(range(-3, 1000))
+    sent = array("q", ids) if old_proxy else tokenwire.as_tokens(ids)
+    out = pickle.loads(pickle.dumps(StructReq("r", "t", sent, {}), protocol=5))
+    origin = array("q") + out.input_ids
+    assert type(origin) is array and origin.typecode == "q" and origin.tolist() == ids
+    origin.append(7)                                            # the scheduler's own array
+    assert out.input_ids[-1] == 999

@@ -4,12 +4,16 @@ writes and checks it, and the process-wide "list on the wire" switch for rolling
 Pickled state (version 1) is a dict::
 
     {"__tokenwire__": 1,                   # state version
-     "<field>": TokenVector | bytes | str | (payload,) | list | tuple | None,
+     "<field>": TokenVector | bytes | str | (payload,) | (payload, typecode) | list | tuple
+                | {"as_is": value} | None,
                                            # one entry per set TokenIds field, under its public
                                            # name: the vector ("raw"), or a wire frame (bytes;
                                            # a latin-1 str below protocol 3); ids that were a
-                                           # tuple as a one-item tuple around that payload; for
-                                           # ints that are not int32 ids, the list (tuple) itself
+                                           # tuple as a one-item tuple around that payload, an
+                                           # array.array as (payload, its typecode); a list or
+                                           # tuple that is not int32 ids as itself, any other
+                                           # value that is not (or a tuple of the shapes above)
+                                           # as {"as_is": value}
      "<attr>": value, ...}                 # every other instance attribute, pickled as usual
 
 or ``(that dict, {slot: value})`` when base classes have slots. A ``TokenVector`` pickles as raw
