@@ -309,3 +309,12 @@ def test_struct_scheduler_line_reads_both_proxies(old_proxy):
     assert type(origin) is array and origin.typecode == "q" and origin.tolist() == ids
     origin.append(7)                                            # the scheduler's own array
     assert out.input_ids[-1] == 999
+
+
+def test_token_ids_on_a_struct_points_to_the_field_type():
+    with pytest.raises((TypeError, RuntimeError)) as info:
+        class Bad(msgspec.Struct):
+            rid: str
+            input_ids = TokenIds()
+    error = info.value if isinstance(info.value, TypeError) else info.value.__cause__
+    assert "Bad is a msgspec.Struct" in str(error) and "TokenVector" in str(error)

@@ -212,6 +212,10 @@ def _adopt(cls: type, list_on_wire: Optional[bool] = None) -> None:
     ``__setstate__`` it has is wrapped, ``__copy__`` / ``__deepcopy__`` / ``__reduce__`` it has
     are kept. Run by ``TokenIds.__set_name__`` (the field line adopts its class) and by
     ``token_fields``."""
+    if type(cls).__module__.split(".")[0] == "msgspec":            # StructMeta
+        raise TypeError(f"{cls.__name__} is a msgspec.Struct: it pickles its field values, type "
+                        f"the field tokenwire.TokenVector instead of using TokenIds "
+                        f"(docs/adopting.md, section 7)")
     if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
         raise TypeError(f"{cls.__name__}: token fields keep their ids in the instance __dict__, "
                         f"and the class has __slots__ without one")

@@ -219,8 +219,7 @@ def _field_from_state(owner: str, name: str, payload: Any) -> Any:
 
 def _dataclass_building(cls: Optional[type], name: str) -> bool:
     """Whether ``@dataclass`` may be building `cls` and reading `name`'s default: the class
-    body annotates `name`, and the class is not a dataclass of its own yet. (Python 3.14 keeps
-    class annotations unevaluated in ``__annotate__``: there any class with annotations counts.)"""
+    body annotates `name`, and the class is not a dataclass of its own yet."""
     if cls is None:
         return False
     own = vars(cls)
@@ -229,7 +228,15 @@ def _dataclass_building(cls: Optional[type], name: str) -> bool:
     annotations = own.get("__annotations__")
     if type(annotations) is dict:
         return name in annotations
-    return "__annotate__" in own
+    try:                                  # Python >= 3.14: annotations evaluated on demand
+        import annotationlib  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return False
+    try:
+        found = annotationlib.get_annotations(cls, format=annotationlib.Format.FORWARDREF)
+    except Exception:                     # an annotation that cannot even be referenced
+        return True
+    return name in found
 
 
 def _field_error(exc: Exception, where: str) -> Exception:
