@@ -318,3 +318,37 @@ def test_token_ids_on_a_struct_points_to_the_field_type():
             input_ids = TokenIds()
     error = info.value if isinstance(info.value, TypeError) else info.value.__cause__
     assert "Bad is a msgspec.Struct" in str(error) and "TokenVector" in str(error)
+
+
+def test_token_fields_below_dataclass_keeps_defaults_and_refuses_field_lines():
+    @dataclasses.dataclass
+    @tokenwire.token_fields("input_ids", "output_ids")
+    class Below:
+        rid: str
+        input_ids: List[int]
+        output_ids: Optional[List[int]] = None
+
+    params = inspect.signature(Below).parameters
+    assert params["input_ids"].default is inspect.Parameter.empty and params["output_ids"].default is None
+    req = Below("r", [1, 2])
+    assert req.output_ids is None and type(req.__getstate__()["input_ids"]) is TokenVector
+    with pytest.raises(TypeError, match=r"'output_ids' is a dataclasses\.field\(\.\.\.\): write "
+                                        r"@token_fields above @dataclass"):
+        @dataclasses.dataclass
+        @tokenwire.token_fields("output_ids")
+        class FieldLine:
+            output_ids: List[int] = dataclasses.field(default_factory=list)
+
+
+def test_default_none_on_a_plain_class_reads_as_the_class_attribute_did():
+    class Plain:
+        prompt_token_ids = None
+
+    @tokenwire.token_fields("prompt_token_ids")
+    class Adopted:
+        prompt_token_ids = None
+
+    assert Plain().prompt_token_ids is None and Adopted().prompt_token_ids is None
+    assert ExecutorRequest.__new__(ExecutorRequest).__dict__ == {}
+    with pytest.raises(AttributeError, match="prompt_token_ids"):
+        ExecutorRequest.__new__(ExecutorRequest).prompt_token_ids      # no default: unset

@@ -1,5 +1,7 @@
-"""Adopting tokenwire in a request class: the ``TokenwireMixin`` base class, or the
-``token_fields`` class decorator (for dataclasses, or to leave a class's bases alone).
+"""Adopting tokenwire in a request class. A ``TokenIds`` field line adopts its class by itself
+(``TokenIds.__set_name__`` runs ``_adopt``); the ``token_fields`` class decorator converts named
+attributes without touching their lines; the ``TokenwireMixin`` base class adds ``__repr__`` and
+a per-class ``list_on_wire=``.
 
 Either gives the class ``__getstate__`` / ``__setstate__`` that send each ``TokenIds`` field as
 its buffer (an unread field is never turned into a list on either side) and ``__copy__`` /
