@@ -6,9 +6,9 @@ as a ``TokenVector`` (native int32) and a ``list`` is built from it, in C, only 
 reads the attribute; the list is cached and later reads return the same object. A list, tuple or
 ``array.array`` the user sets is kept as that very object (no copy, no conversion until the ids
 are pickled), and a receiver reads back the same kind of container: a list, a tuple, an
-``array`` of the same typecode (its *kind*, carried beside the buffer). A value that is not
-int32 ids (a nested list, ids >= 2**31, bools, strings...) is kept and pickled exactly as the
-unmodified class would: whatever pickled before adoption pickles after it.
+``array`` of the same typecode (its *kind*, carried beside the buffer). A list, tuple or array
+that is not int32 ids (a nested list, ids >= 2**31, bools, strings...) is kept and pickled
+exactly as the unmodified class would: whatever pickled before adoption pickles after it.
 
 Why a descriptor and not a class-level ``__getattr__``: ``__getattr__`` runs a Python frame and
 raises for *every* missing-attribute lookup on the object (``hasattr`` probes, copy/pickle dunder
@@ -49,12 +49,11 @@ _MISSING: Any = object()
 # obj.__dict__[name] is, for a TokenIds field `name`:
 #   absent        -- never set: reading raises AttributeError, as for any unset attribute;
 #   None          -- set to None;
-#   a list/tuple/ -- the list, tuple or array the user set (or a state carried): the source;
-#   array.array
+#   a list/tuple/ -- the list, tuple or array the user set (or a state carried): the source,
+#   array.array     int32 ids or not (a nested list, big ints: pickled as the value itself);
 #   a _TokenField -- the ids held as a TokenVector (decoded from the wire, or set from a buffer),
 #                    plus the list (tuple, array: the field's kind) built from it on first read;
-#   anything else -- a value as_tokens refuses (not token ids), kept as the unmodified class
-#                    would keep it.
+#   anything else -- a value a received state carried as it is ({"as_is": value}).
 # So vars(obj) shows the public name, and shows the very list on an object built from a list.
 
 
