@@ -1,6 +1,7 @@
 """GenerationRequest against the same request holding a plain list field, a ~30-field
 dataclass adopted with `token_fields` against the unmodified one, and the proxy-side serialize
-of a request built from a list; each with its targets.
+of a request built from a list, and SGLang's pickled msgspec.Struct holding array('q') ids
+against the adopted TokenVector field; each with its targets.
 
 The baseline, `PlainGenerationRequest` (bench.baseline), is the request as it was
 before tokenwire: the same attributes, `prompt_token_ids` a plain `list[int]`, default pickling
@@ -130,8 +131,80 @@ def proxy_methods(n: int) -> list[Method]:
     ]
 
 
+G_STRUCT = "SGLang Struct from the tokenizer's list: build + dumps(protocol 5, buffer_callback) + loads + first read"
+G_STRUCT_ARR = "SGLang Struct from an array('q') the proxy holds: build + dumps(5, buffer_callback) + loads + first read"
+
+
+def _struct_classes() -> tuple[Any, Any]:
+    """SGLang's TokenizedGenerateReqInput as a msgspec.Struct (pickled by zmq's send_pyobj):
+    unmodified (`input_ids: array`) and adopted (`input_ids: TokenVector`, docs/adopting.md)."""
+    import msgspec
+    from array import array
+
+    class StructReq(msgspec.Struct):
+        rid: str
+        input_text: str
+        input_ids: array
+        sampling_params: dict
+        return_logprob: bool = False
+        logprob_start_len: int = -1
+        top_logprobs_num: int = 0
+        stream: bool = False
+        lora_path: Any = None
+        session_params: Any = None
+
+    class TwStructReq(msgspec.Struct):
+        rid: str
+        input_text: str
+        input_ids: tokenwire.TokenVector
+        sampling_params: dict
+        return_logprob: bool = False
+        logprob_start_len: int = -1
+        top_logprobs_num: int = 0
+        stream: bool = False
+        lora_path: Any = None
+        session_params: Any = None
+
+    StructReq.__qualname__, TwStructReq.__qualname__ = "StructReq", "TwStructReq"
+    globals().update(StructReq=StructReq, TwStructReq=TwStructReq)   # pickles name them here
+    return StructReq, TwStructReq
+
+
+def struct_methods(n: int) -> list[Method]:
+    """The proxy builds the Struct from the tokenizer's list (SGLang: ``array('q', ids)``;
+    adopted: ``as_tokens(ids)``), pickles it at protocol 5 with a buffer_callback (the ids of a
+    TokenVector travel out of band; an array's are in the pickle), the worker loads it and
+    reads the ids' first and last items."""
+    try:
+        StructReq, TwStructReq = _struct_classes()
+    except ImportError:                  # msgspec is an extra
+        return []
+    from array import array
+
+    lst = token_stream(n).tolist()
+    sp = {"temperature": 0.7, "max_new_tokens": 128}
+
+    def send(req: Any) -> Any:
+        buffers: list[pickle.PickleBuffer] = []
+        data = pickle.dumps(req, protocol=5, buffer_callback=buffers.append)
+        out = pickle.loads(data, buffers=buffers)
+        ids = out.input_ids
+        return ids[0], ids[-1], len(ids)
+
+    arr = array("q", lst)
+    assert send(TwStructReq("r", "", tokenwire.as_tokens(lst), sp)) == send(StructReq("r", "", arr, sp))
+    return [
+        _m(G_STRUCT_ARR, "array('q') (SGLang >= 0.5.13)", lambda: send(StructReq("r", "", arr, sp)), True),
+        _m(G_STRUCT_ARR, "TokenVector field (as_tokens(arr))",
+           lambda: send(TwStructReq("r", "", tokenwire.as_tokens(arr), sp))),
+        _m(G_STRUCT, "array('q') (SGLang >= 0.5.13)",
+           lambda: send(StructReq("r", "", array("q", lst), sp)), True),
+        _m(G_STRUCT, "TokenVector field", lambda: send(TwStructReq("r", "", tokenwire.as_tokens(lst), sp))),
+    ]
+
+
 def methods_for(n: int) -> list[Method]:
-    return request_methods(n) + dataclass_methods(n) + proxy_methods(n)
+    return request_methods(n) + dataclass_methods(n) + proxy_methods(n) + struct_methods(n)
 
 
 def request_methods(n: int) -> list[Method]:
@@ -207,6 +280,11 @@ TARGETS: list[Target] = [
      "token_fields dataclass", lambda r: r >= 15),
     ratio_target("whole submit with the documented worker changes: >= 20x faster", G_SUBMIT,
      "+ no deepcopy (list(ids))", lambda r: r >= 20),
+    # SGLang's pickled Struct
+    ratio_target("SGLang Struct, array('q') -> TokenVector field: >= 3x faster", G_STRUCT,
+                 "TokenVector field", lambda r: r >= 3),
+    ratio_target("SGLang Struct built from an array('q'): >= 3x faster", G_STRUCT_ARR,
+                 "TokenVector field (as_tokens(arr))", lambda r: r >= 3),
     # the proxy's serialize
     ratio_target("proxy serialize <= 1.5x (as_tokens(list) + dumps of the built request)", G_PROXY,
      "dumps(GenerationRequest(list))", lambda r: 1 / r <= 1.5),

@@ -182,8 +182,8 @@ def test_state_version_checks():
     req = GenerationRequest.__new__(GenerationRequest)
     with pytest.raises(WireFormatError, match="state version 2 is not supported"):
         req.__setstate__({"__tokenwire__": 2, "prompt_token_ids": None})
-    with pytest.raises(WireFormatError, match="key 'prompt_token_ids': a token field list must hold ints"):
-        req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": [1, "x"]})
+    with pytest.raises(WireFormatError, match="key 'prompt_token_ids': a token field is a TokenVector"):
+        req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": 5})
     assert isinstance(WireFormatError("x"), ValueError)
     with pytest.raises(WireFormatError, match="state key 5 is not a string"):
         req.__setstate__({"__tokenwire__": 1, 5: "x"})
@@ -315,9 +315,8 @@ def test_user_list_is_held_and_its_mutations_reflected():
 def test_list_mutated_to_hold_a_non_id_fails_loudly_naming_the_field(bad, exc):
     req = from_wire([1, 2, 3])
     req.prompt_token_ids.append(bad)
+    assert pickle.loads(pickle.dumps(req)).prompt_token_ids == [1, 2, 3, bad]   # as a plain list
     with pytest.raises(exc, match=r"GenerationRequest\.prompt_token_ids: token id at index 3"):
-        pickle.dumps(req)
-    with pytest.raises(exc):
         token_buffer(req, "prompt_token_ids")
 
 
@@ -549,12 +548,12 @@ def test_mixin_on_another_class():
 
 
 def test_descriptor_without_the_mixin_pickles_like_a_plain_attribute():
-    # Without TokenwireMixin / token_fields the object pickles by default: a list the user set
-    # travels as that list; ids held as a buffer travel as the buffer, never as a list.
+    # The field line alone adopts the class: a list the user set travels as a buffer and
+    # reads back as a list; ids held as a buffer travel as the buffer, never as a list.
     obj = NoMixin()
     obj.ids = [1, 2, 3]
     out = pickle.loads(pickle.dumps(obj, protocol=5))
-    assert out.ids == [1, 2, 3] and type(vars(out)["ids"]) is list
+    assert out.ids == [1, 2, 3] and type(vars(out)["ids"]) is _TokenField
     obj.ids = np.array([4, 5], np.int32)
     out = pickle.loads(pickle.dumps(obj, protocol=5))
     assert type(vars(out)["ids"]) is _TokenField and not NoMixin.ids.is_materialized(out)
@@ -579,7 +578,7 @@ def assert_sane(req: GenerationRequest, expected_prompt=None) -> None:
         assert raw is None or type(raw) in (list, tuple) or (
             type(raw) is _TokenField and type(raw.vector) is TokenVector), (name, raw)
         value = getattr(req, name, None)
-        assert value is None or (type(value) in (list, tuple) and all(isinstance(v, int) for v in value))
+        assert value is None or type(value) in (list, tuple)      # a list or tuple is kept as sent
         held = getattr(GenerationRequest, name).held_buffer(req)
         assert held is None or type(held) is TokenVector
     side = req._prompt_token_ids_i32
@@ -622,7 +621,7 @@ HOSTILE_STATES = {
     "field payload: an int64 ndarray": (
         {"__tokenwire__": 1, "prompt_token_ids": np.arange(3)}, "prompt_token_ids"),
     "field payload: a string": ({"__tokenwire__": 1, "query_token_ids": "abc"}, "query_token_ids"),
-    "field payload: a nested list": ({"__tokenwire__": 1, "prompt_token_ids": [[1]]}, "prompt_token_ids"),
+    "field payload: a set": ({"__tokenwire__": 1, "prompt_token_ids": {1}}, "prompt_token_ids"),
     "legacy field: a dict": ({"prompt_token_ids": {"a": 1}}, "prompt_token_ids"),
     "dunder key": ({"__tokenwire__": 1, "__dict__": {}}, "__dict__"),
     "slots form: slots not a dict": (({}, [("a", 1)]), "slot state must be a dict"),
@@ -1063,8 +1062,8 @@ def test_tuple_state_payload_forms():
     req = fresh()
     req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": (TokenVector([1, 2]),)})
     assert req.prompt_token_ids == (1, 2)
-    with pytest.raises(WireFormatError, match="state key 'prompt_token_ids': a token field tuple must hold ints"):
-        fresh().__setstate__({"__tokenwire__": 1, "prompt_token_ids": (TokenVector([1]), TokenVector([2]))})
+    with pytest.raises(WireFormatError, match="state key 'prompt_token_ids': .*kind 'z' is not an integer array typecode"):
+        fresh().__setstate__({"__tokenwire__": 1, "prompt_token_ids": (TokenVector([1]), "z")})
     previous = tokenwire.list_on_wire(True)
     try:
         assert GenerationRequest((1, 2)).__getstate__()["prompt_token_ids"] == (1, 2)
@@ -1116,20 +1115,31 @@ def test_token_fields_typo_on_a_dataclass_is_refused():
 
 
 @pytest.mark.parametrize("later_field", [False, True])
-def test_token_fields_below_dataclass_is_refused(later_field):
-    with pytest.raises(TypeError, match=r"B\.input_ids is a token field.*write "
-                                        r"@tokenwire\.token_fields\(\.\.\.\) above @dataclass"):
-        @dataclasses.dataclass
-        @tokenwire.token_fields("input_ids")
-        class B:
-            rid: str
-            input_ids: List[int]
-            if later_field:
-                n: int
-    with pytest.raises(TypeError, match=r"M\.input_ids is a token field"):
-        @dataclasses.dataclass
-        class M(TokenwireMixin):
-            input_ids: List[int] = TokenIds()
+def test_token_fields_below_dataclass_and_the_field_line_work(later_field):
+    # Below @dataclass, and as `input_ids: List[int] = TokenIds()`: the field stays required,
+    # in its place (tests/test_adoption_shapes.py has the full shapes).
+    @dataclasses.dataclass
+    @tokenwire.token_fields("input_ids")
+    class B:
+        rid: str
+        input_ids: List[int]
+        if later_field:
+            n: int
+
+    @dataclasses.dataclass
+    class M(TokenwireMixin):
+        input_ids: List[int] = TokenIds()
+        if later_field:
+            n: int = 0
+
+    def rt(obj):                      # local classes: the state round trip of pickling
+        new = type(obj).__new__(type(obj))
+        new.__setstate__(pickle.loads(pickle.dumps(obj.__getstate__(), protocol=5)))
+        return new
+
+    args = ("r", [1, 2], 3) if later_field else ("r", [1, 2])
+    assert type(B(*args).__getstate__()["input_ids"]) is TokenVector
+    assert rt(B(*args)) == B(*args) and rt(M(*args[1:])) == M(*args[1:])
 
 
 def test_codec_names_come_from_the_core():

@@ -1,5 +1,7 @@
-"""Adopting tokenwire in a request class: the ``TokenwireMixin`` base class, or the
-``token_fields`` class decorator (for dataclasses, or to leave a class's bases alone).
+"""Adopting tokenwire in a request class. A ``TokenIds`` field line adopts its class by itself
+(``TokenIds.__set_name__`` runs ``_adopt``); the ``token_fields`` class decorator converts named
+attributes without touching their lines; the ``TokenwireMixin`` base class adds ``__repr__`` and
+a per-class ``list_on_wire=``.
 
 Either gives the class ``__getstate__`` / ``__setstate__`` that send each ``TokenIds`` field as
 its buffer (an unread field is never turned into a list on either side) and ``__copy__`` /
@@ -13,6 +15,7 @@ See docs/adopting.md for converting an existing request class.
 
 from __future__ import annotations
 
+import array
 import copy
 import dataclasses
 import functools
@@ -22,8 +25,10 @@ from typing import Any, Callable, ClassVar, Optional, TypeVar
 from tokenwire._core import check_codec
 from tokenwire.fields import _MISSING, TokenIds, _all_ints, _TokenField
 from tokenwire.state import (
+    _check_no_slot_fields,
     _checked_state,
     _config,
+    _forget_config,
     _reconfigure,
     _reduce_frames_as_text,
     _slot_values,
@@ -59,6 +64,7 @@ class TokenwireMixin:
 
     def __init_subclass__(cls, list_on_wire: Optional[bool] = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _check_no_slot_fields(cls)
         if list_on_wire is not None:
             cls._tokenwire_list_on_wire = bool(list_on_wire)
 
@@ -95,9 +101,10 @@ class TokenwireMixin:
     def __copy__(self) -> Any:
         # Like a plain object's shallow copy: the same list (and the same held ids) is shared.
         cls = type(self)
+        config = _config(cls)
         new = cls.__new__(cls)
         new.__dict__.update(self.__dict__)
-        for key, value in _slot_values(self, _config(cls).slotnames).items():
+        for key, value in _slot_values(self, config.slotnames).items():
             object.__setattr__(new, key, value)
         return new
 
@@ -125,13 +132,15 @@ class TokenwireMixin:
                 value = self.__dict__[name]
             if type(value) is _TokenField:
                 # itself if owned (immutable), else one memcpy
-                new_attrs[name] = _TokenField(copy.deepcopy(value.vector, memo), value.as_tuple)
+                new_attrs[name] = _TokenField(copy.deepcopy(value.vector, memo), value.kind)
             elif id(value) in memo:
                 new_attrs[name] = memo[id(value)]
             elif type(value) is tuple and _all_ints(value):
                 new_attrs[name] = value                      # immutable all the way down
             elif type(value) is list and _all_ints(value):
                 new_attrs[name] = memo[id(value)] = value[:]     # ints are immutable
+            elif type(value) is array.array:
+                new_attrs[name] = memo[id(value)] = value[:]     # a memcpy
             else:
                 new_attrs[name] = copy.deepcopy(value, memo)
         for key, value in _slot_values(self, config.slotnames).items():
@@ -200,13 +209,48 @@ def _own_method(cls: type, name: str) -> Any:
     return method
 
 
+def _adopt(cls: type, list_on_wire: Optional[bool] = None) -> None:
+    """Give `cls` tokenwire's pickling and copying (idempotent): a ``__getstate__`` /
+    ``__setstate__`` it has is wrapped, ``__copy__`` / ``__deepcopy__`` / ``__reduce__`` it has
+    are kept. Run by ``TokenIds.__set_name__`` (the field line adopts its class) and by
+    ``token_fields``."""
+    if type(cls).__module__.split(".")[0] == "msgspec":            # StructMeta
+        raise TypeError(f"{cls.__name__} is a msgspec.Struct: it pickles its field values, type "
+                        f"the field tokenwire.TokenVector instead of using TokenIds "
+                        f"(docs/adopting.md, section 7)")
+    if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
+        raise TypeError(f"{cls.__name__}: token fields keep their ids in the instance __dict__, "
+                        f"and the class has __slots__ without one")
+    getstate, setstate = _own_method(cls, "__getstate__"), _own_method(cls, "__setstate__")
+    mixin = vars(TokenwireMixin)
+    if getstate is not None:
+        setattr(cls, "__getstate__", _wrap_getstate(getstate))
+    elif getattr(cls, "__getstate__", None) not in _OURS:
+        setattr(cls, "__getstate__", mixin["__getstate__"])
+    if setstate is not None:
+        setattr(cls, "__setstate__", _wrap_setstate(setstate))
+    elif getattr(cls, "__setstate__", None) not in _OURS:
+        setattr(cls, "__setstate__", mixin["__setstate__"])
+    if getattr(cls, "__reduce_ex__") is object.__reduce_ex__ and \
+            getattr(cls, "__reduce__") is object.__reduce__:
+        setattr(cls, "__reduce_ex__", mixin["__reduce_ex__"])
+    for method in ("__copy__", "__deepcopy__"):
+        if getattr(cls, method, None) is None:
+            setattr(cls, method, mixin[method])
+    if list_on_wire is not None:
+        setattr(cls, "_tokenwire_list_on_wire", bool(list_on_wire))
+    _forget_config(cls)        # computed on first use, once the class is complete
+
+
 def token_fields(*names: str, codec: str = "raw",
                  list_on_wire: Optional[bool] = None) -> Callable[[_C], _C]:
     """Class decorator: make the attributes `names` token-id fields (TokenIds) and give the class
-    tokenwire's pickling and copying -- without touching its bases, annotations or signature.
+    tokenwire's pickling and copying -- without touching its bases, annotations, field lines or
+    signature. (Writing ``input_ids: List[int] = TokenIds()`` on the field line does the same
+    for that field; the decorator is for classes whose lines stay as they are.)
 
-    Written above ``@dataclass``, it runs after the dataclass is built, so the fields keep
-    their place in ``__init__`` (positional construction, fields without defaults after them),
+    Above or below ``@dataclass``, the fields keep their place in ``__init__`` (positional
+    construction, fields without defaults after them) and their defaults (``= None``),
     and ``dataclasses.fields/asdict/astuple/replace``, the generated ``__eq__`` and ``__repr__``
     behave as before::
 
@@ -218,8 +262,9 @@ def token_fields(*names: str, codec: str = "raw",
             input_ids: List[int]
             ...
 
-    On a dataclass every name must be one of its fields (TypeError otherwise); written below
-    ``@dataclass`` it raises TypeError when the dataclass is built.
+    On a dataclass every name must be one of its fields (TypeError otherwise). Below
+    ``@dataclass``, a field line ``= dataclasses.field(...)`` is refused (TypeError: write the
+    decorator above ``@dataclass``); a plain default (``= None``) is kept.
 
     A ``__getstate__`` / ``__setstate__`` the class has (its own or a base's) is wrapped, not
     replaced: tokenwire's ``__getstate__`` calls it and sends the token fields in the dict it
@@ -237,34 +282,30 @@ def token_fields(*names: str, codec: str = "raw",
         if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
             raise TypeError(f"token_fields({cls.__name__}): instances need a __dict__, "
                             f"the class has __slots__ without one")
+        defaults: dict[str, Any] = {}
         if dataclasses.is_dataclass(cls):
-            known = [f.name for f in dataclasses.fields(cls)]
+            known = {f.name: f for f in dataclasses.fields(cls)}
             for name in names:
                 if name not in known:
                     raise TypeError(f"token_fields({cls.__name__}): {name!r} is not a field of "
                                     f"the dataclass (its fields: {', '.join(known)})")
+                if known[name].default is not dataclasses.MISSING:
+                    defaults[name] = known[name].default
+        else:
+            for name in names:
+                attr = vars(cls).get(name, _MISSING)
+                if isinstance(attr, dataclasses.Field):
+                    raise TypeError(f"token_fields({cls.__name__}): {name!r} is a "
+                                    f"dataclasses.field(...): write @token_fields above @dataclass")
+                if isinstance(attr, TokenIds):
+                    attr = attr.default
+                if attr is not _MISSING:
+                    defaults[name] = attr          # the class attribute stays the default
         for name in names:
-            desc = TokenIds(codec=codec)
-            desc.__set_name__(cls, name)
+            desc = TokenIds(codec=codec, default=defaults.get(name, _MISSING))
             setattr(cls, name, desc)
-        getstate, setstate = _own_method(cls, "__getstate__"), _own_method(cls, "__setstate__")
-        mixin = vars(TokenwireMixin)
-        if getstate is not None:
-            setattr(cls, "__getstate__", _wrap_getstate(getstate))
-        elif getattr(cls, "__getstate__", None) not in _OURS:
-            setattr(cls, "__getstate__", mixin["__getstate__"])
-        if setstate is not None:
-            setattr(cls, "__setstate__", _wrap_setstate(setstate))
-        elif getattr(cls, "__setstate__", None) not in _OURS:
-            setattr(cls, "__setstate__", mixin["__setstate__"])
-        if getattr(cls, "__reduce_ex__") is object.__reduce_ex__ and \
-                getattr(cls, "__reduce__") is object.__reduce__:
-            setattr(cls, "__reduce_ex__", mixin["__reduce_ex__"])
-        for method in ("__copy__", "__deepcopy__"):
-            if getattr(cls, method, None) is None:
-                setattr(cls, method, mixin[method])
-        if list_on_wire is not None:
-            setattr(cls, "_tokenwire_list_on_wire", bool(list_on_wire))
+            desc.__set_name__(cls, name)
+        _adopt(cls, list_on_wire)
         _reconfigure(cls)
         return cls
 

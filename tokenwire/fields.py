@@ -3,9 +3,12 @@
 
 ``TokenIds`` is a data descriptor for one token-id field. Ids that arrive as a buffer are held
 as a ``TokenVector`` (native int32) and a ``list`` is built from it, in C, only when someone
-reads the attribute; the list is cached and later reads return the same object. A list the user
-sets is kept as that list (no copy, no conversion until the ids are pickled); a tuple is kept as
-that tuple, and read back as a tuple after pickling.
+reads the attribute; the list is cached and later reads return the same object. A list, tuple or
+``array.array`` the user sets is kept as that very object (no copy, no conversion until the ids
+are pickled), and a receiver reads back the same kind of container: a list, a tuple, an
+``array`` of the same typecode (its *kind*, carried beside the buffer). A list, tuple or array
+that is not int32 ids (a nested list, ids >= 2**31, bools, strings...) is kept and pickled
+exactly as the unmodified class would: whatever pickled before adoption pickles after it.
 
 Why a descriptor and not a class-level ``__getattr__``: ``__getattr__`` runs a Python frame and
 raises for *every* missing-attribute lookup on the object (``hasattr`` probes, copy/pickle dunder
@@ -25,9 +28,11 @@ A field's pickled payload is produced (``TokenIds._payload``) and read back
 
 from __future__ import annotations
 
-import sys
+import array
 import warnings
-from typing import Any, Optional, cast
+from typing import Any, Optional, Union, cast
+
+import numpy as np
 
 from tokenwire._core import TokenVector, _restore_shared, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
@@ -44,46 +49,95 @@ _MISSING: Any = object()
 # obj.__dict__[name] is, for a TokenIds field `name`:
 #   absent        -- never set: reading raises AttributeError, as for any unset attribute;
 #   None          -- set to None;
-#   a list/tuple  -- the list or tuple the user set (or a list-form state carried): the source;
+#   a list/tuple/ -- the list, tuple or array the user set (or a state carried): the source,
+#   array.array     int32 ids or not (a nested list, big ints: pickled as the value itself);
 #   a _TokenField -- the ids held as a TokenVector (decoded from the wire, or set from a buffer),
-#                    plus the list (or, for ids that were a tuple, the tuple) built from it on
-#                    first read.
+#                    plus the list (tuple, array: the field's kind) built from it on first read;
+#   anything else -- a value a received state carried as it is ({"as_is": value}).
 # So vars(obj) shows the public name, and shows the very list on an object built from a list.
 
 
-class _TokenField:
-    """Ids held as a TokenVector (`vector`, the source) and the list built from it on first
-    read (`ids`, else None); `as_tuple`: the ids were a tuple, and read back as one. Once the
-    list is found changed in place, the field is replaced by the bare list (the list is the
-    source from then on)."""
+#: array.array typecodes of integers: an array of one of these is a kind a field can read back as.
+_INT_TYPECODES = frozenset("bBhHiIlLqQ")
 
-    __slots__ = ("ids", "vector", "as_tuple")
+
+def _kind_of(value: Any) -> Union[bool, str]:
+    """The kind of container `value` is: False a list (or anything else), True a tuple, a
+    typecode an ``array.array`` of integers."""
+    if isinstance(value, tuple):
+        return True
+    if isinstance(value, array.array) and value.typecode in _INT_TYPECODES:
+        return value.typecode
+    return False
+
+
+def _array_from(vector: TokenVector, typecode: str) -> "array.array[int]":
+    """An ``array(typecode)`` of the ids: one allocation and one widening copy in numpy (no
+    per-id Python work). The caller has checked that the typecode holds every id."""
+    out = array.array(typecode, [0]) * len(vector)
+    np.copyto(np.frombuffer(out, np.dtype(typecode)), np.asarray(vector), casting="unsafe")
+    return out
+
+
+def _fits(vector: TokenVector, typecode: str) -> bool:
+    """Whether an ``array(typecode)`` holds every id of `vector`."""
+    if not len(vector):
+        return True
+    info = np.iinfo(np.dtype(typecode))
+    ids = np.asarray(vector)
+    return bool(info.min <= int(ids.min()) and int(ids.max()) <= info.max)
+
+
+class _TokenField:
+    """Ids held as a TokenVector (`vector`, the source) and the container built from it on first
+    read (`ids`, else None); `kind`: what to build -- False a list, True a tuple, a typecode an
+    ``array.array`` (the container the ids were when sent). Once the built container is found
+    changed in place, the field is replaced by it (it is the source from then on)."""
+
+    __slots__ = ("ids", "vector", "kind")
 
     # The name pickles carry for this class (its home before the request module was split):
     # pickles written by earlier releases name it, and receivers still running one resolve it.
     __module__ = "tokenwire.request"
 
-    def __init__(self, vector: TokenVector, as_tuple: bool = False) -> None:
+    def __init__(self, vector: TokenVector, kind: Any = False) -> None:
         if type(vector) is not TokenVector:
             # Reachable from a pickle (see __reduce__): never hold anything else.
             raise WireFormatError(f"_TokenField needs a TokenVector, got {type(vector).__name__}")
+        if type(kind) is str:
+            if kind not in _INT_TYPECODES:
+                raise WireFormatError(f"_TokenField kind {kind!r} is not an integer array typecode")
+            if not _fits(vector, kind):
+                raise WireFormatError(f"_TokenField: an array({kind!r}) cannot hold every id")
+        else:
+            kind = kind is True
         self.ids: Any = None
         self.vector = vector
-        self.as_tuple = as_tuple is True
+        self.kind: Union[bool, str] = kind
+
+    @property
+    def as_tuple(self) -> bool:
+        """The ids read back as a tuple (the earlier name of ``kind is True``)."""
+        return self.kind is True
 
     def built(self) -> Any:
-        """A new list (or tuple) of the ids; not cached."""
+        """A new list (tuple, array) of the ids; not cached."""
+        kind = self.kind
+        if type(kind) is str:
+            return _array_from(self.vector, kind)
         ids = self.vector.tolist()
-        return tuple(ids) if self.as_tuple else ids
+        return tuple(ids) if kind else ids
 
     def __repr__(self) -> str:
         listed = "" if self.ids is None else ", list built"
         return f"<token ids: {len(self.vector)} held as int32{listed}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Only reached when a class uses TokenIds without TokenwireMixin / token_fields
-        # (default pickling of its __dict__): send the buffer, never the list.
-        return (_TokenField, (self.vector, True)) if self.as_tuple else (_TokenField, (self.vector,))
+        # Only reached when a class uses TokenIds without tokenwire's pickling (it replaced
+        # __getstate__ with default pickling of its __dict__): send the buffer, never the list.
+        if self.kind is False:
+            return (_TokenField, (self.vector,))
+        return (_TokenField, (self.vector, self.kind))
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,49 +164,80 @@ def _all_ints(values: Any) -> bool:
 
 _HELD_KINDS = (TokenVector, bytes, bytearray, memoryview, str)
 
+#: The key of the one-entry dict that carries a value sent as it is (see TokenIds._payload).
+_AS_IS = "as_is"
 
-def _held_from_state(owner: str, name: str, payload: Any, as_tuple: bool) -> _TokenField:
+
+def _marks_held(payload: Any) -> bool:
+    """`payload` has the shape of a held field's tuple form: ``(ids,)`` or ``(ids, typecode)``."""
+    return (type(payload) is tuple and 1 <= len(payload) <= 2 and type(payload[0]) in _HELD_KINDS
+            and (len(payload) == 1 or type(payload[1]) is str))
+
+
+def _held_from_state(owner: str, name: str, payload: Any, kind: Any) -> _TokenField:
     """A _TokenField from a TokenVector or a wire frame (bytes; a latin-1 str below protocol 3).
     One frame named by many fields or objects is decoded (a mutable one copied) once:
     `_restore_shared`."""
-    kind = type(payload)
-    if kind is TokenVector:
-        return _TokenField(payload, as_tuple)
     try:
+        if type(payload) is TokenVector:
+            return _TokenField(payload, kind)
         try:
             vector = _restore_shared(payload, decode)
         except UnicodeEncodeError:
             raise WireFormatError("a frame sent as text must be latin-1 (code points < 256)") from None
-        return _TokenField(vector, as_tuple)
+        return _TokenField(vector, kind)
     except WireFormatError as exc:
         raise WireFormatError(f"{owner} state key {name!r}: {exc}") from None
 
 
 def _field_from_state(owner: str, name: str, payload: Any) -> Any:
     """What an instance stores for field `name` from its pickled payload: None, a list or tuple
-    of ints, or a _TokenField. Anything else is hostile or damaged: WireFormatError naming the
-    key."""
+    (as sent), a _TokenField, or a value sent as it is. Anything else is hostile or damaged:
+    WireFormatError naming the key."""
     if payload is None:
         return None
     kind = type(payload)
     if kind in _HELD_KINDS:
         return _held_from_state(owner, name, payload, False)
-    if kind is tuple and len(payload) == 1 and type(payload[0]) in _HELD_KINDS:
-        return _held_from_state(owner, name, payload[0], True)   # ids that were a tuple
+    if _marks_held(payload):               # ids that were a tuple, (ids,), or an array, (ids, typecode)
+        return _held_from_state(owner, name, payload[0], True if len(payload) == 1 else payload[1])
     if kind is list or kind is tuple:
-        # A list-form state (written before tokenwire, or with list_on_wire), or ints that are
-        # not int32 ids (the fallback of __getstate__): kept as the list or tuple it was.
-        if not _all_ints(payload):
-            raise WireFormatError(f"{owner} state key {name!r}: a token field {kind.__name__} must hold ints")
+        # A list-form state (written before tokenwire, or with list_on_wire), or a list or
+        # tuple that is not int32 ids (a nested list, big ints...): kept as it was sent, as
+        # the unmodified class kept it.
         return payload
+    if kind is dict and len(payload) == 1 and _AS_IS in payload:
+        return payload[_AS_IS]
     raise WireFormatError(
-        f"{owner} state key {name!r}: a token field is a TokenVector, a wire frame, a list or "
-        f"tuple of ints or None, got {kind.__name__}"
+        f"{owner} state key {name!r}: a token field is a TokenVector, a wire frame, a list, "
+        f"a tuple, a value sent as it is or None, got {kind.__name__}"
     )
 
 
 # --------------------------------------------------------------------------------------------
 # The descriptor
+
+
+def _dataclass_building(cls: Optional[type], name: str) -> bool:
+    """Whether ``@dataclass`` may be building `cls` and reading `name`'s default: the class
+    body annotates `name`, and the class is not a dataclass of its own yet."""
+    if cls is None:
+        return False
+    own = vars(cls)
+    if "__dataclass_fields__" in own:
+        return False
+    annotations = own.get("__annotations__")
+    if type(annotations) is dict:
+        return name in annotations
+    try:                                  # Python >= 3.14: annotations evaluated on demand
+        import annotationlib  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return False
+    try:
+        found = annotationlib.get_annotations(cls, format=annotationlib.Format.FORWARDREF)
+    except Exception:                     # an annotation that cannot even be referenced
+        return True
+    return name in found
 
 
 def _field_error(exc: Exception, where: str) -> Exception:
@@ -163,22 +248,41 @@ def _field_error(exc: Exception, where: str) -> Exception:
 class TokenIds:
     """A token-id field: reads as a ``list[int]`` built lazily from a native int32 buffer.
 
-        class Req(TokenwireMixin):
+    One line per field, on a plain class or a dataclass -- the line adopts the class (it gets
+    tokenwire's ``__getstate__`` / ``__setstate__`` / ``__copy__`` / ``__deepcopy__``, see
+    tokenwire.adopt)::
+
+        @dataclass
+        class TokenizedGenerateReqInput:
+            rid: str
+            input_text: str
+            input_ids: List[int] = TokenIds()        # a required field, same place in __init__
+            sampling_params: SamplingParams
+            ...
+
+        class Req:
             prompt_token_ids = TokenIds()
 
-    (on a dataclass, or to leave a class's bases alone, use the ``token_fields`` decorator.)
+    (``token_fields("name")`` converts fields without touching their lines.)
 
     * reading returns the ids as a ``list`` (None when set to None; AttributeError when never
-      set, as for any attribute); the first read of ids held as a buffer builds the list in C
-      and caches it, later reads return that same list object;
-    * setting accepts a list or a tuple (kept as it is, like a plain attribute: a tuple stays
-      a tuple, through pickling too), a TokenVector (shared: it is immutable), an ndarray or
-      any integer buffer (converted with ``as_tokens``: one memcpy for native int32), or None.
-      A nested list (a batch of prompts) is refused here, naming the field: a token field
-      holds one sequence of ids;
+      set, as for any attribute, or `default` when given); the first read of ids held as a
+      buffer builds the list in C and caches it, later reads return that same list object;
+    * setting keeps a list, tuple or ``array.array`` as that very object (a receiver reads back
+      the same kind: a tuple, an ``array`` of the same typecode), takes a TokenVector (shared: it
+      is immutable), an ndarray or any integer buffer (converted with ``as_tokens``: one memcpy
+      for native int32; anything else raises the error of ``as_tokens`` naming the field), or
+      None. A list or tuple that is not int32 ids -- a nested list (a batch), ids >= 2**31,
+      bools, strings -- is kept and pickled as the unmodified class would;
     * ``tokenwire.token_buffer(obj, "prompt_token_ids")`` -- the ids as a TokenVector (the
-      hand-off to an engine), without building a list;
-    * ``Req.prompt_token_ids.is_materialized(obj)`` -- whether a list exists.
+      hand-off to an engine), without building a list.
+
+    On the class, ``Cls.field`` is the descriptor -- except while ``@dataclass`` builds the class
+    (the name is annotated in the class body, and the class has no ``__dataclass_fields__``
+    yet): then it follows the dataclass protocol for descriptor-typed fields and raises
+    AttributeError (no default: the field is required, as an unmodified ``input_ids:
+    List[int]`` line), or returns `default` (``TokenIds(default=None)`` is ``input_ids:
+    Optional[List[int]] = None``).
 
     ``codec`` names how the field is sent when pickled: "raw" (int32, a memcpy each way, the
     default: the CPU-cheapest) or a compact wire codec for slow links -- "packed", "u16",
@@ -186,13 +290,21 @@ class TokenIds:
     themselves.
     """
 
-    def __init__(self, *, codec: str = "raw", doc: Optional[str] = None) -> None:
+    def __init__(self, *, codec: str = "raw", doc: Optional[str] = None,
+                 default: Any = _MISSING) -> None:
         self.codec = check_codec(codec)
         self.name = "<unbound>"
+        self.default = default
         self.__doc__ = doc
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
+        names = owner.__dict__.get("_tokenwire_names", ())
+        if name not in names:
+            setattr(owner, "_tokenwire_names", (*names, name))
+        # The line adopts its class: tokenwire's pickling and copying (tokenwire.adopt).
+        from tokenwire.adopt import _adopt
+        _adopt(owner)
 
     def __repr__(self) -> str:
         return f"TokenIds(name={self.name!r}, codec={self.codec!r})"
@@ -201,19 +313,19 @@ class TokenIds:
 
     def __get__(self, obj: Any, objtype: Optional[type] = None) -> Any:
         if obj is None:
-            if sys._getframe(1).f_globals.get("__name__") == "dataclasses":
-                # @dataclass is reading the class attribute as the field's default: the
-                # descriptor was installed before the dataclass was built.
-                raise TypeError(
-                    f"{getattr(objtype, '__name__', '?')}.{self.name} is a token field, and "
-                    f"@dataclass would take it as the field's default: write "
-                    f"@tokenwire.token_fields(...) above @dataclass (not below it, and not "
-                    f"`{self.name}: ... = TokenIds()`)"
-                )
+            if _dataclass_building(objtype, self.name):
+                # @dataclass reads a descriptor-typed field's default as the class attribute:
+                # none (AttributeError: a required field, as `input_ids: List[int]`) or `default`.
+                if self.default is _MISSING:
+                    raise AttributeError(f"type object {objtype.__name__!r} has no attribute "  # type: ignore[union-attr]
+                                         f"{self.name!r}")
+                return self.default
             return self
         try:                              # inline: every read of the field takes this path
             value = obj.__dict__[self.name]
         except KeyError:
+            if self.default is not _MISSING:
+                return self.default
             raise self._unset(obj) from None
         if type(value) is _TokenField:
             ids = value.ids
@@ -223,19 +335,11 @@ class TokenIds:
         return value
 
     def __set__(self, obj: Any, value: Any) -> None:
-        if value is None:
-            obj.__dict__[self.name] = None
-        elif isinstance(value, (list, tuple)):
-            if value and isinstance(value[0], (list, tuple)):
-                raise TypeError(
-                    f"{type(obj).__name__}.{self.name}: a token field holds one sequence of ids, "
-                    f"got a nested {type(value).__name__} (item 0 is a {type(value[0]).__name__}); "
-                    f"keep a batch of prompts in a plain attribute"
-                )
-            obj.__dict__[self.name] = value
+        if value is None or isinstance(value, (list, tuple, array.array)):
+            obj.__dict__[self.name] = value       # the very object, as a plain attribute keeps it
         elif type(value) is _TokenField:
             # tokenwire's holder, as a class's own __setstate__ receives it: a fresh, checked one
-            obj.__dict__[self.name] = _TokenField(value.vector, value.as_tuple)
+            obj.__dict__[self.name] = _TokenField(value.vector, value.kind)
         else:
             try:
                 vector = as_tokens(value)
@@ -313,16 +417,20 @@ class TokenIds:
         return vector if obj.__dict__.get(self.name) is value else None
 
     def is_materialized(self, obj: Any) -> bool:
-        """Whether a ``list`` (or tuple) of the ids exists on `obj` (read, or set as one)."""
+        """Whether a ``list`` (tuple, array) of the ids exists on `obj` (read, or set as one)."""
         value = obj.__dict__.get(self.name)
-        return isinstance(value, (list, tuple)) or (type(value) is _TokenField and value.ids is not None)
+        return isinstance(value, (list, tuple, array.array)) or (
+            type(value) is _TokenField and value.ids is not None)
 
     def length(self, obj: Any) -> int:
         """Number of ids (0 when unset or None), without building a list."""
         value = obj.__dict__.get(self.name)
-        if value is None:
+        if type(value) is _TokenField:
+            return len(value.vector)
+        try:
+            return len(value)
+        except TypeError:                 # None, or a value that is not a sequence
             return 0
-        return len(value.vector) if type(value) is _TokenField else len(value)
 
     def summary(self, obj: Any) -> str:
         """A short description of the ids for ``__repr__``: length, head and tail."""
@@ -331,7 +439,9 @@ class TokenIds:
             return "<unset>"
         if value is None:
             return "None"
-        ids = value.vector if type(value) is _TokenField else value
+        if not isinstance(value, (list, tuple, array.array, _TokenField)):
+            return f"<not token ids: {type(value).__name__}>"
+        ids: Any = value.vector if type(value) is _TokenField else value
         n = len(ids)
         if n <= 6:
             return repr(list(ids))
@@ -343,23 +453,26 @@ class TokenIds:
 
     def _payload(self, obj: Any, value: Any) -> Any:
         """The pickled payload of the stored `value` (current state format): the vector or a
-        frame; ``(payload,)`` for ids that are a tuple; the list or tuple itself for ints that
-        are not int32 ids, however the list came to be (set, or read and changed in place)."""
+        frame; ``(payload,)`` for ids that are a tuple, ``(payload, typecode)`` for an
+        ``array.array``. A value that is not int32 ids (a nested list, ids >= 2**31, bools,
+        strings, however it came to be) is sent as the unmodified class sent it: a list or
+        tuple as itself, anything else -- and a tuple that has the shape of the forms above --
+        as ``{"as_is": value}``."""
         try:
             vector = self._vector(obj, value)
-        except (TypeError, OverflowError):
-            # Not int32 ids -- ids >= 2**31, bools: what the unmodified class pickled fine is
-            # sent as that same list. Anything else in the list still fails, naming the field.
-            ids = value.ids if type(value) is _TokenField else value
-            if isinstance(ids, (list, tuple)) and _all_ints(ids):
-                return ids
-            raise
+        except (TypeError, ValueError, OverflowError):
+            if type(value) is _TokenField:
+                value = value.ids                          # its list, found changed in place
+            if type(value) is list or type(value) is tuple and not _marks_held(value):
+                return value
+            return {_AS_IS: value}
         if vector is None:
             return None
         payload = _pack_field(self.codec, vector)
-        if isinstance(value, tuple) or (type(value) is _TokenField and value.as_tuple):
-            return (payload,)
-        return payload
+        kind = value.kind if type(value) is _TokenField else _kind_of(value)
+        if kind is False:
+            return payload
+        return (payload,) if kind is True else (payload, kind)
 
     def _listed(self, value: Any) -> Any:
         """The stored `value` as the unmodified class held it (list form), caching nothing."""
@@ -377,8 +490,18 @@ def token_buffer(obj: Any, name: str) -> Optional[TokenVector]:
     in-place changes are reflected. On any other attribute -- a plain ``list[int]`` of a class
     not (yet) converted -- one ``as_tokens`` pass. None when the value is None; AttributeError
     when unset; the error of ``as_tokens``, naming the field, for ids that are not int32."""
-    desc = getattr(type(obj), name, None)
-    if isinstance(desc, TokenIds):
+    desc = _token_field(type(obj), name)
+    if desc is not None:
         return desc._buffer(obj)
     value = getattr(obj, name)
     return None if value is None else as_tokens(value)
+
+
+def _token_field(cls: type, name: str) -> Optional[TokenIds]:
+    """The TokenIds that `cls` resolves `name` to (through its MRO, as attribute lookup does),
+    or None. (``Cls.name`` itself follows the dataclass protocol: no default, AttributeError.)"""
+    for klass in cls.__mro__:
+        attr = vars(klass).get(name, _MISSING)
+        if attr is not _MISSING:
+            return attr if isinstance(attr, TokenIds) else None
+    return None

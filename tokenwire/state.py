@@ -4,12 +4,16 @@ writes and checks it, and the process-wide "list on the wire" switch for rolling
 Pickled state (version 1) is a dict::
 
     {"__tokenwire__": 1,                   # state version
-     "<field>": TokenVector | bytes | str | (payload,) | list | tuple | None,
+     "<field>": TokenVector | bytes | str | (payload,) | (payload, typecode) | list | tuple
+                | {"as_is": value} | None,
                                            # one entry per set TokenIds field, under its public
                                            # name: the vector ("raw"), or a wire frame (bytes;
                                            # a latin-1 str below protocol 3); ids that were a
-                                           # tuple as a one-item tuple around that payload; for
-                                           # ints that are not int32 ids, the list (tuple) itself
+                                           # tuple as a one-item tuple around that payload, an
+                                           # array.array as (payload, its typecode); a list or
+                                           # tuple that is not int32 ids as itself, any other
+                                           # value that is not (or a tuple of the shapes above)
+                                           # as {"as_is": value}
      "<attr>": value, ...}                 # every other instance attribute, pickled as usual
 
 or ``(that dict, {slot: value})`` when base classes have slots. A ``TokenVector`` pickles as raw
@@ -25,6 +29,7 @@ from __future__ import annotations
 import copyreg
 import functools
 import os
+import types
 from typing import Any, Optional, cast
 
 from tokenwire.errors import WireFormatError
@@ -99,6 +104,7 @@ class _Config:
         for klass in reversed(cls.__mro__):        # later (more derived) classes win
             resolved.update(vars(klass))
         #: (name, descriptor) of every TokenIds field, base classes' included, base order.
+        _check_no_slot_fields(cls)
         self.fields = tuple((n, a) for n, a in resolved.items() if isinstance(a, TokenIds))
         self.keys = frozenset(n for n, _ in self.fields)
         self.fieldmap = dict(self.fields)
@@ -121,6 +127,23 @@ class _Config:
         self.accepted: set[str] = set()
 
 
+def _check_no_slot_fields(cls: type) -> None:
+    """TypeError when a slot took the place of a token field (``@dataclass(slots=True)`` rebuilds
+    the class from its namespace without the field's descriptor)."""
+    for name in getattr(cls, "_tokenwire_names", ()):
+        if isinstance(getattr(cls, name, None), types.MemberDescriptorType):
+            raise TypeError(
+                f"{cls.__name__}.{name} is a token field, and the class stores it in a slot "
+                f"(@dataclass(slots=True)): token fields keep their ids in the instance "
+                f"__dict__; drop slots=True")
+
+
+def _forget_config(cls: type) -> None:
+    """Drop `cls`'s cached configuration: it is computed again on first use."""
+    if _CONFIG_ATTR in vars(cls):
+        delattr(cls, _CONFIG_ATTR)
+
+
 def _config(cls: type) -> _Config:
     config = cls.__dict__.get(_CONFIG_ATTR)
     if config is None:
@@ -130,8 +153,7 @@ def _config(cls: type) -> _Config:
 
 
 def _reconfigure(cls: type) -> _Config:
-    if _CONFIG_ATTR in vars(cls):
-        delattr(cls, _CONFIG_ATTR)
+    _forget_config(cls)
     return _config(cls)
 
 
