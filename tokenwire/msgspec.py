@@ -270,7 +270,7 @@ class Hooks:
         if code != self.buffer_ext_code:
             return self.ext_hook(code, data)
         local = self._local
-        if getattr(local, "buffers", None) is not buffers:
+        if getattr(local, "buffers", _local_unset) is not buffers:
             local.buffers = buffers
             local.made = {}
         return _resolve(self, code, data, buffers, local.made)
@@ -308,6 +308,9 @@ class Hooks:
         if self._next_enc is not None:
             return self._next_enc(obj)
         raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
+
+
+_local_unset = object()
 
 
 def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequence[Any]],
