@@ -22,7 +22,7 @@ import argparse
 import os
 import tempfile
 from collections.abc import Sequence
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, cast
 
 import msgspec
 import numpy as np
@@ -137,7 +137,7 @@ class HostDecoder:
         if t is np.ndarray:
             dtype, shape, data = obj
             buf = data.data if isinstance(data, msgspec.msgpack.Ext) else self.aux_buffers[data]
-            return np.frombuffer(buf, dtype=dtype).reshape(shape)
+            return np.frombuffer(cast(Any, buf), dtype=dtype).reshape(shape)
         raise NotImplementedError(f"Objects of type {t} are not supported")
 
     def ext_hook(self, code: int, data: memoryview) -> Any:
