@@ -223,7 +223,7 @@ def methods_for(n: int, args: argparse.Namespace) -> list[Method]:
         def alone(enc: HostEncoder = enc, dec: HostDecoder = dec, req: Any = req,
                   frames: list[bytes] = frames) -> object:
             enc.encode(req)
-            return dec.decode(frames)
+            return dec.decode(list(frames))      # a new list per message, as received
 
         check = dec.decode(frames).prompt_token_ids.copy()
         if check != lst:

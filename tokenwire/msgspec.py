@@ -265,7 +265,10 @@ class Hooks:
         vLLM's ``MsgpackDecoder.aux_buffers``): ``Ext(buffer_ext_code, reference)`` becomes
         the TokenVector of the buffer it names; other codes go to `ext_hook`. A buffer named
         twice in one message is read once (the same vector comes back): the hook keeps the
-        vectors of the last `buffers` list it read on this thread until another one comes.
+        vectors of the last `buffers` list it read on this thread, by the identity of the list
+        and of the buffer object, until another list comes. So give each message its own list
+        (as a decoder of received frames does: ``recv_multipart`` returns a new one); a list
+        reused with a buffer object rewritten in place would read the earlier vector.
         A bad reference, or `buffers` None, raises WireFormatError."""
         if code != self.buffer_ext_code:
             return self.ext_hook(code, data)
