@@ -4,30 +4,44 @@ Needs the optional `msgspec` package (``pip install 'tokenwire[msgspec]'``); imp
 `tokenwire` itself never imports it.
 
 **msgpack hooks.** A TokenVector anywhere in a message (a Struct field, a dict value, a list
-item) is written as one msgpack Ext of type `EXT_CODE` whose payload is a tokenwire frame (the
-"raw" codec by default), and read back as a TokenVector, for fields typed ``TokenVector``,
-``Optional[TokenVector]`` and in untyped positions::
+item) is written as one msgpack Ext of type `EXT_CODE` whose payload is a tokenwire frame, and
+read back as a TokenVector, for fields typed ``TokenVector``, ``Optional[TokenVector]`` and in
+untyped positions::
 
     from tokenwire.msgspec import enc_hook, ext_hook, dec_hook
     encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
     decoder = msgspec.msgpack.Decoder(Request, ext_hook=ext_hook, dec_hook=dec_hook)
 
-Decoding views the message instead of copying when `decode` would (a raw frame in immutable
-memory such as `bytes`, whose ids land 4-byte aligned; otherwise one memcpy). `EXT_CODE` (84)
+**Bytes never grow.** The default codec is "auto": u16 when every id is below 65,536, else
+bit-packed at the width of the largest id (one encode pass, one decode pass at about memcpy
+speed). A vector whose Ext would take more bytes than msgpack's list of the same ids (a few
+dozen ids, or ids mostly below 128 with a large one among them) is written as that list: a
+field typed TokenVector reads it back as a TokenVector, an untyped position as a list. So the
+default never sends more bytes than the ``list[int]`` it replaces (real tokenizer ids: 2.13
+bytes per id against msgpack's 2.7-2.8). ``Hooks(codec="raw")`` sends 4 bytes per id and decodes
+without a copy: the message is viewed when `decode` allows it (a raw frame in immutable memory
+such as `bytes`, whose ids land 4-byte aligned; otherwise one memcpy). `EXT_CODE` (84)
 lies outside 1-5, the codes vLLM's own encoder uses; `Hooks(ext_code=..., codec=...)` makes hooks
 with another code or codec, and chains your own hooks for every other type.
 
 **Out-of-band frames** (the layout of vLLM's ``MsgpackEncoder``): ``Encoder().encode(obj)``
 returns ``[main, *buffers]``; a TokenVector of at least `threshold` bytes is not copied into the
-message but handed over as its own buffer (a view of its memory), referenced from the main frame
-by an Ext of type `BUFFER_EXT_CODE` holding the buffer's index and id count; smaller ones are
-inline Exts. ``Decoder(T).decode(frames)`` takes bytes / memoryviews / ``zmq.Frame`` objects
-and views buffers in immutable memory (bytes, `ImmutableBuffer`); `Decoder.recv` receives from
-a pyzmq socket and views the frames read from a tcp or ipc stream (libzmq never rewrites a
-received message), copying once those received over inproc (the sender's own memory)::
+message but handed over as its own buffer (a frame of the codec; under "raw" a view of its
+memory), referenced from the main frame by an Ext of type `BUFFER_EXT_CODE` holding the
+buffer's index and id count; smaller ones are inline Exts. ``Decoder(T).decode(frames)`` takes
+bytes / memoryviews / ``zmq.Frame`` objects, decodes framed buffers once and views raw ones in
+immutable memory (bytes, `ImmutableBuffer`); `Decoder.recv` receives from a pyzmq socket and
+views the frames read from a tcp or ipc stream (libzmq never rewrites a received message),
+copying once those received over inproc (the sender's own memory). Leading frames (a message
+type, ROUTER identities) pass through with ``prefix``::
 
-    socket.send_multipart(Encoder().encode(request), copy=False)
-    request = Decoder(Request).recv(socket)
+    Encoder().send(socket, request, prefix=[b"\x00"])          # [type, main, *buffers]
+    (request_type,), request = Decoder(Request).recv(socket, prefix=1)
+
+**A host with its own buffer list** (vLLM's ``MsgpackEncoder.aux_buffers``): its enc_hook
+calls ``hooks.aux_enc_hook(obj, self.aux_buffers)`` for a TokenVector and its ext_hook
+``hooks.aux_ext_hook(code, data, self.aux_buffers)`` for codes `EXT_CODE` / `BUFFER_EXT_CODE`,
+so one message keeps one buffer list, the ids beside the host's tensors (docs/adopting.md).
 
 **A list[int] field stays a list.** msgspec encodes it as it always did; the fast path is a
 field typed TokenVector, filled with `as_tokens` (the user's choice, made once, where the ids
@@ -42,8 +56,8 @@ come from). The shape of vLLM's engine-core request::
         priority: int = 0
 
     req = EngineCoreRequest("r1", as_tokens(ids), params, 2, time.time())
-    frames = Encoder().encode(req)                     # [main, buffer of the ids]
-    req = Decoder(EngineCoreRequest).decode(frames)    # req.prompt_token_ids views frames[1]
+    frames = Encoder().encode(req)                     # [main, frame of the ids]
+    req = Decoder(EngineCoreRequest).decode(frames)    # req.prompt_token_ids: a TokenVector
 
 **JSON.** `json_enc_hook` writes a TokenVector as the `to_base64` string of its frame (about 3
 characters per 18-bit id), `Hooks(json_array=True).json_enc_hook` as a plain JSON array of
@@ -200,12 +214,14 @@ class Hooks:
         self._next_dec = dec_hook
         self._local = threading.local()          # aux_ext_hook: the message being decoded
 
-    def _frame(self, tv: TokenVector, overhead: int) -> Any:
-        """`tv`'s frame, or its list when codec is "auto" and the frame plus `overhead` bytes
-        would be larger than msgpack's list of the ids."""
+    def _frame(self, tv: TokenVector, reference: Optional[int] = None) -> Any:
+        """`tv`'s frame, or its list when codec is "auto" and what the message would hold (the
+        frame in an Ext, or a `reference`-byte Ext plus the frame) is larger than msgpack's
+        list of the ids: the one place of the rule that the default never sends more."""
         frame = encode(tv, codec=self.codec, checksum=self.checksum)
         if self.codec == "auto":
-            size = len(frame) + overhead
+            ext = len(frame) if reference is None else reference
+            size = len(frame) + (reference or 0) + _msgpack_ext_header(ext)
             if _msgpack_list_bytes(tv, size) < size:
                 return tv.tolist()
         return frame
@@ -214,12 +230,8 @@ class Hooks:
         """msgpack: a TokenVector becomes ``Ext(ext_code, frame)`` (or, under "auto", a list
         of ints when that is smaller)."""
         if type(obj) is TokenVector:
-            frame = encode(obj, codec=self.codec, checksum=self.checksum)
-            if self.codec == "auto":
-                size = len(frame) + _msgpack_ext_header(len(frame))
-                if _msgpack_list_bytes(obj, size) < size:
-                    return obj.tolist()
-            return _Ext(self.ext_code, frame)
+            frame = self._frame(obj)
+            return frame if type(frame) is list else _Ext(self.ext_code, frame)
         if self._next_enc is not None:
             return self._next_enc(obj)
         raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
@@ -245,7 +257,7 @@ class Hooks:
                 frame = encode(obj, codec="raw")
                 buffers.append(memoryview(frame)[len(frame) - obj.nbytes:])
             return _Ext(self.buffer_ext_code, _REF.pack(index, len(obj)))
-        frame = self._frame(obj, _msgpack_ext_header(_REF_FRAMED.size) + _REF_FRAMED.size)
+        frame = self._frame(obj, _REF_FRAMED.size)
         if type(frame) is list:
             return frame
         buffers.append(frame)
