@@ -28,6 +28,14 @@ well, at the cost of one SHA-256 pass over the ids, which is what the default av
 ``find_class=`` additionally restricts which globals the pickle may name (an allow-list, see
 `pickle.Unpickler.find_class`).
 
+Leading frames. ``send_pyobj_oob(..., prefix=[type], routing=[identity])`` sends
+``[*routing, *prefix, (signature,) pickle, *buffers]`` and ``recv_pyobj_oob(..., prefix=1,
+routing=1)`` returns ``(leading, obj)``. The signature covers the `prefix` frames (their count,
+lengths and bytes, under modes 4 and 5, so such a message never verifies without them nor a
+plain one with them): a signed message cannot be replayed under another message type. The
+`routing` frames are not covered: a ROUTER identity is consumed by the sending ROUTER and
+written by the receiving one, so no party could sign the frame the other sees.
+
 pyzmq stays optional: this module never imports it; the zmq functions only call methods of the
 socket they are given.
 """
