@@ -19,7 +19,9 @@ which real tokenizer output is not; the byte sizes it gives flatter tokenwire).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from typing import Any, Dict, List, Optional, cast
@@ -188,6 +190,14 @@ class _Pair:
             addr = f"tcp://127.0.0.1:{self.pull.bind_to_random_port('tcp://127.0.0.1')}"
         self.push.connect(addr)
         self.pull.setsockopt(zmq.RCVTIMEO, 30_000)
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        self.push.close(linger=0)
+        self.pull.close(linger=0)
+        self.ctx.term()
+        if zmq.has("ipc"):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 _PAIR: List[_Pair] = []
