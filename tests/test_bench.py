@@ -180,3 +180,13 @@ def test_bench_typechecks() -> None:
                        capture_output=True, text=True, cwd=ROOT, timeout=600,
                        env=dict(os.environ, MYPY_CACHE_DIR=os.devnull))
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_upstream_suite_quick() -> None:
+    pytest.importorskip("msgspec")
+    pytest.importorskip("zmq")
+    r = run_bench("upstream", "--quick", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "prompt_token_ids: list[int], stock msgspec" in r.stdout
+    assert "prompt_token_ids: TokenVector (default codec)" in r.stdout
+    assert "[MISSED] ISL" not in r.stdout and "(default <= list)" in r.stdout

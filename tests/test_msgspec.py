@@ -67,6 +67,12 @@ def views(tv: TokenVector, buf: Any) -> bool:
     return len(tv) > 0 and bool(np.shares_memory(np.asarray(tv), np.frombuffer(buf, np.uint8)))
 
 
+def auto_sends_a_list(ids: list[int]) -> bool:
+    """Does the default codec send `ids` as msgpack's list (its Ext would take more bytes)?"""
+    ext = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.EXT_CODE, tokenwire.encode(ids)))
+    return len(msgspec.msgpack.encode(ids)) < len(ext)
+
+
 # -------------------------------------------------------------------------------------------
 # Ext hooks
 
@@ -90,11 +96,14 @@ def test_struct_fields_dict_values_and_list_items_round_trip(ids: list[int], cod
     msg = hooks_encoder(hooks).encode(req)
     out = hooks_decoder(Request, hooks).decode(msg)
     assert type(out.prompt_token_ids) is TokenVector and out.prompt_token_ids == ids
-    assert type(out.extra["k"]) is TokenVector and out.extra["k"] == ids
+    # Under "auto" a vector whose Ext would outweigh msgpack's list goes as the list: an untyped
+    # position then reads a list (a typed field reads a TokenVector either way).
+    untyped = list if codec == "auto" and auto_sends_a_list(ids) else TokenVector
+    assert type(out.extra["k"]) is untyped and out.extra["k"] == ids
     assert out.extra["items"][0] == ids and out.extra["items"][1:] == [1, "x"]
     # Untyped decoding (msgspec's default type Any) reads the Exts as TokenVectors too.
     anyway = hooks_decoder(Any, hooks).decode(msg)
-    assert type(anyway[1]) is TokenVector and anyway[1] == ids
+    assert type(anyway[1]) is untyped and anyway[1] == ids
 
 
 @given(arr=int_arrays())
@@ -127,7 +136,7 @@ def test_decoding_views_an_immutable_message_when_the_ids_are_aligned() -> None:
     frame = tokenwire.encode(tv, codec="raw")
     seen = set()
     for pad in range(4):                       # one of these puts the ids on a 4-byte boundary
-        msg = hooks_encoder().encode(["x" * pad, tv])
+        msg = hooks_encoder(tm.Hooks(codec="raw")).encode(["x" * pad, tv])
         aligned = (address(msg) + msg.find(frame) + 16) % 4 == 0
         out = hooks_decoder(Any).decode(msg)[1]
         assert out == tv and views(out, msg) == aligned
@@ -154,7 +163,7 @@ def test_another_ext_code_and_chained_hooks_coexist_with_vllm_style_codes() -> N
         assert code == 1
         return Custom(int.from_bytes(data, "little"))
 
-    hooks = tm.Hooks(ext_code=42, enc_hook=my_enc, ext_hook=my_ext)
+    hooks = tm.Hooks(ext_code=42, codec="raw", enc_hook=my_enc, ext_hook=my_ext)
     tv = tokenwire.as_tokens([3, 1, 4])
     msg = msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook).encode([tv, Custom(7)])
     assert [e.code for e in msgspec.msgpack.decode(msg)] == [42, 1]
@@ -231,7 +240,7 @@ def test_a_damaged_out_of_band_reference(payload: bytes, buffers: list[Any], mes
 
 def test_other_bad_messages() -> None:
     dec = tm.Decoder(Request)
-    good = tm.Encoder().encode(Request("r", BIG, None, 0.0))
+    good = tm.Encoder(codec="raw").encode(Request("r", BIG, None, 0.0))
     with pytest.raises(msgspec.DecodeError, match="truncated"):
         dec.decode([good[0][:-3], good[1]])
     with pytest.raises(msgspec.ValidationError, match=r"expected a TokenVector .* got int - at `\$\[1\]`"):
@@ -297,7 +306,7 @@ def test_mangled_messages_raise_only_documented_errors(data: st.DataObject) -> N
 def test_threshold_inline_or_buffer_and_zero_copy_both_ways() -> None:
     small = tokenwire.as_tokens(list(range(100)))
     req = Request("r", BIG, None, 0.0, extra={"small": small, "again": BIG})
-    frames = tm.Encoder().encode(req)
+    frames = tm.Encoder(codec="raw").encode(req)
     assert len(frames) == 3 and type(frames[0]) is bytes
     assert all(views(BIG, f) for f in frames[1:])          # the sender's memory, not a copy
     out = tm.Decoder(Request).decode([bytes(f) for f in frames])
@@ -308,11 +317,11 @@ def test_threshold_inline_or_buffer_and_zero_copy_both_ways() -> None:
     mutable = [received[0], bytearray(received[1]), memoryview(bytearray(received[2]))]
     out = tm.Decoder(Request).decode(mutable)
     assert not views(out.prompt_token_ids, mutable[1]) and out.prompt_token_ids == BIG
-    assert len(tm.Encoder(threshold=None).encode(req)) == 1
-    assert len(tm.Encoder(threshold=0).encode(req)) == 4        # the small one too
+    assert len(tm.Encoder(threshold=None, codec="raw").encode(req)) == 1
+    assert len(tm.Encoder(threshold=0, codec="raw").encode(req)) == 4   # the small one too
     at = tokenwire.as_tokens(list(range(tm.OOB_THRESHOLD // 4)))
     assert len(tm.Encoder().encode(at)) == 2 and len(tm.Encoder().encode(at[1:])) == 1
-    empty = tm.Encoder(threshold=0).encode(tokenwire.as_tokens([]))
+    empty = tm.Encoder(threshold=0, codec="raw").encode(tokenwire.as_tokens([]))
     assert len(empty) == 2 and tm.Decoder().decode(empty) == []
 
 
@@ -331,7 +340,7 @@ def test_over_a_real_pyzmq_socket() -> None:
         ids = np.random.default_rng(0).integers(0, 151_936, 40_000, dtype=np.int32)
         req = Request("r1", tokenwire.as_tokens(ids), Params(0.2, 64), 3.0,
                       extra={"draft": tokenwire.as_tokens(ids[:100])})
-        enc, dec = tm.Encoder(), tm.Decoder(Request)
+        enc, dec = tm.Encoder(codec="raw"), tm.Decoder(Request)
         # 1. the frames as zmq.Frame objects: untrusted memory, copied once
         push.send_multipart(enc.encode(req), copy=False)
         frames = pull.recv_multipart(copy=False)
@@ -505,7 +514,7 @@ def test_one_encoder_and_decoder_shared_by_threads() -> None:
         time.sleep(0)
         return None
 
-    enc = tm.Encoder(threshold=0, enc_hook=yielding_enc)
+    enc = tm.Encoder(threshold=0, codec="raw", enc_hook=yielding_enc)
     dec = tm.Decoder()
     errors: list[str] = []
 
@@ -613,3 +622,265 @@ def test_recv_copies_inproc_frames_because_the_sender_can_still_write() -> None:
         push.close(linger=0)
         pull.close(linger=0)
         ctx.term()
+
+
+# -------------------------------------------------------------------------------------------
+# The default codec never sends more bytes than msgpack's list
+
+@given(ids=token_lists)
+def test_auto_never_sends_more_than_the_list(ids: list[int]) -> None:
+    tv = tokenwire.as_tokens(ids)
+    listed = len(msgspec.msgpack.encode(["r", ids]))
+    assert len(hooks_encoder().encode(["r", tv])) <= listed
+    frames = tm.Encoder(threshold=0).encode(["r", tv])
+    assert sum(memoryview(f).nbytes for f in frames) <= listed
+    assert tm.Decoder().decode([bytes(f) for f in frames])[1] == ids
+    assert hooks_decoder(Request).decode(hooks_encoder().encode(
+        Request("r", tv, None, 0.0))).prompt_token_ids == ids
+
+
+def test_auto_sizes_on_token_like_ids() -> None:
+    """Ids below 65,536 go as u16 (2 bytes, msgpack takes 3 for most); an 18-bit vocabulary
+    as packed (2.25); ids mostly below 128 with one large one fall back to the list."""
+    rng = np.random.default_rng(1)
+    for hi, per_id in ((65_536, 2.0), (151_936, 2.25)):
+        ids = rng.integers(256, hi, 40_000, dtype=np.int32)
+        ids[0] = hi - 1
+        msg = hooks_encoder().encode(tokenwire.as_tokens(ids))
+        assert len(msg) == 4 + 16 + int(40_000 * per_id) + (1 if hi > 65_536 else 0) - 1 \
+            or abs(len(msg) / 40_000 - per_id) < 0.01
+        assert len(msg) < len(msgspec.msgpack.encode(ids.tolist()))
+        frames = tm.Encoder().encode(tokenwire.as_tokens(ids))
+        assert len(frames) == 2 and abs(len(frames[1]) / 40_000 - per_id) < 0.01
+    mostly_small = [5] * 40_000 + [100_000]
+    msg = hooks_encoder().encode(tokenwire.as_tokens(mostly_small))
+    assert msg == msgspec.msgpack.encode(mostly_small)
+    assert tm.Decoder(TokenVector).decode(msg) == mostly_small
+
+
+def test_a_damaged_framed_reference() -> None:
+    tv = tokenwire.as_tokens(np.arange(20_000, dtype=np.int32))
+    frames = [bytes(f) for f in tm.Encoder().encode(["r", tv])]
+    assert len(frames[1]) < tv.nbytes                         # a frame, not the raw ids
+    framed = msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF_FRAMED.pack(1, 19_999, 1))
+    with pytest.raises(WireFormatError, match="frame 1 holds 20000 ids, its reference says 19999"):
+        tm.Decoder().decode([msgspec.msgpack.encode(framed), frames[1]])
+    kind = msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF_FRAMED.pack(1, 20_000, 2))
+    with pytest.raises(WireFormatError, match="buffer kind 2"):
+        tm.Decoder().decode([msgspec.msgpack.encode(kind), frames[1]])
+    with pytest.raises(WireFormatError, match="out-of-band frame 1: .*magic"):
+        tm.Decoder().decode([frames[0], b"XXXX" + frames[1][4:]])
+    with pytest.raises(WireFormatError, match="out-of-band frame 1: .*vocab"):
+        tm.Decoder(vocab_size=100).decode(frames)
+
+
+# -------------------------------------------------------------------------------------------
+# Leading frames over real sockets: Encoder.send(prefix=) / Decoder.recv(prefix=N)
+
+
+class EngineRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    request_id: str
+    prompt_token_ids: Optional[TokenVector]
+    arrival_time: float
+    priority: int = 0
+
+
+def _socket_pair(kinds: tuple[int, int], identity: bytes = b"") -> tuple[Any, Any, Any]:
+    ctx = zmq.Context()
+    a, b = ctx.socket(kinds[0]), ctx.socket(kinds[1])
+    if identity:
+        b.setsockopt(zmq.IDENTITY, identity)
+    port = a.bind_to_random_port("tcp://127.0.0.1")
+    b.connect(f"tcp://127.0.0.1:{port}")
+    for s in (a, b):
+        s.setsockopt(zmq.RCVTIMEO, 10_000)
+        s.setsockopt(zmq.LINGER, 0)
+    return ctx, a, b
+
+
+@pytest.mark.parametrize("codec", ["auto", "raw"])
+def test_a_type_frame_over_push_pull(codec: str) -> None:
+    ctx, pull, push = _socket_pair((zmq.PULL, zmq.PUSH))
+    try:
+        req = EngineRequest("r", tokenwire.as_tokens(BIG), 1.5)
+        enc, dec = tm.Encoder(codec=codec), tm.Decoder(EngineRequest)   # type: ignore[arg-type]
+        enc.send(push, req, prefix=[b"\x00"])
+        leading, got = dec.recv(pull, prefix=1)
+        assert leading == [b"\x00"] and got == req
+        # The message without prefix= reads the type frame as the message: msgspec says so.
+        enc.send(push, req, prefix=[b"\x00"])
+        with pytest.raises(msgspec.ValidationError, match="Expected `array`, got `int`"):
+            dec.recv(pull)
+        push.send(b"\x00")
+        with pytest.raises(WireFormatError, match="1 frame.*expected 1 leading"):
+            dec.recv(pull, prefix=1)
+        with pytest.raises(TypeError, match="prefix frame 0 must be bytes-like"):
+            enc.send(push, req, prefix=[0])
+    finally:
+        push.close()
+        pull.close()
+        ctx.term()
+
+
+def test_router_identity_and_type_both_ways() -> None:
+    ctx, router, dealer = _socket_pair((zmq.ROUTER, zmq.DEALER), identity=b"client-3")
+    try:
+        req = EngineRequest("r", tokenwire.as_tokens(BIG), 1.5, priority=2)
+        enc, dec = tm.Encoder(), tm.Decoder(EngineRequest)
+        enc.send(dealer, req, prefix=[b"\x00"])
+        (identity, kind), got = dec.recv(router, prefix=2)
+        assert (identity, kind) == (b"client-3", b"\x00") and got == req
+        enc.send(router, got, prefix=[identity, b"\x01"])
+        leading, back = dec.recv(dealer, prefix=1)
+        assert leading == [b"\x01"] and back == req
+    finally:
+        router.close()
+        dealer.close()
+        ctx.term()
+
+
+# -------------------------------------------------------------------------------------------
+# A host encoder that keeps its own aux buffer list (the shape of vLLM's MsgpackEncoder)
+
+CUSTOM_TYPE_RAW_VIEW = 3
+
+
+class HostRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    request_id: str
+    prompt_token_ids: Optional[TokenVector]
+    eos_token_id: Optional[int]
+    arrival_time: float
+    prompt_embeds: Optional[Any] = None
+    priority: int = 0
+
+
+TW = tm.Hooks()
+
+
+class HostEncoder:
+    """Our own encoder of the host's shape: ndarrays into self.aux_buffers (None outside
+    encode), small ones inline. The TokenVector line is the one a host adds."""
+
+    def __init__(self, tokenwire_line: bool = True) -> None:
+        self.encoder = msgspec.msgpack.Encoder(enc_hook=self.enc_hook)
+        self.aux_buffers: Optional[List[Any]] = None
+        self.tokenwire_line = tokenwire_line
+
+    def encode(self, obj: Any) -> List[Any]:
+        try:
+            self.aux_buffers = bufs = [b""]
+            bufs[0] = self.encoder.encode(obj)
+            return bufs
+        finally:
+            self.aux_buffers = None
+
+    def enc_hook(self, obj: Any) -> Any:
+        if self.tokenwire_line and isinstance(obj, TokenVector):
+            return TW.aux_enc_hook(obj, self.aux_buffers)
+        if isinstance(obj, np.ndarray):
+            data = obj.data if obj.flags.c_contiguous else obj.tobytes()
+            if obj.nbytes < 256:
+                return obj.dtype.str, obj.shape, msgspec.msgpack.Ext(CUSTOM_TYPE_RAW_VIEW, data)
+            assert self.aux_buffers is not None
+            self.aux_buffers.append(data)
+            return obj.dtype.str, obj.shape, len(self.aux_buffers) - 1
+        raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+class HostDecoder:
+    def __init__(self, t: Any, tokenwire_line: bool = True) -> None:
+        self.decoder = msgspec.msgpack.Decoder(t, ext_hook=self.ext_hook, dec_hook=self.dec_hook)
+        self.aux_buffers: Any = ()
+        self.tokenwire_line = tokenwire_line
+
+    def decode(self, bufs: Any) -> Any:
+        if isinstance(bufs, (bytes, bytearray, memoryview, zmq.Frame)):
+            return self.decoder.decode(bufs)
+        self.aux_buffers = bufs
+        try:
+            return self.decoder.decode(bufs[0])
+        finally:
+            self.aux_buffers = ()
+
+    def dec_hook(self, t: type, obj: Any) -> Any:
+        if self.tokenwire_line and t is TokenVector:
+            return TW.dec_hook(t, obj)
+        if t is np.ndarray or t is Any:
+            dtype, shape, data = obj
+            buf = data if isinstance(data, msgspec.msgpack.Ext) else self.aux_buffers[data]
+            raw = buf.data if isinstance(buf, msgspec.msgpack.Ext) else buf
+            return np.frombuffer(raw, dtype=dtype).reshape(shape)
+        raise TypeError(t)
+
+    def ext_hook(self, code: int, data: memoryview) -> Any:
+        if self.tokenwire_line and code in (tm.EXT_CODE, tm.BUFFER_EXT_CODE):
+            return TW.aux_ext_hook(code, data, self.aux_buffers)
+        if code == CUSTOM_TYPE_RAW_VIEW:
+            return msgspec.msgpack.Ext(code, bytes(data))
+        raise NotImplementedError(code)
+
+
+class HostEngineRequest(HostRequest):
+    prompt_embeds: Optional[np.ndarray] = None  # type: ignore[assignment]
+
+
+def test_the_out_of_band_encoder_chained_with_a_host_hook_fails_on_its_buffers() -> None:
+    """What happens without aux_enc_hook: the host's hook runs outside its own encode."""
+    host = HostEncoder()
+    req = HostRequest("r", tokenwire.as_tokens(BIG), 2, 0.0, np.ones((64, 8), np.float32))
+    with pytest.raises(AssertionError):
+        tm.Encoder(enc_hook=host.enc_hook).encode(req)
+
+
+@pytest.mark.parametrize("codec", ["auto", "raw"])
+def test_one_buffer_list_for_tokens_and_tensors_over_zmq(codec: str) -> None:
+    global TW
+    TW = tm.Hooks(codec=codec)  # type: ignore[arg-type]
+    ctx, pull, push = _socket_pair((zmq.PULL, zmq.PUSH))
+    try:
+        embeds = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
+        req = HostEngineRequest("r", tokenwire.as_tokens(BIG), 2, 0.5, embeds, 1)
+        frames = HostEncoder().encode(req)
+        assert len(frames) == 3                       # [main, tokens, tensor]: one list
+        push.send_multipart([b"\x00", *frames], copy=False)
+        kind, *data = pull.recv_multipart(copy=False)
+        got = HostDecoder(HostEngineRequest).decode(data)
+        assert kind.bytes == b"\x00" and got.prompt_token_ids == BIG
+        assert np.array_equal(got.prompt_embeds, embeds) and got.priority == 1
+        assert got.prompt_token_ids.copy() == BIG and type(got.prompt_token_ids.copy()) is list
+        # A short prompt and a small tensor stay inline; a host decoder without the tokenwire
+        # line on an old peer's list message still works (engine first, then the proxy).
+        small = HostEngineRequest("r", tokenwire.as_tokens([1, 2, 3]), 2, 0.5,
+                                  np.ones(4, np.float32))
+        assert len(HostEncoder().encode(small)) == 1
+        back = HostDecoder(HostEngineRequest).decode(HostEncoder().encode(small))
+        assert back.prompt_token_ids == [1, 2, 3] and np.array_equal(back.prompt_embeds,
+                                                                     small.prompt_embeds)
+        old_peer = HostEncoder(tokenwire_line=False).encode(
+            HostRequest("r", list(BIG), 2, 0.5))      # type: ignore[arg-type]
+        assert HostDecoder(HostEngineRequest).decode(old_peer).prompt_token_ids == BIG
+    finally:
+        TW = tm.Hooks()
+        push.close()
+        pull.close()
+        ctx.term()
+
+
+def test_aux_hooks_reject_a_missing_list_and_bad_references() -> None:
+    with pytest.raises(ValueError, match="no buffer list"):
+        TW.aux_enc_hook(tokenwire.as_tokens(BIG), None)
+    main = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, ref(1, 10)))
+    with pytest.raises(WireFormatError, match="no buffers"):
+        msgspec.msgpack.decode(main, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, None))
+    with pytest.raises(WireFormatError, match="frame 1, but the message has 0 buffer"):
+        msgspec.msgpack.decode(main, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, [main]))
+    # Many references to one buffer: read once per message, never a stale vector after.
+    buf = bytearray(np.arange(10, dtype="<i4").tobytes())
+    many = msgspec.msgpack.encode([msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, ref(1, 10))] * 50)
+    bufs = [many, buf]                          # the host's list, one per message
+    out = msgspec.msgpack.decode(many, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, bufs))
+    assert all(v is out[0] for v in out) and out[0] == list(range(10))
+    buf[:4] = b"\7\0\0\0"
+    bufs = [many, buf]
+    again = msgspec.msgpack.decode(many, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, bufs))
+    assert again[0][0] == 7 and out[0][0] == 0

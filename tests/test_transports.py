@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import transport_workers
-from tokenwire import GenerationRequest, TokenVector, token_buffer
+from tokenwire import GenerationRequest, TokenVector, WireFormatError, token_buffer
 from tokenwire.transport import OOB_THRESHOLD, dumps_oob, loads_oob, recv_pyobj_oob, send_pyobj_oob
 from transport_workers import Received, describe
 
@@ -271,3 +271,91 @@ def test_inproc_frames_are_copied_because_the_sender_can_still_write(zmq_ctx):
     finally:
         push.close(linger=0)
         pull.close(linger=0)
+
+
+# -------------------------------------------------------------------------------------------
+# Leading frames: a message type, ROUTER identities (send_pyobj_oob(prefix=, routing=))
+
+_LEAD_KEY = bytes(range(32))
+
+
+def _tcp_pair(zmq_ctx: Any, kinds: tuple[int, int], identity: bytes = b"") -> tuple[Any, Any]:
+    zmq, ctx = zmq_ctx
+    a, b = ctx.socket(kinds[0]), ctx.socket(kinds[1])
+    if identity:
+        b.setsockopt(zmq.IDENTITY, identity)
+    port = a.bind_to_random_port("tcp://127.0.0.1")
+    b.connect(f"tcp://127.0.0.1:{port}")
+    for s in (a, b):
+        s.setsockopt(zmq.RCVTIMEO, 10_000)
+        s.setsockopt(zmq.LINGER, 0)
+    return a, b
+
+
+@pytest.mark.parametrize("key", [None, _LEAD_KEY])
+def test_prefix_frames_push_pull(zmq_ctx, key):
+    import zmq
+
+    pull, push = _tcp_pair(zmq_ctx, (zmq.PULL, zmq.PUSH))
+    req = make_request(40_000, kind="tokens")
+    send_pyobj_oob(push, req, prefix=[b"\x00"], key=key)
+    leading, got = recv_pyobj_oob(pull, prefix=1, key=key)
+    assert leading == [b"\x00"] and list(got.prompt_token_ids) == list(req.prompt_token_ids)
+    # Without prefix= the type frame is not taken for the message: a clear error, not a load.
+    send_pyobj_oob(push, req, prefix=[b"\x00"], key=key)
+    with pytest.raises(Exception) as e:
+        recv_pyobj_oob(pull, key=key)
+    assert type(e.value).__name__ in ("AuthenticationError", "UnpicklingError")
+
+
+def test_a_signed_prefix_cannot_be_swapped(zmq_ctx):
+    """The type frame is signed with the message: a signed ADD replayed as ABORT is refused,
+    and a message signed without a prefix does not verify with one put in front."""
+    import zmq
+
+    from tokenwire.errors import AuthenticationError
+
+    pull, push = _tcp_pair(zmq_ctx, (zmq.PULL, zmq.PUSH))
+    frames = [b"ADD"] + dumps_oob(make_request(100), key=_LEAD_KEY)
+    push.send_multipart(frames)                                  # prefix not covered: refused
+    with pytest.raises(AuthenticationError, match="bad signature"):
+        recv_pyobj_oob(pull, prefix=1, key=_LEAD_KEY)
+    send_pyobj_oob(push, make_request(100), prefix=[b"ADD"], key=_LEAD_KEY)
+    signed = pull.recv_multipart()
+    push.send_multipart([b"ABORT", *signed[1:]])
+    with pytest.raises(AuthenticationError, match="bad signature"):
+        recv_pyobj_oob(pull, prefix=1, key=_LEAD_KEY)
+    push.send_multipart(signed)                                  # unchanged: accepted
+    leading, got = recv_pyobj_oob(pull, prefix=1, key=_LEAD_KEY)
+    assert leading == [b"ADD"] and list(got.prompt_token_ids) == make_ids(100)
+    with pytest.raises(WireFormatError, match="expected 0 routing and 1 prefix"):
+        push.send_multipart([b"ADD"])
+        recv_pyobj_oob(pull, prefix=1)
+
+
+@pytest.mark.parametrize("key", [None, _LEAD_KEY])
+def test_router_dealer_identity_and_type_both_ways(zmq_ctx, key):
+    """A ROUTER receives [identity, type, ...] from a DEALER and answers [identity, type, ...]:
+    the identity is routing (never signed: each ROUTER sees its own), the type is signed."""
+    import zmq
+
+    router, dealer = _tcp_pair(zmq_ctx, (zmq.ROUTER, zmq.DEALER), identity=b"engine-7")
+    req = make_request(40_000, kind="tokens", seed=3)
+    send_pyobj_oob(dealer, req, prefix=[b"\x01"], key=key)
+    leading, got = recv_pyobj_oob(router, routing=1, prefix=1, key=key)
+    assert leading == [b"engine-7", b"\x01"]
+    assert list(got.prompt_token_ids) == list(req.prompt_token_ids)
+    send_pyobj_oob(router, got, routing=[leading[0]], prefix=[b"\x02"], key=key)
+    leading, back = recv_pyobj_oob(dealer, prefix=1, key=key)
+    assert leading == [b"\x02"] and list(back.prompt_token_ids) == list(req.prompt_token_ids)
+
+
+def test_prefix_arguments_are_checked(zmq_ctx):
+    import zmq
+
+    pull, push = _tcp_pair(zmq_ctx, (zmq.PULL, zmq.PUSH))
+    with pytest.raises(TypeError, match="prefix frame 0 must be bytes-like, got int"):
+        send_pyobj_oob(push, 1, prefix=[1])
+    send_pyobj_oob(push, 1)
+    with pytest.raises(ValueError, match="prefix must be an int >= 0"):
+        recv_pyobj_oob(pull, prefix=-1)

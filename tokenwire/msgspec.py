@@ -4,30 +4,44 @@ Needs the optional `msgspec` package (``pip install 'tokenwire[msgspec]'``); imp
 `tokenwire` itself never imports it.
 
 **msgpack hooks.** A TokenVector anywhere in a message (a Struct field, a dict value, a list
-item) is written as one msgpack Ext of type `EXT_CODE` whose payload is a tokenwire frame (the
-"raw" codec by default), and read back as a TokenVector, for fields typed ``TokenVector``,
-``Optional[TokenVector]`` and in untyped positions::
+item) is written as one msgpack Ext of type `EXT_CODE` whose payload is a tokenwire frame, and
+read back as a TokenVector, for fields typed ``TokenVector``, ``Optional[TokenVector]`` and in
+untyped positions::
 
     from tokenwire.msgspec import enc_hook, ext_hook, dec_hook
     encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
     decoder = msgspec.msgpack.Decoder(Request, ext_hook=ext_hook, dec_hook=dec_hook)
 
-Decoding views the message instead of copying when `decode` would (a raw frame in immutable
-memory such as `bytes`, whose ids land 4-byte aligned; otherwise one memcpy). `EXT_CODE` (84)
+**Bytes never grow.** The default codec is "auto": u16 when every id is below 65,536, else
+bit-packed at the width of the largest id (one encode pass, one decode pass at about memcpy
+speed). A vector whose Ext would take more bytes than msgpack's list of the same ids (a few
+dozen ids, or ids mostly below 128 with a large one among them) is written as that list: a
+field typed TokenVector reads it back as a TokenVector, an untyped position as a list. So the
+default never sends more bytes than the ``list[int]`` it replaces (real tokenizer ids: 2.13
+bytes per id against msgpack's 2.7-2.8). ``Hooks(codec="raw")`` sends 4 bytes per id and decodes
+without a copy: the message is viewed when `decode` allows it (a raw frame in immutable memory
+such as `bytes`, whose ids land 4-byte aligned; otherwise one memcpy). `EXT_CODE` (84)
 lies outside 1-5, the codes vLLM's own encoder uses; `Hooks(ext_code=..., codec=...)` makes hooks
 with another code or codec, and chains your own hooks for every other type.
 
 **Out-of-band frames** (the layout of vLLM's ``MsgpackEncoder``): ``Encoder().encode(obj)``
 returns ``[main, *buffers]``; a TokenVector of at least `threshold` bytes is not copied into the
-message but handed over as its own buffer (a view of its memory), referenced from the main frame
-by an Ext of type `BUFFER_EXT_CODE` holding the buffer's index and id count; smaller ones are
-inline Exts. ``Decoder(T).decode(frames)`` takes bytes / memoryviews / ``zmq.Frame`` objects
-and views buffers in immutable memory (bytes, `ImmutableBuffer`); `Decoder.recv` receives from
-a pyzmq socket and views the frames read from a tcp or ipc stream (libzmq never rewrites a
-received message), copying once those received over inproc (the sender's own memory)::
+message but handed over as its own buffer (a frame of the codec; under "raw" a view of its
+memory), referenced from the main frame by an Ext of type `BUFFER_EXT_CODE` holding the
+buffer's index and id count; smaller ones are inline Exts. ``Decoder(T).decode(frames)`` takes
+bytes / memoryviews / ``zmq.Frame`` objects, decodes framed buffers once and views raw ones in
+immutable memory (bytes, `ImmutableBuffer`); `Decoder.recv` receives from a pyzmq socket and
+views the frames read from a tcp or ipc stream (libzmq never rewrites a received message),
+copying once those received over inproc (the sender's own memory). Leading frames (a message
+type, ROUTER identities) pass through with ``prefix``::
 
-    socket.send_multipart(Encoder().encode(request), copy=False)
-    request = Decoder(Request).recv(socket)
+    Encoder().send(socket, request, prefix=[b"\x00"])          # [type, main, *buffers]
+    (request_type,), request = Decoder(Request).recv(socket, prefix=1)
+
+**A host with its own buffer list** (vLLM's ``MsgpackEncoder.aux_buffers``): its enc_hook
+calls ``hooks.aux_enc_hook(obj, self.aux_buffers)`` for a TokenVector and its ext_hook
+``hooks.aux_ext_hook(code, data, self.aux_buffers)`` for codes `EXT_CODE` / `BUFFER_EXT_CODE`,
+so one message keeps one buffer list, the ids beside the host's tensors (docs/adopting.md).
 
 **A list[int] field stays a list.** msgspec encodes it as it always did; the fast path is a
 field typed TokenVector, filled with `as_tokens` (the user's choice, made once, where the ids
@@ -42,8 +56,8 @@ come from). The shape of vLLM's engine-core request::
         priority: int = 0
 
     req = EngineCoreRequest("r1", as_tokens(ids), params, 2, time.time())
-    frames = Encoder().encode(req)                     # [main, buffer of the ids]
-    req = Decoder(EngineCoreRequest).decode(frames)    # req.prompt_token_ids views frames[1]
+    frames = Encoder().encode(req)                     # [main, frame of the ids]
+    req = Decoder(EngineCoreRequest).decode(frames)    # req.prompt_token_ids: a TokenVector
 
 **JSON.** `json_enc_hook` writes a TokenVector as the `to_base64` string of its frame (about 3
 characters per 18-bit id), `Hooks(json_array=True).json_enc_hook` as a plain JSON array of
@@ -62,7 +76,8 @@ from __future__ import annotations
 import struct
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, \
+    Tuple, cast
 
 try:
     import msgspec  # the msgspec package (absolute import: this module is tokenwire.msgspec)
@@ -70,6 +85,8 @@ except ImportError as e:
     raise ImportError(
         f"tokenwire.msgspec needs the msgspec package: pip install 'tokenwire[msgspec]' ({e})"
     ) from e
+
+import numpy as np
 
 from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
@@ -86,6 +103,8 @@ __all__ = [
     "Decoder",
     "Encoder",
     "Hooks",
+    "aux_enc_hook",
+    "aux_ext_hook",
     "dec_hook",
     "enc_hook",
     "ext_hook",
@@ -99,7 +118,11 @@ EXT_CODE = 84
 BUFFER_EXT_CODE = 85
 
 # An out-of-band reference: the buffer's index in [main, *buffers], the number of ids it holds.
+# 12 bytes: the buffer is the ids themselves (int32 little-endian, codec "raw": viewed in place);
+# 13 bytes, the last one _FRAMED: the buffer is a tokenwire frame (any codec: decoded once).
 _REF = struct.Struct("<IQ")
+_REF_FRAMED = struct.Struct("<IQB")
+_FRAMED = 1
 _LITTLE_ENDIAN = sys.byteorder == "little"
 _Ext = msgspec.msgpack.Ext
 
@@ -110,47 +133,135 @@ def _check_ext_code(name: str, code: int) -> int:
     return code
 
 
+def _msgpack_array_header(n: int) -> int:
+    return 1 if n < 16 else 3 if n < 65536 else 5
+
+
+def _msgpack_ext_header(n: int) -> int:
+    if n in (1, 2, 4, 8, 16):
+        return 2
+    return 3 if n < 256 else 4 if n < 65536 else 6
+
+
+def _msgpack_list_bytes(tv: TokenVector, at_most: int) -> int:
+    """A lower bound of the bytes msgpack writes for ``tv.tolist()``, exact when the quick bounds
+    do not already show it is above `at_most`. An int takes 1 byte in [-32, 128), 2 in
+    [-128, 256), 3 in [-32768, 65536), 5 otherwise (int32)."""
+    n = len(tv)
+    low = _msgpack_array_header(n) + n               # every id takes at least one byte
+    if low > at_most or n == 0:
+        return low
+    a = np.frombuffer(cast(Any, tv), dtype=np.int32)
+    small = int(np.count_nonzero(a < 256))          # one pass: ids >= 256 take 3 bytes or more
+    low = _msgpack_array_header(n) + 3 * n - 2 * small
+    if low > at_most:
+        return low
+    # Rare (many ids below 256 and a few large ones): the exact size.
+    return (_msgpack_array_header(n) + n
+            + int(np.count_nonzero((a >= 128) | (a < -32)))
+            + int(np.count_nonzero((a >= 256) | (a < -128)))
+            + 2 * int(np.count_nonzero((a >= 65536) | (a < -32768))))
+
+
 class Hooks:
-    """`enc_hook` / `ext_hook` / `dec_hook` / `json_enc_hook` for msgspec, carrying TokenVectors.
+    """`enc_hook` / `ext_hook` / `dec_hook` / `json_enc_hook` for msgspec, carrying TokenVectors,
+    and `aux_enc_hook` / `aux_ext_hook` for a host encoder that keeps its own buffer list.
 
     ext_code: the msgpack Ext type of a TokenVector (default `EXT_CODE`).
-    codec, checksum: how the Ext payload's frame is encoded (see `encode`); "raw" decodes
-        without a copy, "auto"/"packed" make it smaller.
+    codec, checksum: how the Ext payload's frame is encoded (see `encode`). The default "auto"
+        is the smallest of raw / u16 / packed, and a vector whose Ext would take more bytes
+        than msgpack's list of the same ids is written as that list (a field typed
+        TokenVector reads it back): the default never sends more than the list it replaces.
+        "raw" (4 bytes per id) decodes without a copy; a forced codec is always used.
     vocab_size: when given, decoding checks every id is in [0, vocab_size).
     json_array: `json_enc_hook` writes a JSON array of ints instead of a base64 string.
     urlsafe: the base64 alphabet of the JSON string.
+    threshold, buffer_ext_code: `aux_enc_hook` puts a TokenVector of at least `threshold`
+        bytes (``None``: never) into the host's buffer list, referenced by an Ext of type
+        `buffer_ext_code`.
     enc_hook, ext_hook, dec_hook: your hooks, called for every other type / Ext code (without
         them: TypeError "Encoding objects of type X is unsupported", an `Ext` object, a
         msgspec.ValidationError "Expected `X`, got `Y`", as msgspec says without hooks).
     """
 
     __slots__ = ("ext_code", "codec", "checksum", "vocab_size", "json_array", "urlsafe",
-                 "_next_enc", "_next_ext", "_next_dec")
+                 "threshold", "buffer_ext_code", "_next_enc", "_next_ext", "_next_dec",
+                 "_local")
 
-    def __init__(self, *, ext_code: int = EXT_CODE, codec: _Codec = "raw", checksum: bool = False,
-                 vocab_size: Optional[int] = None, json_array: bool = False,
-                 urlsafe: bool = False,
+    def __init__(self, *, ext_code: int = EXT_CODE, codec: _Codec = "auto",
+                 checksum: bool = False, vocab_size: Optional[int] = None,
+                 json_array: bool = False, urlsafe: bool = False,
+                 threshold: Optional[int] = OOB_THRESHOLD,
+                 buffer_ext_code: int = BUFFER_EXT_CODE,
                  enc_hook: Optional[Callable[[Any], Any]] = None,
                  ext_hook: Optional[Callable[[int, memoryview], Any]] = None,
                  dec_hook: Optional[Callable[[type, Any], Any]] = None) -> None:
         self.ext_code = _check_ext_code("ext_code", ext_code)
+        self.buffer_ext_code = _check_ext_code("buffer_ext_code", buffer_ext_code)
+        if buffer_ext_code == ext_code:
+            raise ValueError(f"buffer_ext_code and ext_code must differ, both are {ext_code}")
         check_codec(codec)                       # an unknown codec fails here, not mid-message
         self.codec = codec
         self.checksum = bool(checksum)
         self.vocab_size = vocab_size
         self.json_array = bool(json_array)
         self.urlsafe = bool(urlsafe)
+        if threshold is not None and (not isinstance(threshold, int) or threshold < 0):
+            raise ValueError(f"threshold must be None or an int >= 0, got {threshold!r}")
+        self.threshold = threshold
         self._next_enc = enc_hook
         self._next_ext = ext_hook
         self._next_dec = dec_hook
+        self._local = threading.local()          # aux_ext_hook: the message being decoded
+
+    def _frame(self, tv: TokenVector, reference: Optional[int] = None) -> Any:
+        """`tv`'s frame, or its list when codec is "auto" and what the message would hold (the
+        frame in an Ext, or a `reference`-byte Ext plus the frame) is larger than msgpack's
+        list of the ids: the one place of the rule that the default never sends more."""
+        frame = encode(tv, codec=self.codec, checksum=self.checksum)
+        if self.codec == "auto":
+            ext = len(frame) if reference is None else reference
+            size = len(frame) + (reference or 0) + _msgpack_ext_header(ext)
+            if _msgpack_list_bytes(tv, size) < size:
+                return tv.tolist()
+        return frame
 
     def enc_hook(self, obj: Any) -> Any:
-        """msgpack: a TokenVector becomes ``Ext(ext_code, frame)``."""
+        """msgpack: a TokenVector becomes ``Ext(ext_code, frame)`` (or, under "auto", a list
+        of ints when that is smaller)."""
         if type(obj) is TokenVector:
-            return _Ext(self.ext_code, encode(obj, codec=self.codec, checksum=self.checksum))
+            frame = self._frame(obj)
+            return frame if type(frame) is list else _Ext(self.ext_code, frame)
         if self._next_enc is not None:
             return self._next_enc(obj)
         raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
+
+    def aux_enc_hook(self, obj: Any, buffers: Optional[List[Any]]) -> Any:
+        """`enc_hook` for an encoder that keeps its own list of out-of-band buffers (``[main,
+        *buffers]``, as vLLM's ``MsgpackEncoder.aux_buffers``): a TokenVector of at least
+        `threshold` bytes is appended to `buffers` and replaced by an
+        ``Ext(buffer_ext_code, reference)``; smaller ones and other types go to `enc_hook`.
+        Under codec "raw" the buffer is a view of the vector (keep it alive until sent),
+        under others a frame of its own. `buffers` None (called outside the host's encode)
+        raises ValueError."""
+        if type(obj) is not TokenVector or self.threshold is None or obj.nbytes < self.threshold:
+            return self.enc_hook(obj)
+        if buffers is None:
+            raise ValueError("aux_enc_hook got no buffer list (None): call it from the host "
+                             "encoder's enc_hook while it encodes, with its aux buffer list")
+        index = len(buffers)
+        if self.codec == "raw" and not self.checksum:
+            if _LITTLE_ENDIAN:
+                buffers.append(memoryview(cast(Any, obj)))   # (the stub lacks __buffer__)
+            else:                                # the wire is little-endian: a raw frame's payload
+                frame = encode(obj, codec="raw")
+                buffers.append(memoryview(frame)[len(frame) - obj.nbytes:])
+            return _Ext(self.buffer_ext_code, _REF.pack(index, len(obj)))
+        frame = self._frame(obj, _REF_FRAMED.size)
+        if type(frame) is list:
+            return frame
+        buffers.append(frame)
+        return _Ext(self.buffer_ext_code, _REF_FRAMED.pack(index, len(obj), _FRAMED))
 
     def ext_hook(self, code: int, data: memoryview) -> Any:
         """msgpack: ``Ext(ext_code, frame)`` becomes a TokenVector (a view of the message when
@@ -160,6 +271,24 @@ class Hooks:
         if self._next_ext is not None:
             return self._next_ext(code, data)
         return _Ext(code, bytes(data))
+
+    def aux_ext_hook(self, code: int, data: memoryview, buffers: Optional[Sequence[Any]]) -> Any:
+        """`ext_hook` for a decoder that keeps the message's frames (``[main, *buffers]``, as
+        vLLM's ``MsgpackDecoder.aux_buffers``): ``Ext(buffer_ext_code, reference)`` becomes
+        the TokenVector of the buffer it names; other codes go to `ext_hook`. A buffer named
+        twice in one message is read once (the same vector comes back): the hook keeps the
+        vectors of the last `buffers` list it read on this thread, by the identity of the list
+        and of the buffer object, until another list comes. So give each message its own list
+        (as a decoder of received frames does: ``recv_multipart`` returns a new one); a list
+        reused with a buffer object rewritten in place would read the earlier vector.
+        A bad reference, or `buffers` None, raises WireFormatError."""
+        if code != self.buffer_ext_code:
+            return self.ext_hook(code, data)
+        local = self._local
+        if getattr(local, "buffers", _local_unset) is not buffers:
+            local.buffers = buffers
+            local.made = {}
+        return _resolve(self, code, data, buffers, local.made)
 
     def dec_hook(self, type_: type, obj: Any) -> Any:
         """msgpack and JSON: a field typed TokenVector accepts what `ext_hook` made, a base64
@@ -196,40 +325,132 @@ class Hooks:
         raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
 
+_local_unset = object()
+
+
+def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequence[Any]],
+             made: Dict[int, Tuple[Any, TokenVector]]) -> TokenVector:
+    """The TokenVector an out-of-band reference names in `frames` ([main, *buffers]); `made`
+    holds those already read from this message (index -> (buffer, vector))."""
+    size = len(data)
+    if size == _REF.size:
+        index, count = _REF.unpack(data)
+        framed = False
+    elif size == _REF_FRAMED.size:
+        index, count, kind = _REF_FRAMED.unpack(data)
+        if kind != _FRAMED:
+            raise WireFormatError(
+                f"out-of-band reference (Ext {code}) has buffer kind {kind}, expected "
+                f"{_FRAMED} (a tokenwire frame)")
+        framed = True
+    else:
+        raise WireFormatError(
+            f"out-of-band reference (Ext {code}) has {size} bytes, expected {_REF.size} or "
+            f"{_REF_FRAMED.size}")
+    if frames is None:
+        raise WireFormatError(
+            f"out-of-band reference (Ext {code}) outside a decode of [main, *buffers]: "
+            f"no buffers")
+    if not 1 <= index < len(frames):
+        raise WireFormatError(
+            f"out-of-band reference to frame {index}, but the message has "
+            f"{len(frames) - 1} buffer(s) (frames 1..{len(frames) - 1})")
+    buf = frames[index]
+    seen = made.get(index)
+    if seen is not None and seen[0] is buf:
+        # Another reference to a frame already read: the same vector, never a second copy
+        # (a message naming one frame many times would otherwise cost its size each time).
+        tv = seen[1]
+        if len(tv) != count:
+            raise WireFormatError(
+                f"out-of-band frame {index} is referenced with {count} ids, an earlier "
+                f"reference said {len(tv)}")
+        return tv
+    if framed:
+        try:
+            tv = decode(buf, vocab_size=hooks.vocab_size)
+        except WireFormatError as e:
+            raise WireFormatError(f"out-of-band frame {index}: {e}") from None
+        except ValueError as e:                  # an id outside vocab_size
+            raise WireFormatError(f"out-of-band frame {index}: {e}") from None
+        if len(tv) != count:
+            raise WireFormatError(
+                f"out-of-band frame {index} holds {len(tv)} ids, its reference says {count}")
+    else:
+        nbytes = memoryview(buf).nbytes
+        if nbytes != 4 * count:
+            raise WireFormatError(
+                f"out-of-band frame {index} has {nbytes} bytes, its reference says {count} "
+                f"ids ({4 * count} bytes)")
+        tv = TokenVector.frombuffer(buf)
+        if hooks.vocab_size is not None:
+            try:
+                as_tokens(tv, vocab_size=hooks.vocab_size)      # checks, returns tv itself
+            except ValueError as e:
+                raise WireFormatError(f"out-of-band frame {index}: {e}") from None
+    made[index] = (buf, tv)
+    return tv
+
+
 _DEFAULT = Hooks()
-#: The hooks with the defaults (Ext `EXT_CODE`, raw frames, base64 JSON); `Hooks(...)` for others.
+#: The hooks with the defaults (Ext `EXT_CODE`, codec "auto", base64 JSON); `Hooks(...)` for
+#: others.
 enc_hook = _DEFAULT.enc_hook
 ext_hook = _DEFAULT.ext_hook
 dec_hook = _DEFAULT.dec_hook
 json_enc_hook = _DEFAULT.json_enc_hook
+aux_enc_hook = _DEFAULT.aux_enc_hook
+aux_ext_hook = _DEFAULT.aux_ext_hook
+
+
+def _prefix_frames(prefix: Iterable[Any]) -> List[Any]:
+    frames = list(prefix)
+    for i, f in enumerate(frames):
+        if not _is_buffer(f):
+            raise TypeError(f"prefix frame {i} must be bytes-like (bytes, a zmq.Frame, ...), "
+                            f"got {type(f).__name__}")
+    return frames
+
+
+def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any]]:
+    if not isinstance(prefix, int) or prefix < 0:
+        raise ValueError(f"prefix must be an int >= 0 (the number of leading frames), "
+                         f"got {prefix!r}")
+    if len(frames) <= prefix:
+        raise WireFormatError(
+            f"the message has {len(frames)} frame(s): expected {prefix} leading frame(s) and "
+            f"then the message's own")
+    return [memoryview(f).tobytes() for f in frames[:prefix]], frames[prefix:]
 
 
 class Encoder:
     """msgpack with out-of-band buffers: ``encode(obj) -> [main, *buffers]``.
 
     A TokenVector of at least `threshold` bytes (default `OOB_THRESHOLD`, 64 KiB: 16,384 ids)
-    goes into a buffer of its own, a zero-copy view of its memory (keep the vector alive until
-    the frames are sent); smaller ones are inline Exts as `Hooks` writes them. ``threshold=None``
-    keeps everything inline. `channel` (a `tokenwire.shm.Sender`): the buffers go through its
+    goes into a buffer of its own; smaller ones are inline Exts as `Hooks` writes them.
+    ``threshold=None`` keeps everything inline. The buffer is a frame of `codec` (default
+    "auto": encoded once, never larger than msgpack's list of the ids; see `Hooks`), or with
+    ``codec="raw"`` a zero-copy view of the vector's memory (keep the vector alive until the
+    frames are sent). `channel` (a `tokenwire.shm.Sender`): the buffers go through its
     shared-memory slots when they can, and the message is ``[descriptor, main, *frames]``.
     Other keywords: see `Hooks`.
     """
 
     def __init__(self, *, threshold: Optional[int] = OOB_THRESHOLD, ext_code: int = EXT_CODE,
-                 buffer_ext_code: int = BUFFER_EXT_CODE, codec: _Codec = "raw",
+                 buffer_ext_code: int = BUFFER_EXT_CODE, codec: _Codec = "auto",
                  checksum: bool = False, enc_hook: Optional[Callable[[Any], Any]] = None,
                  channel: Any = None) -> None:
         self.channel = channel
-        self.hooks = Hooks(ext_code=ext_code, codec=codec, checksum=checksum, enc_hook=enc_hook)
-        self.buffer_ext_code = _check_ext_code("buffer_ext_code", buffer_ext_code)
-        if buffer_ext_code == ext_code:
-            raise ValueError(f"buffer_ext_code and ext_code must differ, both are {ext_code}")
+        self.hooks = Hooks(ext_code=ext_code, codec=codec, checksum=checksum, enc_hook=enc_hook,
+                           threshold=threshold, buffer_ext_code=buffer_ext_code)
+        self.buffer_ext_code = buffer_ext_code
         self.threshold = threshold
         self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
         self._local = threading.local()          # the buffers of the message being encoded
 
     def encode(self, obj: Any) -> List[Any]:
-        """``[main, *buffers]``: `main` is `bytes`, each buffer a memoryview of a TokenVector."""
+        """``[main, *buffers]``: `main` is `bytes`, each buffer a frame (`bytes`) or, under
+        codec "raw", a memoryview of a TokenVector."""
         frames: List[Any] = [b""]
         local = self._local
         local.frames = frames
@@ -242,21 +463,17 @@ class Encoder:
             return [desc, frames[0], *rest]
         return frames
 
-    def send(self, socket: Any, obj: Any, flags: int = 0) -> None:
-        """Send `obj` on a pyzmq socket as one multipart message (``copy=False``)."""
-        socket.send_multipart(self.encode(obj), flags=flags, copy=False)
+    def send(self, socket: Any, obj: Any, flags: int = 0, *, prefix: Iterable[Any] = ()) -> None:
+        """Send `obj` on a pyzmq socket as one multipart message (``copy=False``), after the
+        `prefix` frames (a message type, a ROUTER identity: ``[*prefix, main, *buffers]``),
+        which `Decoder.recv(socket, prefix=len(prefix))` hands back."""
+        frames = self.encode(obj)
+        if prefix != ():
+            frames = _prefix_frames(prefix) + frames
+        socket.send_multipart(frames, flags=flags, copy=False)
 
     def _enc_hook(self, obj: Any) -> Any:
-        if type(obj) is TokenVector and self.threshold is not None and obj.nbytes >= self.threshold:
-            frames = self._local.frames
-            index = len(frames)
-            if _LITTLE_ENDIAN:
-                frames.append(memoryview(cast(Any, obj)))   # (the stub lacks __buffer__)
-            else:                                # the wire is little-endian: a raw frame's payload
-                frame = encode(obj, codec="raw")
-                frames.append(memoryview(frame)[len(frame) - obj.nbytes:])
-            return _Ext(self.buffer_ext_code, _REF.pack(index, len(obj)))
-        return self.hooks.enc_hook(obj)
+        return self.hooks.aux_enc_hook(obj, self._local.frames)
 
 
 def _is_buffer(obj: Any) -> bool:
@@ -281,10 +498,8 @@ class Decoder:
                  channel: Any = None) -> None:
         self.channel = channel
         self.hooks = Hooks(ext_code=ext_code, vocab_size=vocab_size, ext_hook=ext_hook,
-                           dec_hook=dec_hook)
-        self.buffer_ext_code = _check_ext_code("buffer_ext_code", buffer_ext_code)
-        if buffer_ext_code == ext_code:
-            raise ValueError(f"buffer_ext_code and ext_code must differ, both are {ext_code}")
+                           dec_hook=dec_hook, buffer_ext_code=buffer_ext_code)
+        self.buffer_ext_code = buffer_ext_code
         self.vocab_size = vocab_size
         self._decoder = msgspec.msgpack.Decoder(type, ext_hook=self._ext_hook,
                                                 dec_hook=self.hooks.dec_hook)
@@ -294,9 +509,10 @@ class Decoder:
         """Decode ``[main, *buffers]`` (bytes, memoryviews, ``zmq.Frame`` objects, ...), or a
         message of one frame given as itself.
 
-        A buffer in immutable memory (`bytes`, an `ImmutableBuffer`) is viewed, others are
-        copied once. Raises WireFormatError for a bad reference, msgspec.DecodeError for bad
-        msgpack, msgspec.ValidationError for a value of the wrong type.
+        A raw buffer in immutable memory (`bytes`, an `ImmutableBuffer`) is viewed, others
+        are copied once; a framed buffer is decoded once. Raises WireFormatError for a bad
+        reference or frame, msgspec.DecodeError for bad msgpack, msgspec.ValidationError for
+        a value of the wrong type.
         """
         if type(frames) is not list:
             frames = [frames] if _is_buffer(frames) else list(frames)   # one frame: no buffers
@@ -320,50 +536,23 @@ class Decoder:
             local.frames = None
             local.made = None
 
-    def recv(self, socket: Any, flags: int = 0) -> Any:
-        """Receive one multipart message from a pyzmq socket and decode it. A frame read from
-        a tcp or ipc stream is viewed (libzmq alone holds its memory and never rewrites it); one
-        received over inproc is the sender's memory, which it may still write, and is copied
-        once (`tokenwire.transport.received_buffer`)."""
+    def recv(self, socket: Any, flags: int = 0, *, prefix: int = 0) -> Any:
+        """Receive one multipart message from a pyzmq socket and decode it. With ``prefix=N``
+        the first N frames (a message type, ROUTER identities) are not part of the message:
+        returns ``(leading, obj)``, `leading` the N frames as `bytes` (WireFormatError when
+        the message has no frame after them). A frame read from a tcp or ipc stream is viewed
+        (libzmq alone holds its memory and never rewrites it); one received over inproc is the
+        sender's memory, which it may still write, and is copied once
+        (`tokenwire.transport.received_buffer`)."""
         frames = socket.recv_multipart(flags=flags, copy=False)
-        return self.decode([received_buffer(f) for f in frames])
+        if prefix == 0:
+            return self.decode([received_buffer(f) for f in frames])
+        leading, rest = _split_prefix(frames, prefix)
+        return leading, self.decode([received_buffer(f) for f in rest])
 
     def _ext_hook(self, code: int, data: memoryview) -> Any:
         if code != self.buffer_ext_code:
             return self.hooks.ext_hook(code, data)
-        if len(data) != _REF.size:
-            raise WireFormatError(
-                f"out-of-band reference (Ext {code}) has {len(data)} bytes, expected {_REF.size}")
-        index, count = _REF.unpack(data)
-        frames = self._local.frames
-        if frames is None:
-            raise WireFormatError(
-                f"out-of-band reference (Ext {code}) outside Decoder.decode(): no buffers")
-        if not 1 <= index < len(frames):
-            raise WireFormatError(
-                f"out-of-band reference to frame {index}, but the message has "
-                f"{len(frames) - 1} buffer(s) (frames 1..{len(frames) - 1})")
         made = self._local.made
-        tv = made.get(index)
-        if tv is not None:
-            # Another reference to a frame already read: the same vector, never a second copy
-            # (a message naming one frame many times would otherwise cost its size each time).
-            if len(tv) != count:
-                raise WireFormatError(
-                    f"out-of-band frame {index} is referenced with {count} ids, an earlier "
-                    f"reference said {len(tv)}")
-            return tv
-        buf = frames[index]
-        nbytes = memoryview(buf).nbytes
-        if nbytes != 4 * count:
-            raise WireFormatError(
-                f"out-of-band frame {index} has {nbytes} bytes, its reference says {count} ids "
-                f"({4 * count} bytes)")
-        tv = TokenVector.frombuffer(buf)
-        if self.vocab_size is not None:
-            try:
-                as_tokens(tv, vocab_size=self.vocab_size)       # checks, returns tv itself
-            except ValueError as e:
-                raise WireFormatError(f"out-of-band frame {index}: {e}") from None
-        made[index] = tv
-        return tv
+        return _resolve(self.hooks, code, data, self._local.frames,
+                        made if made is not None else {})

@@ -28,6 +28,14 @@ well, at the cost of one SHA-256 pass over the ids, which is what the default av
 ``find_class=`` additionally restricts which globals the pickle may name (an allow-list, see
 `pickle.Unpickler.find_class`).
 
+Leading frames. ``send_pyobj_oob(..., prefix=[type], routing=[identity])`` sends
+``[*routing, *prefix, (signature,) pickle, *buffers]`` and ``recv_pyobj_oob(..., prefix=1,
+routing=1)`` returns ``(leading, obj)``. The signature covers the `prefix` frames (their count,
+lengths and bytes, under modes 4 and 5, so such a message never verifies without them nor a
+plain one with them): a signed message cannot be replayed under another message type. The
+`routing` frames are not covered: a ROUTER identity is consumed by the sending ROUTER and
+written by the receiving one, so no party could sign the frame the other sees.
+
 pyzmq stays optional: this module never imports it; the zmq functions only call methods of the
 socket they are given.
 """
@@ -44,7 +52,7 @@ from functools import lru_cache
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from tokenwire._core import ImmutableBuffer
-from tokenwire.errors import AuthenticationError
+from tokenwire.errors import AuthenticationError, WireFormatError
 
 __all__ = ["AuthenticationError", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
@@ -74,6 +82,8 @@ _PREFIX = {False: _DOMAIN + b"\0", True: _DOMAIN + b"\1"}
 # A message with a shared-memory descriptor (tokenwire.shm) signs under modes 2 and 3, so it can
 # never verify as a plain message, nor the reverse.
 _CHANNEL_PREFIX = {False: _DOMAIN + b"\2", True: _DOMAIN + b"\3"}
+# A message with leading frames (`prefix=`, signed with it) signs under modes 4 and 5.
+_LEADING_PREFIX = {False: _DOMAIN + b"\4", True: _DOMAIN + b"\5"}
 _LENGTHS = [struct.Struct(f"<{n + 1}Q") for n in range(9)]     # count + n lengths
 
 FindClass = Callable[[str, str], Any]
@@ -115,18 +125,31 @@ def _as_key(key: Any) -> bytes:
 
 
 def _signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool,
-               channel: bool = False) -> bytes:
+               channel: bool = False, leading: Sequence[Any] = ()) -> bytes:
     """The signature frame: HMAC-SHA256(SHA-256(key), DOMAIN || mode || u64 n || u64 len(buffer_i)...
     || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]), all integers
     little-endian, mode one byte (1 when the buffers' bytes are covered; 2 and 3 for a
-    `channel` message, whose `head` is its descriptor followed by its pickle)."""
+    `channel` message, whose `head` is its descriptor followed by its pickle; 4 and 5 for a
+    message with `leading` frames, which then come first: u64 k || u64 len(leading_i)... ||
+    leading_0 || ... before the rest)."""
     inner_state, outer_state = _keyed(key)
     lens = [len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers]
     lens.append(len(head) if type(head) is bytes else memoryview(head).nbytes)
     n = len(lens)
     fmt = _LENGTHS[n] if n < len(_LENGTHS) else struct.Struct(f"<{n + 1}Q")
     inner = inner_state.copy()
-    inner.update((_CHANNEL_PREFIX if channel else _PREFIX)[sign_buffers] + fmt.pack(n - 1, *lens))
+    if leading:
+        if channel:
+            raise ValueError("a channel message cannot have signed leading frames")
+        sizes = [memoryview(f).nbytes for f in leading]
+        inner.update(_LEADING_PREFIX[sign_buffers]
+                     + struct.pack(f"<{len(sizes) + 1}Q", len(sizes), *sizes))
+        for f in leading:
+            inner.update(f)
+        inner.update(fmt.pack(n - 1, *lens))
+    else:
+        inner.update((_CHANNEL_PREFIX if channel else _PREFIX)[sign_buffers]
+                     + fmt.pack(n - 1, *lens))
     inner.update(head)
     if sign_buffers:
         for b in buffers:
@@ -176,7 +199,8 @@ def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[byt
     return [_signature(_as_key(key), head, buffers, sign_buffers), head, *buffers]
 
 
-def _verify(frames: Sequence[Any], key: bytes, sign_buffers: bool) -> None:
+def _verify(frames: Sequence[Any], key: bytes, sign_buffers: bool,
+            leading: Sequence[Any] = ()) -> None:
     if len(frames) < 2:
         raise AuthenticationError(
             f"unsigned message: {len(frames)} frame(s), a signed one has a signature frame and "
@@ -187,7 +211,7 @@ def _verify(frames: Sequence[Any], key: bytes, sign_buffers: bool) -> None:
             f"unsigned message: the first frame ({first.nbytes} bytes) is not a tokenwire "
             f"signature ({SIGNATURE_BYTES} bytes starting with {_SIG_MAGIC!r})")
     sig = first.tobytes()
-    expected = _signature(key, frames[1], frames[2:], sign_buffers)
+    expected = _signature(key, frames[1], frames[2:], sign_buffers, leading=leading)
     if not hmac.compare_digest(sig, expected):
         raise AuthenticationError(
             f"bad signature: the message ({len(frames) - 1} frames after the signature) was not "
@@ -238,19 +262,61 @@ def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffer
 
 def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
                    oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
-                   sign_buffers: bool = False, channel: Any = None) -> None:
+                   sign_buffers: bool = False, channel: Any = None,
+                   prefix: Iterable[Any] = (), routing: Iterable[Any] = ()) -> None:
     """Send `obj` on a pyzmq socket as one multipart message: the protocol-5 pickle, then each
     out-of-band buffer as a frame sent with ``copy=False`` (libzmq reads the object's memory;
     the frames keep it alive until the send completes). With `key`, a signature frame first.
     With `channel` (a `tokenwire.shm.Sender`), large buffers go through shared memory when the
     receiver has attached to it, and a descriptor frame says where.
+
+    Leading frames: ``[*routing, *prefix, (signature,) pickle, *buffers]``. `prefix` frames (a
+    message type) are part of the message: with `key` the signature covers them, so a signed
+    message cannot be replayed under another type. `routing` frames (a ROUTER socket's peer
+    identity) are never signed: the sending ROUTER consumes them and the receiving ROUTER
+    prepends the identity of the peer it came from, so neither side could sign what the other
+    sees. `channel` with `key` takes no `prefix` (ValueError).
     The counterpart of ``socket.send_pyobj``; receive with `recv_pyobj_oob`."""
-    if channel is not None:
+    prefix = _bytes_frames("prefix", prefix)
+    routing = _bytes_frames("routing", routing)
+    if prefix and key is not None:
+        if channel is not None:
+            raise ValueError("send_pyobj_oob: prefix= with key= and channel= is not supported "
+                             "(the channel's signature does not cover leading frames)")
+        frames = dumps_oob(obj, oob_threshold=oob_threshold)
+        frames.insert(0, _signature(_as_key(key), frames[0], frames[1:], sign_buffers,
+                                    leading=prefix))
+    elif channel is not None:
         frames = channel.dumps(obj, oob_threshold=oob_threshold, key=key,
                                sign_buffers=sign_buffers)
     else:
         frames = dumps_oob(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers)
+    if prefix or routing:
+        frames = [*routing, *prefix, *frames]
     socket.send_multipart(frames, flags=flags, copy=False)
+
+
+def _bytes_frames(name: str, frames: Iterable[Any]) -> List[Any]:
+    out = list(frames)
+    for i, f in enumerate(out):
+        try:
+            memoryview(f).release()
+        except TypeError:
+            raise TypeError(f"{name} frame {i} must be bytes-like, got {type(f).__name__}") \
+                from None
+    return out
+
+
+def _leading(frames: List[Any], prefix: int, routing: int) -> int:
+    for name, n in (("prefix", prefix), ("routing", routing)):
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"{name} must be an int >= 0 (a number of leading frames), got {n!r}")
+    k = prefix + routing
+    if len(frames) <= k:
+        raise WireFormatError(
+            f"the message has {len(frames)} frame(s): expected {routing} routing and {prefix} "
+            f"prefix frame(s), then the message's own")
+    return k
 
 
 # ZMQ_SRCFD: the file descriptor a message was read from; zmq_msg_get fails for a message that
@@ -274,13 +340,35 @@ def received_buffer(frame: Any) -> Any:
 
 def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
                    sign_buffers: bool = False, find_class: Optional[FindClass] = None,
-                   channel: Any = None) -> Any:
+                   channel: Any = None, prefix: int = 0, routing: int = 0) -> Any:
     """Receive an object sent by `send_pyobj_oob`. The frames are received with ``copy=False``;
     a token field views a frame read from a tcp or ipc stream and copies one received over
     inproc, whose memory the sender can still write (`received_buffer`). With `key`, the
     signature is verified before unpickling; a worker whose socket anyone else can reach must
-    pass one. Pass `channel` (a `tokenwire.shm.Receiver`) when the sender passes one."""
+    pass one. Pass `channel` (a `tokenwire.shm.Receiver`) when the sender passes one.
+
+    With `routing` and/or `prefix` (numbers of leading frames: ``[*routing, *prefix, ...]``, see
+    `send_pyobj_oob`) returns ``(leading, obj)``, `leading` those frames as `bytes`; with `key`
+    the `prefix` frames are verified with the message, the `routing` ones are not."""
     frames = socket.recv_multipart(flags=flags, copy=False)
+    if prefix or routing:
+        k = _leading(frames, prefix, routing)
+        leading = [f.bytes for f in frames[:k]]
+        rest = frames[k:]
+        if key is not None:
+            if channel is not None:
+                raise ValueError("recv_pyobj_oob: prefix= with key= and channel= is not "
+                                 "supported")
+            views = [f.buffer for f in rest]
+            _verify(views, _as_key(key), sign_buffers, leading=leading[routing:])
+            return leading, _unpickle(views[1], [received_buffer(f) for f in rest[2:]],
+                                      find_class)
+        return leading, _recv_rest(rest, key, sign_buffers, find_class, channel)
+    return _recv_rest(frames, key, sign_buffers, find_class, channel)
+
+
+def _recv_rest(frames: List[Any], key: Optional[bytes], sign_buffers: bool,
+               find_class: Optional[FindClass], channel: Any) -> Any:
     if channel is not None:
         return channel.loads([received_buffer(f) for f in frames], key=key,
                              sign_buffers=sign_buffers, find_class=find_class)
