@@ -780,7 +780,9 @@ def _documented_auto(ids: list[int]) -> tuple[str, int]:
     ([65535], "u16", 16),                   # packed at 16 bits is as large: u16
     ([65535, 0, 1], "u16", 16),
     ([32767, 0], "u16", 16),                # packed 15: ceil(30 / 8) = 4 bytes, u16's 4
+    ([32767] * 7, "u16", 16),               # 14 bytes either way
     ([32767] * 8, "packed", 15),            # 15 bytes against 16
+    ([40000] * 64, "u16", 16),              # packed 16 always ties
     ([65536], "packed", 17),                # u16 cannot hold it; 3 bytes against raw's 4
     ([70000] * 10, "packed", 17),           # the spec's example: 22 bytes
     ([1, 0, 1, 0], "packed", 1),            # the spec's example: 1 byte

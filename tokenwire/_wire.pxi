@@ -471,8 +471,9 @@ def encode(tokens, *, codec="auto", bint checksum=False):
 
     codec: "auto" (the smallest of raw / u16 / packed for these ids, the faster one on a tie),
     "raw" (int32), "u16" (ids in [0, 65536)), "packed" (bit-packed at the width of the largest
-    id; ids >= 0), or "zstd" (auto, then zstd-compressed when that is smaller; needs the
-    `zstandard` package). checksum: append a CRC-32C of the frame.
+    id; ids >= 0), or "zstd" (the ids as u16, or raw when an id does not fit, zstd-compressed
+    at level 1; auto's frame when that is not smaller; needs the `zstandard` package).
+    checksum: append a CRC-32C of the frame.
 
     Raises TokenIdError (a ValueError) when a forced codec cannot hold an id (naming it), and
     what `as_tokens` raises for unconvertible input (TokenIdOverflowError for an id outside
