@@ -68,9 +68,10 @@ CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range
 CODECS = ("auto",) + CODEC_NAMES + ("zstd",)
 _EXPECTED_CODECS = ", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]]) + f" or {CODECS[len(CODECS) - 1]!r}"
 
+import threading
+
 cdef object _zstd_module = None     # zstandard, imported on first use (an optional extra)
-cdef object _zstd_local = None      # per thread: the reused compressor (_zstd_compressor)
-cdef bint _LITTLE_ENDIAN = sys.byteorder == "little"
+cdef object _zstd_local = threading.local()     # per thread: the reused compressor
 
 cdef extern from "Python.h":
     object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
@@ -97,10 +98,6 @@ cdef object _zstd_compressor():
     declared, no zstd checksum). Reused, so that a short frame does not pay for a new
     compression context; one per thread, as a ZstdCompressor must not run in two threads at
     once (it releases the GIL while it compresses)."""
-    global _zstd_local
-    if _zstd_local is None:
-        import threading
-        _zstd_local = threading.local()
     cctx = getattr(_zstd_local, "cctx", None)
     if cctx is None:
         cctx = _zstd().ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True,
@@ -428,7 +425,7 @@ cdef bytes _encode_zstd(const tw_seq* seqs, Py_ssize_t nseq, tw_frame_plan* P, u
     cdef unsigned width = 0
     cdef unsigned codec = tw_zstd_codec(orv, &width)
     cctx = _zstd_compressor()
-    if codec == CODEC_RAW and nseq == 1 and _LITTLE_ENDIAN:
+    if codec == CODEC_RAW and nseq == 1 and not TW_HOST_BIG_ENDIAN:
         # a single sequence's raw payload is its int32 ids as they are: no copy
         comp = cctx.compress(PyMemoryView_FromMemory(<char*>seqs[0].ids,
                                                      <Py_ssize_t>seqs[0].n * 4, PyBUF_READ))
