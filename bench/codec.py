@@ -23,6 +23,7 @@ import numpy as np
 
 import tokenwire
 from bench.baseline import SamplingParams
+from bench.codec_zstd import openzl_codec
 from bench.data import VOCABS, token_stream
 from bench.harness import (
     Figures,
@@ -102,6 +103,10 @@ def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
     ]
     if zstandard is not None:
         out.append(wire("tokenwire zstd", ids, codec="zstd"))
+    openzl = openzl_codec()      # a peer when installed (pip install openzl), in no extra
+    if openzl is not None:
+        oz_enc, oz_dec = openzl
+        out.append(_method("openzl FieldLz(int32)", lambda: oz_enc(ids), lambda b: lambda: oz_dec(b)))
     tv = tokenwire.as_tokens(ids)
     out.append(Method("tokenwire as_tokens(list) / tolist", {
         "encode": lambda: tokenwire.as_tokens(lst), "decode": tv.tolist}, nbytes=ids.nbytes))

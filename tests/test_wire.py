@@ -413,10 +413,10 @@ def test_crc32c_matches_reference_values() -> None:
 class TestZstd:
     def test_repetitive_ids_compress(self) -> None:
         rng = np.random.default_rng(7)
-        ids = (100_000 + 4096 * rng.integers(0, 4, size=6000)).tolist()   # 4 distinct ids, w=18
+        ids = (100_000 + 4096 * rng.integers(0, 4, size=6000)).tolist()   # 4 distinct ids > 2**16
         frame = tokenwire.encode(ids, codec="zstd", checksum=True)
         info = tokenwire.frame_info(frame)
-        assert info.compression == "zstd" and info.codec == "packed" and info.nbytes == len(frame)
+        assert info.compression == "zstd" and info.codec == "raw" and info.nbytes == len(frame)
         assert len(frame) < len(tokenwire.encode(ids)) // 2
         assert tokenwire.decode(frame).tolist() == ids
 
@@ -497,6 +497,15 @@ def _valid_frame_pool() -> list[bytes]:
                     pass
             seqs = [[1, 2, 3], [], [4] * 200]
             pool.append(tokenwire.encode_many(seqs, codec=codec, checksum=checksum))
+    if HAS_ZSTD:
+        # A zstd section holding a raw block (incompressible ids; valid though it saves nothing,
+        # so no encoder writes it): a smaller count makes it regenerate more than the header needs.
+        import zstandard
+
+        ids = np.random.default_rng(11).integers(0, 2**31 - 1, size=40, dtype=np.int32)
+        plain = tokenwire.encode(ids, codec="raw")
+        comp = zstandard.ZstdCompressor(level=1).compress(plain[16:])
+        pool.append(plain[:7] + b"\x04" + plain[8:16] + len(comp).to_bytes(8, "little") + comp)
     return pool
 
 
@@ -745,3 +754,111 @@ def test_a_bad_vocab_size_is_reported_before_the_frame(fn) -> None:
         with pytest.raises(ValueError, match="vocab_size must be positive, got 0") as e:
             fn(data, vocab_size=0)
         assert not isinstance(e.value, tokenwire.WireFormatError)
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder's codec choice, as docs/wire-format.md ("Encoder rules") writes it
+
+
+def _documented_auto(ids: list[int]) -> tuple[str, int]:
+    """auto by the words of the spec: of the codecs that hold the ids, the smallest payload
+    ceil(n * width / 8); on a tie the earlier of raw, u16, packed. u16 holds ids in
+    [0, 65536); packed ids >= 0, at the bit length of the largest id (1 when all are 0 or
+    there are none)."""
+    n = len(ids)
+    candidates = [("raw", 32)]
+    if all(0 <= i < 65536 for i in ids):
+        candidates.append(("u16", 16))
+    if all(i >= 0 for i in ids):
+        candidates.append(("packed", max([1] + [i.bit_length() for i in ids])))
+    return min(candidates, key=lambda c: ((n * c[1] + 7) // 8, candidates.index(c)))
+
+
+@pytest.mark.parametrize(("ids", "codec", "width"), [
+    ([], "raw", 32),                        # every payload is 0 bytes: the tie goes to raw
+    ([0], "packed", 1),
+    ([65535], "u16", 16),                   # packed at 16 bits is as large: u16
+    ([65535, 0, 1], "u16", 16),
+    ([32767, 0], "u16", 16),                # packed 15: ceil(30 / 8) = 4 bytes, u16's 4
+    ([32767] * 7, "u16", 16),               # 14 bytes either way
+    ([32767] * 8, "packed", 15),            # 15 bytes against 16
+    ([40000] * 64, "u16", 16),              # packed 16 always ties
+    ([65536], "packed", 17),                # u16 cannot hold it; 3 bytes against raw's 4
+    ([70000] * 10, "packed", 17),           # the spec's example: 22 bytes
+    ([1, 0, 1, 0], "packed", 1),            # the spec's example: 1 byte
+    ([-1], "raw", 32),                      # a negative id: only raw holds it
+    ([5, -2**31, 7], "raw", 32),
+    ([2**31 - 1], "raw", 32),               # packed 31: 4 bytes, raw's 4
+    ([2**31 - 1] * 8, "packed", 31),        # 31 bytes against 32
+])
+def test_auto_follows_the_documented_rule_at_its_boundaries(ids: list[int], codec: str,
+                                                            width: int) -> None:
+    assert _documented_auto(ids) == (codec, width)
+    for frame in (tokenwire.encode(ids), tokenwire.encode_many([ids[:1], ids[1:]])):
+        info = tokenwire.frame_info(frame)
+        assert (info.codec, info.width) == (codec, width)
+
+
+@given(st.lists(st.one_of(st.integers(0, 2**16 + 5), st.integers(-2**31, 2**31 - 1)),
+                max_size=40))
+def test_auto_is_the_documented_rule(ids: list[int]) -> None:
+    info = tokenwire.frame_info(tokenwire.encode(ids))
+    assert (info.codec, info.width) == _documented_auto(ids)
+
+
+@pytest.mark.skipif(not HAS_ZSTD, reason="zstandard not installed")
+class TestZstdCodecChoice:
+    """codec="zstd" compresses a byte-aligned payload (u16 when it holds every id, else raw),
+    not auto's, whose bit-packing hides the repeats zstd matches on."""
+
+    def test_ids_below_65536_are_compressed_as_u16(self) -> None:
+        phrase = np.random.default_rng(5).integers(0, 1024, size=500).tolist()
+        ids = phrase * 4                            # auto packs these at 10 bits
+        assert tokenwire.frame_info(tokenwire.encode(ids)).codec == "packed"
+        info = tokenwire.frame_info(tokenwire.encode(ids, codec="zstd"))
+        assert (info.codec, info.width, info.compression) == ("u16", 16, "zstd")
+
+    def test_larger_or_negative_ids_are_compressed_as_raw(self) -> None:
+        phrase = np.random.default_rng(6).integers(0, 150_000, size=500).tolist()
+        for ids in (phrase * 4, [-1] + phrase * 4):
+            info = tokenwire.frame_info(tokenwire.encode(ids, codec="zstd"))
+            assert (info.codec, info.width, info.compression) == ("raw", 32, "zstd")
+            assert tokenwire.decode(tokenwire.encode(ids, codec="zstd")).tolist() == ids
+
+    def test_beyond_64x_the_packed_payload_is_compressed_instead(self) -> None:
+        """zstd over the raw payload of these ids expands more than 64x, which a decoder refuses;
+        over auto's packed payload (18/32 the size) it stays within the bound and is kept."""
+        import zstandard
+
+        ids = [151_000, 3, 77] * 200
+        raw = tokenwire.encode(ids, codec="raw")[16:]
+        assert len(raw) > 64 * len(zstandard.ZstdCompressor(level=1).compress(raw))
+        frame = tokenwire.encode(ids, codec="zstd")
+        info = tokenwire.frame_info(frame)
+        assert (info.codec, info.width, info.compression) == ("packed", 18, "zstd")
+        assert len(frame) < len(tokenwire.encode(ids)) // 10
+        assert tokenwire.decode(frame).tolist() == ids
+
+    def test_threads_share_no_compressor(self) -> None:
+        """Each thread compresses with its own context (the GIL is released while zstd runs):
+        frames made in 4 threads at once are those made in one."""
+        import threading
+
+        rng = np.random.default_rng(3)
+        inputs = [np.repeat(rng.integers(0, 150_000, size=2000, dtype=np.int32), 1 + k % 3)
+                  for k in range(16)]
+        expected = [tokenwire.encode(a, codec="zstd") for a in inputs]
+        got: dict[int, object] = {}
+
+        def work(t: int) -> None:
+            try:
+                got[t] = [tokenwire.encode(a, codec="zstd") for _ in range(20) for a in inputs]
+            except Exception as e:      # reported by the assertion below
+                got[t] = e
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert all(got[t] == expected * 20 for t in range(4))

@@ -79,12 +79,17 @@ cdef extern from "tokenwire/encode.h" nogil:
     enum:
         TW_REQUEST_AUTO
         TW_REQUEST_ZSTD
+        TW_ZSTD_LEVEL
+        TW_ZSTD_PLAIN
+        TW_ZSTD_KEPT
+        TW_ZSTD_RETRY
 
     ctypedef struct tw_frame_plan:
         unsigned codec
         unsigned width
         unsigned flags
         uint64_t count
+        uint64_t total
         size_t nseq
         size_t table_len
         size_t payload_off
@@ -98,6 +103,7 @@ cdef extern from "tokenwire/encode.h" nogil:
     uint32_t tw_seqs_or(const tw_seq* seqs, size_t nseq) noexcept
     int tw_plan_frame(tw_frame_plan* P, unsigned request, uint32_t orv, uint64_t total,
                       size_t nseq, int multi, int checksum) noexcept
-    int tw_plan_zstd(tw_frame_plan* P, size_t clen) noexcept
+    unsigned tw_zstd_codec(uint32_t orv, unsigned* width) noexcept
+    int tw_plan_zstd(tw_frame_plan* P, unsigned codec, unsigned width, size_t clen) noexcept
     void tw_write_frame(uint8_t* out, const tw_frame_plan* P, const tw_seq* seqs, size_t nseq,
                         const uint8_t* section) noexcept

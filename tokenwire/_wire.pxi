@@ -24,7 +24,10 @@ from tokenwire._frame cimport (
     TW_REQUEST_AUTO as REQUEST_AUTO,
     TW_REQUEST_ZSTD as REQUEST_ZSTD,
     TW_WIRE_VERSION as WIRE_VERSION,
+    TW_ZSTD_KEPT as ZSTD_KEPT,
     TW_ZSTD_LENGTH_SIZE as ZSTD_LENGTH_SIZE,
+    TW_ZSTD_LEVEL as ZSTD_LEVEL,
+    TW_ZSTD_RETRY as ZSTD_RETRY,
     tw_check_frame,
     tw_check_padding_bits,
     tw_codec_misfit,
@@ -33,6 +36,7 @@ from tokenwire._frame cimport (
     tw_layout,
     tw_parse_prefix,
     tw_parse_rest,
+    tw_payload_size,
     tw_plan_frame,
     tw_plan_zstd,
     tw_read_payload,
@@ -40,6 +44,7 @@ from tokenwire._frame cimport (
     tw_seqs_or,
     tw_write_frame,
     tw_write_payload,
+    tw_zstd_codec,
     tw_zstd_frame_size,
 )
 from tokenwire._crc32c cimport tw_crc32c, tw_crc32c_portable, twcrc_have_hw, twcrc_init
@@ -63,7 +68,14 @@ CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range
 CODECS = ("auto",) + CODEC_NAMES + ("zstd",)
 _EXPECTED_CODECS = ", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]]) + f" or {CODECS[len(CODECS) - 1]!r}"
 
+import threading
+
 cdef object _zstd_module = None     # zstandard, imported on first use (an optional extra)
+cdef object _zstd_local = threading.local()     # per thread: the reused compressor
+
+cdef extern from "Python.h":
+    object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
+    int PyBUF_READ
 
 # Every empty sequence decode_many returns: an empty vector is immutable, so one object serves
 # all of them and a frame of empty sequences costs one list slot (8 bytes) per 4-byte count.
@@ -79,6 +91,19 @@ cdef object _zstd():
             return None
         _zstd_module = zstandard
     return _zstd_module
+
+
+cdef object _zstd_compressor():
+    """This thread's compressor for codec="zstd" (level ZSTD_LEVEL of encode.h, content size
+    declared, no zstd checksum). Reused, so that a short frame does not pay for a new
+    compression context; one per thread, as a ZstdCompressor must not run in two threads at
+    once (it releases the GIL while it compresses)."""
+    cctx = getattr(_zstd_local, "cctx", None)
+    if cctx is None:
+        cctx = _zstd().ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True,
+                                      write_checksum=False)
+        _zstd_local.cctx = cctx
+    return cctx
 
 
 # What a frame's header says (frame.h's tw_layout). Its count table is where nothing can change
@@ -382,7 +407,7 @@ cdef bytes _encode_frame(const tw_seq* seqs, Py_ssize_t nseq, bint multi, int re
     if tw_plan_frame(&P, request, orv, total, <size_t>nseq, multi, checksum) != 0:
         raise _codec_misfit(request, seqs, nseq, multi)
     if request == REQUEST_ZSTD:
-        return _encode_zstd(seqs, nseq, &P)
+        return _encode_zstd(seqs, nseq, &P, orv)
     frame = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>P.nbytes)
     cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(frame)
     if _release_gil(<Py_ssize_t>P.nbytes):
@@ -393,23 +418,49 @@ cdef bytes _encode_frame(const tw_seq* seqs, Py_ssize_t nseq, bint multi, int re
     return frame
 
 
-cdef bytes _encode_zstd(const tw_seq* seqs, Py_ssize_t nseq, tw_frame_plan* P):
-    """zstd (level 3, content size declared, no zstd checksum) over the planned payload; the
-    frame keeps it or the plain payload by encode.h's rule (tw_plan_zstd)."""
-    cdef uint8_t* out
-    plain = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>P.payload_len)
-    out = <uint8_t*>PyBytes_AS_STRING(plain)
-    if _release_gil(<Py_ssize_t>P.payload_len):
-        with nogil:
-            tw_write_payload(out, seqs, <size_t>nseq, P.codec, P.width)
+cdef bytes _encode_zstd(const tw_seq* seqs, Py_ssize_t nseq, tw_frame_plan* P, uint32_t orv):
+    """codec="zstd" by encode.h's rule: zstd over the payload of tw_zstd_codec's codec (u16 or
+    raw), kept when tw_plan_zstd says so; on TW_ZSTD_RETRY zstd over auto's payload (the
+    plan's), else auto's plain frame `P` as planned."""
+    cdef unsigned width = 0
+    cdef unsigned codec = tw_zstd_codec(orv, &width)
+    cctx = _zstd_compressor()
+    if codec == CODEC_RAW and nseq == 1 and not TW_HOST_BIG_ENDIAN:
+        # a single sequence's raw payload is its int32 ids as they are: no copy
+        comp = cctx.compress(PyMemoryView_FromMemory(<char*>seqs[0].ids,
+                                                     <Py_ssize_t>seqs[0].n * 4, PyBUF_READ))
     else:
-        tw_write_payload(out, seqs, <size_t>nseq, P.codec, P.width)
-    comp = _zstd().ZstdCompressor(level=3, write_content_size=True).compress(plain)
-    section = comp if tw_plan_zstd(P, <size_t>len(comp)) else plain
+        comp = cctx.compress(_plain_payload(seqs, nseq, codec, width, P.total))
+    cdef int kept = tw_plan_zstd(P, codec, width, <size_t>len(comp))
+    if kept == ZSTD_RETRY:
+        comp = cctx.compress(_plain_payload(seqs, nseq, P.codec, P.width, P.total))
+        kept = tw_plan_zstd(P, P.codec, P.width, <size_t>len(comp))
     frame = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>P.nbytes)
-    tw_write_frame(<uint8_t*>PyBytes_AS_STRING(frame), P, seqs, <size_t>nseq,
-                   <const uint8_t*>PyBytes_AS_STRING(section))
+    cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(frame)
+    cdef const uint8_t* section = NULL
+    if kept == ZSTD_KEPT:
+        section = <const uint8_t*>PyBytes_AS_STRING(comp)
+        tw_write_frame(out, P, seqs, <size_t>nseq, section)
+    elif _release_gil(<Py_ssize_t>P.nbytes):
+        with nogil:
+            tw_write_frame(out, P, seqs, <size_t>nseq, NULL)
+    else:
+        tw_write_frame(out, P, seqs, <size_t>nseq, NULL)
     return frame
+
+
+cdef bytes _plain_payload(const tw_seq* seqs, Py_ssize_t nseq, unsigned codec, unsigned width,
+                          uint64_t total):
+    """The plain payload of `codec` at `width` for the ids of `seqs` (`total` of them)."""
+    cdef Py_ssize_t size = <Py_ssize_t>tw_payload_size(width, total)
+    plain = PyBytes_FromStringAndSize(NULL, size)
+    cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(plain)
+    if _release_gil(size):
+        with nogil:
+            tw_write_payload(out, seqs, <size_t>nseq, codec, width)
+    else:
+        tw_write_payload(out, seqs, <size_t>nseq, codec, width)
+    return plain
 
 
 def encode(tokens, *, codec="auto", bint checksum=False):
@@ -417,8 +468,9 @@ def encode(tokens, *, codec="auto", bint checksum=False):
 
     codec: "auto" (the smallest of raw / u16 / packed for these ids, the faster one on a tie),
     "raw" (int32), "u16" (ids in [0, 65536)), "packed" (bit-packed at the width of the largest
-    id; ids >= 0), or "zstd" (auto, then zstd-compressed when that is smaller; needs the
-    `zstandard` package). checksum: append a CRC-32C of the frame.
+    id; ids >= 0), or "zstd" (the ids as u16, or raw when an id does not fit, zstd-compressed
+    at level 1; auto's frame when that is not smaller; needs the `zstandard` package).
+    checksum: append a CRC-32C of the frame.
 
     Raises TokenIdError (a ValueError) when a forced codec cannot hold an id (naming it), and
     what `as_tokens` raises for unconvertible input (TokenIdOverflowError for an id outside

@@ -5,8 +5,10 @@
  * the frame itself (Python a bytes object, C++ a vector):
  *
  *     tw_plan_frame    the codec, width, flags and every size (plan.nbytes: the whole frame);
- *     tw_plan_zstd     (codec="zstd" only) whether a zstd section of C bytes replaces the plain
- *                      payload, and the sizes if so;
+ *     tw_zstd_codec    (codec="zstd" only) the codec whose payload is compressed: u16 when it
+ *                      holds every id, else raw (byte-aligned, so that zstd finds the repeats);
+ *     tw_plan_zstd     (codec="zstd" only) whether a zstd section of C bytes replaces auto's
+ *                      plain payload, and the codec and sizes if so;
  *     tw_write_frame   header, count table, payload (or length prefix and zstd section) and
  *                      checksum into the caller's buffer of plan.nbytes bytes.
  *
@@ -23,8 +25,14 @@
 /* ---- the encoder's rules ------------------------------------------------------------------ */
 
 /* Requests that are not wire codecs (a wire codec is requested by its id): encode's
- * codec="auto", and codec="zstd" (auto's payload, then compressed when that pays off). */
+ * codec="auto", and codec="zstd" (the ids zstd-compressed in a byte-aligned codec when that is
+ * smaller than auto's payload, else auto's frame). */
 enum { TW_REQUEST_AUTO = 0x100, TW_REQUEST_ZSTD = 0x101 };
+
+/* The zstd level codec="zstd" compresses at, in every language (Python's zstandard, libzstd in
+ * C++): level 1 over the byte-aligned payload is smaller than level 3 over the packed one and
+ * about twice as fast (docs/benchmarks.md). */
+enum { TW_ZSTD_LEVEL = 1 };
 
 static unsigned tw_bit_length(uint32_t v) {
     unsigned w = 0;
@@ -51,7 +59,8 @@ static int tw_codec_width(unsigned c, uint32_t orv) {
  * docs/wire-format.md), read from the codec table alone: a forced codec (a wire id) as asked,
  * or -1 when it cannot hold the ids (tw_codec_misfit names the first that does not fit); any
  * other request (TW_REQUEST_AUTO, TW_REQUEST_ZSTD) auto: of the codecs that hold the ids, the
- * smallest payload, on a tie the earlier in the table (raw, u16, packed: fastest first). */
+ * smallest payload, on a tie the earlier in the table (raw, u16, packed: fastest first).
+ * (TW_REQUEST_ZSTD plans auto's plain frame, which tw_plan_zstd may then replace.) */
 static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned *width) {
     if (request < TW_NCODECS) {
         const int w = tw_codec_width(request, orv);
@@ -108,6 +117,7 @@ static uint32_t tw_seqs_or(const tw_seq *seqs, size_t nseq) {
 typedef struct {
     unsigned codec, width, flags;
     uint64_t count;          /* the header's count: the ids, or (MULTI) the sequences */
+    uint64_t total;          /* the ids, of every sequence */
     size_t nseq;             /* sequences the table lists (MULTI) */
     size_t table_len;        /* the count table, zero-padded to a multiple of 8 (MULTI), else 0 */
     size_t payload_off;      /* 16 + table_len */
@@ -127,6 +137,7 @@ static int tw_plan_frame(tw_frame_plan *P, unsigned request, uint32_t orv, uint6
     P->codec = (unsigned)codec;
     P->flags = (multi ? TW_FLAG_MULTI : 0u) | (checksum ? TW_FLAG_CHECKSUM : 0u);
     P->count = multi ? (uint64_t)nseq : total;
+    P->total = total;
     P->nseq = multi ? nseq : 0;
     P->table_len = multi ? (nseq * 4 + 7) / 8 * 8 : 0;
     P->payload_off = TW_HEADER_SIZE + P->table_len;
@@ -136,19 +147,48 @@ static int tw_plan_frame(tw_frame_plan *P, unsigned request, uint32_t orv, uint6
     return 0;
 }
 
-/* The encoder's zstd rule: a zstd section of `clen` bytes replaces the plain payload only when it
- * saves bytes, the 8-byte length prefix counted (8 + C < P), and a decoder accepts its expansion
- * (P <= 64 C). Returns 1 and sets the ZSTD flag and the sizes when it does, else 0 (the plan, a
- * plain payload, unchanged). */
-static int tw_plan_zstd(tw_frame_plan *P, size_t clen) {
-    if (!(clen + TW_ZSTD_LENGTH_SIZE < P->payload_len &&
-          P->payload_len <= clen * TW_ZSTD_MAX_EXPANSION))
-        return 0;
+/* The codec (and *width) whose payload codec="zstd" compresses, for ids whose bitwise OR is
+ * `orv`: u16 when it holds every id, else raw. Byte-aligned on purpose: a repeated run of ids
+ * is a repeated run of bytes there, which zstd matches; bit-packing shifts each id by a
+ * different bit offset and hides most repeats (zstd over packed is larger, and slower). */
+static unsigned tw_zstd_codec(uint32_t orv, unsigned *width) {
+    const int w = tw_codec_width(TW_CODEC_U16, orv);
+    if (w >= 0) {
+        *width = (unsigned)w;
+        return TW_CODEC_U16;
+    }
+    *width = (unsigned)tw_codec_width(TW_CODEC_RAW, orv);
+    return TW_CODEC_RAW;
+}
+
+/* What tw_plan_zstd decided. */
+enum {
+    TW_ZSTD_PLAIN = 0,   /* auto's plain frame: the plan unchanged */
+    TW_ZSTD_KEPT = 1,    /* the zstd section replaces the payload: codec, width, sizes set */
+    TW_ZSTD_RETRY = 2    /* expands more than a decoder accepts: compress auto's payload (the
+                            plan's codec and width) and ask again */
+};
+
+/* The encoder's zstd rule, for `P` planned as auto's plain frame (tw_plan_frame with
+ * TW_REQUEST_ZSTD) and a zstd section of `clen` bytes compressing the payload of `codec` at
+ * `width` (Q bytes; tw_zstd_codec's choice, or on a retry the plan's own). The section is kept
+ * only when it saves bytes over auto's plain payload of P bytes, the 8-byte length prefix
+ * counted (8 + C < P), and a decoder accepts its expansion (Q <= 64 C). When only the
+ * expansion fails and `codec` is not already auto's, TW_ZSTD_RETRY: auto's payload is smaller,
+ * so its section may pass. */
+static int tw_plan_zstd(tw_frame_plan *P, unsigned codec, unsigned width, size_t clen) {
+    const size_t qlen = tw_payload_size(width, P->total);
+    if (!(clen + TW_ZSTD_LENGTH_SIZE < P->payload_len)) return TW_ZSTD_PLAIN;
+    if (qlen > clen * TW_ZSTD_MAX_EXPANSION)
+        return (codec == P->codec && width == P->width) ? TW_ZSTD_PLAIN : TW_ZSTD_RETRY;
+    P->codec = codec;
+    P->width = width;
+    P->payload_len = qlen;
     P->flags |= TW_FLAG_ZSTD;
     P->stored_len = TW_ZSTD_LENGTH_SIZE + clen;
     P->nbytes = P->payload_off + P->stored_len +
                 ((P->flags & TW_FLAG_CHECKSUM) ? TW_CHECKSUM_SIZE : 0u);
-    return 1;
+    return TW_ZSTD_KEPT;
 }
 
 /* The frame `P` plans into out (P->nbytes bytes): header, count table (the lengths of `seqs`),

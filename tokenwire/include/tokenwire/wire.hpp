@@ -334,27 +334,40 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
     std::vector<uint8_t> frame;
 #ifdef TOKENWIRE_WITH_ZSTD
     if (request == Codec::Zstd) {
-        // zstd level 3 over the planned payload, content size written (as Python's zstandard
-        // does), no zstd checksum; encode.h's tw_plan_zstd decides whether the frame keeps it.
-        std::vector<uint8_t> plain(plan.payload_len);
-        tw_write_payload(plain.data(), seqs, nseq, plan.codec, plan.width);
-        std::vector<uint8_t> comp(ZSTD_compressBound(plan.payload_len));
+        // encode.h's rule: zstd (level TW_ZSTD_LEVEL, content size written as Python's
+        // zstandard does, no zstd checksum) over the payload of tw_zstd_codec's codec; on
+        // TW_ZSTD_RETRY over auto's (the plan's); tw_plan_zstd decides what the frame keeps.
+        // One compression context per thread, reused: a short frame pays for no new one.
         struct CCtx {
             ZSTD_CCtx* p = ZSTD_createCCtx();
             ~CCtx() { ZSTD_freeCCtx(p); }
-        } cctx;
+        };
+        static thread_local CCtx cctx;
         if (!cctx.p) throw std::bad_alloc();
-        ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_compressionLevel, 3);
-        ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_contentSizeFlag, 1);
-        ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_checksumFlag, 0);
-        const size_t clen = ZSTD_compress2(cctx.p, comp.data(), comp.size(), plain.data(),
-                                           plain.size());
-        if (ZSTD_isError(clen))
-            throw std::runtime_error(std::string("zstd compression failed: ") +
-                                     ZSTD_getErrorName(clen));
-        const bool use = tw_plan_zstd(&plan, clen) != 0;
+        std::vector<uint8_t> comp;
+        auto compress = [&](unsigned codec, unsigned width) {
+            std::vector<uint8_t> plain(tw_payload_size(width, plan.total));
+            tw_write_payload(plain.data(), seqs, nseq, codec, width);
+            comp.resize(ZSTD_compressBound(plain.size()));
+            ZSTD_CCtx_reset(cctx.p, ZSTD_reset_session_and_parameters);
+            ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_compressionLevel, TW_ZSTD_LEVEL);
+            ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_contentSizeFlag, 1);
+            ZSTD_CCtx_setParameter(cctx.p, ZSTD_c_checksumFlag, 0);
+            const size_t clen = ZSTD_compress2(cctx.p, comp.data(), comp.size(), plain.data(),
+                                               plain.size());
+            if (ZSTD_isError(clen))
+                throw std::runtime_error(std::string("zstd compression failed: ") +
+                                         ZSTD_getErrorName(clen));
+            comp.resize(clen);
+            return tw_plan_zstd(&plan, codec, width, clen);
+        };
+        unsigned width = 0;
+        const unsigned codec = tw_zstd_codec(orv, &width);
+        int kept = compress(codec, width);
+        if (kept == TW_ZSTD_RETRY) kept = compress(plan.codec, plan.width);
         frame.resize(plan.nbytes);
-        tw_write_frame(frame.data(), &plan, seqs, nseq, use ? comp.data() : plain.data());
+        tw_write_frame(frame.data(), &plan, seqs, nseq,
+                       kept == TW_ZSTD_KEPT ? comp.data() : nullptr);
         return frame;
     }
 #endif

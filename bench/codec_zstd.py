@@ -1,0 +1,138 @@
+"""codec="zstd" against zstd level 1 over the plain int32 bytes and OpenZL, on real token ids.
+
+Reads the `{tokenizer}_{corpus}.i32` files that bench/codec_v2_ids.py writes (131,072 Qwen or
+cl100k ids of local text and Python source) and prints, per stream and length, bytes per id
+and the median encode and decode times as ratios to zstd level 1 over the int32 bytes (the
+same `zstandard` library, interleaved in the same run):
+
+    python bench/codec_v2_ids.py /tmp/ids
+    python -m bench.codec_zstd /tmp/ids [--isl 1000,8000,40000,131072] [--streams qwen_text ...]
+                                        [--below-65536]
+
+Rows: zstd levels 1 and 3 over the raw int32, u16 (when every id fits) and packed payloads
+(the candidates encode.h's tw_zstd_codec chose among; decode: the decompressed bytes),
+tokenwire's codec="zstd" (frame header included, decoded by tokenwire.decode), and OpenZL's
+field-aware LZ over the ids as a numeric stream when the `openzl` package is installed (it is
+not a dependency of any extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+from typing import Any, Callable, List, Optional, Tuple
+
+import numpy as np
+
+import tokenwire
+
+
+def _median(fn: Callable[[], object], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def openzl_codec() -> Optional[Tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.ndarray]]]:
+    """OpenZL's field-aware LZ graph over one numeric (int32) input as (encode, decode), or
+    None when the `openzl` package is not installed (bench/codec.py's optional row too)."""
+    import importlib
+
+    try:
+        ext: Any = importlib.import_module("openzl.ext")
+        graphs: Any = importlib.import_module("openzl.ext.graphs")
+    except ImportError:
+        return None
+    compressor = ext.Compressor()
+    compressor.select_starting_graph(graphs.FieldLz()(compressor))
+    cctx = ext.CCtx()
+    cctx.ref_compressor(compressor)
+    cctx.set_parameter(ext.CParam.StickyParameters, 1)
+    cctx.set_parameter(ext.CParam.FormatVersion, ext.MAX_FORMAT_VERSION)
+    dctx = ext.DCtx()
+
+    def enc(ids: np.ndarray) -> bytes:
+        return bytes(cctx.compress([ext.Input(ext.Type.Numeric, ids)]))
+
+    def dec(blob: bytes) -> np.ndarray:
+        return np.asarray(dctx.decompress(blob)[0].content.as_nparray())
+
+    enc.compressor = compressor      # type: ignore[attr-defined]  # kept alive with cctx
+    return enc, dec
+
+
+def rows_for(ids: np.ndarray, reps: int) -> List[Tuple[str, int, float, float]]:
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    sources: List[Tuple[str, Any]] = [("int32", ids)]
+    if ids.min() >= 0 and ids.max() < 65536:
+        sources.append(("u16", ids.astype("<u2")))
+    sources.append(("packed", tokenwire.encode(ids, codec="packed")[16:]))
+    methods: List[Tuple[str, Callable[[], Any], Callable[[Any], Callable[[], object]]]] = []
+    def zstd_row(level: int, name: str, src: Any) -> None:
+        cctx = zstandard.ZstdCompressor(level=level)
+        methods.append((f"zstd-{level}({name})", lambda: cctx.compress(src),
+                        lambda b: lambda: dctx.decompress(b)))
+
+    for level in (1, 3):
+        for name, src in sources:
+            zstd_row(level, name, src)
+    methods.append(("tokenwire zstd", lambda: tokenwire.encode(ids, codec="zstd"),
+                    lambda b: lambda: tokenwire.decode(b)))
+    oz = openzl_codec()
+    if oz is not None:
+        oz_enc, oz_dec = oz
+        methods.append(("openzl FieldLz", lambda: oz_enc(ids), lambda b: lambda: oz_dec(b)))
+    blobs = [make() for _, make, _ in methods]
+    decs = [dec_of(b) for (_, _, dec_of), b in zip(methods, blobs)]
+    enc_t = [[] for _ in methods]  # type: List[List[float]]
+    dec_t = [[] for _ in methods]  # type: List[List[float]]
+    for _ in range(reps):           # interleaved: every row sees the same machine load
+        for k, (_, make, _) in enumerate(methods):
+            enc_t[k].append(_median(make, 1))
+            dec_t[k].append(_median(decs[k], 1))
+
+    def med(v: List[float]) -> float:
+        return sorted(v)[len(v) // 2]
+
+    return [(name, len(b), med(e), med(d))
+            for (name, _, _), b, e, d in zip(methods, blobs, enc_t, dec_t)]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("ids_dir", type=pathlib.Path, help="bench/codec_v2_ids.py's output")
+    ap.add_argument("--isl", default="1000,8000,40000,131072")
+    ap.add_argument("--streams", nargs="+", default=["qwen_text", "qwen_code", "cl100k_text",
+                                                      "cl100k_code"])
+    ap.add_argument("--below-65536", action="store_true",
+                    help="drop the ids >= 65,536 from each stream (the u16 rows then apply)")
+    args = ap.parse_args(argv)
+    for stream in args.streams:
+        path = args.ids_dir / f"{stream}.i32"
+        if not path.exists():
+            print(f"skip {stream}: no {path}")
+            continue
+        every = np.fromfile(path, dtype="<i4")
+        if args.below_65536:
+            every = every[every < 65536]
+        for n in (int(x) for x in args.isl.split(",")):
+            ids = np.ascontiguousarray(every[:n])
+            rows = rows_for(ids, reps=max(11, min(201, 4_000_000 // n)))
+            base = rows[0]
+            print(f"\n{stream}, {ids.size:,} ids (max {ids.max():,})      B/id   "
+                  f"encode us  x zstd-1   decode us  x zstd-1")
+            for name, size, te, td in rows:
+                print(f"  {name:20s} {size / ids.size:6.3f} {te * 1e6:10.1f} {te / base[2]:8.2f} "
+                      f"{td * 1e6:11.1f} {td / base[3]:8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
