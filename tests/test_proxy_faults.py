@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,5 +83,6 @@ print(json.dumps(seen))
 
 def test_settling_is_bounded_and_happens_once_per_size() -> None:
     out = subprocess.run([sys.executable, "-c", _BOUNDS], env=_env(), check=True,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120,
+                         cwd=tempfile.gettempdir())   # not the clone: its tokenwire/ is uncompiled
     assert json.loads(out.stdout) == [0, 0, 512 * 1024, 512 * 1024, 32 << 20, 32 << 20]

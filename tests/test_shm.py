@@ -11,6 +11,7 @@ import signal
 import stat
 import struct
 import subprocess
+import tempfile
 import sys
 import textwrap
 import time
@@ -393,7 +394,8 @@ SENDER = textwrap.dedent("""
 
 
 def _spawn(code: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code, *args])
+    # A neutral cwd: from the clone, its uncompiled tokenwire/ would shadow the installed one.
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=tempfile.gettempdir())
 
 
 @pytest.mark.integration
