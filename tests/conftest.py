@@ -1,7 +1,7 @@
 """Shared pytest configuration: hypothesis profiles, and the fixtures several modules use.
 
 `dev` (default) keeps the suite fast; `ci` (selected by CI=true or HYPOTHESIS_PROFILE=ci) runs
-many more examples. Strategies live in tests/strategies.py.
+many more examples. Strategies live in tests/support/strategies.py.
 """
 
 import os

@@ -17,7 +17,7 @@ import tokenwire
 import tokenwire.text as text
 from tokenwire import WireFormatError, from_base64, to_base64
 from tokenwire.errors import ChecksumError
-from strategies import int_arrays, token_lists
+from support.strategies import int_arrays, token_lists
 
 pytest.importorskip("pybase64")          # the test extra installs it: both paths are compared
 

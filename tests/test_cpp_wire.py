@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import tokenwire
 from tokenwire import WireFormatError
 from tokenwire.errors import ChecksumError
-from cpp.harness import (
+from support.cpp_harness import (
     Conformance,
     CppError,
     compile_conformance,
@@ -34,7 +34,7 @@ from cpp.harness import (
     have_zstd_header,
     require_compiler,
 )
-from strategies import CODECS, damaged_frames, frames, ids_for_codec
+from support.strategies import CODECS, damaged_frames, frames, ids_for_codec
 
 # A C++ compiler and a long-lived subprocess (pyproject.toml's markers).
 pytestmark = pytest.mark.integration

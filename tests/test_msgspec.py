@@ -22,7 +22,7 @@ zmq = pytest.importorskip("zmq")
 
 import tokenwire  # noqa: E402
 import tokenwire.msgspec as tm  # noqa: E402
-from strategies import int_arrays, token_lists  # noqa: E402
+from support.strategies import int_arrays, token_lists  # noqa: E402
 from tokenwire import TokenVector, WireFormatError  # noqa: E402
 from tokenwire.errors import ChecksumError  # noqa: E402
 from tokenwire.memory import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tokenwire
 import tokenwire.unpickle
-from strategies import (
+from support.strategies import (
     BOUNDARY_IDS,
     ID_SOURCES,
     apply_mutation,
@@ -563,7 +563,7 @@ def test_descriptor_without_the_mixin_pickles_like_a_plain_attribute():
 
 
 # --------------------------------------------------------------------------------------------
-# hostile states (issue #8, item 3): class configuration is never taken from instance state,
+# hostile states: class configuration is never taken from instance state,
 # a token field only ever holds None, a list[int] or a TokenVector, refusals name the key
 
 
@@ -705,8 +705,7 @@ def test_golden_dropin_fixtures_still_load():
 
 
 # --------------------------------------------------------------------------------------------
-# review findings on the request layer (issue #12 follow-up): each test below failed on the
-# code before its fix
+# defects found in the request layer: each test below failed on the code before its fix
 
 
 import dataclasses  # noqa: E402

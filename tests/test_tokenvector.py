@@ -1,4 +1,4 @@
-"""TokenVector: buffer protocol, sequence behaviour, pickling, copying."""
+"""TokenVector: buffer protocol, sequence behaviour, arithmetic (+ and *), pickling, copying."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 from hypothesis import given
-from strategies import BOUNDARY_IDS, token_lists
+from support.strategies import BOUNDARY_IDS, token_lists
 
 from tokenwire import TokenVector, as_tokens
 from tokenwire._core import _restore_token_vector
@@ -342,3 +342,34 @@ def test_frombuffer_refuses_non_integer_arrays_naming_the_format(dtype: str) -> 
     with pytest.raises(tokenwire.errors.TokenIdTypeError, match="format '") as exc:
         TokenVector.frombuffer(arr)
     assert memoryview(arr).format in str(exc.value)
+
+
+# --------------------------------------------------------------------------------------------
+# TokenVector + and *: a TokenVector only when every operand is one, else a list
+
+
+def test_concatenation_rule():
+    tv = TokenVector([1, 2, 3])
+    assert type(tv + tv) is TokenVector and tv + tv == [1, 2, 3, 1, 2, 3]
+    for other in ([4], (4,)):
+        assert type(tv + other) is list and tv + other == [1, 2, 3, 4]
+        assert type(other + tv) is list and other + tv == [4, 1, 2, 3]
+    assert type(tv * 2) is TokenVector and 2 * tv == tv * 2 == [1, 2, 3] * 2
+    assert tv * 0 == [] and tv * -1 == [] and TokenVector() * 5 == []
+    assert tv[1:] + [tv[0]] == [2, 3, 1]
+    assert (tv + [2**40, "x"])[-1] == "x"                   # a list holds anything
+    for bad in ("ab", 1.5, {1}, None):
+        with pytest.raises(TypeError):
+            tv + bad
+    with pytest.raises(TypeError):
+        tv * 1.5
+    with pytest.raises(TypeError):
+        tv * tv
+    with pytest.raises((MemoryError, OverflowError)):
+        tv * (2**62)
+    lst = [0]
+    alias = lst
+    lst += tv            # documented: like an ndarray, rebinds to a new list
+    assert lst == [0, 1, 2, 3] and alias == [0]
+    alias.extend(tv)
+    assert alias == [0, 1, 2, 3]

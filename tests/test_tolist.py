@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 from hypothesis import given
-from strategies import BOUNDARY_IDS, INT32_MAX, INT32_MIN, int_arrays, token_lists
+from support.strategies import BOUNDARY_IDS, INT32_MAX, INT32_MIN, int_arrays, token_lists
 
 import tokenwire
 from tokenwire import TokenVector, as_tokens, tolist

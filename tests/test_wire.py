@@ -23,7 +23,7 @@ from tokenwire.errors import ChecksumError
 from tokenwire import _core
 from tokenwire._core import _crc32c
 
-from strategies import (
+from support.strategies import (
     BOUNDARY_IDS,
     CODECS,
     VOCAB_SIZES,

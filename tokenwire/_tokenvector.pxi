@@ -348,7 +348,7 @@ def _restore_token_vector(data):
     return TokenVector.frombuffer(data)
 
 
-# -- concatenation and repetition (issue #12) --------------------------------------------------
+# -- concatenation and repetition ---------------------------------------------------------------
 # Rule: the result is a TokenVector only when every operand is one (tv + tv, tv * n: the ids
 # stay int32 and stay immutable, like tuple + tuple); mixed with a list or a tuple, the result is
 # a list, what code written for `list[int]` expects (`ids[1:] + [ids[0]]`, then `.append`).
