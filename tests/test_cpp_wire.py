@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import pathlib
 import random
 import struct
@@ -48,11 +47,7 @@ CPP_ERROR_KINDS = {"WireFormatError": "wire", "ChecksumError": "checksum"}
 
 
 def _zstd_in_cpp() -> bool:
-    if have_zstd_header():
-        return True
-    if os.environ.get("CI"):
-        raise RuntimeError("zstd.h not found: CI installs libzstd-dev (.ci/run)")
-    return False
+    return have_zstd_header()       # skipped without it; in CI a skip fails (tests/conftest.py)
 
 
 @pytest.fixture(scope="session")
