@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -88,12 +89,12 @@ def _fail_unexpected_skip(report: pytest.TestReport | pytest.CollectReport) -> N
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     _fail_unexpected_skip(outcome.get_result())
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
     outcome = yield                     # a module-level importorskip skips the whole module
     _fail_unexpected_skip(outcome.get_result())
