@@ -14,10 +14,10 @@ ASan checks every access); see docs/fuzzing.md. Against a gcc build it still run
 of this harness only. The harness is also structure-aware: the first input byte picks a mode --
 the bytes as they are, or a valid frame built from fuzzed ids / codec / checksum /
 multi-sequence and then damaged by fuzzed edits -- the same edits the hypothesis tests make
-(tests/frame_damage.py: bit flips, header and count overwrites, cuts, appends, inserts, and
+(tests/support/frame_damage.py: bit flips, header and count overwrites, cuts, appends, inserts, and
 zstd-section edits). The corpus is seeded with tests/fixtures/ (the golden frames and the
 negative fixtures in invalid/). Every WireFormatError message must belong to a rejection branch
-listed in tests/strategies.py (WIRE_ERROR_KINDS).
+listed in tests/support/strategies.py (WIRE_ERROR_KINDS).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ with atheris.instrument_imports():
 TESTS = pathlib.Path(__file__).resolve().parent.parent / "tests"
 FIXTURES = TESTS / "fixtures"
 sys.path.insert(0, str(TESTS))
-from frame_damage import FuzzChooser, damage  # noqa: E402  (the edits the hypothesis tests make)
-from strategies import CODECS, wire_error_kind  # noqa: E402  (codec table; rejection branches)
+from support.frame_damage import FuzzChooser, damage  # noqa: E402  (the edits the hypothesis tests make)
+from support.strategies import CODECS, wire_error_kind  # noqa: E402  (codec table; rejection branches)
 
 _stats = {"inputs": 0, "decoded": 0}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import subprocess
 import sys
@@ -51,13 +52,29 @@ def test_doc_names_the_examples_and_they_exist():
         assert (ROOT / path).is_file(), path
 
 
-def test_doc_shows_the_exact_adoption_lines():
-    """The diff in the doc is the diff between the example files (one source of truth)."""
-    text = DOC.read_text()
-    for line in ("+import tokenwire",
-                 '+@tokenwire.token_fields("prompt_token_ids", "query_token_ids")',
-                 '+@tokenwire.token_fields("input_ids")'):
-        assert line in text, line
+def test_doc_shows_the_whole_adoption_diff():
+    """Section 1's diff is "the whole diff between the two example files": its added and removed
+    lines are exactly those of the files' diff, in order, and every line it shows (context lines
+    abbreviated with "..." aside) is the after file's, in order, each added line directly above
+    the line the doc shows under it (the decorator on the class it decorates)."""
+    block = re.search(r"^## 1\..*?```diff\n(.*?)```", DOC.read_text(), flags=re.S | re.M)
+    assert block, "section 1 has no diff block"
+    shown = block.group(1).splitlines()
+    before = (ROOT / "examples" / "before" / "serving_requests.py").read_text().splitlines()
+    after = (ROOT / "examples" / "after" / "serving_requests.py").read_text().splitlines()
+    real = [line for line in difflib.unified_diff(before, after, lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert [line for line in shown if line.startswith(("+", "-"))] == real
+    pos = -1                                  # the after file's line the doc reached
+    for k, line in enumerate(shown):
+        if line.startswith("-") or "..." in line:
+            continue
+        text = line[1:]
+        found = after.index(text, pos + 1) if text in after[pos + 1:] else None
+        assert found is not None, f"not in examples/after/serving_requests.py, in order: {line!r}"
+        if line.startswith("+") and k + 1 < len(shown) and "..." not in shown[k + 1]:
+            assert after[found + 1] == shown[k + 1][1:], f"{line!r} is not above {shown[k + 1]!r}"
+        pos = found
 
 
 def test_msgspec_section_as_documented():

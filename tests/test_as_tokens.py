@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import (
+from support.strategies import (
     BOUNDARY_IDS,
     INT32_MAX,
     INT32_MIN,

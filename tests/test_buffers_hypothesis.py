@@ -1,6 +1,6 @@
-"""Every entry point that takes a buffer, against a numpy reference (issue #9).
+"""Every entry point that takes a buffer, against a numpy reference.
 
-`any_buffers` (tests/strategies.py) draws arrays of every numeric dtype in both byte orders,
+`any_buffers` (tests/support/strategies.py) draws arrays of every numeric dtype in both byte orders,
 0-d to 3-d, strided and reversed, as ndarrays or memoryviews. Each entry point either returns
 what the numpy reference computes (after the documented conversion) or raises the documented
 exception. The checks name the built-in base classes (ValueError, TypeError, OverflowError),
@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from strategies import CODECS, any_buffers, as_tokens_reference, frombuffer_reference
+from support.strategies import CODECS, any_buffers, as_tokens_reference, frombuffer_reference
 from tokenwire import TokenIds, TokenwireMixin
 
 BASES = (TypeError, OverflowError, ValueError)

@@ -24,8 +24,8 @@ from hypothesis import given
 
 import tokenwire
 import tokenwire.memory
-from cpp.harness import compile_pybind_engine, require_compiler
-from strategies import int_arrays, token_lists
+from support.cpp_harness import compile_pybind_engine, require_compiler
+from support.strategies import int_arrays, token_lists
 from test_bench import run_bench
 from test_gil import longest_stall_fraction, threshold  # noqa: F401 (a fixture)
 from bench import engine

@@ -1,4 +1,4 @@
-"""Hostile input and hostile callers (issue #8): decompression bombs, crafted pickles, writers
+"""Hostile input and hostile callers: decompression bombs, crafted pickles, writers
 racing with a call, misaligned buffers, allocation per input byte, and the suspected defects.
 
 Anything that could take the interpreter down (a crash, hundreds of MB) runs in a subprocess, so

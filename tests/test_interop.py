@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-from strategies import token_lists
+from support.strategies import token_lists
 from tokenwire import TokenVector, json_default
 from tokenwire.errors import TokenIdOverflowError
 

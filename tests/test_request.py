@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tokenwire
 import tokenwire.unpickle
-from strategies import (
+from support.strategies import (
     BOUNDARY_IDS,
     ID_SOURCES,
     apply_mutation,
@@ -116,7 +116,8 @@ def test_state_content():
         "lora_request": None,
         "disaggregated_params": None,
     }
-    assert STATE_VERSION == 1
+    # The state version written is one a pinned fixture holds (a new version pins its own).
+    assert list(FIXTURES.glob(f"request_v{STATE_VERSION}_p*.pickle"))
     assert type(state["prompt_token_ids"]) is TokenVector
     assert not any(k.startswith("_tw_") for k in state)      # storage keys never travel
 
@@ -562,7 +563,7 @@ def test_descriptor_without_the_mixin_pickles_like_a_plain_attribute():
 
 
 # --------------------------------------------------------------------------------------------
-# hostile states (issue #8, item 3): class configuration is never taken from instance state,
+# hostile states: class configuration is never taken from instance state,
 # a token field only ever holds None, a list[int] or a TokenVector, refusals name the key
 
 
@@ -704,8 +705,7 @@ def test_golden_dropin_fixtures_still_load():
 
 
 # --------------------------------------------------------------------------------------------
-# review findings on the request layer (issue #12 follow-up): each test below failed on the
-# code before its fix
+# defects found in the request layer: each test below failed on the code before its fix
 
 
 import dataclasses  # noqa: E402

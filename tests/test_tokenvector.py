@@ -1,4 +1,4 @@
-"""TokenVector: buffer protocol, sequence behaviour, pickling, copying."""
+"""TokenVector: buffer protocol, sequence behaviour, arithmetic (+ and *), pickling, copying."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 from hypothesis import given
-from strategies import BOUNDARY_IDS, token_lists
+from support.strategies import BOUNDARY_IDS, token_lists
 
+import tokenwire
+import tokenwire.memory
 from tokenwire import TokenVector, as_tokens
 from tokenwire._core import _restore_token_vector
 
@@ -30,13 +32,33 @@ def test_buffer_protocol_shape_format_readonly() -> None:
         np.frombuffer(tv, dtype=np.int32).setflags(write=True)
 
 
-def test_writable_buffer_request_is_refused() -> None:
+def get_buffer(obj: object, flags: int) -> None:
+    """PyObject_GetBuffer(obj, &view, flags) as C code calls it, then PyBuffer_Release: the
+    exporter's own answer, with no Python-level wrapper checking `readonly` after it (ctypes'
+    from_buffer refuses a read-only view by itself, so it cannot tell whether tokenwire did)."""
     import ctypes
 
-    tv = TokenVector([1, 2])
-    # ctypes.from_buffer asks the exporter for a writable buffer.
-    with pytest.raises((BufferError, TypeError), match="read-only|writable"):
-        (ctypes.c_int32 * 2).from_buffer(tv)
+    api = ctypes.pythonapi
+    api.PyObject_GetBuffer.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int]
+    api.PyObject_GetBuffer.restype = ctypes.c_int
+    api.PyBuffer_Release.argtypes = [ctypes.c_void_p]
+    api.PyBuffer_Release.restype = None
+    view = ctypes.create_string_buffer(256)          # a Py_buffer is 80 bytes on 64-bit builds
+    api.PyObject_GetBuffer(obj, ctypes.addressof(view), flags)   # raises what the exporter set
+    api.PyBuffer_Release(ctypes.addressof(view))
+
+
+@pytest.mark.parametrize("make", [lambda: TokenVector([1, 2]),
+                                  lambda: tokenwire.memory.ImmutableBuffer(b"abcd")],
+                         ids=["TokenVector", "ImmutableBuffer"])
+def test_writable_buffer_request_is_refused(make) -> None:
+    PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_ND = 0, 0x0001, 0x0008
+    obj = make()
+    get_buffer(obj, PyBUF_SIMPLE)                    # a read-only request is served
+    get_buffer(obj, PyBUF_ND)
+    for flags in (PyBUF_WRITABLE, PyBUF_WRITABLE | PyBUF_ND):
+        with pytest.raises(BufferError, match=f"^{type(obj).__name__} is read-only$"):
+            get_buffer(obj, flags)
 
 
 def test_numpy_view_is_zero_copy_and_outlives_the_vector() -> None:
@@ -147,7 +169,7 @@ def test_sizeof_counts_owned_memory() -> None:
 def test_pickle_round_trip_every_protocol(protocol: int, ids: list[int]) -> None:
     tv = TokenVector(ids)
     back = pickle.loads(pickle.dumps(tv, protocol=protocol))
-    assert type(back) is TokenVector and back == tv and back == ids
+    assert type(back) is TokenVector and back.tolist() == ids
 
 
 def test_reduce_tuple_carries_owned_bytes() -> None:
@@ -167,12 +189,12 @@ def test_protocol5_out_of_band_is_zero_copy() -> None:
     data = pickle.dumps(tv, protocol=5, buffer_callback=buffers.append)
     assert len(buffers) == 1 and len(data) < 200          # the payload is not in the pickle
     back = pickle.loads(data, buffers=buffers)
-    assert back == tv
+    assert back.tolist() == list(range(50_000))
     # The result views the buffer it was given: same address, no copy.
     assert np.asarray(back).ctypes.data == np.asarray(tv).ctypes.data
     # In-band at protocol 5 without a callback: the bytes are inside the pickle.
     inband = pickle.dumps(tv, protocol=5)
-    assert len(inband) > tv.nbytes and pickle.loads(inband) == tv
+    assert len(inband) > tv.nbytes and pickle.loads(inband).tolist() == list(range(50_000))
 
 
 def test_out_of_band_from_raw_bytes_frames() -> None:
@@ -181,11 +203,11 @@ def test_out_of_band_from_raw_bytes_frames() -> None:
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(tv, protocol=5, buffer_callback=buffers.append)
     frames = [bytes(b.raw()) for b in buffers]
-    assert pickle.loads(data, buffers=frames) == tv
+    assert pickle.loads(data, buffers=frames).tolist() == list(range(1000))
     mutable = [bytearray(b.raw()) for b in buffers]
     back = pickle.loads(data, buffers=mutable)
     mutable[0][:4] = b"\xff\xff\xff\xff"
-    assert back == tv  # a writable source was copied, so later writes do not show through
+    assert back.tolist() == list(range(1000))  # a writable source was copied: later writes do not show
 
 
 def test_copy_and_deepcopy_cost_nothing() -> None:
@@ -342,3 +364,34 @@ def test_frombuffer_refuses_non_integer_arrays_naming_the_format(dtype: str) -> 
     with pytest.raises(tokenwire.errors.TokenIdTypeError, match="format '") as exc:
         TokenVector.frombuffer(arr)
     assert memoryview(arr).format in str(exc.value)
+
+
+# --------------------------------------------------------------------------------------------
+# TokenVector + and *: a TokenVector only when every operand is one, else a list
+
+
+def test_concatenation_rule():
+    tv = TokenVector([1, 2, 3])
+    assert type(tv + tv) is TokenVector and tv + tv == [1, 2, 3, 1, 2, 3]
+    for other in ([4], (4,)):
+        assert type(tv + other) is list and tv + other == [1, 2, 3, 4]
+        assert type(other + tv) is list and other + tv == [4, 1, 2, 3]
+    assert type(tv * 2) is TokenVector and 2 * tv == tv * 2 == [1, 2, 3] * 2
+    assert tv * 0 == [] and tv * -1 == [] and TokenVector() * 5 == []
+    assert tv[1:] + [tv[0]] == [2, 3, 1]
+    assert (tv + [2**40, "x"])[-1] == "x"                   # a list holds anything
+    for bad in ("ab", 1.5, {1}, None):
+        with pytest.raises(TypeError):
+            tv + bad
+    with pytest.raises(TypeError):
+        tv * 1.5
+    with pytest.raises(TypeError):
+        tv * tv
+    with pytest.raises((MemoryError, OverflowError)):
+        tv * (2**62)
+    lst = [0]
+    alias = lst
+    lst += tv            # documented: like an ndarray, rebinds to a new list
+    assert lst == [0, 1, 2, 3] and alias == [0]
+    alias.extend(tv)
+    assert alias == [0, 1, 2, 3]

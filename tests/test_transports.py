@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import transport_workers
+from support import transport_workers
 from tokenwire import GenerationRequest, TokenVector, WireFormatError, token_buffer
 from tokenwire.transport import OOB_THRESHOLD, dumps_oob, loads_oob, recv_pyobj_oob, send_pyobj_oob
-from transport_workers import Received, describe
+from support.transport_workers import Received, describe
 
 # Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.
 pytestmark = pytest.mark.integration
@@ -195,7 +195,7 @@ def test_example_worker_submit_runs(transport):
 @pytest.fixture(scope="module")
 def ray():
     ray = pytest.importorskip("ray")
-    # Workers import transport_workers by value: they need not see the tests directory.
+    # Workers import support.transport_workers by value: they need not see the tests directory.
     ray.cloudpickle.register_pickle_by_value(transport_workers)
     # Ray puts the driver's working directory on every worker's sys.path. From a source checkout
     # that is the repository root, whose tokenwire/ (no compiled extension) would shadow the

@@ -23,7 +23,7 @@ from tokenwire.errors import ChecksumError
 from tokenwire import _core
 from tokenwire._core import _crc32c
 
-from strategies import (
+from support.strategies import (
     BOUNDARY_IDS,
     CODECS,
     VOCAB_SIZES,
@@ -626,7 +626,7 @@ def test_zmq_frame_over_a_bytearray_is_copied() -> None:
     assert tv[0] == 0
 
 
-@pytest.mark.skipif(not HAS_ZSTD, reason="the zstd extra is not installed")
+@pytest.mark.skipif(not HAS_ZSTD, reason="zstandard not installed (the zstd extra)")
 def test_zstd_section_must_be_exactly_one_zstd_frame() -> None:
     frame = tokenwire.encode([1, 2, 3, 4] * 50, codec="zstd")
     assert tokenwire.frame_info(frame).compression == "zstd"

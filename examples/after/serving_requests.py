@@ -1,6 +1,6 @@
 """Two request classes as serving stacks write them: examples/before/ holds them unmodified,
-examples/after/ after adopting tokenwire (tests/test_dropin.py checks the two files differ by at
-most three lines per class; here one import and one decorator per class).
+examples/after/ after adopting tokenwire (tests/test_serving_classes.py checks the two files
+differ by at most three lines per class; here one import and one decorator per class).
 
 `ExecutorRequest` follows the plain-class executor request of TensorRT-LLM's LLM API
 (`GenerationRequest`: token ids, query ids, sampling params, LoRA / prompt-adapter params,

@@ -1,4 +1,4 @@
-"""How a valid frame gets damaged: the one set of edits the hypothesis tests (tests/strategies.py:
+"""How a valid frame gets damaged: the one set of edits the hypothesis tests (tests/support/strategies.py:
 `damaged_frames`, `damage_frame`) and the atheris fuzzer (fuzz/fuzz_decode.py) apply.
 
 The edits are aimed at every field of docs/wire-format.md: a bit flip anywhere, a header byte,

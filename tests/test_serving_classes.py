@@ -1,9 +1,13 @@
-"""Issue #12: tokenwire as a drop-in for real request classes.
+"""Adopting tokenwire on real request classes: the converted class behaves as the unmodified one.
 
 The classes are examples/before/serving_requests.py (unmodified: a TensorRT-LLM-style plain
 executor request and an SGLang-style ~30-field dataclass) and examples/after/serving_requests.py
-(the same file after adoption). Everything here compares the two, or runs them in real
-processes.
+(the same file after adoption; tests/support/serving.py loads both). Covered here: the adoption
+diff (at most three lines per class), a dataclass keeping its signature and generated methods,
+both shapes round-tripping as buffers, copy / vars / unset semantics, values that are not int32
+ids, nothing kept alive after sending, and the worker's hand-off (`token_buffer`).
+Rolling upgrades are in tests/test_rolling_upgrade.py, restricted unpicklers in
+tests/test_unpickle.py.
 """
 
 from __future__ import annotations
@@ -12,14 +16,9 @@ import ast
 import copy
 import dataclasses
 import difflib
-import importlib.util
 import inspect
-import io
 import json
-import os
 import pickle
-import subprocess
-import tempfile
 import sys
 import tracemalloc
 from pathlib import Path
@@ -28,48 +27,10 @@ import numpy as np
 import pytest
 
 import tokenwire
-import tokenwire.unpickle
+from support.serving import (
+    AFTER_PATH, BEFORE_PATH, PROTOCOLS, after, before, executor, ids_of, roundtrip, tokenized,
+)
 from tokenwire import TokenVector, token_buffer
-
-ROOT = Path(__file__).resolve().parent.parent
-BEFORE_PATH = ROOT / "examples" / "before" / "serving_requests.py"
-AFTER_PATH = ROOT / "examples" / "after" / "serving_requests.py"
-PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
-
-sys.path.insert(0, str(AFTER_PATH.parent))
-import serving_requests as after  # noqa: E402  (pickles name it "serving_requests")
-
-
-def _load_before():
-    spec = importlib.util.spec_from_file_location("serving_requests_before", BEFORE_PATH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["serving_requests_before"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-before = _load_before()
-
-
-def ids_of(n: int, seed: int = 0) -> list[int]:
-    return np.random.default_rng(seed).integers(0, 151_936, n, dtype=np.int32).tolist()
-
-
-def executor(mod, ids, **kw):
-    return mod.ExecutorRequest(ids, mod.SamplingParams(max_tokens=8), query_token_ids=[7, 8],
-                               lora_request=mod.LoRARequest("l", 1, "/p"), **kw).set_id(11)
-
-
-def tokenized(mod, ids, *rest):
-    """Built positionally, as SGLang's tokenizer manager does."""
-    return mod.TokenizedGenerateReqInput(
-        "rid-1", "hello", ids, None, mod.SamplingParams(temperature=0.5), True, -1, 5, None,
-        False, *rest)
-
-
-def roundtrip(obj, protocol=5):
-    return pickle.loads(pickle.dumps(obj, protocol=protocol))
-
 
 # --------------------------------------------------------------------------------------------
 # adoption costs at most three lines per class
@@ -126,7 +87,7 @@ def test_adoption_is_at_most_three_lines_per_class():
 
 
 # --------------------------------------------------------------------------------------------
-# item 1: a dataclass keeps its signature and its generated methods
+# a dataclass keeps its signature and its generated methods
 
 
 def test_dataclass_signature_and_fields_unchanged():
@@ -214,195 +175,7 @@ def test_both_shapes_roundtrip_as_buffers(shape, protocol):
 
 
 # --------------------------------------------------------------------------------------------
-# item 2: rolling upgrades (real processes running the unmodified classes)
-
-
-def _old_worker(data: bytes, *args: str) -> dict:
-    r = subprocess.run([sys.executable, str(ROOT / "tests" / "dropin_old_worker.py"), *args],
-                       input=data, capture_output=True, timeout=120,
-                       cwd=tempfile.gettempdir())
-    assert r.returncode == 0, r.stderr.decode()
-    return json.loads(r.stdout)
-
-
-def test_rolling_upgrade_new_proxy_old_worker():
-    ids = ids_of(1000)
-    req = executor(after, list(ids))
-    # Default format: an old worker without tokenwire cannot even load it ...
-    assert "ModuleNotFoundError" in _old_worker(pickle.dumps(req, 5), "--no-tokenwire")["load_error"]
-    # ... one with tokenwire installed loads a TokenVector: concatenation works, .append does not.
-    seen = _old_worker(pickle.dumps(req, 5))
-    assert seen["type"] == "TokenVector" and seen["rotated_head"] == ids[1:4]
-    assert seen["consumer_error"].startswith("AttributeError")
-    # The switch, process-wide: the old class receives exactly the list it expects.
-    previous = tokenwire.list_on_wire(True)
-    try:
-        data = pickle.dumps(req, 5)
-    finally:
-        tokenwire.list_on_wire(previous)
-    assert b"tokenwire" not in data
-    seen = _old_worker(data, "--no-tokenwire")
-    assert seen == {"type": "list", "len": 1000, "rotated_head": ids[1:4], "appended": True}
-    # A new worker reads the list form too (and keeps it a list: it is the source).
-    back = pickle.loads(data)
-    assert back.prompt_token_ids == ids and after.ExecutorRequest.prompt_token_ids.is_materialized(back)
-
-
-def test_list_on_wire_per_class_and_environment():
-    @tokenwire.token_fields("ids", list_on_wire=True)
-    class Compat:
-        def __init__(self, ids):
-            self.ids = ids
-
-    class CompatMixin(tokenwire.TokenwireMixin, list_on_wire=True):
-        ids = tokenwire.TokenIds()
-
-    class Fast(tokenwire.TokenwireMixin, list_on_wire=False):
-        ids = tokenwire.TokenIds()
-
-    obj = Compat(np.arange(3, dtype=np.int32))               # held as a buffer, sent as a list
-    assert obj.__getstate__() == {"ids": [0, 1, 2]}
-    m = CompatMixin()
-    m.ids = [4]
-    assert m.__getstate__() == {"ids": [4]}
-    f = Fast()
-    f.ids = [4]
-    previous = tokenwire.list_on_wire(True)
-    try:
-        assert type(f.__getstate__()["ids"]) is TokenVector    # the class's choice wins
-        assert tokenwire.list_on_wire() is True
-    finally:
-        tokenwire.list_on_wire(previous)
-    code = "import tokenwire; print(tokenwire.list_on_wire())"
-    for value, expected in (("1", "True"), ("0", "False"), ("", "False")):
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "TOKENWIRE_LIST_ON_WIRE": value},
-                           cwd=tempfile.gettempdir())
-        assert r.stdout.strip() == expected, r.stderr
-
-
-class RenamingUnpickler(pickle.Unpickler):
-    """Loads the unmodified classes' pickles as the same-named converted classes (in a real
-    deployment the module name is the same on both sides)."""
-
-    def find_class(self, module, name):
-        return super().find_class(module.replace("serving_requests_before", "serving_requests"), name)
-
-
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_old_proxy_new_worker(protocol):
-    """Workers first: a new class loads what the unmodified class pickled."""
-    ids = ids_of(500)
-    for build in (executor, tokenized):
-        old = build(before, list(ids))
-        new = RenamingUnpickler(io.BytesIO(pickle.dumps(old, protocol))).load()
-        assert type(new).__module__ == "serving_requests"
-        name = "prompt_token_ids" if build is executor else "input_ids"
-        assert getattr(new, name) == ids and token_buffer(new, name) == ids
-        assert vars(new).keys() == vars(old).keys()
-
-
-# --------------------------------------------------------------------------------------------
-# TokenVector + and *: a TokenVector only when every operand is one, else a list
-
-
-def test_concatenation_rule():
-    tv = TokenVector([1, 2, 3])
-    assert type(tv + tv) is TokenVector and tv + tv == [1, 2, 3, 1, 2, 3]
-    for other in ([4], (4,)):
-        assert type(tv + other) is list and tv + other == [1, 2, 3, 4]
-        assert type(other + tv) is list and other + tv == [4, 1, 2, 3]
-    assert type(tv * 2) is TokenVector and 2 * tv == tv * 2 == [1, 2, 3] * 2
-    assert tv * 0 == [] and tv * -1 == [] and TokenVector() * 5 == []
-    assert tv[1:] + [tv[0]] == [2, 3, 1]
-    assert (tv + [2**40, "x"])[-1] == "x"                   # a list holds anything
-    for bad in ("ab", 1.5, {1}, None):
-        with pytest.raises(TypeError):
-            tv + bad
-    with pytest.raises(TypeError):
-        tv * 1.5
-    with pytest.raises(TypeError):
-        tv * tv
-    with pytest.raises((MemoryError, OverflowError)):
-        tv * (2**62)
-    lst = [0]
-    alias = lst
-    lst += tv            # documented: like an ndarray, rebinds to a new list
-    assert lst == [0, 1, 2, 3] and alias == [0]
-    alias.extend(tv)
-    assert alias == [0, 1, 2, 3]
-
-
-# --------------------------------------------------------------------------------------------
-# item 3: restricted unpicklers
-
-
-class AllowListUnpickler(pickle.Unpickler):
-    allow = frozenset({("serving_requests", "ExecutorRequest"), (__name__, "PackedExecutorRequest"),
-                       ("serving_requests", "TokenizedGenerateReqInput"),
-                       ("serving_requests", "SamplingParams"),
-                       ("serving_requests", "LoRARequest")})
-
-    def find_class(self, module, name):
-        return tokenwire.find_class(module, name, allow=self.allow)
-
-
-class OldProtocolUnpickler(AllowListUnpickler):
-    # Protocols 0 and 1 name these for any plain object (documented in docs/adopting.md).
-    allow = AllowListUnpickler.allow | {("copyreg", "_reconstructor"), ("builtins", "object")}
-
-
-@tokenwire.token_fields("prompt_token_ids", "query_token_ids", codec="packed")
-class PackedExecutorRequest(after.ExecutorRequest):
-    """The executor request sending compact frames (a slow link)."""
-
-
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_restricted_unpickler_needs_only_pickle_globals(protocol):
-    ids = ids_of(300) + [-(2**31), 2**31 - 1, 0, 255, 256]
-    cls = AllowListUnpickler if protocol >= 2 else OldProtocolUnpickler
-    unsigned = [i for i in ids if i >= 0]                       # what "packed" codes
-    packed = PackedExecutorRequest(list(unsigned), after.SamplingParams(), lora_request=None)
-    assert type(packed.__getstate__()["prompt_token_ids"]) is bytes       # a frame
-    for req, expected in ((executor(after, list(ids)), ids), (tokenized(after, list(ids)), ids),
-                          (packed, unsigned)):
-        data = pickle.dumps(req, protocol)
-        assert b"_codecs" not in data
-        out = cls(io.BytesIO(data)).load()
-        assert type(out) is type(req)
-        name = "input_ids" if type(req) is after.TokenizedGenerateReqInput else "prompt_token_ids"
-        assert getattr(out, name) == expected
-
-
-def test_pickle_globals_is_exactly_what_is_named():
-    seen: set = set()
-
-    class Recorder(pickle.Unpickler):
-        def find_class(self, module, name):
-            seen.add((module, name))
-            return super().find_class(module, name)
-
-    req = executor(after, ids_of(10))
-    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
-        Recorder(io.BytesIO(pickle.dumps(req, protocol))).load()
-    ours = {g for g in seen if g[0] != "serving_requests"}
-    assert ours == set(tokenwire.unpickle.PICKLE_GLOBALS) == {("tokenwire._core", "_restore_token_vector")}
-
-
-def test_find_class_refuses_everything_else():
-    evil = b"cos\nsystem\n(S'echo pwned'\ntR."
-    with pytest.raises(pickle.UnpicklingError, match="global 'os.system' is not allowed"):
-        AllowListUnpickler(io.BytesIO(evil)).load()
-    with pytest.raises(pickle.UnpicklingError, match="_codecs.encode"):
-        tokenwire.find_class("_codecs", "encode")
-    assert tokenwire.find_class("tokenwire._core", "_restore_token_vector") is \
-        tokenwire._core._restore_token_vector
-    with pytest.raises(ValueError, match="code point above 255"):
-        tokenwire._core._restore_token_vector("\u0100abc")
-
-
-# --------------------------------------------------------------------------------------------
-# item 4: values that are not int32 ids
+# values that are not int32 ids
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -436,7 +209,7 @@ def test_other_bad_items_travel_and_the_hand_off_names_the_field():
 
 
 # --------------------------------------------------------------------------------------------
-# item 5: semantics of the unmodified class
+# copy, vars() and unset fields behave as in the unmodified class; the worker's hand-off
 
 
 @pytest.mark.parametrize("build", [executor, tokenized])

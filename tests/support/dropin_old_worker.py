@@ -1,7 +1,7 @@
 """An old worker during a rolling upgrade: it runs the *unmodified* request classes
 (examples/before/serving_requests.py) and reads one pickled request from stdin.
 
-    python tests/dropin_old_worker.py [--no-tokenwire]
+    python tests/support/dropin_old_worker.py [--no-tokenwire]
 
 With --no-tokenwire the process behaves as if tokenwire were not installed (an import of any
 tokenwire module fails), as on a host that has not been upgraded yet. Prints one JSON line:
@@ -16,7 +16,7 @@ import pickle
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples" / "before"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "before"))
 
 
 class _NoTokenwire(importlib.abc.MetaPathFinder):

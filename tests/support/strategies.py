@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 
 import tokenwire
 import tokenwire.wire
-from frame_damage import DrawChooser, RandomChooser, damage
+from support.frame_damage import DrawChooser, RandomChooser, damage
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
-#: Boundary values every codec and conversion must survive (STYLE.md lesson 8).
+#: Boundary values every codec and conversion must survive.
 BOUNDARY_IDS = [0, 1, 2, 255, 256, 2**15 - 1, 2**15, 2**16 - 1, 2**16, 2**31 - 1, -1, -(2**31)]
 
 #: Realistic vocabulary sizes: Llama 2, GPT-2, Llama 3, Qwen2/3, Gemma 3.
@@ -175,7 +175,7 @@ def frames(draw: st.DrawFn) -> tuple[bytes, list[list[int]], bool]:
 
 @st.composite
 def damaged_frames(draw: st.DrawFn) -> bytes:
-    """A valid frame after 1-4 edits of tests/frame_damage.py (choices drawn, so they shrink)."""
+    """A valid frame after 1-4 edits of tests/support/frame_damage.py (choices drawn, so they shrink)."""
     data, _, _ = draw(frames())
     return damage(data, DrawChooser(draw))
 
@@ -222,7 +222,7 @@ def wire_error_kind(message: str) -> str:
 
 
 def damage_frame(rng: random.Random, frame: bytes) -> bytes:
-    """A valid frame after 1-4 edits of tests/frame_damage.py, chosen by `rng`."""
+    """A valid frame after 1-4 edits of tests/support/frame_damage.py, chosen by `rng`."""
     return damage(frame, RandomChooser(rng))
 
 
