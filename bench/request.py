@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import pickle
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Dict
 
 import numpy as np
 
@@ -144,8 +144,8 @@ def _struct_classes() -> tuple[Any, Any]:
     class StructReq(msgspec.Struct):
         rid: str
         input_text: str
-        input_ids: array
-        sampling_params: dict
+        input_ids: array  # type: ignore[type-arg]   # array[int] only from Python 3.12 on
+        sampling_params: Dict[str, Any]
         return_logprob: bool = False
         logprob_start_len: int = -1
         top_logprobs_num: int = 0
@@ -157,7 +157,7 @@ def _struct_classes() -> tuple[Any, Any]:
         rid: str
         input_text: str
         input_ids: tokenwire.TokenVector
-        sampling_params: dict
+        sampling_params: Dict[str, Any]
         return_logprob: bool = False
         logprob_start_len: int = -1
         top_logprobs_num: int = 0
