@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import copyreg
 import functools
-import os
 import types
 from typing import Any, Optional, cast
 
+from tokenwire._envflag import env_flag
 from tokenwire.errors import WireFormatError
 from tokenwire.fields import _MISSING, TokenIds, _field_from_state
 
@@ -50,20 +50,8 @@ _CONFIG_PREFIX = "_tokenwire"
 # --------------------------------------------------------------------------------------------
 # Rolling upgrades: "list on the wire"
 
-_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-_FALSE_WORDS = frozenset({"", "0", "false", "no", "off"})
-
-
-def _env_flag(name: str) -> bool:
-    """A boolean environment variable: 1/true/yes/on or 0/false/no/off (any case; unset or
-    empty is off). Anything else raises ValueError naming the variable and its value."""
-    raw = os.environ.get(name, "")
-    word = raw.strip().lower()
-    if word in _TRUE_WORDS:
-        return True
-    if word in _FALSE_WORDS:
-        return False
-    raise ValueError(f"{name}={raw!r} is not a boolean: use 1/true/yes/on or 0/false/no/off")
+# The one rule for boolean environment variables (shared with setup.py's build switches).
+_env_flag = env_flag
 
 
 _list_on_wire = _env_flag("TOKENWIRE_LIST_ON_WIRE")
