@@ -215,6 +215,11 @@ cdef int _acquire_ids(object obj, Py_buffer* view, Py_ssize_t* n, Py_ssize_t* st
             raise TokenIdTypeError(
                 f"token ids must be integers, got an array of dtype {dtype}") from None
         raise
+    if view.ndim == 1 and view.itemsize == 0 and view.len == 0 and \
+            _parse_int_format(view.format, 4, &swap) != KIND_BAD:
+        # An empty array of an integer format whose exporter reports itemsize 0 (ctypes'
+        # `c_int * 0` on Python 3.9): no ids, whatever their width would have been.
+        return IDS_INT32
     if view.ndim != 1 or view.itemsize <= 0:
         return IDS_OTHER
     cdef Py_ssize_t count = view.shape[0] if view.shape != NULL else view.len // view.itemsize
