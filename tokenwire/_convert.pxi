@@ -274,6 +274,10 @@ cdef TokenVector _from_buffer(object obj):
     if ids == IDS_NOT_BUFFER:       # _convert rejects bytes and bytearray before it gets here
         raise TokenIdTypeError(f"token ids must be integers, got {type(obj).__name__}")
     try:
+        if ids == IDS_INT32:
+            # The hot path: a native int32 C-contiguous buffer is exactly one memcpy (the
+            # helper has checked its format; an empty integer buffer is one too).
+            return tv_from_int32(<const int32_t*>view.buf, n)
         kind = _parse_int_format(view.format, view.itemsize, &swap)
         if kind == KIND_BAD:
             raise TokenIdTypeError(
@@ -290,9 +294,6 @@ cdef TokenVector _from_buffer(object obj):
             raise TokenIdError(f"token ids must be 1-D, got shape {_shape_of(&view)}")
         itemsize = view.itemsize
         src = <const char*>view.buf
-        if ids == IDS_INT32:
-            # The hot path: a native int32 C-contiguous buffer is exactly one memcpy.
-            return tv_from_int32(<const int32_t*>src, n)
         tv = tv_alloc(n)
         if n == 0:
             return tv
