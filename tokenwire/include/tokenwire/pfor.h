@@ -42,6 +42,7 @@
 #include "byteorder.h"
 
 #define TWPF_BLOCK 128u
+#define TWPF_EXC_FLAG 0x80u   /* header bit: the block has exceptions */
 
 enum {
     TWPF_OK = 0,
@@ -61,33 +62,24 @@ typedef struct {
 
 /* Most bytes twpf_encode writes for n ids (n < 2**61). */
 static inline size_t twpf_bound(size_t n) {
-    return 4 * n + 2 * ((n + TWPF_BLOCK - 1) / TWPF_BLOCK);
+    return 4 * n + (n + TWPF_BLOCK - 1) / TWPF_BLOCK;
 }
 
 /* Fewest bytes any payload of n ids takes: reject a claimed count before allocating for it. */
 static inline size_t twpf_min_size(size_t n) {
-    return 2 * ((n + TWPF_BLOCK - 1) / TWPF_BLOCK);
+    return (n + TWPF_BLOCK - 1) / TWPF_BLOCK;
+}
+
+/* Bits set in v; SWAR, so baseline x86-64 (no popcnt instruction) gets no library call. */
+static inline unsigned twpf_popcount64(uint64_t v) {
+    v = v - ((v >> 1) & 0x5555555555555555ull);
+    v = (v & 0x3333333333333333ull) + ((v >> 2) & 0x3333333333333333ull);
+    v = (v + (v >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((v * 0x0101010101010101ull) >> 56);
 }
 
 static inline unsigned twpf_bitlen(uint32_t v) {
     return v ? 32u - (unsigned)__builtin_clz(v) : 0u;
-}
-
-/* ---- bit fields up to 39 bits at any bit offset -------------------------------------------- */
-
-/* Field of f (<= 39) bits at bit q of src, which holds len bytes (the caller checked the field
- * lies inside). One 8-byte load when 8 bytes remain, bytes otherwise. */
-TWBP_INLINE uint64_t twpf_get(const uint8_t *src, size_t len, uint64_t q, unsigned f) {
-    size_t at = (size_t)(q >> 3);
-    unsigned sh = (unsigned)(q & 7);
-    uint64_t v;
-    if (at + 8 <= len) {
-        v = tw_load_le64(src + at);
-    } else {
-        v = 0;
-        for (size_t k = 0; at + k < len && k < 8; k++) v |= (uint64_t)src[at + k] << (8 * k);
-    }
-    return (v >> sh) & ((1ull << f) - 1);
 }
 
 /* ---- full blocks: vertical layout ---------------------------------------------------------- */
@@ -149,12 +141,14 @@ TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B
 #endif
 }
 
-/* in: 16*B bytes; out: 128 ids. */
-TWBP_INLINE void twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned B) {
+/* in: 16*B bytes; out: 128 ids; returns the OR of the ids (the decoder's canonical-width check
+ * without a second pass). */
+TWBP_INLINE uint32_t twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned B) {
     const uint32_t mask = (1u << B) - 1;
 #if TWPF_SSE2
     const __m128i vmask = _mm_set1_epi32((int)mask);
     __m128i cur = _mm_loadu_si128((const __m128i *)(const void *)in);
+    __m128i orv = _mm_setzero_si128();
     unsigned sh = 0;
     TWPF_UNROLL
     for (unsigned r = 0; r < 32; r++) {
@@ -169,9 +163,15 @@ TWBP_INLINE void twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned 
         } else {
             sh += B;
         }
-        _mm_storeu_si128((__m128i *)(void *)(out + 4 * r), _mm_and_si128(v, vmask));
+        v = _mm_and_si128(v, vmask);
+        orv = _mm_or_si128(orv, v);
+        _mm_storeu_si128((__m128i *)(void *)(out + 4 * r), v);
     }
+    orv = _mm_or_si128(orv, _mm_srli_si128(orv, 8));
+    orv = _mm_or_si128(orv, _mm_srli_si128(orv, 4));
+    return (uint32_t)_mm_cvtsi128_si32(orv);
 #else
+    uint32_t acc = 0;
     for (unsigned j = 0; j < 4; j++) {
         const uint8_t *p = in + 4 * j;
         uint32_t cur = tw_load_le32(p);
@@ -188,9 +188,11 @@ TWBP_INLINE void twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned 
             } else {
                 sh += B;
             }
+            acc |= v & mask;
             out[4 * r + j] = (int32_t)(v & mask);
         }
     }
+    return acc;
 #endif
 }
 
@@ -212,146 +214,168 @@ static void twpf_vpack(const uint32_t *in, uint8_t *out, unsigned b) {
     }
 }
 
-static void twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
+/* Full block at width b (0..32) from 16*b bytes; returns the OR of the 128 ids. */
+static uint32_t twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
     switch (b) {
-#define TWPF_CASE(B) case B: twpf_vunpack_c(in, out, B); return;
+#define TWPF_CASE(B) case B: return twpf_vunpack_c(in, out, B);
         TWPF_WIDTHS_1_31(TWPF_CASE)
 #undef TWPF_CASE
-        case 32:
-            for (unsigned i = 0; i < TWPF_BLOCK; i++) out[i] = (int32_t)tw_load_le32(in + 4 * i);
-            return;
-        default: memset(out, 0, 4 * TWPF_BLOCK); return;
+        case 32: {
+            uint32_t acc = 0;
+            for (unsigned i = 0; i < TWPF_BLOCK; i++) {
+                const uint32_t v = tw_load_le32(in + 4 * i);
+                acc |= v;
+                out[i] = (int32_t)v;
+            }
+            return acc;
+        }
+        default: memset(out, 0, 4 * TWPF_BLOCK); return 0;
     }
 }
 
 /* ---- encoder ------------------------------------------------------------------------------- */
 
-/* cnt[k] = number of u[i] >= 2**k, for k in 0..7 (u zero-filled to 128). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
-#  define TWPF_AVX2_COUNTS 1
-#else
-#  define TWPF_AVX2_COUNTS 0
-#endif
-#if TWPF_AVX2_COUNTS
-__attribute__((target("avx2")))
-static void twpf_counts_avx2(const uint8_t *u, unsigned *cnt) {
-    __m256i a[4];
-    for (unsigned i = 0; i < 4; i++) a[i] = _mm256_loadu_si256((const __m256i *)(const void *)(u + 32 * i));
-    for (unsigned k = 0; k < 8; k++) {
-        const __m256i t = _mm256_set1_epi8((char)(1u << k));
-        __m256i acc = _mm256_setzero_si256();
-        for (unsigned i = 0; i < 4; i++)    /* a byte lane gains at most 4: no overflow */
-            acc = _mm256_sub_epi8(acc, _mm256_cmpeq_epi8(_mm256_max_epu8(a[i], t), a[i]));
-        __m256i s4 = _mm256_sad_epu8(acc, _mm256_setzero_si256());
-        __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
-        cnt[k] = (unsigned)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1));
+/* Copy m (1..128) ids of the source to v (zero-filled to 128) and return their OR: the one read
+ * of the source, everything after works on the copy. */
+TWBP_INLINE uint32_t twpf_copy_block(uint32_t *restrict v, const int32_t *restrict src, unsigned m) {
+#if TWPF_SSE2
+    if (m == TWPF_BLOCK) {
+        __m128i acc = _mm_setzero_si128();
+        TWPF_UNROLL
+        for (unsigned r = 0; r < 32; r++) {
+            const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 4 * r));
+            acc = _mm_or_si128(acc, x);
+            _mm_storeu_si128((__m128i *)(void *)(v + 4 * r), x);
+        }
+        acc = _mm_or_si128(acc, _mm_srli_si128(acc, 8));
+        acc = _mm_or_si128(acc, _mm_srli_si128(acc, 4));
+        return (uint32_t)_mm_cvtsi128_si32(acc);
     }
+#endif
+    uint32_t orv = 0;
+    for (unsigned i = 0; i < m; i++) {
+        const uint32_t x = twbp_id(src, i);
+        orv |= x;
+        v[i] = x;
+    }
+    for (unsigned i = m; i < TWPF_BLOCK; i++) v[i] = 0;
+    return orv;
 }
-#endif
 
-static void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
-#if TWPF_AVX2_COUNTS
-    if (twbp_have_avx2) {
-        twpf_counts_avx2(u, cnt);
-        return;
+/* u[i] = v[i] >> lo (every v[i] < 2**(lo+8)): the top 8 bits of a block's ids. */
+TWBP_INLINE void twpf_narrow(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
+#if TWPF_SSE2
+    const __m128i sh = _mm_cvtsi32_si128((int)lo);
+    const __m128i lo8 = _mm_set1_epi32(0xFF);   /* packs saturate signed: keep 0..255 */
+    for (unsigned r = 0; r < TWPF_BLOCK; r += 16) {
+        __m128i a = _mm_and_si128(_mm_srl_epi32(_mm_loadu_si128((const __m128i *)(const void *)(v + r)), sh), lo8);
+        __m128i b = _mm_and_si128(_mm_srl_epi32(_mm_loadu_si128((const __m128i *)(const void *)(v + r + 4)), sh), lo8);
+        __m128i c = _mm_and_si128(_mm_srl_epi32(_mm_loadu_si128((const __m128i *)(const void *)(v + r + 8)), sh), lo8);
+        __m128i d = _mm_and_si128(_mm_srl_epi32(_mm_loadu_si128((const __m128i *)(const void *)(v + r + 12)), sh), lo8);
+        _mm_storeu_si128((__m128i *)(void *)(u + r), _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d)));
     }
+#else
+    for (unsigned i = 0; i < TWPF_BLOCK; i++) u[i] = (uint8_t)(v[i] >> lo);
 #endif
+}
+
+/* cnt[k] = number of u[i] >= 2**k, k in 0..7, and bm[0..1] = the bitmap of u[i] >= 2**t for the
+ * caller's later t: computed as a histogram of the top set bit. */
+TWBP_INLINE void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
+#if TWPF_SSE2
+    /* per threshold 2**k: u >= 2**k iff max(u, 2**k) == u; byte counters gain at most 8 */
+    __m128i x[8];
+    for (unsigned i = 0; i < 8; i++) x[i] = _mm_loadu_si128((const __m128i *)(const void *)(u + 16 * i));
+    for (unsigned k = 0; k < 8; k++) {
+        const __m128i t = _mm_set1_epi8((char)(1u << k));
+        __m128i acc = _mm_setzero_si128();
+        for (unsigned i = 0; i < 8; i++)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_max_epu8(x[i], t), x[i]));
+        const __m128i s = _mm_sad_epu8(acc, _mm_setzero_si128());
+        cnt[k] = (unsigned)(_mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4));
+    }
+#else
     for (unsigned k = 0; k < 8; k++) {
         const uint8_t t = (uint8_t)(1u << k);
         unsigned c = 0;
         for (unsigned i = 0; i < TWPF_BLOCK; i++) c += u[i] >= t;
         cnt[k] = c;
     }
+#endif
 }
 
-/* u[i] = v[i] >> lo (every v[i] < 2**(lo+8)): the top 8 bits of a block's ids. */
-TWBP_CLONES
-static void twpf_narrow(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
-    for (unsigned i = 0; i < TWPF_BLOCK; i++) u[i] = (uint8_t)(v[i] >> lo);
-}
-
-TWBP_CLONES
-static void twpf_mask(const uint32_t *restrict v, uint32_t mask, uint32_t *restrict w) {
-    for (unsigned i = 0; i < TWPF_BLOCK; i++) w[i] = v[i] & mask;
+/* Bitmap of u[i] >= t (1 <= t <= 128): bit i of bm[i / 64]. */
+TWBP_INLINE void twpf_bitmap(const uint8_t *restrict u, unsigned t, uint64_t *restrict bm) {
+#if TWPF_SSE2
+    const __m128i vt = _mm_set1_epi8((char)t);
+    uint64_t w[8];
+    for (unsigned i = 0; i < 8; i++) {
+        const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(u + 16 * i));
+        w[i] = (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(x, vt), x));
+    }
+    bm[0] = w[0] | w[1] << 16 | w[2] << 32 | w[3] << 48;
+    bm[1] = w[4] | w[5] << 16 | w[6] << 32 | w[7] << 48;
+#else
+    bm[0] = bm[1] = 0;
+    for (unsigned i = 0; i < TWPF_BLOCK; i++) bm[i >> 6] |= (uint64_t)(u[i] >= t) << (i & 63);
+#endif
 }
 
 /* One block of m (1..128) ids from src to o; returns the end of what it wrote. */
 static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
     uint32_t v[TWPF_BLOCK];
-    uint32_t w[TWPF_BLOCK];
     uint8_t u[TWPF_BLOCK];
     unsigned cnt[8];
-    /* the one read of the source: everything below works on the copy */
-    uint32_t orv = twbp_copy_or_all((int32_t *)v, src, m);
-    if (m < TWPF_BLOCK) memset(v + m, 0, 4 * (TWPF_BLOCK - m));
+    const uint32_t orv = twpf_copy_block(v, src, m);
     const unsigned M = twpf_bitlen(orv);
     const unsigned lo = M > 8 ? M - 8 : 0;
-    unsigned b = M, e = 0;
+    const size_t nbm = (m + 7) / 8;
+    unsigned b = M;
     size_t best = ((size_t)m * M + 7) / 8;
     if (M > 0) {
         twpf_narrow(v, lo, u);
         twpf_counts(u, cnt);
-        for (unsigned c = M; c-- > lo;) {  /* c = candidate base width, M-1 down to lo */
-            unsigned ec = cnt[c - lo];
-            if (ec >= m) continue;
-            size_t size = ((size_t)m * c + 7) / 8 + 1 + ((size_t)ec * (7 + M - c) + 7) / 8;
+        for (unsigned c = M; c-- > lo;) {   /* candidate base width c, M-1 down to lo; every
+                                             * c < M has at least one exception */
+            const size_t size = ((size_t)m * c + 7) / 8 + nbm + cnt[c - lo];
             if (size < best) {
                 best = size;
                 b = c;
-                e = ec;
             }
         }
     }
-    *o++ = (uint8_t)b;
-    *o++ = (uint8_t)e;
-    if (e) *o++ = (uint8_t)(M - b);
+    const int exc = b < M;
+    *o++ = (uint8_t)(b | (exc ? TWPF_EXC_FLAG : 0u));
     if (m == TWPF_BLOCK) {
         twpf_vpack(v, o, b);                 /* keeps the low b bits itself */
         o += 16 * b;
     } else if (b == 32) {
         for (unsigned i = 0; i < m; i++, o += 4) tw_store_le32(o, v[i]);
     } else if (b > 0) {
-        twpf_mask(v, (uint32_t)((1ull << b) - 1), w);
+        uint32_t w[TWPF_BLOCK];
+        const uint32_t mask = (uint32_t)((1ull << b) - 1);
+        for (unsigned i = 0; i < m; i++) w[i] = v[i] & mask;
         twbp_packer pk = {o, 0, 0};
         twbp_pack(&pk, (const int32_t *)w, m, b);
         twbp_pack_finish(&pk);
         o = pk.out;
     }
-    if (e) {
-        /* exceptions: ids with v >> b != 0, i.e. u >= 2**(b-lo) (b - lo < 8); found 8 at a time:
-         * a byte of x is nonzero iff the id is one, and its bit 7 then lights in z */
-        const unsigned f = 7 + (M - b);
-        const uint64_t hib = 0x0101010101010101ull * (uint8_t)(0xFFu << (b - lo));
-        const uint64_t lo7 = 0x7F7F7F7F7F7F7F7Full, top = 0x8080808080808080ull;
-        uint64_t acc = 0;
-        unsigned bits = 0;
-        for (unsigned g = 0; g < TWPF_BLOCK; g += 8) {
-            uint64_t x;
-            memcpy(&x, u + g, 8);
-#if TW_HOST_BIG_ENDIAN
-            x = tw_bswap64(x);
-#endif
-            x &= hib;
-            uint64_t z = (x | ((x & lo7) + lo7)) & top;
-            for (; z; z &= z - 1) {
-                const unsigned i = g + ((unsigned)__builtin_ctzll(z) >> 3);
-                /* f = 7 + M - b <= 15 (b >= M - 8) onto fewer than 32 pending bits */
-                acc |= ((uint64_t)i | (uint64_t)(v[i] >> b) << 7) << bits;
-                bits += f;
-                if (bits >= 32) {
-                    tw_store_le32(o, (uint32_t)acc);
-                    o += 4;
-                    acc >>= 32;
-                    bits -= 32;
-                }
-            }
+    if (exc) {
+        /* exceptions: v >> b != 0, i.e. u >= 2**(b - lo) (b - lo <= 7); high part v >> b is
+         * u >> (b - lo) < 256. u is zero past m, so the bitmap is too. */
+        uint64_t bm[2];
+        const unsigned t = b - lo;
+        twpf_bitmap(u, 1u << t, bm);
+        if (m == TWPF_BLOCK) {
+            tw_store_le64(o, bm[0]);
+            tw_store_le64(o + 8, bm[1]);
+        } else {
+            for (unsigned k = 0; k < nbm; k++) o[k] = (uint8_t)(bm[k >> 3] >> (8 * (k & 7)));
         }
-        while (bits >= 8) {
-            *o++ = (uint8_t)acc;
-            acc >>= 8;
-            bits -= 8;
-        }
-        if (bits) *o++ = (uint8_t)acc;
+        o += nbm;
+        for (unsigned h = 0; h < 2; h++)
+            for (uint64_t w = bm[h]; w; w &= w - 1)
+                *o++ = (uint8_t)(u[64 * h + (unsigned)__builtin_ctzll(w)] >> t);
     }
     return o;
 }
@@ -373,12 +397,6 @@ static void twpf_init(void) {
     twbp_init();
 }
 
-/* d[p] |= h << b for the validated fields p | h << 7 of one block. */
-TWBP_INLINE void twpf_patch(int32_t *d, const uint32_t *fl, unsigned e, unsigned b) {
-    for (unsigned k = 0; k < e; k++)
-        d[fl[k] & 127] = (int32_t)((uint32_t)d[fl[k] & 127] | (fl[k] >> 7) << b);
-}
-
 #define TWPF_FAIL(code, text, at)                                                               \
     do {                                                                                       \
         if (err) {                                                                             \
@@ -389,8 +407,9 @@ TWBP_INLINE void twpf_patch(int32_t *d, const uint32_t *fl, unsigned e, unsigned
     } while (0)
 
 /* Decode a payload of len bytes holding n ids (both from a checked header) into dst[0..n).
- * Reads only src[0..len), writes only dst[0..n); on error returns a TWPF_E_* code with err set,
- * dst then holds garbage. Any byte string gives either TWPF_OK or an error, never UB. */
+ * Reads only src[0..len), every field once into a local before use; writes only dst[0..n); on error returns a
+ * TWPF_E_* code with err set, dst then holds garbage. Any byte string gives either TWPF_OK or an
+ * error, never UB. */
 static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
     size_t p = 0;
     if (err) {
@@ -403,106 +422,83 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         const unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
         int32_t *d = dst + s;
         const size_t at = p;
-        if (len - p < 2) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block header", at);
-        const unsigned b = src[p], e = src[p + 1];
-        p += 2;
+        if (p >= len) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends before a block", at);
+        const unsigned hdr = src[p++];
+        const unsigned b = hdr & ~TWPF_EXC_FLAG;
+        const unsigned exc = hdr & TWPF_EXC_FLAG;
         if (b > 32) TWPF_FAIL(TWPF_E_WIDTH, "block width above 32", at);
-        unsigned x = 0;
-        if (e) {
-            if (e >= m) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception count not below the block's id count", at);
-            if (len - p < 1) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block header", at);
-            x = src[p++];
-            if (x == 0 || b + x > 32)
-                TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception width 0 or block width plus exception width above 32", at);
-        }
+        if (exc && b == 32) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exceptions in a block of width 32", at);
         const size_t nbase = ((size_t)m * b + 7) / 8;
         if (len - p < nbase) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's ids", at);
+        uint32_t orv = 0;
         if (m == TWPF_BLOCK) {
-            twpf_vunpack(src + p, d, b);
+            orv = twpf_vunpack(src + p, d, b);
         } else if (b == 0) {
             memset(d, 0, 4 * (size_t)m);
         } else if (b == 32) {
-            for (unsigned i = 0; i < m; i++) d[i] = (int32_t)tw_load_le32(src + p + 4 * (size_t)i);
+            for (unsigned i = 0; i < m; i++) {
+                const uint32_t v = tw_load_le32(src + p + 4 * (size_t)i);
+                orv |= v;
+                d[i] = (int32_t)v;
+            }
         } else {
-            twbp_unpack(src + p, len - p, 0, d, m, b);
             const unsigned used = (m * b) & 7;
-            if (used && (src[p + nbase - 1] >> used))
+            /* the last byte read once, before the ids: the padding check cannot race the unpack */
+            const unsigned last = src[p + nbase - 1];
+            if (used && (last >> used))
                 TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", p + nbase - 1);
+            twbp_unpack(src + p, len - p, 0, d, m, b);
+            if (!exc) orv = twbp_or_all(d, m);
         }
         p += nbase;
-        if (!e) {
-            if (b && !(twbp_or_all(d, m) >> (b - 1)))
+        if (!exc) {
+            if (b && !(orv >> (b - 1)))
                 TWPF_FAIL(TWPF_E_NONCANONICAL, "block width larger than its largest id needs", at);
             continue;
         }
-        const unsigned f = 7 + x;
-        const size_t nexc = ((size_t)e * f + 7) / 8;
-        if (len - p < nexc) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
-        const uint8_t *q = src + p;
-        const size_t qlen = len - p;
-        uint32_t orh = 0;
-        int prev = -1;
-        uint64_t bit = 0;
-        unsigned j = 0;
-        if (f <= 31) {
-            /* fields extracted and judged in one pass, applied once the block is valid */
-            uint32_t fl[TWPF_BLOCK];
-            const uint64_t fmask = (1ull << f) - 1;
-            unsigned bad = 0, badpos = 0, e_done = 0;
-            int pv = -1;
-#define TWPF_JUDGE(k)                                                                          \
-            do {                                                                               \
-                const int pk = (int)(fl[k] & 127);                                             \
-                bad |= fl[k] < 128;                                                            \
-                badpos |= pk <= pv;                                                            \
-                pv = pk;                                                                       \
-                orh |= fl[k];                                                                  \
-            } while (0)
-            if (m == TWPF_BLOCK && qlen >= nexc + 8) {
-                /* full block: every 7-bit position is inside it, so patch in the same pass
-                 * (a bad block's ids are garbage anyway); one 8-byte load per field */
-                for (unsigned k = 0, bk = 0; k < e; k++, bk += f) {
-                    fl[k] = (uint32_t)((tw_load_le64(q + (bk >> 3)) >> (bk & 7)) & fmask);
-                    TWPF_JUDGE(k);
-                    d[fl[k] & 127] = (int32_t)((uint32_t)d[fl[k] & 127] | (fl[k] >> 7) << b);
-                }
-                e_done = 1;
-            } else if (qlen >= nexc + 8) {
-                for (unsigned k = 0, bk = 0; k < e; k++, bk += f) {
-                    fl[k] = (uint32_t)((tw_load_le64(q + (bk >> 3)) >> (bk & 7)) & fmask);
-                    TWPF_JUDGE(k);
-                }
-            } else {
-                for (unsigned k = 0; k < e; k++) {
-                    fl[k] = (uint32_t)twpf_get(q, qlen, (uint64_t)k * f, f);
-                    TWPF_JUDGE(k);
-                }
+        const size_t nbm = (m + 7) / 8;
+        if (len - p < nbm) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exception bitmap", at);
+        uint64_t bm0, bm1;
+        if (m == TWPF_BLOCK) {
+            bm0 = tw_load_le64(src + p);
+            bm1 = tw_load_le64(src + p + 8);
+        } else {
+            bm0 = bm1 = 0;
+            for (unsigned k = 0; k < nbm; k++) {
+                const uint64_t byte = src[p + k];
+                if (k < 8) bm0 |= byte << (8 * k);
+                else bm1 |= byte << (8 * (k - 8));
             }
-#undef TWPF_JUDGE
-            orh >>= 7;
-            if (badpos || pv >= (int)m)
-                TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
-            if (bad) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
-            if (!e_done) twpf_patch(d, fl, e, b);
-            j = e;
+            /* no bit at or past m (m < 128) */
+            if (m <= 64 ? (bm1 || (m < 64 && (bm0 >> m))) : (bm1 >> (m - 64)) != 0)
+                TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
         }
-        for (; j < e; j++, bit += f) {
-            uint64_t fld = twpf_get(q, qlen, bit, f);
-            int pos = (int)(fld & 127);
-            uint32_t h = (uint32_t)(fld >> 7);
-            if (pos <= prev || pos >= (int)m)
-                TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
-            if (h == 0) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
-            prev = pos;
+        p += nbm;
+        const size_t e = (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
+        if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
+        if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
+        /* high parts: each byte read once, patched in; judged once the block is done
+         * (orm collects h - 1, whose bits above 7 are set only for h = 0) */
+        const uint8_t *hp = src + p;
+        uint32_t orm = 0, orh = 0;
+        for (uint64_t w = bm0; w; w &= w - 1) {
+            const uint32_t h = *hp++;
+            const unsigned i = (unsigned)__builtin_ctzll(w);
+            orm |= h - 1u;
             orh |= h;
-            d[pos] = (int32_t)((uint32_t)d[pos] | h << b);
+            d[i] = (int32_t)((uint32_t)d[i] | h << b);
         }
-        if (!(orh >> (x - 1)))
-            TWPF_FAIL(TWPF_E_NONCANONICAL, "exception width larger than its largest exception needs", at);
-        const unsigned used = (unsigned)(((size_t)e * f) & 7);
-        if (used && (q[nexc - 1] >> used))
-            TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's exceptions", p + nexc - 1);
-        p += nexc;
+        for (uint64_t w = bm1; w; w &= w - 1) {
+            const uint32_t h = *hp++;
+            const unsigned i = 64u + (unsigned)__builtin_ctzll(w);
+            orm |= h - 1u;
+            orh |= h;
+            d[i] = (int32_t)((uint32_t)d[i] | h << b);
+        }
+        if (orm >> 8) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
+        if (b > 24 && (orh >> (32 - b)))
+            TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
+        p += e;
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
     return TWPF_OK;
