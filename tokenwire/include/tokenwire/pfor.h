@@ -321,6 +321,106 @@ TWBP_INLINE void twpf_bitmap(const uint8_t *restrict u, unsigned t, uint64_t *re
 #endif
 }
 
+/* twpf_compress8[k]: the pshufb control that gathers the bytes at k's set bits to the front. */
+static const uint64_t twpf_compress8[256] = {
+    0x8080808080808080ull, 0x8080808080808000ull, 0x8080808080808001ull, 0x8080808080800100ull,
+    0x8080808080808002ull, 0x8080808080800200ull, 0x8080808080800201ull, 0x8080808080020100ull,
+    0x8080808080808003ull, 0x8080808080800300ull, 0x8080808080800301ull, 0x8080808080030100ull,
+    0x8080808080800302ull, 0x8080808080030200ull, 0x8080808080030201ull, 0x8080808003020100ull,
+    0x8080808080808004ull, 0x8080808080800400ull, 0x8080808080800401ull, 0x8080808080040100ull,
+    0x8080808080800402ull, 0x8080808080040200ull, 0x8080808080040201ull, 0x8080808004020100ull,
+    0x8080808080800403ull, 0x8080808080040300ull, 0x8080808080040301ull, 0x8080808004030100ull,
+    0x8080808080040302ull, 0x8080808004030200ull, 0x8080808004030201ull, 0x8080800403020100ull,
+    0x8080808080808005ull, 0x8080808080800500ull, 0x8080808080800501ull, 0x8080808080050100ull,
+    0x8080808080800502ull, 0x8080808080050200ull, 0x8080808080050201ull, 0x8080808005020100ull,
+    0x8080808080800503ull, 0x8080808080050300ull, 0x8080808080050301ull, 0x8080808005030100ull,
+    0x8080808080050302ull, 0x8080808005030200ull, 0x8080808005030201ull, 0x8080800503020100ull,
+    0x8080808080800504ull, 0x8080808080050400ull, 0x8080808080050401ull, 0x8080808005040100ull,
+    0x8080808080050402ull, 0x8080808005040200ull, 0x8080808005040201ull, 0x8080800504020100ull,
+    0x8080808080050403ull, 0x8080808005040300ull, 0x8080808005040301ull, 0x8080800504030100ull,
+    0x8080808005040302ull, 0x8080800504030200ull, 0x8080800504030201ull, 0x8080050403020100ull,
+    0x8080808080808006ull, 0x8080808080800600ull, 0x8080808080800601ull, 0x8080808080060100ull,
+    0x8080808080800602ull, 0x8080808080060200ull, 0x8080808080060201ull, 0x8080808006020100ull,
+    0x8080808080800603ull, 0x8080808080060300ull, 0x8080808080060301ull, 0x8080808006030100ull,
+    0x8080808080060302ull, 0x8080808006030200ull, 0x8080808006030201ull, 0x8080800603020100ull,
+    0x8080808080800604ull, 0x8080808080060400ull, 0x8080808080060401ull, 0x8080808006040100ull,
+    0x8080808080060402ull, 0x8080808006040200ull, 0x8080808006040201ull, 0x8080800604020100ull,
+    0x8080808080060403ull, 0x8080808006040300ull, 0x8080808006040301ull, 0x8080800604030100ull,
+    0x8080808006040302ull, 0x8080800604030200ull, 0x8080800604030201ull, 0x8080060403020100ull,
+    0x8080808080800605ull, 0x8080808080060500ull, 0x8080808080060501ull, 0x8080808006050100ull,
+    0x8080808080060502ull, 0x8080808006050200ull, 0x8080808006050201ull, 0x8080800605020100ull,
+    0x8080808080060503ull, 0x8080808006050300ull, 0x8080808006050301ull, 0x8080800605030100ull,
+    0x8080808006050302ull, 0x8080800605030200ull, 0x8080800605030201ull, 0x8080060503020100ull,
+    0x8080808080060504ull, 0x8080808006050400ull, 0x8080808006050401ull, 0x8080800605040100ull,
+    0x8080808006050402ull, 0x8080800605040200ull, 0x8080800605040201ull, 0x8080060504020100ull,
+    0x8080808006050403ull, 0x8080800605040300ull, 0x8080800605040301ull, 0x8080060504030100ull,
+    0x8080800605040302ull, 0x8080060504030200ull, 0x8080060504030201ull, 0x8006050403020100ull,
+    0x8080808080808007ull, 0x8080808080800700ull, 0x8080808080800701ull, 0x8080808080070100ull,
+    0x8080808080800702ull, 0x8080808080070200ull, 0x8080808080070201ull, 0x8080808007020100ull,
+    0x8080808080800703ull, 0x8080808080070300ull, 0x8080808080070301ull, 0x8080808007030100ull,
+    0x8080808080070302ull, 0x8080808007030200ull, 0x8080808007030201ull, 0x8080800703020100ull,
+    0x8080808080800704ull, 0x8080808080070400ull, 0x8080808080070401ull, 0x8080808007040100ull,
+    0x8080808080070402ull, 0x8080808007040200ull, 0x8080808007040201ull, 0x8080800704020100ull,
+    0x8080808080070403ull, 0x8080808007040300ull, 0x8080808007040301ull, 0x8080800704030100ull,
+    0x8080808007040302ull, 0x8080800704030200ull, 0x8080800704030201ull, 0x8080070403020100ull,
+    0x8080808080800705ull, 0x8080808080070500ull, 0x8080808080070501ull, 0x8080808007050100ull,
+    0x8080808080070502ull, 0x8080808007050200ull, 0x8080808007050201ull, 0x8080800705020100ull,
+    0x8080808080070503ull, 0x8080808007050300ull, 0x8080808007050301ull, 0x8080800705030100ull,
+    0x8080808007050302ull, 0x8080800705030200ull, 0x8080800705030201ull, 0x8080070503020100ull,
+    0x8080808080070504ull, 0x8080808007050400ull, 0x8080808007050401ull, 0x8080800705040100ull,
+    0x8080808007050402ull, 0x8080800705040200ull, 0x8080800705040201ull, 0x8080070504020100ull,
+    0x8080808007050403ull, 0x8080800705040300ull, 0x8080800705040301ull, 0x8080070504030100ull,
+    0x8080800705040302ull, 0x8080070504030200ull, 0x8080070504030201ull, 0x8007050403020100ull,
+    0x8080808080800706ull, 0x8080808080070600ull, 0x8080808080070601ull, 0x8080808007060100ull,
+    0x8080808080070602ull, 0x8080808007060200ull, 0x8080808007060201ull, 0x8080800706020100ull,
+    0x8080808080070603ull, 0x8080808007060300ull, 0x8080808007060301ull, 0x8080800706030100ull,
+    0x8080808007060302ull, 0x8080800706030200ull, 0x8080800706030201ull, 0x8080070603020100ull,
+    0x8080808080070604ull, 0x8080808007060400ull, 0x8080808007060401ull, 0x8080800706040100ull,
+    0x8080808007060402ull, 0x8080800706040200ull, 0x8080800706040201ull, 0x8080070604020100ull,
+    0x8080808007060403ull, 0x8080800706040300ull, 0x8080800706040301ull, 0x8080070604030100ull,
+    0x8080800706040302ull, 0x8080070604030200ull, 0x8080070604030201ull, 0x8007060403020100ull,
+    0x8080808080070605ull, 0x8080808007060500ull, 0x8080808007060501ull, 0x8080800706050100ull,
+    0x8080808007060502ull, 0x8080800706050200ull, 0x8080800706050201ull, 0x8080070605020100ull,
+    0x8080808007060503ull, 0x8080800706050300ull, 0x8080800706050301ull, 0x8080070605030100ull,
+    0x8080800706050302ull, 0x8080070605030200ull, 0x8080070605030201ull, 0x8007060503020100ull,
+    0x8080808007060504ull, 0x8080800706050400ull, 0x8080800706050401ull, 0x8080070605040100ull,
+    0x8080800706050402ull, 0x8080070605040200ull, 0x8080070605040201ull, 0x8007060504020100ull,
+    0x8080800706050403ull, 0x8080070605040300ull, 0x8080070605040301ull, 0x8007060504030100ull,
+    0x8080070605040302ull, 0x8007060504030200ull, 0x8007060504030201ull, 0x0706050403020100ull,
+};
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
+#  include <immintrin.h>
+#  define TWPF_AVX2_SHUFFLES 1
+#else
+#  define TWPF_AVX2_SHUFFLES 0
+#endif
+
+#if TWPF_AVX2_SHUFFLES
+/* hb[0..e) = u[i] >> t for the bitmap's set bits i in order, 8 ids a step (hb has 8 bytes of
+ * room past e). */
+__attribute__((target("avx2,popcnt")))
+static unsigned twpf_highs_avx2(const uint8_t *u, unsigned t, const uint64_t *bm, uint8_t *hb) {
+    const __m128i cnt = _mm_cvtsi32_si128((int)t);
+    const __m128i lowmask = _mm_set1_epi8((char)(0xFFu >> t));
+    unsigned c = 0;
+    for (unsigned g = 0; g < 16; g += 2) {
+        /* 16 ids: bytes shifted right by t (16-bit shift, then the bits from the neighbour
+         * byte masked off) */
+        const __m128i h = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)(const void *)(u + 8 * g)), cnt), lowmask);
+        const uint64_t w = bm[g >> 3] >> (8 * (g & 7));
+        const unsigned m0 = (unsigned)(w & 0xFF), m1 = (unsigned)((w >> 8) & 0xFF);
+        _mm_storel_epi64((__m128i *)(void *)(hb + c),
+                         _mm_shuffle_epi8(h, _mm_loadl_epi64((const __m128i *)(const void *)&twpf_compress8[m0])));
+        c += (unsigned)__builtin_popcount(m0);
+        _mm_storel_epi64((__m128i *)(void *)(hb + c),
+                         _mm_shuffle_epi8(_mm_srli_si128(h, 8), _mm_loadl_epi64((const __m128i *)(const void *)&twpf_compress8[m1])));
+        c += (unsigned)__builtin_popcount(m1);
+    }
+    return c;
+}
+#endif
+
 /* One block of m (1..128) ids from src to o; returns the end of what it wrote. */
 static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
     uint32_t v[TWPF_BLOCK];
@@ -373,9 +473,19 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
             for (unsigned k = 0; k < nbm; k++) o[k] = (uint8_t)(bm[k >> 3] >> (8 * (k & 7)));
         }
         o += nbm;
-        for (unsigned h = 0; h < 2; h++)
-            for (uint64_t w = bm[h]; w; w &= w - 1)
-                *o++ = (uint8_t)(u[64 * h + (unsigned)__builtin_ctzll(w)] >> t);
+#if TWPF_AVX2_SHUFFLES
+        if (twbp_have_avx2) {
+            uint8_t hb[TWPF_BLOCK + 8];
+            const unsigned e = twpf_highs_avx2(u, t, bm, hb);
+            memcpy(o, hb, e);
+            o += e;
+        } else
+#endif
+        {
+            for (unsigned h = 0; h < 2; h++)
+                for (uint64_t w = bm[h]; w; w &= w - 1)
+                    *o++ = (uint8_t)(u[64 * h + (unsigned)__builtin_ctzll(w)] >> t);
+        }
     }
     return o;
 }
@@ -391,6 +501,128 @@ static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
 }
 
 /* ---- decoder ------------------------------------------------------------------------------- */
+
+/* twpf_expand8[k]: the pshufb control that spreads the first popcount(k) bytes of a register to
+ * the byte positions of k's set bits (0x80 = zero elsewhere): the high parts of 8 ids at once. */
+static const uint64_t twpf_expand8[256] = {
+    0x8080808080808080ull, 0x8080808080808000ull, 0x8080808080800080ull, 0x8080808080800100ull,
+    0x8080808080008080ull, 0x8080808080018000ull, 0x8080808080010080ull, 0x8080808080020100ull,
+    0x8080808000808080ull, 0x8080808001808000ull, 0x8080808001800080ull, 0x8080808002800100ull,
+    0x8080808001008080ull, 0x8080808002018000ull, 0x8080808002010080ull, 0x8080808003020100ull,
+    0x8080800080808080ull, 0x8080800180808000ull, 0x8080800180800080ull, 0x8080800280800100ull,
+    0x8080800180008080ull, 0x8080800280018000ull, 0x8080800280010080ull, 0x8080800380020100ull,
+    0x8080800100808080ull, 0x8080800201808000ull, 0x8080800201800080ull, 0x8080800302800100ull,
+    0x8080800201008080ull, 0x8080800302018000ull, 0x8080800302010080ull, 0x8080800403020100ull,
+    0x8080008080808080ull, 0x8080018080808000ull, 0x8080018080800080ull, 0x8080028080800100ull,
+    0x8080018080008080ull, 0x8080028080018000ull, 0x8080028080010080ull, 0x8080038080020100ull,
+    0x8080018000808080ull, 0x8080028001808000ull, 0x8080028001800080ull, 0x8080038002800100ull,
+    0x8080028001008080ull, 0x8080038002018000ull, 0x8080038002010080ull, 0x8080048003020100ull,
+    0x8080010080808080ull, 0x8080020180808000ull, 0x8080020180800080ull, 0x8080030280800100ull,
+    0x8080020180008080ull, 0x8080030280018000ull, 0x8080030280010080ull, 0x8080040380020100ull,
+    0x8080020100808080ull, 0x8080030201808000ull, 0x8080030201800080ull, 0x8080040302800100ull,
+    0x8080030201008080ull, 0x8080040302018000ull, 0x8080040302010080ull, 0x8080050403020100ull,
+    0x8000808080808080ull, 0x8001808080808000ull, 0x8001808080800080ull, 0x8002808080800100ull,
+    0x8001808080008080ull, 0x8002808080018000ull, 0x8002808080010080ull, 0x8003808080020100ull,
+    0x8001808000808080ull, 0x8002808001808000ull, 0x8002808001800080ull, 0x8003808002800100ull,
+    0x8002808001008080ull, 0x8003808002018000ull, 0x8003808002010080ull, 0x8004808003020100ull,
+    0x8001800080808080ull, 0x8002800180808000ull, 0x8002800180800080ull, 0x8003800280800100ull,
+    0x8002800180008080ull, 0x8003800280018000ull, 0x8003800280010080ull, 0x8004800380020100ull,
+    0x8002800100808080ull, 0x8003800201808000ull, 0x8003800201800080ull, 0x8004800302800100ull,
+    0x8003800201008080ull, 0x8004800302018000ull, 0x8004800302010080ull, 0x8005800403020100ull,
+    0x8001008080808080ull, 0x8002018080808000ull, 0x8002018080800080ull, 0x8003028080800100ull,
+    0x8002018080008080ull, 0x8003028080018000ull, 0x8003028080010080ull, 0x8004038080020100ull,
+    0x8002018000808080ull, 0x8003028001808000ull, 0x8003028001800080ull, 0x8004038002800100ull,
+    0x8003028001008080ull, 0x8004038002018000ull, 0x8004038002010080ull, 0x8005048003020100ull,
+    0x8002010080808080ull, 0x8003020180808000ull, 0x8003020180800080ull, 0x8004030280800100ull,
+    0x8003020180008080ull, 0x8004030280018000ull, 0x8004030280010080ull, 0x8005040380020100ull,
+    0x8003020100808080ull, 0x8004030201808000ull, 0x8004030201800080ull, 0x8005040302800100ull,
+    0x8004030201008080ull, 0x8005040302018000ull, 0x8005040302010080ull, 0x8006050403020100ull,
+    0x0080808080808080ull, 0x0180808080808000ull, 0x0180808080800080ull, 0x0280808080800100ull,
+    0x0180808080008080ull, 0x0280808080018000ull, 0x0280808080010080ull, 0x0380808080020100ull,
+    0x0180808000808080ull, 0x0280808001808000ull, 0x0280808001800080ull, 0x0380808002800100ull,
+    0x0280808001008080ull, 0x0380808002018000ull, 0x0380808002010080ull, 0x0480808003020100ull,
+    0x0180800080808080ull, 0x0280800180808000ull, 0x0280800180800080ull, 0x0380800280800100ull,
+    0x0280800180008080ull, 0x0380800280018000ull, 0x0380800280010080ull, 0x0480800380020100ull,
+    0x0280800100808080ull, 0x0380800201808000ull, 0x0380800201800080ull, 0x0480800302800100ull,
+    0x0380800201008080ull, 0x0480800302018000ull, 0x0480800302010080ull, 0x0580800403020100ull,
+    0x0180008080808080ull, 0x0280018080808000ull, 0x0280018080800080ull, 0x0380028080800100ull,
+    0x0280018080008080ull, 0x0380028080018000ull, 0x0380028080010080ull, 0x0480038080020100ull,
+    0x0280018000808080ull, 0x0380028001808000ull, 0x0380028001800080ull, 0x0480038002800100ull,
+    0x0380028001008080ull, 0x0480038002018000ull, 0x0480038002010080ull, 0x0580048003020100ull,
+    0x0280010080808080ull, 0x0380020180808000ull, 0x0380020180800080ull, 0x0480030280800100ull,
+    0x0380020180008080ull, 0x0480030280018000ull, 0x0480030280010080ull, 0x0580040380020100ull,
+    0x0380020100808080ull, 0x0480030201808000ull, 0x0480030201800080ull, 0x0580040302800100ull,
+    0x0480030201008080ull, 0x0580040302018000ull, 0x0580040302010080ull, 0x0680050403020100ull,
+    0x0100808080808080ull, 0x0201808080808000ull, 0x0201808080800080ull, 0x0302808080800100ull,
+    0x0201808080008080ull, 0x0302808080018000ull, 0x0302808080010080ull, 0x0403808080020100ull,
+    0x0201808000808080ull, 0x0302808001808000ull, 0x0302808001800080ull, 0x0403808002800100ull,
+    0x0302808001008080ull, 0x0403808002018000ull, 0x0403808002010080ull, 0x0504808003020100ull,
+    0x0201800080808080ull, 0x0302800180808000ull, 0x0302800180800080ull, 0x0403800280800100ull,
+    0x0302800180008080ull, 0x0403800280018000ull, 0x0403800280010080ull, 0x0504800380020100ull,
+    0x0302800100808080ull, 0x0403800201808000ull, 0x0403800201800080ull, 0x0504800302800100ull,
+    0x0403800201008080ull, 0x0504800302018000ull, 0x0504800302010080ull, 0x0605800403020100ull,
+    0x0201008080808080ull, 0x0302018080808000ull, 0x0302018080800080ull, 0x0403028080800100ull,
+    0x0302018080008080ull, 0x0403028080018000ull, 0x0403028080010080ull, 0x0504038080020100ull,
+    0x0302018000808080ull, 0x0403028001808000ull, 0x0403028001800080ull, 0x0504038002800100ull,
+    0x0403028001008080ull, 0x0504038002018000ull, 0x0504038002010080ull, 0x0605048003020100ull,
+    0x0302010080808080ull, 0x0403020180808000ull, 0x0403020180800080ull, 0x0504030280800100ull,
+    0x0403020180008080ull, 0x0504030280018000ull, 0x0504030280010080ull, 0x0605040380020100ull,
+    0x0403020100808080ull, 0x0504030201808000ull, 0x0504030201800080ull, 0x0605040302800100ull,
+    0x0504030201008080ull, 0x0605040302018000ull, 0x0605040302010080ull, 0x0706050403020100ull,
+};
+
+
+/* d[i] |= hb[k] << b for the k-th set bit i of the bitmap (bm0: ids 0..63, bm1: 64..127);
+ * hb holds the block's high parts and 8 readable bytes past them. */
+TWBP_INLINE void twpf_patch_c(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_t bm1, unsigned b) {
+    for (uint64_t w = bm0; w; w &= w - 1) {
+        const unsigned i = (unsigned)__builtin_ctzll(w);
+        d[i] = (int32_t)((uint32_t)d[i] | (uint32_t)*hb++ << b);
+    }
+    for (uint64_t w = bm1; w; w &= w - 1) {
+        const unsigned i = 64u + (unsigned)__builtin_ctzll(w);
+        d[i] = (int32_t)((uint32_t)d[i] | (uint32_t)*hb++ << b);
+    }
+}
+
+#if TWPF_AVX2_SHUFFLES
+/* The same for a full block, 8 ids a step whatever their exception count: the step's bitmap
+ * byte picks a shuffle that spreads the next high parts to their ids, widened to 32 bits,
+ * shifted by b and ORed in. */
+__attribute__((target("avx2,popcnt")))
+static void twpf_patch_avx2(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_t bm1, unsigned b) {
+    const __m128i cnt = _mm_cvtsi32_si128((int)b);
+    unsigned c = 0;
+    for (unsigned g = 0; g < 16; g++) {
+        const unsigned m8 = (unsigned)(((g < 8 ? bm0 : bm1) >> (8 * (g & 7))) & 0xFF);
+        if (!m8) continue;
+        const __m128i x = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(const void *)(hb + c)),
+                                           _mm_loadl_epi64((const __m128i *)(const void *)&twpf_expand8[m8]));
+        const __m256i y = _mm256_sll_epi32(_mm256_cvtepu8_epi32(x), cnt);
+        __m256i *dp = (__m256i *)(void *)(d + 8 * g);
+        _mm256_storeu_si256(dp, _mm256_or_si256(_mm256_loadu_si256(dp), y));
+        c += (unsigned)__builtin_popcount(m8);
+    }
+}
+#endif
+
+/* Whether any of hb[0..e) is zero (hb has 16 readable bytes past e). */
+TWBP_INLINE int twpf_any_zero(const uint8_t *hb, unsigned e) {
+#if TWPF_SSE2
+    unsigned bad = 0;
+    for (unsigned k = 0; k < e; k += 16) {
+        unsigned z = (unsigned)_mm_movemask_epi8(
+            _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(const void *)(hb + k)), _mm_setzero_si128()));
+        if (e - k < 16) z &= (1u << (e - k)) - 1;
+        bad |= z;
+    }
+    return bad != 0;
+#else
+    unsigned bad = 0;
+    for (unsigned k = 0; k < e; k++) bad |= hb[k] == 0;
+    return bad;
+#endif
+}
 
 /* Once per process before the first encode or decode (CPU detection; idempotent). */
 static void twpf_init(void) {
@@ -477,27 +709,24 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         const size_t e = (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
         if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
         if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
-        /* high parts: each byte read once, patched in; judged once the block is done
-         * (orm collects h - 1, whose bits above 7 are set only for h = 0) */
-        const uint8_t *hp = src + p;
-        uint32_t orm = 0, orh = 0;
-        for (uint64_t w = bm0; w; w &= w - 1) {
-            const uint32_t h = *hp++;
-            const unsigned i = (unsigned)__builtin_ctzll(w);
-            orm |= h - 1u;
-            orh |= h;
-            d[i] = (int32_t)((uint32_t)d[i] | h << b);
+        /* high parts: copied once to the stack (the payload may be shared memory), judged there,
+         * then patched in */
+        uint8_t hb[TWPF_BLOCK + 16];
+        memcpy(hb, src + p, e);
+        memset(hb + e, 0, 16);
+        if (twpf_any_zero(hb, (unsigned)e))
+            TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
+        if (b > 24) {
+            unsigned orh = 0;
+            for (size_t k = 0; k < e; k++) orh |= hb[k];
+            if (orh >> (32 - b))
+                TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
         }
-        for (uint64_t w = bm1; w; w &= w - 1) {
-            const uint32_t h = *hp++;
-            const unsigned i = 64u + (unsigned)__builtin_ctzll(w);
-            orm |= h - 1u;
-            orh |= h;
-            d[i] = (int32_t)((uint32_t)d[i] | h << b);
-        }
-        if (orm >> 8) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
-        if (b > 24 && (orh >> (32 - b)))
-            TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
+#if TWPF_AVX2_SHUFFLES
+        if (m == TWPF_BLOCK && twbp_have_avx2) twpf_patch_avx2(d, hb, bm0, bm1, b);
+        else
+#endif
+            twpf_patch_c(d, hb, bm0, bm1, b);
         p += e;
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
