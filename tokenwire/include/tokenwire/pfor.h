@@ -4,30 +4,29 @@
  * patterns (uint32), so any int32 round-trips; a negative id costs a block of width 32. n ids form
  * ceil(n / 128) blocks of m ids (128, the last one 1..128), each:
  *
- *   byte 0        b: base width, 0..32
- *   byte 1        e: exception count, 0..m-1
- *   byte 2        x: exception width, 1..32-b (present only when e > 0)
+ *   byte 0        b | 0x80 * E: base width b (0..32) in bits 0-5, bit 6 zero, E = exceptions
  *   base          ceil(m*b / 8) bytes: the low b bits of every id. A full block (m = 128) is
  *                 vertical: id i is id r = i/4 of lane j = i%4, at bit r*b of that lane's
  *                 stream, whose 32-bit word k sits little-endian at bytes [16k+4j, 16k+4j+4).
  *                 The last block when m < 128 is horizontal: id i at bits [i*b, (i+1)*b).
  *                 Bit k of an area is bit k%8 of its byte k/8 (LSB first); padding bits zero
- *   exceptions    ceil(e*(7+x) / 8) bytes (only when e > 0): e fields of 7+x bits in the same bit
- *                 order, field j = position p_j (7 bits) | high part h_j << 7 (x bits); padding zero
+ *   bitmap        ceil(m / 8) bytes (only when E): bit i set = id i is an exception
+ *   high parts    e bytes (e = bits set in the bitmap; only when E), in id order
  *
- * id[p_j] = base[p_j] | h_j << b; every other id is its base value. Canonical form, checked by the
- * decoder: positions strictly increasing and < m; every h_j != 0; x is exactly the bit length of
- * the OR of the h_j; when e == 0, b is exactly the bit length of the OR of the block's ids; zero
- * padding; no byte after the last block. What remains free is the choice of b (any b below the
- * block's bit length with exceptions is valid): twpf_encode picks the b in [M-8, M] (M the block's
- * bit length) that gives the fewest bytes, the larger b on a tie; a receiver that needs byte-exact
- * canonical form re-encodes and compares.
+ * The k-th set bit i of the bitmap takes the k-th high byte h: id[i] = base[i] | h << b; every
+ * other id is its base value. Checked by the decoder: E only with b <= 31; bitmap not empty and
+ * no bit at or past m; every h != 0 and h < 2**(32-b); when E == 0, b is exactly the bit length
+ * of the OR of the block's ids; zero padding; no byte after the last block. What remains free is
+ * the choice of b when E (any b whose high parts fit a byte): twpf_encode picks the b in
+ * [M-8, M] (M the block's bit length) that gives the fewest bytes, the larger b on a tie; a
+ * receiver that needs byte-exact canonical form re-encodes and compares.
  *
- * Sizes: a block takes at most 2 + 4m bytes (b = M, e = 0 is always a candidate), so
- * twpf_bound(n) = 4n + 2*ceil(n/128); a block takes at least 2 bytes, so a payload of len bytes
- * holds at most 64*len ids (twpf_min_size). The encoder copies each block of the source to a
+ * Sizes: a block takes at most 1 + 4m bytes (b = M, no exceptions, is always a candidate), so
+ * twpf_bound(n) = 4n + ceil(n/128); a block takes at least 1 byte, so a payload of len bytes
+ * holds at most 128*len ids (twpf_min_size). The encoder copies each block of the source to a
  * stack buffer once and works from the copy: a source another thread is writing gives some valid
- * encoding of ids it held, never out-of-bounds writes.
+ * encoding of ids it held, never out-of-bounds writes. Full blocks' high parts are spread and
+ * gathered 8 at a time with AVX2 byte shuffles when the CPU has them (twpf_init detects it).
  *
  * C99, compiles as C++17 too (restrict is spelled by the includer, as for bitpack.h).
  */
@@ -48,8 +47,8 @@ enum {
     TWPF_OK = 0,
     TWPF_E_TRUNCATED = 1,      /* payload ends inside a block */
     TWPF_E_WIDTH = 2,          /* base width above 32 */
-    TWPF_E_EXCEPTIONS = 3,     /* exception count or width out of range */
-    TWPF_E_POSITION = 4,       /* exception positions not increasing or past the block */
+    TWPF_E_EXCEPTIONS = 3,     /* empty bitmap, exceptions at width 32, high part past bit 31 */
+    TWPF_E_POSITION = 4,       /* exception bitmap marks an id past the block */
     TWPF_E_NONCANONICAL = 5,   /* valid bits, but not the one canonical form */
     TWPF_E_PADDING = 6,        /* nonzero padding bits */
     TWPF_E_TRAILING = 7        /* bytes after the last block */
@@ -279,8 +278,7 @@ TWBP_INLINE void twpf_narrow(const uint32_t *restrict v, unsigned lo, uint8_t *r
 #endif
 }
 
-/* cnt[k] = number of u[i] >= 2**k, k in 0..7, and bm[0..1] = the bitmap of u[i] >= 2**t for the
- * caller's later t: computed as a histogram of the top set bit. */
+/* cnt[k] = number of u[i] >= 2**k, k in 0..7. */
 TWBP_INLINE void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
 #if TWPF_SSE2
     /* per threshold 2**k: u >= 2**k iff max(u, 2**k) == u; byte counters gain at most 8 */
