@@ -604,17 +604,78 @@ static void twpf_patch_avx2(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_
 }
 #endif
 
-/* Whether any of hb[0..e) is zero (hb has 16 readable bytes past e). */
+#if TWPF_AVX2_SHUFFLES
+/* Full block at width B (1..31) with AVX2, 8 ids (two rows of the vertical layout) a step: the
+ * two rows' words side by side in one register, shifted per half (vpsrlvd / vpsllvd; a count of
+ * 32 gives zero where an id does not reach the next word, so no word past the area is read);
+ * with P, the step's bitmap byte spreads the next high parts (hb) to their ids before the
+ * store. Returns the OR of the base values. */
+__attribute__((target("avx2,popcnt"))) __attribute__((always_inline))
+static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, const unsigned B, const int P,
+                                           const uint8_t *hb, uint64_t bm0, uint64_t bm1) {
+    const __m256i vmask = _mm256_set1_epi32((int)((1u << B) - 1));
+    const __m128i cnt = _mm_cvtsi32_si128((int)B);
+    __m256i orv = _mm256_setzero_si256();
+    unsigned c = 0;
+    TWPF_UNROLL
+    for (unsigned g = 0; g < 16; g++) {
+        const unsigned t0 = 2 * g * B, t1 = t0 + B;             /* stream bits of rows 2g, 2g+1 */
+        const unsigned k0 = t0 / 32, s0 = t0 % 32, k1 = t1 / 32, s1 = t1 % 32;
+        const unsigned n0 = s0 + B > 32 ? k0 + 1 : k0, n1 = s1 + B > 32 ? k1 + 1 : k1;
+        const int c0 = s0 + B > 32 ? (int)(32 - s0) : 32, c1 = s1 + B > 32 ? (int)(32 - s1) : 32;
+        const __m256i a = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)(in + 16 * k1)),
+                                           _mm_loadu_si128((const __m128i *)(const void *)(in + 16 * k0)));
+        const __m256i nx = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)(in + 16 * n1)),
+                                            _mm_loadu_si128((const __m128i *)(const void *)(in + 16 * n0)));
+        __m256i v = _mm256_or_si256(
+            _mm256_srlv_epi32(a, _mm256_setr_epi32((int)s0, (int)s0, (int)s0, (int)s0, (int)s1, (int)s1, (int)s1, (int)s1)),
+            _mm256_sllv_epi32(nx, _mm256_setr_epi32(c0, c0, c0, c0, c1, c1, c1, c1)));
+        v = _mm256_and_si256(v, vmask);
+        orv = _mm256_or_si256(orv, v);
+        if (P) {
+            const unsigned m8 = (unsigned)(((g < 8 ? bm0 : bm1) >> (8 * (g & 7))) & 0xFF);
+            const __m128i x = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(const void *)(hb + c)),
+                                               _mm_loadl_epi64((const __m128i *)(const void *)&twpf_expand8[m8]));
+            v = _mm256_or_si256(v, _mm256_sll_epi32(_mm256_cvtepu8_epi32(x), cnt));
+            c += (unsigned)__builtin_popcount(m8);
+        }
+        _mm256_storeu_si256((__m256i *)(void *)(out + 8 * g), v);
+    }
+    __m128i o = _mm_or_si128(_mm256_castsi256_si128(orv), _mm256_extracti128_si256(orv, 1));
+    o = _mm_or_si128(o, _mm_srli_si128(o, 8));
+    o = _mm_or_si128(o, _mm_srli_si128(o, 4));
+    return (uint32_t)_mm_cvtsi128_si32(o);
+}
+
+/* Full block at width b (1..31), patched from hb/bm when hb is not NULL. */
+__attribute__((target("avx2,popcnt")))
+static uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
+                                  uint64_t bm0, uint64_t bm1) {
+    if (hb) {
+        switch (b) {
+#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 1, hb, bm0, bm1);
+            TWPF_WIDTHS_1_31(TWPF_CASE)
+#undef TWPF_CASE
+            default: return 0;
+        }
+    }
+    switch (b) {
+#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 0, hb, bm0, bm1);
+        TWPF_WIDTHS_1_31(TWPF_CASE)
+#undef TWPF_CASE
+        default: return 0;
+    }
+}
+#endif
+
+/* Whether any of hb[0..e) is zero, hb holding nonzero bytes from e on to the next multiple of
+ * 16 (the caller fills 16 bytes of 0xFF past e). */
 TWBP_INLINE int twpf_any_zero(const uint8_t *hb, unsigned e) {
 #if TWPF_SSE2
-    unsigned bad = 0;
-    for (unsigned k = 0; k < e; k += 16) {
-        unsigned z = (unsigned)_mm_movemask_epi8(
-            _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(const void *)(hb + k)), _mm_setzero_si128()));
-        if (e - k < 16) z &= (1u << (e - k)) - 1;
-        bad |= z;
-    }
-    return bad != 0;
+    __m128i z = _mm_setzero_si128();
+    for (unsigned k = 0; k < e; k += 16)
+        z = _mm_or_si128(z, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(const void *)(hb + k)), _mm_setzero_si128()));
+    return _mm_movemask_epi8(z) != 0;
 #else
     unsigned bad = 0;
     for (unsigned k = 0; k < e; k++) bad |= hb[k] == 0;
@@ -660,72 +721,83 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         if (exc && b == 32) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exceptions in a block of width 32", at);
         const size_t nbase = ((size_t)m * b + 7) / 8;
         if (len - p < nbase) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's ids", at);
+        const uint8_t *base = src + p;
+        p += nbase;
+        /* exceptions first (bitmap and high parts read once into locals and a stack copy, and
+         * judged), so the ids are written in one pass */
+        uint64_t bm0 = 0, bm1 = 0;
+        uint8_t hb[TWPF_BLOCK + 16];
+        if (exc) {
+            const size_t nbm = (m + 7) / 8;
+            if (len - p < nbm) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exception bitmap", at);
+            if (m == TWPF_BLOCK) {
+                bm0 = tw_load_le64(src + p);
+                bm1 = tw_load_le64(src + p + 8);
+            } else {
+                for (unsigned k = 0; k < nbm; k++) {
+                    const uint64_t byte = src[p + k];
+                    if (k < 8) bm0 |= byte << (8 * k);
+                    else bm1 |= byte << (8 * (k - 8));
+                }
+                /* no bit at or past m (m < 128) */
+                if (m <= 64 ? (bm1 || (m < 64 && (bm0 >> m))) : (bm1 >> (m - 64)) != 0)
+                    TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
+            }
+            p += nbm;
+            const size_t e = (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
+            if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
+            if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
+            memcpy(hb, src + p, e);
+            memset(hb + e, 0xFF, 16);        /* never spread: only e bits are set in the bitmap */
+            if (twpf_any_zero(hb, (unsigned)e))
+                TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
+            if (b > 24) {
+                unsigned orh = 0;
+                for (size_t k = 0; k < e; k++) orh |= hb[k];
+                if (orh >> (32 - b))
+                    TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
+            }
+            p += e;
+        }
         uint32_t orv = 0;
+        int patched = 0;
         if (m == TWPF_BLOCK) {
-            orv = twpf_vunpack(src + p, d, b);
+#if TWPF_AVX2_SHUFFLES
+            if (twbp_have_avx2 && b > 0 && b < 32) {
+                orv = twpf_vunpack_avx2(base, d, b, exc ? hb : NULL, bm0, bm1);
+                patched = 1;
+            } else
+#endif
+                orv = twpf_vunpack(base, d, b);
         } else if (b == 0) {
             memset(d, 0, 4 * (size_t)m);
         } else if (b == 32) {
             for (unsigned i = 0; i < m; i++) {
-                const uint32_t v = tw_load_le32(src + p + 4 * (size_t)i);
+                const uint32_t v = tw_load_le32(base + 4 * (size_t)i);
                 orv |= v;
                 d[i] = (int32_t)v;
             }
         } else {
             const unsigned used = (m * b) & 7;
             /* the last byte read once, before the ids: the padding check cannot race the unpack */
-            const unsigned last = src[p + nbase - 1];
+            const unsigned last = base[nbase - 1];
             if (used && (last >> used))
-                TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", p + nbase - 1);
-            twbp_unpack(src + p, len - p, 0, d, m, b);
+                TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", (size_t)(base - src) + nbase - 1);
+            twbp_unpack(base, nbase, 0, d, m, b);
             if (!exc) orv = twbp_or_all(d, m);
         }
-        p += nbase;
         if (!exc) {
             if (b && !(orv >> (b - 1)))
                 TWPF_FAIL(TWPF_E_NONCANONICAL, "block width larger than its largest id needs", at);
             continue;
         }
-        const size_t nbm = (m + 7) / 8;
-        if (len - p < nbm) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exception bitmap", at);
-        uint64_t bm0, bm1;
-        if (m == TWPF_BLOCK) {
-            bm0 = tw_load_le64(src + p);
-            bm1 = tw_load_le64(src + p + 8);
-        } else {
-            bm0 = bm1 = 0;
-            for (unsigned k = 0; k < nbm; k++) {
-                const uint64_t byte = src[p + k];
-                if (k < 8) bm0 |= byte << (8 * k);
-                else bm1 |= byte << (8 * (k - 8));
-            }
-            /* no bit at or past m (m < 128) */
-            if (m <= 64 ? (bm1 || (m < 64 && (bm0 >> m))) : (bm1 >> (m - 64)) != 0)
-                TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
-        }
-        p += nbm;
-        const size_t e = (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
-        if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
-        if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
-        /* high parts: copied once to the stack (the payload may be shared memory), judged there,
-         * then patched in */
-        uint8_t hb[TWPF_BLOCK + 16];
-        memcpy(hb, src + p, e);
-        memset(hb + e, 0, 16);
-        if (twpf_any_zero(hb, (unsigned)e))
-            TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
-        if (b > 24) {
-            unsigned orh = 0;
-            for (size_t k = 0; k < e; k++) orh |= hb[k];
-            if (orh >> (32 - b))
-                TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
-        }
+        if (!patched) {
 #if TWPF_AVX2_SHUFFLES
-        if (m == TWPF_BLOCK && twbp_have_avx2) twpf_patch_avx2(d, hb, bm0, bm1, b);
-        else
+            if (m == TWPF_BLOCK && twbp_have_avx2) twpf_patch_avx2(d, hb, bm0, bm1, b);
+            else
 #endif
-            twpf_patch_c(d, hb, bm0, bm1, b);
-        p += e;
+                twpf_patch_c(d, hb, bm0, bm1, b);
+        }
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
     return TWPF_OK;
