@@ -1,7 +1,10 @@
 /* Tests of the codec v2 kernel (tokenwire/pfor.h): round trips, the byte layout, every decoder
  * error, a seeded fuzz loop over mangled payloads and an encoder racing a writer.
  *
- *   pfor_test [SEED] [FUZZ_ITERATIONS]
+ *   pfor_test [SEED] [FUZZ_ITERATIONS] [noavx2]
+ *
+ * "noavx2" turns the run-time AVX2 paths off after twpf_init, so the SSE2 paths (what a CPU
+ * without AVX2 runs) face the same checks on a machine that has it.
  *
  * Built and run by tests/test_pfor_kernel.py (with -fsanitize=address,undefined). Prints "ok" and
  * exits 0 when every check passed; prints each failure and exits 1 otherwise. */
@@ -441,6 +444,7 @@ int main(int argc, char **argv) {
     rng_state = argc > 1 ? strtoull(argv[1], NULL, 10) : 1;
     unsigned iterations = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 10) : 20000;
     twpf_init();
+    if (argc > 3 && strcmp(argv[3], "noavx2") == 0) twbp_have_avx2 = 0;
     test_layout();
     test_spec_reader();
     test_errors();

@@ -96,6 +96,15 @@ static inline unsigned twpf_bitlen(uint32_t v) {
 #  define TWPF_SSE2 0
 #endif
 
+/* AVX2 paths (byte shuffles for the high parts, two-row unpack, width counts) are compiled with
+ * target attributes and chosen at run time (twpf_init); SSE2 or plain C otherwise. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
+#  include <immintrin.h>
+#  define TWPF_AVX2_SHUFFLES 1
+#else
+#  define TWPF_AVX2_SHUFFLES 0
+#endif
+
 #if defined(__GNUC__)
 #  define TWPF_UNROLL _Pragma("GCC unroll 32")
 #else
@@ -302,6 +311,36 @@ TWBP_INLINE void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) 
 #endif
 }
 
+#if TWPF_AVX2_SHUFFLES
+/* twpf_narrow then twpf_counts with AVX2 (half the steps). */
+__attribute__((target("avx2")))
+static void twpf_narrow_counts_avx2(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u,
+                                    unsigned *restrict cnt) {
+    const __m128i sh = _mm_cvtsi32_si128((int)lo);
+    const __m256i lo8 = _mm256_set1_epi32(0xFF);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);   /* undo the in-lane packs */
+    __m256i x[4];
+    for (unsigned q = 0; q < 4; q++) {
+        const uint32_t *w = v + 32 * q;
+        const __m256i a = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)w), sh), lo8);
+        const __m256i b = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + 8)), sh), lo8);
+        const __m256i c = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + 16)), sh), lo8);
+        const __m256i d = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + 24)), sh), lo8);
+        x[q] = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d)), order);
+        _mm256_storeu_si256((__m256i *)(void *)(u + 32 * q), x[q]);
+    }
+    for (unsigned k = 0; k < 8; k++) {
+        const __m256i t = _mm256_set1_epi8((char)(1u << k));
+        __m256i acc = _mm256_setzero_si256();
+        for (unsigned q = 0; q < 4; q++)    /* a byte lane gains at most 4 */
+            acc = _mm256_sub_epi8(acc, _mm256_cmpeq_epi8(_mm256_max_epu8(x[q], t), x[q]));
+        const __m256i s4 = _mm256_sad_epu8(acc, _mm256_setzero_si256());
+        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        cnt[k] = (unsigned)(_mm_cvtsi128_si32(s2) + _mm_extract_epi16(s2, 4));
+    }
+}
+#endif
+
 /* Bitmap of u[i] >= t (1 <= t <= 128): bit i of bm[i / 64]. */
 TWBP_INLINE void twpf_bitmap(const uint8_t *restrict u, unsigned t, uint64_t *restrict bm) {
 #if TWPF_SSE2
@@ -387,13 +426,6 @@ static const uint64_t twpf_compress8[256] = {
     0x8080070605040302ull, 0x8007060504030200ull, 0x8007060504030201ull, 0x0706050403020100ull,
 };
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
-#  include <immintrin.h>
-#  define TWPF_AVX2_SHUFFLES 1
-#else
-#  define TWPF_AVX2_SHUFFLES 0
-#endif
-
 #if TWPF_AVX2_SHUFFLES
 /* hb[0..e) = u[i] >> t for the bitmap's set bits i in order, 8 ids a step (hb has 8 bytes of
  * room past e). */
@@ -431,8 +463,15 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
     unsigned b = M;
     size_t best = ((size_t)m * M + 7) / 8;
     if (M > 0) {
-        twpf_narrow(v, lo, u);
-        twpf_counts(u, cnt);
+#if TWPF_AVX2_SHUFFLES
+        if (twbp_have_avx2) {
+            twpf_narrow_counts_avx2(v, lo, u, cnt);
+        } else
+#endif
+        {
+            twpf_narrow(v, lo, u);
+            twpf_counts(u, cnt);
+        }
         for (unsigned c = M; c-- > lo;) {   /* candidate base width c, M-1 down to lo; every
                                              * c < M has at least one exception */
             const size_t size = ((size_t)m * c + 7) / 8 + nbm + cnt[c - lo];
