@@ -292,6 +292,24 @@ static void test_errors(void) {
         q[6] = 0x80;
         expect_error(q, sizeof q, 1, TWPF_E_EXCEPTIONS, "high part past bit 31");
     }
+    /* the same on a full block with 8 more bytes after it (8 zero blocks), so the AVX2 decoder
+     * reads the high part in place and judges it in its register */
+    {
+        static uint8_t q[1 + 400 + 16 + 1 + 8];
+        memset(q, 0, sizeof q);
+        q[0] = 0x80 | 25;
+        q[401] = 0x01;                              /* bitmap: id 0 */
+        q[417] = 0x7F;
+        int32_t *got = (int32_t *)malloc(sizeof(int32_t) * 128 * 9);
+        twpf_error err;
+        int rc = twpf_decode(q, sizeof q, got, 128 * 9, &err);
+        CHECK(rc == TWPF_OK && got[0] == (int32_t)0xFE000000u && got[1] == 0, "full block b=25 high 0x7F: %d", rc);
+        free(got);
+        q[417] = 0x80;
+        expect_error(q, sizeof q, 128 * 9, TWPF_E_EXCEPTIONS, "full block, high part past bit 31");
+        q[417] = 0x00;
+        expect_error(q, sizeof q, 128 * 9, TWPF_E_NONCANONICAL, "full block, zero high part, read in place");
+    }
     /* bitmap bit past the block: 5 ids {1,1,1,1,300} = 81 0F 10 96; bit 5 marks a sixth id */
     {
         int32_t ids[5] = {1, 1, 1, 1, 300};

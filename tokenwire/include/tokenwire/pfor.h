@@ -651,11 +651,12 @@ static void twpf_patch_avx2(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_
  * store. Returns the OR of the base values. */
 __attribute__((target("avx2,popcnt"))) __attribute__((always_inline))
 static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, const unsigned B, const int P,
-                                           const uint8_t *hb, uint64_t bm0, uint64_t bm1) {
+                                           const uint8_t *hb, uint64_t bm0, uint64_t bm1,
+                                           uint32_t *hchk) {
     const __m256i vmask = _mm256_set1_epi32((int)((1u << B) - 1));
     const __m128i cnt = _mm_cvtsi32_si128((int)B);
-    __m256i orv = _mm256_setzero_si256();
-    unsigned c = 0;
+    __m256i orv = _mm256_setzero_si256(), orh = _mm256_setzero_si256();
+    unsigned c = 0, zero = 0;
     TWPF_UNROLL
     for (unsigned g = 0; g < 16; g++) {
         const unsigned t0 = 2 * g * B, t1 = t0 + B;             /* stream bits of rows 2g, 2g+1 */
@@ -675,10 +676,22 @@ static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, cons
             const unsigned m8 = (unsigned)(((g < 8 ? bm0 : bm1) >> (8 * (g & 7))) & 0xFF);
             const __m128i x = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(const void *)(hb + c)),
                                                _mm_loadl_epi64((const __m128i *)(const void *)&twpf_expand8[m8]));
-            v = _mm256_or_si256(v, _mm256_sll_epi32(_mm256_cvtepu8_epi32(x), cnt));
+            const __m256i h = _mm256_cvtepu8_epi32(x);
+            /* judged in the register that is applied: a zero high part among the step's ids,
+             * and the OR of the high parts (for the width check) */
+            zero |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(h, _mm256_setzero_si256()))) & m8;
+            orh = _mm256_or_si256(orh, h);
+            v = _mm256_or_si256(v, _mm256_sll_epi32(h, cnt));
             c += (unsigned)__builtin_popcount(m8);
         }
         _mm256_storeu_si256((__m256i *)(void *)(out + 8 * g), v);
+    }
+    if (P) {
+        __m128i h = _mm_or_si128(_mm256_castsi256_si128(orh), _mm256_extracti128_si256(orh, 1));
+        h = _mm_or_si128(h, _mm_srli_si128(h, 8));
+        h = _mm_or_si128(h, _mm_srli_si128(h, 4));
+        /* bit 8 set: some high part was zero (high parts are bytes) */
+        *hchk = (uint32_t)_mm_cvtsi128_si32(h) | (zero ? 0x100u : 0u);
     }
     __m128i o = _mm_or_si128(_mm256_castsi256_si128(orv), _mm256_extracti128_si256(orv, 1));
     o = _mm_or_si128(o, _mm_srli_si128(o, 8));
@@ -686,20 +699,21 @@ static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, cons
     return (uint32_t)_mm_cvtsi128_si32(o);
 }
 
-/* Full block at width b (1..31), patched from hb/bm when hb is not NULL. */
+/* Full block at width b (1..31), patched from hb/bm when hb is not NULL (hb: the high parts and
+ * 8 readable bytes past them); then *hchk = OR of the high parts, | 0x100 if one was zero. */
 __attribute__((target("avx2,popcnt")))
 static uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
-                                  uint64_t bm0, uint64_t bm1) {
+                                  uint64_t bm0, uint64_t bm1, uint32_t *hchk) {
     if (hb) {
         switch (b) {
-#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 1, hb, bm0, bm1);
+#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 1, hb, bm0, bm1, hchk);
             TWPF_WIDTHS_1_31(TWPF_CASE)
 #undef TWPF_CASE
             default: return 0;
         }
     }
     switch (b) {
-#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 0, hb, bm0, bm1);
+#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 0, hb, bm0, bm1, hchk);
         TWPF_WIDTHS_1_31(TWPF_CASE)
 #undef TWPF_CASE
         default: return 0;
@@ -766,6 +780,10 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
          * judged), so the ids are written in one pass */
         uint64_t bm0 = 0, bm1 = 0;
         uint8_t hb[TWPF_BLOCK + 16];
+        const uint8_t *hp = hb;          /* where the AVX2 unpack reads the high parts */
+        int direct = 0;
+        (void)hp;
+        size_t e = 0;
         if (exc) {
             const size_t nbm = (m + 7) / 8;
             if (len - p < nbm) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exception bitmap", at);
@@ -783,9 +801,17 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
                     TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
             }
             p += nbm;
-            const size_t e = (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
+            e = (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
             if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
             if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
+#if TWPF_AVX2_SHUFFLES
+            /* the AVX2 unpack reads the high parts in place, judging each in the register it
+             * applies (no copy, no second read); it loads 8 bytes at a time, so 8 must remain */
+            direct = m == TWPF_BLOCK && twbp_have_avx2 && b > 0 && len - p >= e + 8;
+            if (direct) hp = src + p;
+#endif
+        }
+        if (exc && !direct) {
             memcpy(hb, src + p, e);
             memset(hb + e, 0xFF, 16);        /* never spread: only e bits are set in the bitmap */
             if (twpf_any_zero(hb, (unsigned)e))
@@ -796,15 +822,21 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
                 if (orh >> (32 - b))
                     TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
             }
-            p += e;
         }
+        p += e;
         uint32_t orv = 0;
         int patched = 0;
         if (m == TWPF_BLOCK) {
 #if TWPF_AVX2_SHUFFLES
             if (twbp_have_avx2 && b > 0 && b < 32) {
-                orv = twpf_vunpack_avx2(base, d, b, exc ? hb : NULL, bm0, bm1);
+                uint32_t hchk = 0;
+                orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bm0, bm1, &hchk);
                 patched = 1;
+                if (direct) {
+                    if (hchk & 0x100u) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
+                    if (b > 24 && ((hchk & 0xFFu) >> (32 - b)))
+                        TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
+                }
             } else
 #endif
                 orv = twpf_vunpack(base, d, b);
