@@ -10,7 +10,10 @@
  * tokenwire.benchmarks.data.token_stream (Zipf 1.2 ranks through a shuffled vocabulary; a
  * different generator, so the same distribution, not the same ids). Sizes: 1k, 8k, 40k, 128k ids
  * (the first n of the file). Packed encode here includes its OR scan and defensive copy, as
- * tokenwire's encoder does. */
+ * tokenwire's encoder does. pfor takes its AVX2 paths when the CPU has AVX2 (twpf_init), SSE2
+ * otherwise; the ratio columns vary by +-20 % between runs on a shared machine, so compare
+ * variants side by side in one run, and count instructions (valgrind --tool=callgrind on a
+ * small driver that encodes and decodes a fixed number of times) for changes below that. */
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
 #include <stdio.h>

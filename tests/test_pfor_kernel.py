@@ -1,7 +1,7 @@
 """The codec v2 kernel (tokenwire/include/tokenwire/pfor.h) through its C test program.
 
 tests/c/pfor_test.c round-trips ids of every width 0..32 (negative ids included) at block
-boundaries, pins the byte layout, hits every decoder error with a hand-made payload, runs a
+boundaries, pins the byte layout (exception bitmap and high bytes included), hits every decoder error with a hand-made payload, runs a
 seeded fuzz loop over mangled payloads and races the encoder against a writer thread. Here it
 is compiled with gcc under AddressSanitizer + UndefinedBehaviorSanitizer (every read past the
 payload or write past the ids aborts it) and once more at -O3 without them (the vectorized and
@@ -42,10 +42,10 @@ def _build(out: pathlib.Path, flags: list[str]) -> pathlib.Path:
     return out
 
 
-def _run(exe: pathlib.Path, seed: int, iterations: int) -> str:
+def _run(exe: pathlib.Path, seed: int, iterations: int, *extra: str) -> str:
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
-    proc = subprocess.run([str(exe), str(seed), str(iterations)], capture_output=True,
+    proc = subprocess.run([str(exe), str(seed), str(iterations), *extra], capture_output=True,
                           text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == "ok", proc.stdout
@@ -64,6 +64,14 @@ def test_kernel_under_sanitizers(tmp_path: pathlib.Path, seed: int) -> None:
 
 def test_kernel_optimized(tmp_path: pathlib.Path) -> None:
     _run(_build(tmp_path / "pfor_test_o3", ["-O3", "-march=native"]), 3, 5_000)
+
+
+def test_kernel_sse2_paths(tmp_path: pathlib.Path) -> None:
+    """The run-time AVX2 paths switched off: the SSE2 unpack, patch and width counts a CPU
+    without AVX2 runs, under the sanitizers."""
+    exe = _build(tmp_path / "pfor_test_sse2",
+                 ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
+    _run(exe, 5, 3_000, "noavx2")
 
 
 def test_kernel_portable_paths(tmp_path: pathlib.Path) -> None:

@@ -4,30 +4,29 @@
  * patterns (uint32), so any int32 round-trips; a negative id costs a block of width 32. n ids form
  * ceil(n / 128) blocks of m ids (128, the last one 1..128), each:
  *
- *   byte 0        b: base width, 0..32
- *   byte 1        e: exception count, 0..m-1
- *   byte 2        x: exception width, 1..32-b (present only when e > 0)
+ *   byte 0        b | 0x80 * E: base width b (0..32) in bits 0-5, bit 6 zero, E = exceptions
  *   base          ceil(m*b / 8) bytes: the low b bits of every id. A full block (m = 128) is
  *                 vertical: id i is id r = i/4 of lane j = i%4, at bit r*b of that lane's
  *                 stream, whose 32-bit word k sits little-endian at bytes [16k+4j, 16k+4j+4).
  *                 The last block when m < 128 is horizontal: id i at bits [i*b, (i+1)*b).
  *                 Bit k of an area is bit k%8 of its byte k/8 (LSB first); padding bits zero
- *   exceptions    ceil(e*(7+x) / 8) bytes (only when e > 0): e fields of 7+x bits in the same bit
- *                 order, field j = position p_j (7 bits) | high part h_j << 7 (x bits); padding zero
+ *   bitmap        ceil(m / 8) bytes (only when E): bit i set = id i is an exception
+ *   high parts    e bytes (e = bits set in the bitmap; only when E), in id order
  *
- * id[p_j] = base[p_j] | h_j << b; every other id is its base value. Canonical form, checked by the
- * decoder: positions strictly increasing and < m; every h_j != 0; x is exactly the bit length of
- * the OR of the h_j; when e == 0, b is exactly the bit length of the OR of the block's ids; zero
- * padding; no byte after the last block. What remains free is the choice of b (any b below the
- * block's bit length with exceptions is valid): twpf_encode picks the b in [M-8, M] (M the block's
- * bit length) that gives the fewest bytes, the larger b on a tie; a receiver that needs byte-exact
- * canonical form re-encodes and compares.
+ * The k-th set bit i of the bitmap takes the k-th high byte h: id[i] = base[i] | h << b; every
+ * other id is its base value. Checked by the decoder: E only with b <= 31; bitmap not empty and
+ * no bit at or past m; every h != 0 and h < 2**(32-b); when E == 0, b is exactly the bit length
+ * of the OR of the block's ids; zero padding; no byte after the last block. What remains free is
+ * the choice of b when E (any b whose high parts fit a byte): twpf_encode picks the b in
+ * [M-8, M] (M the block's bit length) that gives the fewest bytes, the larger b on a tie; a
+ * receiver that needs byte-exact canonical form re-encodes and compares.
  *
- * Sizes: a block takes at most 2 + 4m bytes (b = M, e = 0 is always a candidate), so
- * twpf_bound(n) = 4n + 2*ceil(n/128); a block takes at least 2 bytes, so a payload of len bytes
- * holds at most 64*len ids (twpf_min_size). The encoder copies each block of the source to a
+ * Sizes: a block takes at most 1 + 4m bytes (b = M, no exceptions, is always a candidate), so
+ * twpf_bound(n) = 4n + ceil(n/128); a block takes at least 1 byte, so a payload of len bytes
+ * holds at most 128*len ids (twpf_min_size). The encoder copies each block of the source to a
  * stack buffer once and works from the copy: a source another thread is writing gives some valid
- * encoding of ids it held, never out-of-bounds writes.
+ * encoding of ids it held, never out-of-bounds writes. Full blocks' high parts are spread and
+ * gathered 8 at a time with AVX2 byte shuffles when the CPU has them (twpf_init detects it).
  *
  * C99, compiles as C++17 too (restrict is spelled by the includer, as for bitpack.h).
  */
@@ -42,13 +41,14 @@
 #include "byteorder.h"
 
 #define TWPF_BLOCK 128u
+#define TWPF_EXC_FLAG 0x80u   /* header bit: the block has exceptions */
 
 enum {
     TWPF_OK = 0,
     TWPF_E_TRUNCATED = 1,      /* payload ends inside a block */
     TWPF_E_WIDTH = 2,          /* base width above 32 */
-    TWPF_E_EXCEPTIONS = 3,     /* exception count or width out of range */
-    TWPF_E_POSITION = 4,       /* exception positions not increasing or past the block */
+    TWPF_E_EXCEPTIONS = 3,     /* empty bitmap, exceptions at width 32, high part past bit 31 */
+    TWPF_E_POSITION = 4,       /* exception bitmap marks an id past the block */
     TWPF_E_NONCANONICAL = 5,   /* valid bits, but not the one canonical form */
     TWPF_E_PADDING = 6,        /* nonzero padding bits */
     TWPF_E_TRAILING = 7        /* bytes after the last block */
@@ -61,33 +61,24 @@ typedef struct {
 
 /* Most bytes twpf_encode writes for n ids (n < 2**61). */
 static inline size_t twpf_bound(size_t n) {
-    return 4 * n + 2 * ((n + TWPF_BLOCK - 1) / TWPF_BLOCK);
+    return 4 * n + (n + TWPF_BLOCK - 1) / TWPF_BLOCK;
 }
 
 /* Fewest bytes any payload of n ids takes: reject a claimed count before allocating for it. */
 static inline size_t twpf_min_size(size_t n) {
-    return 2 * ((n + TWPF_BLOCK - 1) / TWPF_BLOCK);
+    return (n + TWPF_BLOCK - 1) / TWPF_BLOCK;
+}
+
+/* Bits set in v; SWAR, so baseline x86-64 (no popcnt instruction) gets no library call. */
+static inline unsigned twpf_popcount64(uint64_t v) {
+    v = v - ((v >> 1) & 0x5555555555555555ull);
+    v = (v & 0x3333333333333333ull) + ((v >> 2) & 0x3333333333333333ull);
+    v = (v + (v >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (unsigned)((v * 0x0101010101010101ull) >> 56);
 }
 
 static inline unsigned twpf_bitlen(uint32_t v) {
     return v ? 32u - (unsigned)__builtin_clz(v) : 0u;
-}
-
-/* ---- bit fields up to 39 bits at any bit offset -------------------------------------------- */
-
-/* Field of f (<= 39) bits at bit q of src, which holds len bytes (the caller checked the field
- * lies inside). One 8-byte load when 8 bytes remain, bytes otherwise. */
-TWBP_INLINE uint64_t twpf_get(const uint8_t *src, size_t len, uint64_t q, unsigned f) {
-    size_t at = (size_t)(q >> 3);
-    unsigned sh = (unsigned)(q & 7);
-    uint64_t v;
-    if (at + 8 <= len) {
-        v = tw_load_le64(src + at);
-    } else {
-        v = 0;
-        for (size_t k = 0; at + k < len && k < 8; k++) v |= (uint64_t)src[at + k] << (8 * k);
-    }
-    return (v >> sh) & ((1ull << f) - 1);
 }
 
 /* ---- full blocks: vertical layout ---------------------------------------------------------- */
@@ -103,6 +94,15 @@ TWBP_INLINE uint64_t twpf_get(const uint8_t *src, size_t len, uint64_t q, unsign
 #  define TWPF_SSE2 1
 #else
 #  define TWPF_SSE2 0
+#endif
+
+/* AVX2 paths (byte shuffles for the high parts, two-row unpack, width counts) are compiled with
+ * target attributes and chosen at run time (twpf_init); SSE2 or plain C otherwise. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
+#  include <immintrin.h>
+#  define TWPF_AVX2_SHUFFLES 1
+#else
+#  define TWPF_AVX2_SHUFFLES 0
 #endif
 
 #if defined(__GNUC__)
@@ -149,12 +149,14 @@ TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B
 #endif
 }
 
-/* in: 16*B bytes; out: 128 ids. */
-TWBP_INLINE void twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned B) {
+/* in: 16*B bytes; out: 128 ids; returns the OR of the ids (the decoder's canonical-width check
+ * without a second pass). */
+TWBP_INLINE uint32_t twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned B) {
     const uint32_t mask = (1u << B) - 1;
 #if TWPF_SSE2
     const __m128i vmask = _mm_set1_epi32((int)mask);
     __m128i cur = _mm_loadu_si128((const __m128i *)(const void *)in);
+    __m128i orv = _mm_setzero_si128();
     unsigned sh = 0;
     TWPF_UNROLL
     for (unsigned r = 0; r < 32; r++) {
@@ -169,9 +171,15 @@ TWBP_INLINE void twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned 
         } else {
             sh += B;
         }
-        _mm_storeu_si128((__m128i *)(void *)(out + 4 * r), _mm_and_si128(v, vmask));
+        v = _mm_and_si128(v, vmask);
+        orv = _mm_or_si128(orv, v);
+        _mm_storeu_si128((__m128i *)(void *)(out + 4 * r), v);
     }
+    orv = _mm_or_si128(orv, _mm_srli_si128(orv, 8));
+    orv = _mm_or_si128(orv, _mm_srli_si128(orv, 4));
+    return (uint32_t)_mm_cvtsi128_si32(orv);
 #else
+    uint32_t acc = 0;
     for (unsigned j = 0; j < 4; j++) {
         const uint8_t *p = in + 4 * j;
         uint32_t cur = tw_load_le32(p);
@@ -188,9 +196,11 @@ TWBP_INLINE void twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned 
             } else {
                 sh += B;
             }
+            acc |= v & mask;
             out[4 * r + j] = (int32_t)(v & mask);
         }
     }
+    return acc;
 #endif
 }
 
@@ -212,146 +222,307 @@ static void twpf_vpack(const uint32_t *in, uint8_t *out, unsigned b) {
     }
 }
 
-static void twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
+/* Full block at width b (0..32) from 16*b bytes; returns the OR of the 128 ids. */
+static uint32_t twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
     switch (b) {
-#define TWPF_CASE(B) case B: twpf_vunpack_c(in, out, B); return;
+#define TWPF_CASE(B) case B: return twpf_vunpack_c(in, out, B);
         TWPF_WIDTHS_1_31(TWPF_CASE)
 #undef TWPF_CASE
-        case 32:
-            for (unsigned i = 0; i < TWPF_BLOCK; i++) out[i] = (int32_t)tw_load_le32(in + 4 * i);
-            return;
-        default: memset(out, 0, 4 * TWPF_BLOCK); return;
+        case 32: {
+            uint32_t acc = 0;
+            for (unsigned i = 0; i < TWPF_BLOCK; i++) {
+                const uint32_t v = tw_load_le32(in + 4 * i);
+                acc |= v;
+                out[i] = (int32_t)v;
+            }
+            return acc;
+        }
+        default: memset(out, 0, 4 * TWPF_BLOCK); return 0;
     }
 }
 
 /* ---- encoder ------------------------------------------------------------------------------- */
 
-/* cnt[k] = number of u[i] >= 2**k, for k in 0..7 (u zero-filled to 128). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
-#  define TWPF_AVX2_COUNTS 1
-#else
-#  define TWPF_AVX2_COUNTS 0
-#endif
-#if TWPF_AVX2_COUNTS
-__attribute__((target("avx2")))
-static void twpf_counts_avx2(const uint8_t *u, unsigned *cnt) {
-    __m256i a[4];
-    for (unsigned i = 0; i < 4; i++) a[i] = _mm256_loadu_si256((const __m256i *)(const void *)(u + 32 * i));
-    for (unsigned k = 0; k < 8; k++) {
-        const __m256i t = _mm256_set1_epi8((char)(1u << k));
-        __m256i acc = _mm256_setzero_si256();
-        for (unsigned i = 0; i < 4; i++)    /* a byte lane gains at most 4: no overflow */
-            acc = _mm256_sub_epi8(acc, _mm256_cmpeq_epi8(_mm256_max_epu8(a[i], t), a[i]));
-        __m256i s4 = _mm256_sad_epu8(acc, _mm256_setzero_si256());
-        __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
-        cnt[k] = (unsigned)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1));
+/* Copy m (1..128) ids of the source to v (zero-filled to 128) and return their OR: the one read
+ * of the source, everything after works on the copy. */
+TWBP_INLINE uint32_t twpf_copy_block(uint32_t *restrict v, const int32_t *restrict src, unsigned m) {
+#if TWPF_SSE2
+    if (m == TWPF_BLOCK) {
+        __m128i acc = _mm_setzero_si128();
+        TWPF_UNROLL
+        for (unsigned r = 0; r < 32; r++) {
+            const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 4 * r));
+            acc = _mm_or_si128(acc, x);
+            _mm_storeu_si128((__m128i *)(void *)(v + 4 * r), x);
+        }
+        acc = _mm_or_si128(acc, _mm_srli_si128(acc, 8));
+        acc = _mm_or_si128(acc, _mm_srli_si128(acc, 4));
+        return (uint32_t)_mm_cvtsi128_si32(acc);
     }
+#endif
+    uint32_t orv = 0;
+    for (unsigned i = 0; i < m; i++) {
+        const uint32_t x = twbp_id(src, i);
+        orv |= x;
+        v[i] = x;
+    }
+    for (unsigned i = m; i < TWPF_BLOCK; i++) v[i] = 0;
+    return orv;
 }
-#endif
 
-static void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
-#if TWPF_AVX2_COUNTS
-    if (twbp_have_avx2) {
-        twpf_counts_avx2(u, cnt);
-        return;
+/* u[i] = v[i] >> lo (every v[i] < 2**(lo+8)): the top 8 bits of a block's ids. */
+TWBP_INLINE void twpf_narrow(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
+#if TWPF_SSE2
+    const __m128i sh = _mm_cvtsi32_si128((int)lo);
+    const __m128i lo8 = _mm_set1_epi32(0xFF);   /* packs saturate signed: keep 0..255 */
+    for (unsigned r = 0; r < TWPF_BLOCK; r += 16) {
+        __m128i a = _mm_and_si128(_mm_srl_epi32(_mm_loadu_si128((const __m128i *)(const void *)(v + r)), sh), lo8);
+        __m128i b = _mm_and_si128(_mm_srl_epi32(_mm_loadu_si128((const __m128i *)(const void *)(v + r + 4)), sh), lo8);
+        __m128i c = _mm_and_si128(_mm_srl_epi32(_mm_loadu_si128((const __m128i *)(const void *)(v + r + 8)), sh), lo8);
+        __m128i d = _mm_and_si128(_mm_srl_epi32(_mm_loadu_si128((const __m128i *)(const void *)(v + r + 12)), sh), lo8);
+        _mm_storeu_si128((__m128i *)(void *)(u + r), _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d)));
     }
+#else
+    for (unsigned i = 0; i < TWPF_BLOCK; i++) u[i] = (uint8_t)(v[i] >> lo);
 #endif
+}
+
+/* cnt[k] = number of u[i] >= 2**k, k in 0..7. */
+TWBP_INLINE void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
+#if TWPF_SSE2
+    /* per threshold 2**k: u >= 2**k iff max(u, 2**k) == u; byte counters gain at most 8 */
+    __m128i x[8];
+    for (unsigned i = 0; i < 8; i++) x[i] = _mm_loadu_si128((const __m128i *)(const void *)(u + 16 * i));
+    for (unsigned k = 0; k < 8; k++) {
+        const __m128i t = _mm_set1_epi8((char)(1u << k));
+        __m128i acc = _mm_setzero_si128();
+        for (unsigned i = 0; i < 8; i++)
+            acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_max_epu8(x[i], t), x[i]));
+        const __m128i s = _mm_sad_epu8(acc, _mm_setzero_si128());
+        cnt[k] = (unsigned)(_mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4));
+    }
+#else
     for (unsigned k = 0; k < 8; k++) {
         const uint8_t t = (uint8_t)(1u << k);
         unsigned c = 0;
         for (unsigned i = 0; i < TWPF_BLOCK; i++) c += u[i] >= t;
         cnt[k] = c;
     }
+#endif
 }
 
-/* u[i] = v[i] >> lo (every v[i] < 2**(lo+8)): the top 8 bits of a block's ids. */
-TWBP_CLONES
-static void twpf_narrow(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
-    for (unsigned i = 0; i < TWPF_BLOCK; i++) u[i] = (uint8_t)(v[i] >> lo);
+#if TWPF_AVX2_SHUFFLES
+/* twpf_narrow then twpf_counts with AVX2 (half the steps). */
+__attribute__((target("avx2")))
+static void twpf_narrow_counts_avx2(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u,
+                                    unsigned *restrict cnt) {
+    const __m128i sh = _mm_cvtsi32_si128((int)lo);
+    const __m256i lo8 = _mm256_set1_epi32(0xFF);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);   /* undo the in-lane packs */
+    __m256i x[4];
+    for (unsigned q = 0; q < 4; q++) {
+        const uint32_t *w = v + 32 * q;
+        const __m256i a = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)w), sh), lo8);
+        const __m256i b = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + 8)), sh), lo8);
+        const __m256i c = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + 16)), sh), lo8);
+        const __m256i d = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + 24)), sh), lo8);
+        x[q] = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d)), order);
+        _mm256_storeu_si256((__m256i *)(void *)(u + 32 * q), x[q]);
+    }
+    for (unsigned k = 0; k < 8; k++) {
+        const __m256i t = _mm256_set1_epi8((char)(1u << k));
+        __m256i acc = _mm256_setzero_si256();
+        for (unsigned q = 0; q < 4; q++)    /* a byte lane gains at most 4 */
+            acc = _mm256_sub_epi8(acc, _mm256_cmpeq_epi8(_mm256_max_epu8(x[q], t), x[q]));
+        const __m256i s4 = _mm256_sad_epu8(acc, _mm256_setzero_si256());
+        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+        cnt[k] = (unsigned)(_mm_cvtsi128_si32(s2) + _mm_extract_epi16(s2, 4));
+    }
+}
+#endif
+
+/* Bitmap of u[i] >= t (1 <= t <= 128): bit i of bm[i / 64]. */
+TWBP_INLINE void twpf_bitmap(const uint8_t *restrict u, unsigned t, uint64_t *restrict bm) {
+#if TWPF_SSE2
+    const __m128i vt = _mm_set1_epi8((char)t);
+    uint64_t w[8];
+    for (unsigned i = 0; i < 8; i++) {
+        const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(u + 16 * i));
+        w[i] = (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(x, vt), x));
+    }
+    bm[0] = w[0] | w[1] << 16 | w[2] << 32 | w[3] << 48;
+    bm[1] = w[4] | w[5] << 16 | w[6] << 32 | w[7] << 48;
+#else
+    bm[0] = bm[1] = 0;
+    for (unsigned i = 0; i < TWPF_BLOCK; i++) bm[i >> 6] |= (uint64_t)(u[i] >= t) << (i & 63);
+#endif
 }
 
-TWBP_CLONES
-static void twpf_mask(const uint32_t *restrict v, uint32_t mask, uint32_t *restrict w) {
-    for (unsigned i = 0; i < TWPF_BLOCK; i++) w[i] = v[i] & mask;
+/* twpf_compress8[k]: the pshufb control that gathers the bytes at k's set bits to the front. */
+static const uint64_t twpf_compress8[256] = {
+    0x8080808080808080ull, 0x8080808080808000ull, 0x8080808080808001ull, 0x8080808080800100ull,
+    0x8080808080808002ull, 0x8080808080800200ull, 0x8080808080800201ull, 0x8080808080020100ull,
+    0x8080808080808003ull, 0x8080808080800300ull, 0x8080808080800301ull, 0x8080808080030100ull,
+    0x8080808080800302ull, 0x8080808080030200ull, 0x8080808080030201ull, 0x8080808003020100ull,
+    0x8080808080808004ull, 0x8080808080800400ull, 0x8080808080800401ull, 0x8080808080040100ull,
+    0x8080808080800402ull, 0x8080808080040200ull, 0x8080808080040201ull, 0x8080808004020100ull,
+    0x8080808080800403ull, 0x8080808080040300ull, 0x8080808080040301ull, 0x8080808004030100ull,
+    0x8080808080040302ull, 0x8080808004030200ull, 0x8080808004030201ull, 0x8080800403020100ull,
+    0x8080808080808005ull, 0x8080808080800500ull, 0x8080808080800501ull, 0x8080808080050100ull,
+    0x8080808080800502ull, 0x8080808080050200ull, 0x8080808080050201ull, 0x8080808005020100ull,
+    0x8080808080800503ull, 0x8080808080050300ull, 0x8080808080050301ull, 0x8080808005030100ull,
+    0x8080808080050302ull, 0x8080808005030200ull, 0x8080808005030201ull, 0x8080800503020100ull,
+    0x8080808080800504ull, 0x8080808080050400ull, 0x8080808080050401ull, 0x8080808005040100ull,
+    0x8080808080050402ull, 0x8080808005040200ull, 0x8080808005040201ull, 0x8080800504020100ull,
+    0x8080808080050403ull, 0x8080808005040300ull, 0x8080808005040301ull, 0x8080800504030100ull,
+    0x8080808005040302ull, 0x8080800504030200ull, 0x8080800504030201ull, 0x8080050403020100ull,
+    0x8080808080808006ull, 0x8080808080800600ull, 0x8080808080800601ull, 0x8080808080060100ull,
+    0x8080808080800602ull, 0x8080808080060200ull, 0x8080808080060201ull, 0x8080808006020100ull,
+    0x8080808080800603ull, 0x8080808080060300ull, 0x8080808080060301ull, 0x8080808006030100ull,
+    0x8080808080060302ull, 0x8080808006030200ull, 0x8080808006030201ull, 0x8080800603020100ull,
+    0x8080808080800604ull, 0x8080808080060400ull, 0x8080808080060401ull, 0x8080808006040100ull,
+    0x8080808080060402ull, 0x8080808006040200ull, 0x8080808006040201ull, 0x8080800604020100ull,
+    0x8080808080060403ull, 0x8080808006040300ull, 0x8080808006040301ull, 0x8080800604030100ull,
+    0x8080808006040302ull, 0x8080800604030200ull, 0x8080800604030201ull, 0x8080060403020100ull,
+    0x8080808080800605ull, 0x8080808080060500ull, 0x8080808080060501ull, 0x8080808006050100ull,
+    0x8080808080060502ull, 0x8080808006050200ull, 0x8080808006050201ull, 0x8080800605020100ull,
+    0x8080808080060503ull, 0x8080808006050300ull, 0x8080808006050301ull, 0x8080800605030100ull,
+    0x8080808006050302ull, 0x8080800605030200ull, 0x8080800605030201ull, 0x8080060503020100ull,
+    0x8080808080060504ull, 0x8080808006050400ull, 0x8080808006050401ull, 0x8080800605040100ull,
+    0x8080808006050402ull, 0x8080800605040200ull, 0x8080800605040201ull, 0x8080060504020100ull,
+    0x8080808006050403ull, 0x8080800605040300ull, 0x8080800605040301ull, 0x8080060504030100ull,
+    0x8080800605040302ull, 0x8080060504030200ull, 0x8080060504030201ull, 0x8006050403020100ull,
+    0x8080808080808007ull, 0x8080808080800700ull, 0x8080808080800701ull, 0x8080808080070100ull,
+    0x8080808080800702ull, 0x8080808080070200ull, 0x8080808080070201ull, 0x8080808007020100ull,
+    0x8080808080800703ull, 0x8080808080070300ull, 0x8080808080070301ull, 0x8080808007030100ull,
+    0x8080808080070302ull, 0x8080808007030200ull, 0x8080808007030201ull, 0x8080800703020100ull,
+    0x8080808080800704ull, 0x8080808080070400ull, 0x8080808080070401ull, 0x8080808007040100ull,
+    0x8080808080070402ull, 0x8080808007040200ull, 0x8080808007040201ull, 0x8080800704020100ull,
+    0x8080808080070403ull, 0x8080808007040300ull, 0x8080808007040301ull, 0x8080800704030100ull,
+    0x8080808007040302ull, 0x8080800704030200ull, 0x8080800704030201ull, 0x8080070403020100ull,
+    0x8080808080800705ull, 0x8080808080070500ull, 0x8080808080070501ull, 0x8080808007050100ull,
+    0x8080808080070502ull, 0x8080808007050200ull, 0x8080808007050201ull, 0x8080800705020100ull,
+    0x8080808080070503ull, 0x8080808007050300ull, 0x8080808007050301ull, 0x8080800705030100ull,
+    0x8080808007050302ull, 0x8080800705030200ull, 0x8080800705030201ull, 0x8080070503020100ull,
+    0x8080808080070504ull, 0x8080808007050400ull, 0x8080808007050401ull, 0x8080800705040100ull,
+    0x8080808007050402ull, 0x8080800705040200ull, 0x8080800705040201ull, 0x8080070504020100ull,
+    0x8080808007050403ull, 0x8080800705040300ull, 0x8080800705040301ull, 0x8080070504030100ull,
+    0x8080800705040302ull, 0x8080070504030200ull, 0x8080070504030201ull, 0x8007050403020100ull,
+    0x8080808080800706ull, 0x8080808080070600ull, 0x8080808080070601ull, 0x8080808007060100ull,
+    0x8080808080070602ull, 0x8080808007060200ull, 0x8080808007060201ull, 0x8080800706020100ull,
+    0x8080808080070603ull, 0x8080808007060300ull, 0x8080808007060301ull, 0x8080800706030100ull,
+    0x8080808007060302ull, 0x8080800706030200ull, 0x8080800706030201ull, 0x8080070603020100ull,
+    0x8080808080070604ull, 0x8080808007060400ull, 0x8080808007060401ull, 0x8080800706040100ull,
+    0x8080808007060402ull, 0x8080800706040200ull, 0x8080800706040201ull, 0x8080070604020100ull,
+    0x8080808007060403ull, 0x8080800706040300ull, 0x8080800706040301ull, 0x8080070604030100ull,
+    0x8080800706040302ull, 0x8080070604030200ull, 0x8080070604030201ull, 0x8007060403020100ull,
+    0x8080808080070605ull, 0x8080808007060500ull, 0x8080808007060501ull, 0x8080800706050100ull,
+    0x8080808007060502ull, 0x8080800706050200ull, 0x8080800706050201ull, 0x8080070605020100ull,
+    0x8080808007060503ull, 0x8080800706050300ull, 0x8080800706050301ull, 0x8080070605030100ull,
+    0x8080800706050302ull, 0x8080070605030200ull, 0x8080070605030201ull, 0x8007060503020100ull,
+    0x8080808007060504ull, 0x8080800706050400ull, 0x8080800706050401ull, 0x8080070605040100ull,
+    0x8080800706050402ull, 0x8080070605040200ull, 0x8080070605040201ull, 0x8007060504020100ull,
+    0x8080800706050403ull, 0x8080070605040300ull, 0x8080070605040301ull, 0x8007060504030100ull,
+    0x8080070605040302ull, 0x8007060504030200ull, 0x8007060504030201ull, 0x0706050403020100ull,
+};
+
+#if TWPF_AVX2_SHUFFLES
+/* hb[0..e) = u[i] >> t for the bitmap's set bits i in order, 8 ids a step (hb has 8 bytes of
+ * room past e). */
+__attribute__((target("avx2,popcnt")))
+static unsigned twpf_highs_avx2(const uint8_t *u, unsigned t, const uint64_t *bm, uint8_t *hb) {
+    const __m128i cnt = _mm_cvtsi32_si128((int)t);
+    const __m128i lowmask = _mm_set1_epi8((char)(0xFFu >> t));
+    unsigned c = 0;
+    for (unsigned g = 0; g < 16; g += 2) {
+        /* 16 ids: bytes shifted right by t (16-bit shift, then the bits from the neighbour
+         * byte masked off) */
+        const __m128i h = _mm_and_si128(_mm_srl_epi16(_mm_loadu_si128((const __m128i *)(const void *)(u + 8 * g)), cnt), lowmask);
+        const uint64_t w = bm[g >> 3] >> (8 * (g & 7));
+        const unsigned m0 = (unsigned)(w & 0xFF), m1 = (unsigned)((w >> 8) & 0xFF);
+        _mm_storel_epi64((__m128i *)(void *)(hb + c),
+                         _mm_shuffle_epi8(h, _mm_loadl_epi64((const __m128i *)(const void *)&twpf_compress8[m0])));
+        c += (unsigned)__builtin_popcount(m0);
+        _mm_storel_epi64((__m128i *)(void *)(hb + c),
+                         _mm_shuffle_epi8(_mm_srli_si128(h, 8), _mm_loadl_epi64((const __m128i *)(const void *)&twpf_compress8[m1])));
+        c += (unsigned)__builtin_popcount(m1);
+    }
+    return c;
 }
+#endif
 
 /* One block of m (1..128) ids from src to o; returns the end of what it wrote. */
 static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
     uint32_t v[TWPF_BLOCK];
-    uint32_t w[TWPF_BLOCK];
     uint8_t u[TWPF_BLOCK];
     unsigned cnt[8];
-    /* the one read of the source: everything below works on the copy */
-    uint32_t orv = twbp_copy_or_all((int32_t *)v, src, m);
-    if (m < TWPF_BLOCK) memset(v + m, 0, 4 * (TWPF_BLOCK - m));
+    const uint32_t orv = twpf_copy_block(v, src, m);
     const unsigned M = twpf_bitlen(orv);
     const unsigned lo = M > 8 ? M - 8 : 0;
-    unsigned b = M, e = 0;
+    const size_t nbm = (m + 7) / 8;
+    unsigned b = M;
     size_t best = ((size_t)m * M + 7) / 8;
     if (M > 0) {
-        twpf_narrow(v, lo, u);
-        twpf_counts(u, cnt);
-        for (unsigned c = M; c-- > lo;) {  /* c = candidate base width, M-1 down to lo */
-            unsigned ec = cnt[c - lo];
-            if (ec >= m) continue;
-            size_t size = ((size_t)m * c + 7) / 8 + 1 + ((size_t)ec * (7 + M - c) + 7) / 8;
+#if TWPF_AVX2_SHUFFLES
+        if (twbp_have_avx2) {
+            twpf_narrow_counts_avx2(v, lo, u, cnt);
+        } else
+#endif
+        {
+            twpf_narrow(v, lo, u);
+            twpf_counts(u, cnt);
+        }
+        for (unsigned c = M; c-- > lo;) {   /* candidate base width c, M-1 down to lo; every
+                                             * c < M has at least one exception */
+            const size_t size = ((size_t)m * c + 7) / 8 + nbm + cnt[c - lo];
             if (size < best) {
                 best = size;
                 b = c;
-                e = ec;
             }
         }
     }
-    *o++ = (uint8_t)b;
-    *o++ = (uint8_t)e;
-    if (e) *o++ = (uint8_t)(M - b);
+    const int exc = b < M;
+    *o++ = (uint8_t)(b | (exc ? TWPF_EXC_FLAG : 0u));
     if (m == TWPF_BLOCK) {
         twpf_vpack(v, o, b);                 /* keeps the low b bits itself */
         o += 16 * b;
     } else if (b == 32) {
         for (unsigned i = 0; i < m; i++, o += 4) tw_store_le32(o, v[i]);
     } else if (b > 0) {
-        twpf_mask(v, (uint32_t)((1ull << b) - 1), w);
+        uint32_t w[TWPF_BLOCK];
+        const uint32_t mask = (uint32_t)((1ull << b) - 1);
+        for (unsigned i = 0; i < m; i++) w[i] = v[i] & mask;
         twbp_packer pk = {o, 0, 0};
         twbp_pack(&pk, (const int32_t *)w, m, b);
         twbp_pack_finish(&pk);
         o = pk.out;
     }
-    if (e) {
-        /* exceptions: ids with v >> b != 0, i.e. u >= 2**(b-lo) (b - lo < 8); found 8 at a time:
-         * a byte of x is nonzero iff the id is one, and its bit 7 then lights in z */
-        const unsigned f = 7 + (M - b);
-        const uint64_t hib = 0x0101010101010101ull * (uint8_t)(0xFFu << (b - lo));
-        const uint64_t lo7 = 0x7F7F7F7F7F7F7F7Full, top = 0x8080808080808080ull;
-        uint64_t acc = 0;
-        unsigned bits = 0;
-        for (unsigned g = 0; g < TWPF_BLOCK; g += 8) {
-            uint64_t x;
-            memcpy(&x, u + g, 8);
-#if TW_HOST_BIG_ENDIAN
-            x = tw_bswap64(x);
+    if (exc) {
+        /* exceptions: v >> b != 0, i.e. u >= 2**(b - lo) (b - lo <= 7); high part v >> b is
+         * u >> (b - lo) < 256. u is zero past m, so the bitmap is too. */
+        uint64_t bm[2];
+        const unsigned t = b - lo;
+        twpf_bitmap(u, 1u << t, bm);
+        if (m == TWPF_BLOCK) {
+            tw_store_le64(o, bm[0]);
+            tw_store_le64(o + 8, bm[1]);
+        } else {
+            for (unsigned k = 0; k < nbm; k++) o[k] = (uint8_t)(bm[k >> 3] >> (8 * (k & 7)));
+        }
+        o += nbm;
+#if TWPF_AVX2_SHUFFLES
+        if (twbp_have_avx2) {
+            uint8_t hb[TWPF_BLOCK + 8];
+            const unsigned e = twpf_highs_avx2(u, t, bm, hb);
+            memcpy(o, hb, e);
+            o += e;
+        } else
 #endif
-            x &= hib;
-            uint64_t z = (x | ((x & lo7) + lo7)) & top;
-            for (; z; z &= z - 1) {
-                const unsigned i = g + ((unsigned)__builtin_ctzll(z) >> 3);
-                /* f = 7 + M - b <= 15 (b >= M - 8) onto fewer than 32 pending bits */
-                acc |= ((uint64_t)i | (uint64_t)(v[i] >> b) << 7) << bits;
-                bits += f;
-                if (bits >= 32) {
-                    tw_store_le32(o, (uint32_t)acc);
-                    o += 4;
-                    acc >>= 32;
-                    bits -= 32;
-                }
-            }
+        {
+            for (unsigned h = 0; h < 2; h++)
+                for (uint64_t w = bm[h]; w; w &= w - 1)
+                    *o++ = (uint8_t)(u[64 * h + (unsigned)__builtin_ctzll(w)] >> t);
         }
-        while (bits >= 8) {
-            *o++ = (uint8_t)acc;
-            acc >>= 8;
-            bits -= 8;
-        }
-        if (bits) *o++ = (uint8_t)acc;
     }
     return o;
 }
@@ -368,15 +539,206 @@ static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
 
 /* ---- decoder ------------------------------------------------------------------------------- */
 
+/* twpf_expand8[k]: the pshufb control that spreads the first popcount(k) bytes of a register to
+ * the byte positions of k's set bits (0x80 = zero elsewhere): the high parts of 8 ids at once. */
+static const uint64_t twpf_expand8[256] = {
+    0x8080808080808080ull, 0x8080808080808000ull, 0x8080808080800080ull, 0x8080808080800100ull,
+    0x8080808080008080ull, 0x8080808080018000ull, 0x8080808080010080ull, 0x8080808080020100ull,
+    0x8080808000808080ull, 0x8080808001808000ull, 0x8080808001800080ull, 0x8080808002800100ull,
+    0x8080808001008080ull, 0x8080808002018000ull, 0x8080808002010080ull, 0x8080808003020100ull,
+    0x8080800080808080ull, 0x8080800180808000ull, 0x8080800180800080ull, 0x8080800280800100ull,
+    0x8080800180008080ull, 0x8080800280018000ull, 0x8080800280010080ull, 0x8080800380020100ull,
+    0x8080800100808080ull, 0x8080800201808000ull, 0x8080800201800080ull, 0x8080800302800100ull,
+    0x8080800201008080ull, 0x8080800302018000ull, 0x8080800302010080ull, 0x8080800403020100ull,
+    0x8080008080808080ull, 0x8080018080808000ull, 0x8080018080800080ull, 0x8080028080800100ull,
+    0x8080018080008080ull, 0x8080028080018000ull, 0x8080028080010080ull, 0x8080038080020100ull,
+    0x8080018000808080ull, 0x8080028001808000ull, 0x8080028001800080ull, 0x8080038002800100ull,
+    0x8080028001008080ull, 0x8080038002018000ull, 0x8080038002010080ull, 0x8080048003020100ull,
+    0x8080010080808080ull, 0x8080020180808000ull, 0x8080020180800080ull, 0x8080030280800100ull,
+    0x8080020180008080ull, 0x8080030280018000ull, 0x8080030280010080ull, 0x8080040380020100ull,
+    0x8080020100808080ull, 0x8080030201808000ull, 0x8080030201800080ull, 0x8080040302800100ull,
+    0x8080030201008080ull, 0x8080040302018000ull, 0x8080040302010080ull, 0x8080050403020100ull,
+    0x8000808080808080ull, 0x8001808080808000ull, 0x8001808080800080ull, 0x8002808080800100ull,
+    0x8001808080008080ull, 0x8002808080018000ull, 0x8002808080010080ull, 0x8003808080020100ull,
+    0x8001808000808080ull, 0x8002808001808000ull, 0x8002808001800080ull, 0x8003808002800100ull,
+    0x8002808001008080ull, 0x8003808002018000ull, 0x8003808002010080ull, 0x8004808003020100ull,
+    0x8001800080808080ull, 0x8002800180808000ull, 0x8002800180800080ull, 0x8003800280800100ull,
+    0x8002800180008080ull, 0x8003800280018000ull, 0x8003800280010080ull, 0x8004800380020100ull,
+    0x8002800100808080ull, 0x8003800201808000ull, 0x8003800201800080ull, 0x8004800302800100ull,
+    0x8003800201008080ull, 0x8004800302018000ull, 0x8004800302010080ull, 0x8005800403020100ull,
+    0x8001008080808080ull, 0x8002018080808000ull, 0x8002018080800080ull, 0x8003028080800100ull,
+    0x8002018080008080ull, 0x8003028080018000ull, 0x8003028080010080ull, 0x8004038080020100ull,
+    0x8002018000808080ull, 0x8003028001808000ull, 0x8003028001800080ull, 0x8004038002800100ull,
+    0x8003028001008080ull, 0x8004038002018000ull, 0x8004038002010080ull, 0x8005048003020100ull,
+    0x8002010080808080ull, 0x8003020180808000ull, 0x8003020180800080ull, 0x8004030280800100ull,
+    0x8003020180008080ull, 0x8004030280018000ull, 0x8004030280010080ull, 0x8005040380020100ull,
+    0x8003020100808080ull, 0x8004030201808000ull, 0x8004030201800080ull, 0x8005040302800100ull,
+    0x8004030201008080ull, 0x8005040302018000ull, 0x8005040302010080ull, 0x8006050403020100ull,
+    0x0080808080808080ull, 0x0180808080808000ull, 0x0180808080800080ull, 0x0280808080800100ull,
+    0x0180808080008080ull, 0x0280808080018000ull, 0x0280808080010080ull, 0x0380808080020100ull,
+    0x0180808000808080ull, 0x0280808001808000ull, 0x0280808001800080ull, 0x0380808002800100ull,
+    0x0280808001008080ull, 0x0380808002018000ull, 0x0380808002010080ull, 0x0480808003020100ull,
+    0x0180800080808080ull, 0x0280800180808000ull, 0x0280800180800080ull, 0x0380800280800100ull,
+    0x0280800180008080ull, 0x0380800280018000ull, 0x0380800280010080ull, 0x0480800380020100ull,
+    0x0280800100808080ull, 0x0380800201808000ull, 0x0380800201800080ull, 0x0480800302800100ull,
+    0x0380800201008080ull, 0x0480800302018000ull, 0x0480800302010080ull, 0x0580800403020100ull,
+    0x0180008080808080ull, 0x0280018080808000ull, 0x0280018080800080ull, 0x0380028080800100ull,
+    0x0280018080008080ull, 0x0380028080018000ull, 0x0380028080010080ull, 0x0480038080020100ull,
+    0x0280018000808080ull, 0x0380028001808000ull, 0x0380028001800080ull, 0x0480038002800100ull,
+    0x0380028001008080ull, 0x0480038002018000ull, 0x0480038002010080ull, 0x0580048003020100ull,
+    0x0280010080808080ull, 0x0380020180808000ull, 0x0380020180800080ull, 0x0480030280800100ull,
+    0x0380020180008080ull, 0x0480030280018000ull, 0x0480030280010080ull, 0x0580040380020100ull,
+    0x0380020100808080ull, 0x0480030201808000ull, 0x0480030201800080ull, 0x0580040302800100ull,
+    0x0480030201008080ull, 0x0580040302018000ull, 0x0580040302010080ull, 0x0680050403020100ull,
+    0x0100808080808080ull, 0x0201808080808000ull, 0x0201808080800080ull, 0x0302808080800100ull,
+    0x0201808080008080ull, 0x0302808080018000ull, 0x0302808080010080ull, 0x0403808080020100ull,
+    0x0201808000808080ull, 0x0302808001808000ull, 0x0302808001800080ull, 0x0403808002800100ull,
+    0x0302808001008080ull, 0x0403808002018000ull, 0x0403808002010080ull, 0x0504808003020100ull,
+    0x0201800080808080ull, 0x0302800180808000ull, 0x0302800180800080ull, 0x0403800280800100ull,
+    0x0302800180008080ull, 0x0403800280018000ull, 0x0403800280010080ull, 0x0504800380020100ull,
+    0x0302800100808080ull, 0x0403800201808000ull, 0x0403800201800080ull, 0x0504800302800100ull,
+    0x0403800201008080ull, 0x0504800302018000ull, 0x0504800302010080ull, 0x0605800403020100ull,
+    0x0201008080808080ull, 0x0302018080808000ull, 0x0302018080800080ull, 0x0403028080800100ull,
+    0x0302018080008080ull, 0x0403028080018000ull, 0x0403028080010080ull, 0x0504038080020100ull,
+    0x0302018000808080ull, 0x0403028001808000ull, 0x0403028001800080ull, 0x0504038002800100ull,
+    0x0403028001008080ull, 0x0504038002018000ull, 0x0504038002010080ull, 0x0605048003020100ull,
+    0x0302010080808080ull, 0x0403020180808000ull, 0x0403020180800080ull, 0x0504030280800100ull,
+    0x0403020180008080ull, 0x0504030280018000ull, 0x0504030280010080ull, 0x0605040380020100ull,
+    0x0403020100808080ull, 0x0504030201808000ull, 0x0504030201800080ull, 0x0605040302800100ull,
+    0x0504030201008080ull, 0x0605040302018000ull, 0x0605040302010080ull, 0x0706050403020100ull,
+};
+
+
+/* d[i] |= hb[k] << b for the k-th set bit i of the bitmap (bm0: ids 0..63, bm1: 64..127);
+ * hb holds the block's high parts and 8 readable bytes past them. */
+TWBP_INLINE void twpf_patch_c(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_t bm1, unsigned b) {
+    for (uint64_t w = bm0; w; w &= w - 1) {
+        const unsigned i = (unsigned)__builtin_ctzll(w);
+        d[i] = (int32_t)((uint32_t)d[i] | (uint32_t)*hb++ << b);
+    }
+    for (uint64_t w = bm1; w; w &= w - 1) {
+        const unsigned i = 64u + (unsigned)__builtin_ctzll(w);
+        d[i] = (int32_t)((uint32_t)d[i] | (uint32_t)*hb++ << b);
+    }
+}
+
+#if TWPF_AVX2_SHUFFLES
+/* The same for a full block, 8 ids a step whatever their exception count: the step's bitmap
+ * byte picks a shuffle that spreads the next high parts to their ids, widened to 32 bits,
+ * shifted by b and ORed in. */
+__attribute__((target("avx2,popcnt")))
+static void twpf_patch_avx2(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_t bm1, unsigned b) {
+    const __m128i cnt = _mm_cvtsi32_si128((int)b);
+    unsigned c = 0;
+    for (unsigned g = 0; g < 16; g++) {
+        const unsigned m8 = (unsigned)(((g < 8 ? bm0 : bm1) >> (8 * (g & 7))) & 0xFF);
+        if (!m8) continue;
+        const __m128i x = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(const void *)(hb + c)),
+                                           _mm_loadl_epi64((const __m128i *)(const void *)&twpf_expand8[m8]));
+        const __m256i y = _mm256_sll_epi32(_mm256_cvtepu8_epi32(x), cnt);
+        __m256i *dp = (__m256i *)(void *)(d + 8 * g);
+        _mm256_storeu_si256(dp, _mm256_or_si256(_mm256_loadu_si256(dp), y));
+        c += (unsigned)__builtin_popcount(m8);
+    }
+}
+#endif
+
+#if TWPF_AVX2_SHUFFLES
+/* Full block at width B (1..31) with AVX2, 8 ids (two rows of the vertical layout) a step: the
+ * two rows' words side by side in one register, shifted per half (vpsrlvd / vpsllvd; a count of
+ * 32 gives zero where an id does not reach the next word, so no word past the area is read);
+ * with P, the step's bitmap byte spreads the next high parts (hb) to their ids before the
+ * store. Returns the OR of the base values. */
+__attribute__((target("avx2,popcnt"))) __attribute__((always_inline))
+static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, const unsigned B, const int P,
+                                           const uint8_t *hb, uint64_t bm0, uint64_t bm1,
+                                           uint32_t *hchk) {
+    const __m256i vmask = _mm256_set1_epi32((int)((1u << B) - 1));
+    const __m128i cnt = _mm_cvtsi32_si128((int)B);
+    __m256i orv = _mm256_setzero_si256(), orh = _mm256_setzero_si256();
+    unsigned c = 0, zero = 0;
+    TWPF_UNROLL
+    for (unsigned g = 0; g < 16; g++) {
+        const unsigned t0 = 2 * g * B, t1 = t0 + B;             /* stream bits of rows 2g, 2g+1 */
+        const unsigned k0 = t0 / 32, s0 = t0 % 32, k1 = t1 / 32, s1 = t1 % 32;
+        const unsigned n0 = s0 + B > 32 ? k0 + 1 : k0, n1 = s1 + B > 32 ? k1 + 1 : k1;
+        const int c0 = s0 + B > 32 ? (int)(32 - s0) : 32, c1 = s1 + B > 32 ? (int)(32 - s1) : 32;
+        const __m256i a = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)(in + 16 * k1)),
+                                           _mm_loadu_si128((const __m128i *)(const void *)(in + 16 * k0)));
+        const __m256i nx = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)(in + 16 * n1)),
+                                            _mm_loadu_si128((const __m128i *)(const void *)(in + 16 * n0)));
+        __m256i v = _mm256_or_si256(
+            _mm256_srlv_epi32(a, _mm256_setr_epi32((int)s0, (int)s0, (int)s0, (int)s0, (int)s1, (int)s1, (int)s1, (int)s1)),
+            _mm256_sllv_epi32(nx, _mm256_setr_epi32(c0, c0, c0, c0, c1, c1, c1, c1)));
+        v = _mm256_and_si256(v, vmask);
+        orv = _mm256_or_si256(orv, v);
+        if (P) {
+            const unsigned m8 = (unsigned)(((g < 8 ? bm0 : bm1) >> (8 * (g & 7))) & 0xFF);
+            const __m128i x = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(const void *)(hb + c)),
+                                               _mm_loadl_epi64((const __m128i *)(const void *)&twpf_expand8[m8]));
+            const __m256i h = _mm256_cvtepu8_epi32(x);
+            /* judged in the register that is applied: a zero high part among the step's ids,
+             * and the OR of the high parts (for the width check) */
+            zero |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(h, _mm256_setzero_si256()))) & m8;
+            orh = _mm256_or_si256(orh, h);
+            v = _mm256_or_si256(v, _mm256_sll_epi32(h, cnt));
+            c += (unsigned)__builtin_popcount(m8);
+        }
+        _mm256_storeu_si256((__m256i *)(void *)(out + 8 * g), v);
+    }
+    if (P) {
+        __m128i h = _mm_or_si128(_mm256_castsi256_si128(orh), _mm256_extracti128_si256(orh, 1));
+        h = _mm_or_si128(h, _mm_srli_si128(h, 8));
+        h = _mm_or_si128(h, _mm_srli_si128(h, 4));
+        /* bit 8 set: some high part was zero (high parts are bytes) */
+        *hchk = (uint32_t)_mm_cvtsi128_si32(h) | (zero ? 0x100u : 0u);
+    }
+    __m128i o = _mm_or_si128(_mm256_castsi256_si128(orv), _mm256_extracti128_si256(orv, 1));
+    o = _mm_or_si128(o, _mm_srli_si128(o, 8));
+    o = _mm_or_si128(o, _mm_srli_si128(o, 4));
+    return (uint32_t)_mm_cvtsi128_si32(o);
+}
+
+/* Full block at width b (1..31), patched from hb/bm when hb is not NULL (hb: the high parts and
+ * 8 readable bytes past them); then *hchk = OR of the high parts, | 0x100 if one was zero. */
+__attribute__((target("avx2,popcnt")))
+static uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
+                                  uint64_t bm0, uint64_t bm1, uint32_t *hchk) {
+    if (hb) {
+        switch (b) {
+#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 1, hb, bm0, bm1, hchk);
+            TWPF_WIDTHS_1_31(TWPF_CASE)
+#undef TWPF_CASE
+            default: return 0;
+        }
+    }
+    switch (b) {
+#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 0, hb, bm0, bm1, hchk);
+        TWPF_WIDTHS_1_31(TWPF_CASE)
+#undef TWPF_CASE
+        default: return 0;
+    }
+}
+#endif
+
+/* Whether any of hb[0..e) is zero, hb holding nonzero bytes from e on to the next multiple of
+ * 16 (the caller fills 16 bytes of 0xFF past e). */
+TWBP_INLINE int twpf_any_zero(const uint8_t *hb, unsigned e) {
+#if TWPF_SSE2
+    __m128i z = _mm_setzero_si128();
+    for (unsigned k = 0; k < e; k += 16)
+        z = _mm_or_si128(z, _mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(const void *)(hb + k)), _mm_setzero_si128()));
+    return _mm_movemask_epi8(z) != 0;
+#else
+    unsigned bad = 0;
+    for (unsigned k = 0; k < e; k++) bad |= hb[k] == 0;
+    return bad;
+#endif
+}
+
 /* Once per process before the first encode or decode (CPU detection; idempotent). */
 static void twpf_init(void) {
     twbp_init();
-}
-
-/* d[p] |= h << b for the validated fields p | h << 7 of one block. */
-TWBP_INLINE void twpf_patch(int32_t *d, const uint32_t *fl, unsigned e, unsigned b) {
-    for (unsigned k = 0; k < e; k++)
-        d[fl[k] & 127] = (int32_t)((uint32_t)d[fl[k] & 127] | (fl[k] >> 7) << b);
 }
 
 #define TWPF_FAIL(code, text, at)                                                               \
@@ -389,8 +751,9 @@ TWBP_INLINE void twpf_patch(int32_t *d, const uint32_t *fl, unsigned e, unsigned
     } while (0)
 
 /* Decode a payload of len bytes holding n ids (both from a checked header) into dst[0..n).
- * Reads only src[0..len), writes only dst[0..n); on error returns a TWPF_E_* code with err set,
- * dst then holds garbage. Any byte string gives either TWPF_OK or an error, never UB. */
+ * Reads only src[0..len), every field once into a local before use; writes only dst[0..n); on error returns a
+ * TWPF_E_* code with err set, dst then holds garbage. Any byte string gives either TWPF_OK or an
+ * error, never UB. */
 static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
     size_t p = 0;
     if (err) {
@@ -403,106 +766,109 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         const unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
         int32_t *d = dst + s;
         const size_t at = p;
-        if (len - p < 2) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block header", at);
-        const unsigned b = src[p], e = src[p + 1];
-        p += 2;
+        if (p >= len) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends before a block", at);
+        const unsigned hdr = src[p++];
+        const unsigned b = hdr & ~TWPF_EXC_FLAG;
+        const unsigned exc = hdr & TWPF_EXC_FLAG;
         if (b > 32) TWPF_FAIL(TWPF_E_WIDTH, "block width above 32", at);
-        unsigned x = 0;
-        if (e) {
-            if (e >= m) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception count not below the block's id count", at);
-            if (len - p < 1) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block header", at);
-            x = src[p++];
-            if (x == 0 || b + x > 32)
-                TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception width 0 or block width plus exception width above 32", at);
-        }
+        if (exc && b == 32) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exceptions in a block of width 32", at);
         const size_t nbase = ((size_t)m * b + 7) / 8;
         if (len - p < nbase) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's ids", at);
+        const uint8_t *base = src + p;
+        p += nbase;
+        /* exceptions first (bitmap and high parts read once into locals and a stack copy, and
+         * judged), so the ids are written in one pass */
+        uint64_t bm0 = 0, bm1 = 0;
+        uint8_t hb[TWPF_BLOCK + 16];
+        const uint8_t *hp = hb;          /* where the AVX2 unpack reads the high parts */
+        int direct = 0;
+        (void)hp;
+        size_t e = 0;
+        if (exc) {
+            const size_t nbm = (m + 7) / 8;
+            if (len - p < nbm) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exception bitmap", at);
+            if (m == TWPF_BLOCK) {
+                bm0 = tw_load_le64(src + p);
+                bm1 = tw_load_le64(src + p + 8);
+            } else {
+                for (unsigned k = 0; k < nbm; k++) {
+                    const uint64_t byte = src[p + k];
+                    if (k < 8) bm0 |= byte << (8 * k);
+                    else bm1 |= byte << (8 * (k - 8));
+                }
+                /* no bit at or past m (m < 128) */
+                if (m <= 64 ? (bm1 || (m < 64 && (bm0 >> m))) : (bm1 >> (m - 64)) != 0)
+                    TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
+            }
+            p += nbm;
+            e = (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
+            if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
+            if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
+#if TWPF_AVX2_SHUFFLES
+            /* the AVX2 unpack reads the high parts in place, judging each in the register it
+             * applies (no copy, no second read); it loads 8 bytes at a time, so 8 must remain */
+            direct = m == TWPF_BLOCK && twbp_have_avx2 && b > 0 && len - p >= e + 8;
+            if (direct) hp = src + p;
+#endif
+        }
+        if (exc && !direct) {
+            memcpy(hb, src + p, e);
+            memset(hb + e, 0xFF, 16);        /* never spread: only e bits are set in the bitmap */
+            if (twpf_any_zero(hb, (unsigned)e))
+                TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
+            if (b > 24) {
+                unsigned orh = 0;
+                for (size_t k = 0; k < e; k++) orh |= hb[k];
+                if (orh >> (32 - b))
+                    TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
+            }
+        }
+        p += e;
+        uint32_t orv = 0;
+        int patched = 0;
         if (m == TWPF_BLOCK) {
-            twpf_vunpack(src + p, d, b);
+#if TWPF_AVX2_SHUFFLES
+            if (twbp_have_avx2 && b > 0 && b < 32) {
+                uint32_t hchk = 0;
+                orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bm0, bm1, &hchk);
+                patched = 1;
+                if (direct) {
+                    if (hchk & 0x100u) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
+                    if (b > 24 && ((hchk & 0xFFu) >> (32 - b)))
+                        TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
+                }
+            } else
+#endif
+                orv = twpf_vunpack(base, d, b);
         } else if (b == 0) {
             memset(d, 0, 4 * (size_t)m);
         } else if (b == 32) {
-            for (unsigned i = 0; i < m; i++) d[i] = (int32_t)tw_load_le32(src + p + 4 * (size_t)i);
+            for (unsigned i = 0; i < m; i++) {
+                const uint32_t v = tw_load_le32(base + 4 * (size_t)i);
+                orv |= v;
+                d[i] = (int32_t)v;
+            }
         } else {
-            twbp_unpack(src + p, len - p, 0, d, m, b);
             const unsigned used = (m * b) & 7;
-            if (used && (src[p + nbase - 1] >> used))
-                TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", p + nbase - 1);
+            /* the last byte read once, before the ids: the padding check cannot race the unpack */
+            const unsigned last = base[nbase - 1];
+            if (used && (last >> used))
+                TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", (size_t)(base - src) + nbase - 1);
+            twbp_unpack(base, nbase, 0, d, m, b);
+            if (!exc) orv = twbp_or_all(d, m);
         }
-        p += nbase;
-        if (!e) {
-            if (b && !(twbp_or_all(d, m) >> (b - 1)))
+        if (!exc) {
+            if (b && !(orv >> (b - 1)))
                 TWPF_FAIL(TWPF_E_NONCANONICAL, "block width larger than its largest id needs", at);
             continue;
         }
-        const unsigned f = 7 + x;
-        const size_t nexc = ((size_t)e * f + 7) / 8;
-        if (len - p < nexc) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
-        const uint8_t *q = src + p;
-        const size_t qlen = len - p;
-        uint32_t orh = 0;
-        int prev = -1;
-        uint64_t bit = 0;
-        unsigned j = 0;
-        if (f <= 31) {
-            /* fields extracted and judged in one pass, applied once the block is valid */
-            uint32_t fl[TWPF_BLOCK];
-            const uint64_t fmask = (1ull << f) - 1;
-            unsigned bad = 0, badpos = 0, e_done = 0;
-            int pv = -1;
-#define TWPF_JUDGE(k)                                                                          \
-            do {                                                                               \
-                const int pk = (int)(fl[k] & 127);                                             \
-                bad |= fl[k] < 128;                                                            \
-                badpos |= pk <= pv;                                                            \
-                pv = pk;                                                                       \
-                orh |= fl[k];                                                                  \
-            } while (0)
-            if (m == TWPF_BLOCK && qlen >= nexc + 8) {
-                /* full block: every 7-bit position is inside it, so patch in the same pass
-                 * (a bad block's ids are garbage anyway); one 8-byte load per field */
-                for (unsigned k = 0, bk = 0; k < e; k++, bk += f) {
-                    fl[k] = (uint32_t)((tw_load_le64(q + (bk >> 3)) >> (bk & 7)) & fmask);
-                    TWPF_JUDGE(k);
-                    d[fl[k] & 127] = (int32_t)((uint32_t)d[fl[k] & 127] | (fl[k] >> 7) << b);
-                }
-                e_done = 1;
-            } else if (qlen >= nexc + 8) {
-                for (unsigned k = 0, bk = 0; k < e; k++, bk += f) {
-                    fl[k] = (uint32_t)((tw_load_le64(q + (bk >> 3)) >> (bk & 7)) & fmask);
-                    TWPF_JUDGE(k);
-                }
-            } else {
-                for (unsigned k = 0; k < e; k++) {
-                    fl[k] = (uint32_t)twpf_get(q, qlen, (uint64_t)k * f, f);
-                    TWPF_JUDGE(k);
-                }
-            }
-#undef TWPF_JUDGE
-            orh >>= 7;
-            if (badpos || pv >= (int)m)
-                TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
-            if (bad) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
-            if (!e_done) twpf_patch(d, fl, e, b);
-            j = e;
+        if (!patched) {
+#if TWPF_AVX2_SHUFFLES
+            if (m == TWPF_BLOCK && twbp_have_avx2) twpf_patch_avx2(d, hb, bm0, bm1, b);
+            else
+#endif
+                twpf_patch_c(d, hb, bm0, bm1, b);
         }
-        for (; j < e; j++, bit += f) {
-            uint64_t fld = twpf_get(q, qlen, bit, f);
-            int pos = (int)(fld & 127);
-            uint32_t h = (uint32_t)(fld >> 7);
-            if (pos <= prev || pos >= (int)m)
-                TWPF_FAIL(TWPF_E_POSITION, "exception positions not increasing or past the block", at);
-            if (h == 0) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with zero high bits", at);
-            prev = pos;
-            orh |= h;
-            d[pos] = (int32_t)((uint32_t)d[pos] | h << b);
-        }
-        if (!(orh >> (x - 1)))
-            TWPF_FAIL(TWPF_E_NONCANONICAL, "exception width larger than its largest exception needs", at);
-        const unsigned used = (unsigned)(((size_t)e * f) & 7);
-        if (used && (q[nexc - 1] >> used))
-            TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's exceptions", p + nexc - 1);
-        p += nexc;
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
     return TWPF_OK;
