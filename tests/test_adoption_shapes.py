@@ -352,3 +352,78 @@ def test_default_none_on_a_plain_class_reads_as_the_class_attribute_did():
     assert ExecutorRequest.__new__(ExecutorRequest).__dict__ == {}
     with pytest.raises(AttributeError, match="prompt_token_ids"):
         ExecutorRequest.__new__(ExecutorRequest).prompt_token_ids      # no default: unset
+
+
+# -- hostile states naming tokenwire's holder, and array fields below protocol 3 ----------------
+
+class _HeldReq:
+    ids = TokenIds()
+
+
+def _pickle_with_state(state: Any) -> bytes:
+    import copyreg
+    import io
+
+    class P(pickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if type(obj) is _HeldReq:
+                return (copyreg.__newobj__, (_HeldReq,), state)
+            return NotImplemented
+
+    out = io.BytesIO()
+    P(out, protocol=5).dump(object.__new__(_HeldReq))
+    return out.getvalue()
+
+
+def test_a_pickled_holder_cannot_take_state_past_its_checks() -> None:
+    # A pickle may build tokenwire's holder (its class is allowed, as __reduce__ needs) and then
+    # BUILD slot state into it: bytes as the "vector", or a typecode that cannot hold the ids.
+    import io
+    tv = tokenwire.as_tokens([1000, 70000])
+
+    class Forged:
+        def __init__(self, slots: Dict[str, Any]) -> None:
+            self.slots = slots
+
+        def __reduce__(self) -> Any:
+            return (_TokenField, (tv,), (None, self.slots))
+
+    allow = {("tokenwire.request", "_TokenField"), ("copyreg", "__newobj__"),
+             (__name__, "_HeldReq"), (__name__, "Forged")}
+
+    class U(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            return tokenwire.find_class(module, name, allow=allow)
+
+    for slots in ({"vector": b"\x01\x02\x03", "kind": "b"}, {"kind": "b"}):
+        data = _pickle_with_state({"__tokenwire__": 1, "ids": {"as_is": Forged(slots)}})
+        with pytest.raises(WireFormatError, match="takes no pickled state"):
+            U(io.BytesIO(data)).load()
+    # An honest holder sent as it is: rebuilt through its checks, the ids kept.
+    data = _pickle_with_state({"__tokenwire__": 1, "ids": {"as_is": _TokenField(tv)}})
+    out = U(io.BytesIO(data)).load()
+    assert type(token_buffer(out, "ids")) is TokenVector and out.ids == [1000, 70000]
+
+
+class _Proto2Req:
+    ids = TokenIds(codec="auto")
+
+
+def test_array_field_with_a_compact_codec_pickles_below_protocol_3_without_codecs() -> None:
+    # Below protocol 3 bytes pickle through `_codecs.encode`, a global a restricted unpickler
+    # would have to allow: frames travel as latin-1 text, the (frame, typecode) form too.
+    import io
+    import pickletools
+    r = _Proto2Req()
+    r.ids = array("q", range(100))
+    data = pickle.dumps(r, protocol=2)
+    names = [arg for op, arg, _ in pickletools.genops(data) if op.name == "GLOBAL"]
+    assert not any("_codecs" in str(n) for n in names), names
+    allow = {(__name__, "_Proto2Req"), ("copyreg", "_reconstructor"), ("builtins", "object")}
+
+    class U(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            return tokenwire.find_class(module, name, allow=allow)
+
+    out = U(io.BytesIO(data)).load()
+    assert type(out.ids) is array and out.ids.typecode == "q" and out.ids.tolist() == list(range(100))

@@ -7,6 +7,8 @@ that a regression is a failed test and not a dead pytest.
 
 from __future__ import annotations
 
+import io
+import pickle
 import struct
 import subprocess
 import sys
@@ -497,7 +499,10 @@ def test_inputs_are_not_modified() -> None:
 # Restricted unpickling: a pickle naming one source many times (its memo makes that cost a few
 # bytes a time) gets one vector, so memory stays within a constant factor of the pickle.
 
-_REFS = 300
+# 30 pickled objects (60 references for the request states: below the 64 repeats a mutable
+# source may have, see test_one_mutable_buffer_named_many_times_is_refused_past_a_bound): one
+# copy each would be 30-60 MiB, one copy in all is 1 MiB.
+_REFS = 30
 _SOURCE = 1 << 20                                        # 1 MiB of ids
 _GLOBAL = b"\x8c\x0ftokenwire._core\x8c\x15_restore_token_vector\x93\x94"   # memo 0
 
@@ -641,3 +646,31 @@ def test_state_keys_naming_methods_are_refused() -> None:
     assert req.total == 3                                  # cached in __dict__ as "total"
     back = pickle.loads(pickle.dumps(req))
     assert back.total == 3 and "total" in vars(back)
+
+
+# -- one mutable buffer named many times: bounded comparisons, not only bounded memory ---------
+
+def _bytearray_named(refs: int, nbytes: int) -> bytes:
+    """A protocol-5 pickle naming only the allowed restore function: one BYTEARRAY8 of `nbytes`,
+    restored `refs` times through the memo (5 bytes per reference)."""
+    out = bytearray(b"\x80\x05")
+    out += b"\x8c\x0ftokenwire._core\x94\x8c\x15_restore_token_vector\x94\x93\x94"   # memo 2
+    out += b"\x96" + nbytes.to_bytes(8, "little") + b"\x01" * nbytes + b"\x94"     # memo 3
+    out += b"\x85\x94("                                                             # memo 4
+    out += b"h\x02h\x04R" * refs
+    return bytes(out + b"l.")
+
+
+class _AllowListed(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        return tokenwire.find_class(module, name)
+
+
+def test_one_mutable_buffer_named_many_times_is_refused_past_a_bound() -> None:
+    # Each repeat of a mutable source costs a full comparison (its bytes may have changed since):
+    # 50,000 references to one 8 MiB bytearray took 12 s. tokenwire never names one buffer twice,
+    # so past a small bound the pickle is refused.
+    few = _AllowListed(io.BytesIO(_bytearray_named(64, 4096))).load()
+    assert len({id(v) for v in few}) == 1 and few[0].tolist() == [0x01010101] * 1024
+    with pytest.raises(WireFormatError, match="names one mutable buffer of 4096 bytes more than 64"):
+        _AllowListed(io.BytesIO(_bytearray_named(65 + 1000, 4096))).load()

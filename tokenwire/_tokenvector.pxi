@@ -362,8 +362,12 @@ _frombuffer = TokenVector.frombuffer
 #   mutable source (bytearray, a memoryview of writable memory, a zmq.Frame): copied once into
 #     a bytes snapshot, keyed by (address, size); a hit returns the earlier vector only when
 #     the memory still equals the snapshot (memcmp), so a write made since is never hidden, and
-#     a reused address holding other bytes is a miss. A hit costs a comparison, never memory.
+#     a reused address holding other bytes is a miss. A hit costs a comparison, never memory;
+#     and since a pickle can name one buffer again in 2 bytes, the comparisons are bounded too:
+#     more than _MAX_REPEATS hits on one mutable source are refused (tokenwire never names one
+#     buffer twice: each vector pickles its own, and the pickler memoizes the vector itself).
 cdef dict _restored = {}
+cdef Py_ssize_t _MAX_REPEATS = 64
 
 
 def _forget_restored(key):
@@ -375,7 +379,7 @@ def _forget_restored(key):
 
 
 cdef object _remember(object key, object source, object result):
-    _restored[key] = (source, _weakref.ref(result, _forget_restored(key)))
+    _restored[key] = (source, _weakref.ref(result, _forget_restored(key)), [0])
     return result
 
 
@@ -404,9 +408,14 @@ def _restore_shared(data, make):
         entry = _restored.get(key)
         if entry is not None:
             result = entry[1]()
-            if result is not None and memcmp(PyBytes_AS_STRING(entry[0]), view.buf,
-                                             <size_t>view.len) == 0:
-                return result
+            if result is not None:
+                entry[2][0] += 1
+                if entry[2][0] > _MAX_REPEATS:
+                    raise WireFormatError(
+                        f"the pickle names one mutable buffer of {view.len} bytes more than "
+                        f"{_MAX_REPEATS} times")
+                if memcmp(PyBytes_AS_STRING(entry[0]), view.buf, <size_t>view.len) == 0:
+                    return result
         snapshot = PyBytes_FromStringAndSize(<const char*>view.buf, view.len)
     finally:
         PyBuffer_Release(&view)

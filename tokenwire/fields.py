@@ -115,6 +115,11 @@ class _TokenField:
         self.vector = vector
         self.kind: Union[bool, str] = kind
 
+    def __setstate__(self, state: Any) -> None:
+        # Made only by its checked constructor (see __reduce__): a pickle's BUILD of a state
+        # into one would set `vector` and `kind` past those checks.
+        raise WireFormatError("a _TokenField takes no pickled state")
+
     @property
     def as_tuple(self) -> bool:
         """The ids read back as a tuple (the earlier name of ``kind is True``)."""
@@ -207,7 +212,11 @@ def _field_from_state(owner: str, name: str, payload: Any) -> Any:
         # the unmodified class kept it.
         return payload
     if kind is dict and len(payload) == 1 and _AS_IS in payload:
-        return payload[_AS_IS]
+        value = payload[_AS_IS]
+        if type(value) is _TokenField:
+            # tokenwire's holder, as a pickle may build it: a fresh one, checked as it is made
+            return _TokenField(value.vector, value.kind)
+        return value
     raise WireFormatError(
         f"{owner} state key {name!r}: a token field is a TokenVector, a wire frame, a list, "
         f"a tuple, a value sent as it is or None, got {kind.__name__}"

@@ -268,8 +268,8 @@ def _frames_as_text(payload: Any) -> Any:
     a frame travels as a latin-1 str instead, as a TokenVector does."""
     if type(payload) is bytes:
         return payload.decode("latin-1")
-    if type(payload) is tuple and len(payload) == 1 and type(payload[0]) is bytes:
-        return (payload[0].decode("latin-1"),)
+    if type(payload) is tuple and 1 <= len(payload) <= 2 and type(payload[0]) is bytes:
+        return (payload[0].decode("latin-1"), *payload[1:])     # (frame,) / (frame, typecode)
     return payload
 
 
