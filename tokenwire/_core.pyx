@@ -55,7 +55,7 @@ from tokenwire._pyint cimport pyint_small_value
 import operator
 import sys
 from collections.abc import Sequence as _Sequence
-from pickle import PickleBuffer
+from pickle import PickleBuffer, UnpicklingError as _UnpicklingError
 
 from tokenwire.errors import (
     ChecksumError,

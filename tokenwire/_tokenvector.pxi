@@ -411,7 +411,9 @@ def _restore_shared(data, make):
             if result is not None:
                 entry[2][0] += 1
                 if entry[2][0] > _MAX_REPEATS:
-                    raise WireFormatError(
+                    # A rule of the pickle, not of a frame: refused as find_class refuses a
+                    # global it does not allow.
+                    raise _UnpicklingError(
                         f"the pickle names one mutable buffer of {view.len} bytes more than "
                         f"{_MAX_REPEATS} times")
                 if memcmp(PyBytes_AS_STRING(entry[0]), view.buf, <size_t>view.len) == 0:
