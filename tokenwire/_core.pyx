@@ -8,7 +8,9 @@ file per concept, all compiled into this one module (kernels compute, wrappers c
                          helper and the vocabulary check every entry point shares;
   * _tolist.pxi       -- list[int] materialization through a process-wide table of int objects;
   * _tokenvector.pxi  -- TokenVector, an immutable native int32 sequence (buffer protocol);
-  * _wire.pxi         -- the wire codec (encode / decode / frame_info).
+  * _restore.pxi      -- token data restored from a pickle (one rule for a repeated source);
+  * _wire.pxi         -- the wire codec (encode / decode / encode_many / decode_many);
+  * _inspect.pxi      -- frame_info, and which kernels this CPU runs.
 C-level concepts have one .pxd each (_byteorder, _bitpack, _crc32c, _frame, _pyint) over the C
 headers in include/tokenwire/, which the C++ header wire.hpp shares. Kernels take raw pointers,
 hold no references and are `noexcept nogil`; argument checks and error messages live in the
@@ -79,4 +81,6 @@ include "_memory.pxi"
 include "_convert.pxi"
 include "_tolist.pxi"
 include "_tokenvector.pxi"
+include "_restore.pxi"
 include "_wire.pxi"
+include "_inspect.pxi"
