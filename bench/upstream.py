@@ -33,21 +33,12 @@ import zmq
 import tokenwire.msgspec as tw_msgspec
 from bench.data import token_stream
 from bench.harness import Method, Result, Suite, Target, ratio_target, suite_main
+from bench.msgspec_json import SamplingParams   # the same sampling Struct as the msgspec suite
 from tokenwire import TokenVector, as_tokens
 
 CUSTOM_TYPE_RAW_VIEW = 3          # the host's own Ext codes (1-5); tokenwire uses 84 and 85
 MSGPACK_ZERO_COPY_THRESHOLD = 256
 REQUEST_TYPE_ADD = b"\x00"
-
-
-class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_tokens: Optional[int] = 16
-    stop: List[str] = []
-    seed: Optional[int] = None
 
 
 class ListRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
