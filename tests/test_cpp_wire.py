@@ -178,7 +178,8 @@ def _header(codec: int = 0, width: int = 32, flags: int = 0, count: int = 0,
 
 @pytest.mark.parametrize("frame", [
     b"", b"T", b"TW", b"TWIX", b"PK\x03\x04", b"'\"\\\n\x7f\xff", b"ab'c", b"TWIR",
-    _header(version=2), _header(codec=3), _header(codec=1, width=15), _header(codec=2, width=0),
+    _header(version=2), _header(codec=3), _header(codec=4), _header(codec=3, width=0, flags=4),
+    _header(codec=1, width=15), _header(codec=2, width=0),
     _header(codec=2, width=32), _header(flags=0x08), _header(flags=0x81),
     _header(count=2**40) + b"\0" * 4, _header(codec=2, width=1, count=2**64 - 1),
     _header(codec=2, width=31, count=2**58, flags=0x01) + b"\0" * 9,

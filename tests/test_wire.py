@@ -335,7 +335,9 @@ GOOD = tokenwire.encode([1, 2, 3, 4, 5], codec="raw")          # header(0, 32, 0
         (b"X", r"bad magic b'X'"),
         (header(version=2), r"unsupported version 2 \(this tokenwire reads version 1\)"),
         (header(version=0), r"unsupported version 0"),
-        (header(codec=3), r"unknown codec 3 \(known: 0 raw, 1 u16, 2 packed\)"),
+        (header(codec=4), r"unknown codec 4 \(known: 0 raw, 1 u16, 2 packed, 3 pfor\)"),
+        (header(codec=3), r"bad width 32 for codec 'pfor' \(must be 0\)"),
+        (header(codec=3, width=0, flags=0x04), r"reserved flag bits set: 0x04"),
         (header(codec=0, width=16), r"bad width 16 for codec 'raw' \(must be 32\)"),
         (header(codec=1, width=15), r"bad width 15 for codec 'u16' \(must be 16\)"),
         (header(codec=2, width=0), r"bad width 0 for codec 'packed' \(must be 1..31\)"),
@@ -727,7 +729,7 @@ def test_decode_does_not_leak_memory() -> None:
 
 
 def test_codec_table_is_what_encode_accepts() -> None:
-    assert tokenwire.wire.CODECS == ("auto", "raw", "u16", "packed", "zstd")
+    assert tokenwire.wire.CODECS == ("auto", "raw", "u16", "packed", "pfor", "zstd")
     for wire_id, name in enumerate(_core.CODEC_NAMES):
         frame = tokenwire.encode([1, 2, 3], codec=name)
         assert frame[5] == wire_id and tokenwire.frame_info(frame).codec == name
@@ -743,7 +745,7 @@ def test_check_codec_raises_what_encode_raises() -> None:
     with pytest.raises(ValueError) as by_encode:
         tokenwire.encode([1], codec="lz4")
     assert str(by_check.value) == str(by_encode.value) == (
-        "unknown codec 'lz4' (expected 'auto', 'raw', 'u16', 'packed' or 'zstd')")
+        "unknown codec 'lz4' (expected 'auto', 'raw', 'u16', 'packed', 'pfor' or 'zstd')")
 
 
 @pytest.mark.parametrize("fn", [tokenwire.decode, tokenwire.decode_many])

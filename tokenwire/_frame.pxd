@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The wire format's C, shared with the C++ header: the magic, the codec table, the header and
 count-table parse, the whole-frame checks and the zstd frame walk (include/tokenwire/frame.h);
-the codecs' payload kernels (payload.h); the encoder's rules and its one frame writer over the
+the codecs' payload kernels (payload.h; pfor's: pfor.h, through frame.h's tw_decode_pfor); the encoder's rules and its one frame writer over the
 same table (encode.h). A check
 returns -1 (TW_CHECKSUM_MISMATCH for a bad checksum) and writes its message -- the text of
 WireFormatError / ChecksumError -- into a caller buffer of TW_MSG_SIZE bytes."""
@@ -26,7 +26,9 @@ cdef extern from "tokenwire/frame.h" nogil:
         TW_CODEC_RAW
         TW_CODEC_U16
         TW_CODEC_PACKED
+        TW_CODEC_PFOR
         TW_NCODECS
+        TW_PFOR_LENGTH_SIZE
     ctypedef struct tw_codec_info:
         const char* name
         unsigned min_width
@@ -59,6 +61,13 @@ cdef extern from "tokenwire/frame.h" nogil:
     size_t tw_payload_size(unsigned width, uint64_t total) noexcept
     int64_t tw_zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len, char* msg,
                                size_t cap) noexcept
+    int tw_decode_pfor(const uint8_t* buf, const tw_layout* L, int32_t* dst, char* msg,
+                       size_t cap) noexcept
+
+
+# The pfor kernel's CPU probe (include/tokenwire/pfor.h; frame.h includes it).
+cdef extern from "tokenwire/pfor.h" nogil:
+    void twpf_init() noexcept
 
 
 # The codecs' payload kernels: one switch per direction (include/tokenwire/payload.h).
@@ -67,8 +76,8 @@ cdef extern from "tokenwire/payload.h" nogil:
         const int32_t* ids
         size_t n
 
-    void tw_write_payload(uint8_t* out, const tw_seq* seqs, size_t nseq, unsigned codec,
-                          unsigned width) noexcept
+    size_t tw_write_payload(uint8_t* out, const tw_seq* seqs, size_t nseq, unsigned codec,
+                            unsigned width) noexcept
     void tw_read_payload(const uint8_t* payload, size_t payload_len, unsigned codec,
                          unsigned width, uint64_t start, size_t n, int32_t* dst) noexcept
 
@@ -105,5 +114,5 @@ cdef extern from "tokenwire/encode.h" nogil:
                       size_t nseq, int multi, int checksum) noexcept
     unsigned tw_zstd_codec(uint32_t orv, unsigned* width) noexcept
     int tw_plan_zstd(tw_frame_plan* P, unsigned codec, unsigned width, size_t clen) noexcept
-    void tw_write_frame(uint8_t* out, const tw_frame_plan* P, const tw_seq* seqs, size_t nseq,
-                        const uint8_t* section) noexcept
+    size_t tw_write_frame(uint8_t* out, const tw_frame_plan* P, const tw_seq* seqs, size_t nseq,
+                          const uint8_t* section) noexcept

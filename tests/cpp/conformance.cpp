@@ -12,7 +12,7 @@
 //   op 'e' encode(ids), 'E' encode_many(seqs): data is u32 count + int32 ids (for 'E': u32
 //          nseq, then per sequence u32 count + int32 ids);
 //   op 'v': the libzstd version compiled in ("zstd 1.5.4", or "zstd none").
-// codec: 0 auto, 1 raw, 2 u16, 3 packed, 4 zstd.
+// codec: 0 auto, 1 raw, 2 u16, 3 packed, 4 zstd, 5 pfor.
 // Answer: u64 length, then that many bytes of text:
 //   "error <kind>\n<what()>"   kind: wire, checksum, invalid, length
 //   "ids <nseq>\n" + per sequence "<n>[ id]*\n" [+ "frame <hex>\n"]
@@ -50,8 +50,8 @@ std::string hex(const std::vector<uint8_t>& b) {
 tokenwire::Codec codec_of(uint8_t c) {
     static const tokenwire::Codec codecs[] = {tokenwire::Codec::Auto, tokenwire::Codec::Raw,
                                               tokenwire::Codec::U16, tokenwire::Codec::Packed,
-                                              tokenwire::Codec::Zstd};
-    return codecs[c < 5 ? c : 0];
+                                              tokenwire::Codec::Zstd, tokenwire::Codec::Pfor};
+    return codecs[c < 6 ? c : 0];
 }
 
 struct Reader {

@@ -18,7 +18,7 @@ import sysconfig
 import tokenwire
 
 HERE = pathlib.Path(__file__).resolve().parent.parent / "cpp"  # the C++ sources
-CODEC_IDS = {"auto": 0, "raw": 1, "u16": 2, "packed": 3, "zstd": 4, None: 255}
+CODEC_IDS = {"auto": 0, "raw": 1, "u16": 2, "packed": 3, "zstd": 4, "pfor": 5, None: 255}
 
 
 def cxx() -> str:

@@ -134,11 +134,12 @@ except ImportError:  # pragma: no cover - the extra is optional
     _HAS_ZSTD = False
 CODECS = [c for c in tokenwire.wire.CODECS if c != "zstd" or _HAS_ZSTD]
 
-#: Ids a given codec can hold: u16 needs [0, 65536), packed needs >= 0.
+#: Ids a given codec can hold: u16 needs [0, 65536), packed needs >= 0 (pfor holds any int32).
 CODEC_RANGES = {
     "raw": (INT32_MIN, INT32_MAX),
     "u16": (0, 2**16 - 1),
     "packed": (0, INT32_MAX),
+    "pfor": (INT32_MIN, INT32_MAX),
     "auto": (INT32_MIN, INT32_MAX),
     "zstd": (INT32_MIN, INT32_MAX),
 }
@@ -191,7 +192,9 @@ WIRE_ERROR_KINDS = [
     "truncated: checksum", "trailing bytes", "checksum mismatch", "nonzero padding bits",
     "truncated: zstd length", "truncated: zstd payload", "zstd payload of", "zstd payload is corrupt",
     "zstd payload is truncated", "zstd payload has", "zstd payload declares",
-    "zstd payload regenerates", "multi-sequence",
+    "zstd payload regenerates", "multi-sequence", "truncated: pfor length",
+    "truncated: pfor payload", "pfor payload of", "pfor payload is corrupt",
+    "pfor payload is truncated",
 ]
 #: Rejections no mutation of a valid frame reaches by chance: a vocabulary check needs
 #: `vocab_size=`; the others are listed in WIRE_ERROR_KINDS_WITHOUT_FIXTURE.

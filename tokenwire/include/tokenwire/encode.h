@@ -4,13 +4,16 @@
  * id (tw_codec_misfit), and the one frame writer, in two steps so that each language allocates
  * the frame itself (Python a bytes object, C++ a vector):
  *
- *     tw_plan_frame    the codec, width, flags and every size (plan.nbytes: the whole frame);
+ *     tw_plan_frame    the codec, width, flags and every size (plan.nbytes: the whole frame;
+ *                      for pfor the most it can take, twpf_bound of the ids);
  *     tw_zstd_codec    (codec="zstd" only) the codec whose payload is compressed: u16 when it
  *                      holds every id, else raw (byte-aligned, so that zstd finds the repeats);
  *     tw_plan_zstd     (codec="zstd" only) whether a zstd section of C bytes replaces auto's
  *                      plain payload, and the codec and sizes if so;
- *     tw_write_frame   header, count table, payload (or length prefix and zstd section) and
- *                      checksum into the caller's buffer of plan.nbytes bytes.
+ *     tw_write_frame   header, count table, payload (or length prefix and zstd section, or
+ *                      length prefix and pfor payload) and checksum into the caller's buffer
+ *                      of plan.nbytes bytes; returns the frame's size (pfor: at most that,
+ *                      the caller shrinks its buffer to it).
  *
  * zstd compression itself stays with each language (Python's zstandard, libzstd in C++); the
  * framing around it is here. Kept apart from frame.h, which holds only what a decoder checks
@@ -55,12 +58,19 @@ static int tw_codec_width(unsigned c, uint32_t orv) {
     return w < info->min_width ? (int)info->min_width : (int)w;
 }
 
+/* Auto writes pfor instead of packed from this many ids on (the one switch of the auto rule:
+ * docs/wire-format.md, "codec=auto"). Measured on real ids (docs/benchmarks.md): pfor saves 15 %
+ * of packed's bytes but its frames encode and decode 1.5x and 3x slower than packed's, and auto
+ * is the fast codec (zstd and pfor are asked for): never, for now. */
+#define TW_AUTO_PFOR_MIN_IDS UINT64_MAX
+
 /* The wire codec (and *width) for ids whose bitwise OR is `orv`, `total` of them (the rule of
  * docs/wire-format.md), read from the codec table alone: a forced codec (a wire id) as asked,
  * or -1 when it cannot hold the ids (tw_codec_misfit names the first that does not fit); any
- * other request (TW_REQUEST_AUTO, TW_REQUEST_ZSTD) auto: of the codecs that hold the ids, the
- * smallest payload, on a tie the earlier in the table (raw, u16, packed: fastest first).
- * (TW_REQUEST_ZSTD plans auto's plain frame, which tw_plan_zstd may then replace.) */
+ * other request (TW_REQUEST_AUTO, TW_REQUEST_ZSTD) auto: of the fixed-width codecs that hold
+ * the ids, the smallest payload, on a tie the earlier in the table (raw, u16, packed: fastest
+ * first); then for TW_REQUEST_AUTO, pfor instead of packed from TW_AUTO_PFOR_MIN_IDS ids on.
+ * (TW_REQUEST_ZSTD plans auto's plain fixed-width frame, which tw_plan_zstd may then replace.) */
 static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned *width) {
     if (request < TW_NCODECS) {
         const int w = tw_codec_width(request, orv);
@@ -71,6 +81,7 @@ static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsig
     int best = -1;
     size_t best_size = 0;
     for (unsigned c = 0; c < TW_NCODECS; c++) {
+        if (TW_CODEC_PREFIXED(c)) continue;
         const int w = tw_codec_width(c, orv);
         if (w < 0) continue;
         const size_t size = tw_payload_size((unsigned)w, total);
@@ -79,6 +90,10 @@ static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsig
             best_size = size;
             *width = (unsigned)w;
         }
+    }
+    if (request == TW_REQUEST_AUTO && best == TW_CODEC_PACKED && total >= TW_AUTO_PFOR_MIN_IDS) {
+        *width = 0;
+        return TW_CODEC_PFOR;
     }
     return best;      /* raw holds every int32 */
 }
@@ -121,9 +136,10 @@ typedef struct {
     size_t nseq;             /* sequences the table lists (MULTI) */
     size_t table_len;        /* the count table, zero-padded to a multiple of 8 (MULTI), else 0 */
     size_t payload_off;      /* 16 + table_len */
-    size_t payload_len;      /* P: the plain payload */
-    size_t stored_len;       /* the payload region: P, or with ZSTD 8 + C */
-    size_t nbytes;           /* the whole frame, checksum included: what the caller allocates */
+    size_t payload_len;      /* P: the plain payload (pfor: at most this, twpf_bound) */
+    size_t stored_len;       /* the payload region: P, or with ZSTD 8 + C, pfor 8 + P */
+    size_t nbytes;           /* the whole frame, checksum included: what the caller allocates
+                                (pfor: the most it can take; tw_write_frame says the size) */
 } tw_frame_plan;
 
 /* Plan the frame of `nseq` sequences holding `total` ids whose bitwise OR is `orv` (MULTI when
@@ -141,8 +157,13 @@ static int tw_plan_frame(tw_frame_plan *P, unsigned request, uint32_t orv, uint6
     P->nseq = multi ? nseq : 0;
     P->table_len = multi ? (nseq * 4 + 7) / 8 * 8 : 0;
     P->payload_off = TW_HEADER_SIZE + P->table_len;
-    P->payload_len = tw_payload_size(P->width, total);
-    P->stored_len = P->payload_len;
+    if (TW_CODEC_PREFIXED(P->codec)) {
+        P->payload_len = twpf_bound((size_t)total);
+        P->stored_len = TW_PFOR_LENGTH_SIZE + P->payload_len;
+    } else {
+        P->payload_len = tw_payload_size(P->width, total);
+        P->stored_len = P->payload_len;
+    }
     P->nbytes = P->payload_off + P->stored_len + (checksum ? TW_CHECKSUM_SIZE : 0u);
     return 0;
 }
@@ -194,9 +215,11 @@ static int tw_plan_zstd(tw_frame_plan *P, unsigned codec, unsigned width, size_t
 /* The frame `P` plans into out (P->nbytes bytes): header, count table (the lengths of `seqs`),
  * the payload region and the checksum. The payload region is written from the ids when
  * `section` is NULL; otherwise it is copied from `section`: with the ZSTD flag the C compressed
- * bytes (the length prefix is written here), else the P bytes of the plain payload. */
-static void tw_write_frame(uint8_t *out, const tw_frame_plan *P, const tw_seq *seqs, size_t nseq,
-                           const uint8_t *section) {
+ * bytes (the length prefix is written here), else the P bytes of the plain payload. A pfor
+ * payload is written from the ids after its length prefix, which then gets its size. Returns
+ * the frame's size: P->nbytes, or for pfor what the payload took (at most P->nbytes). */
+static size_t tw_write_frame(uint8_t *out, const tw_frame_plan *P, const tw_seq *seqs,
+                             size_t nseq, const uint8_t *section) {
     memcpy(out, TW_MAGIC, TW_MAGIC_SIZE);
     out[4] = (uint8_t)TW_WIRE_VERSION;
     out[5] = (uint8_t)P->codec;
@@ -209,7 +232,13 @@ static void tw_write_frame(uint8_t *out, const tw_frame_plan *P, const tw_seq *s
             tw_store_le32(out + TW_HEADER_SIZE + 4 * k, (uint32_t)seqs[k].n);
     }
     uint8_t *region = out + P->payload_off;
-    if (section == NULL) {
+    size_t stored = P->stored_len;
+    if (TW_CODEC_PREFIXED(P->codec)) {
+        const size_t plen = tw_write_payload(region + TW_PFOR_LENGTH_SIZE, seqs, nseq, P->codec,
+                                             P->width);
+        tw_store_le64(region, (uint64_t)plen);
+        stored = TW_PFOR_LENGTH_SIZE + plen;
+    } else if (section == NULL) {
         tw_write_payload(region, seqs, nseq, P->codec, P->width);
     } else if (P->flags & TW_FLAG_ZSTD) {
         tw_store_le64(region, (uint64_t)(P->stored_len - TW_ZSTD_LENGTH_SIZE));
@@ -217,10 +246,12 @@ static void tw_write_frame(uint8_t *out, const tw_frame_plan *P, const tw_seq *s
     } else if (P->payload_len) {
         memcpy(region, section, P->payload_len);
     }
+    const size_t end = P->payload_off + stored;
     if (P->flags & TW_FLAG_CHECKSUM) {
-        const size_t end = P->payload_off + P->stored_len;
         tw_store_le32(out + end, tw_crc32c(out, end));
+        return end + TW_CHECKSUM_SIZE;
     }
+    return end;
 }
 
 #endif /* TOKENWIRE_ENCODE_H */

@@ -5,10 +5,12 @@
  *     frame may declare for it and the ids it holds; every list of codec names (Python's
  *     tokenwire.CODECS, FrameInfo.codec, C++'s FrameInfo, the messages below) and the
  *     encoder's choice (encode.h) are read from here. A payload is `width` bits per id for every
- *     codec (raw: 32, u16: 16), so its size is one formula (tw_payload_size). Adding a codec is
- *     an entry here and its case in each of payload.h's two switches (the kernels that write
- *     and read it); beyond C, only what cannot read a C table names codecs: C++'s
- *     tokenwire::Codec, the Literal types of _core.pyi, and docs/wire-format.md;
+ *     fixed-width codec (raw: 32, u16: 16), so its size is one formula (tw_payload_size); the
+ *     variable-size codec (pfor: width byte 0) carries its payload's size in a length prefix,
+ *     as a zstd section does (TW_CODEC_PREFIXED). Adding a codec is an entry here and its case
+ *     in each of payload.h's switches (the kernels that write and read it); beyond C, only what
+ *     cannot read a C table names codecs: C++'s tokenwire::Codec, the Literal types of
+ *     _core.pyi, and docs/wire-format.md;
  *   - tw_check_codec_width: the header's codec and width bytes against that table;
  *   - tw_parse_prefix / tw_parse_rest: the header, the count table and the zstd length prefix
  *     (everything frame_info needs), in two steps so that a caller whose memory may change can
@@ -32,6 +34,7 @@
 
 #include "byteorder.h"
 #include "crc32c.h"
+#include "pfor.h"
 
 #define TW_MSG_SIZE 256
 
@@ -49,14 +52,21 @@ typedef struct {
     const char *id_range;              /* the same, as the messages print it */
 } tw_codec_info;
 
-/* In table order, which is also auto's tie-break order (fastest to decode first). */
-enum { TW_CODEC_RAW = 0, TW_CODEC_U16 = 1, TW_CODEC_PACKED = 2, TW_NCODECS = 3 };
+/* In table order, which is also auto's tie-break order among the fixed-width codecs (fastest to
+ * decode first). pfor (codec v2: a width per block of 128 ids, exceptions patched; pfor.h) has
+ * no single width: its width byte is 0 and its payload size is in the frame (a length prefix). */
+enum { TW_CODEC_RAW = 0, TW_CODEC_U16 = 1, TW_CODEC_PACKED = 2, TW_CODEC_PFOR = 3, TW_NCODECS = 4 };
 
 static const tw_codec_info tw_codecs[TW_NCODECS] = {
     {"raw", 32, 32, INT32_MIN, INT32_MAX, "[-2147483648, 2147483647]"},
     {"u16", 16, 16, 0, 65535, "[0, 65536)"},
     {"packed", 1, 31, 0, INT32_MAX, "[0, 2147483647]"},
+    {"pfor", 0, 0, INT32_MIN, INT32_MAX, "[-2147483648, 2147483647]"},
 };
+
+/* Whether a codec's payload size varies with the ids (pfor): its payload region is then a uint64
+ * length L and L bytes, and its width byte is 0. */
+#define TW_CODEC_PREFIXED(codec) ((codec) == TW_CODEC_PFOR)
 
 /* The header's codec and width bytes. */
 static int tw_check_codec_width(unsigned codec, unsigned width, char *msg, size_t cap) {
@@ -91,6 +101,10 @@ static int tw_check_codec_width(unsigned codec, unsigned width, char *msg, size_
 #define TW_FLAG_MULTI 0x02u
 #define TW_FLAG_ZSTD 0x04u
 #define TW_FLAG_RESERVED 0xF8u
+/* pfor frames reserve the ZSTD bit too (a pfor payload is not compressed further). */
+#define TW_FLAG_RESERVED_PFOR (TW_FLAG_RESERVED | TW_FLAG_ZSTD)
+/* A pfor payload's length prefix, like a zstd section's. */
+#define TW_PFOR_LENGTH_SIZE 8u
 /* A zstd payload may not decompress to more than this many times its compressed size. */
 #define TW_ZSTD_MAX_EXPANSION 64u
 /* No count can be this large in a frame that fits in memory; bounding counts keeps every size
@@ -184,8 +198,9 @@ static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg
         return -1;
     }
     if (tw_check_codec_width(codec, width, msg, cap) != 0) return -1;
-    if (flags & TW_FLAG_RESERVED) {
-        snprintf(msg, cap, "reserved flag bits set: 0x%02x", flags & TW_FLAG_RESERVED);
+    const unsigned reserved = codec == TW_CODEC_PFOR ? TW_FLAG_RESERVED_PFOR : TW_FLAG_RESERVED;
+    if (flags & reserved) {
+        snprintf(msg, cap, "reserved flag bits set: 0x%02x", flags & reserved);
         return -1;
     }
     const uint64_t count = tw_load_le64(buf + 8);
@@ -210,9 +225,9 @@ static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg
     return 0;
 }
 
-/* Payload bytes of `total` ids at `width` bits each: every codec stores `width` bits per id (raw
- * 32, u16 16, packed 1..31), so this holds for all of them (total < 2**58, width <= 32: no
- * overflow). */
+/* Payload bytes of `total` ids at `width` bits each: every fixed-width codec stores `width` bits
+ * per id (raw 32, u16 16, packed 1..31), so this holds for all of them (total < 2**58, width <=
+ * 32: no overflow). Not for pfor (TW_CODEC_PREFIXED): its size is in the frame. */
 static size_t tw_payload_size(unsigned width, uint64_t total) {
     return (size_t)((total * width + 7) / 8);
 }
@@ -239,15 +254,48 @@ static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, 
         off += table_len;
     }
     L->payload_off = off;
+    const int prefixed = TW_CODEC_PREFIXED(L->codec);
     if (total >= TW_COUNT_LIMIT) {
-        /* Cannot be in memory; say what it would need (exactly: the product can exceed 2**64).
+        /* Cannot be in memory; say what it would need (exactly: the product can exceed 2**64;
+         * pfor: its length prefix and the fewest bytes N ids take, one per block of 128).
          * Like every "truncated" message, "has" counts the bytes from where the part starts to
          * the end of the buffer (here the payload region, a checksum trailer's place included). */
-        snprintf(msg, cap, "truncated: payload needs %s bytes, has %llu",
-                 tw_u128_str((total * L->width + 7) / 8, num), (unsigned long long)(n - off));
+        const tw_u128 need = prefixed ? TW_PFOR_LENGTH_SIZE + (total + TWPF_BLOCK - 1) / TWPF_BLOCK
+                                      : (total * L->width + 7) / 8;
+        snprintf(msg, cap, "truncated: payload needs %s bytes, has %llu", tw_u128_str(need, num),
+                 (unsigned long long)(n - off));
         return -1;
     }
     L->total = (uint64_t)total;
+    if (prefixed) {
+        /* The payload's size L (a uint64 before it), bounded as a zstd length is, then against
+         * the sizes a pfor payload of N ids can take: at least twpf_min_size(N) (one byte per
+         * block; so N <= 128 L: what the decoder allocates stays proportional to what it
+         * received) and at most twpf_bound(N). */
+        if (n - off < TW_PFOR_LENGTH_SIZE) {
+            snprintf(msg, cap, "truncated: pfor length needs %u bytes, has %llu",
+                     TW_PFOR_LENGTH_SIZE, (unsigned long long)(n - off));
+            return -1;
+        }
+        const uint64_t plen = tw_load_le64(buf + off);
+        if (plen >= TW_ZSTD_LENGTH_LIMIT) {
+            snprintf(msg, cap, "truncated: pfor payload needs %llu bytes, has %llu",
+                     (unsigned long long)plen,
+                     (unsigned long long)(n - off - TW_PFOR_LENGTH_SIZE));
+            return -1;
+        }
+        const uint64_t lo = twpf_min_size((size_t)L->total), hi = twpf_bound((size_t)L->total);
+        if (plen < lo || plen > hi) {
+            snprintf(msg, cap, "pfor payload of %llu bytes cannot hold %llu ids (it takes %llu "
+                     "to %llu bytes)", (unsigned long long)plen, (unsigned long long)L->total,
+                     (unsigned long long)lo, (unsigned long long)hi);
+            return -1;
+        }
+        L->payload_len = (size_t)plen;
+        L->stored_len = TW_PFOR_LENGTH_SIZE + (size_t)plen;
+        L->nbytes = off + L->stored_len + ((L->flags & TW_FLAG_CHECKSUM) ? TW_CHECKSUM_SIZE : 0);
+        return 0;
+    }
     L->payload_len = tw_payload_size(L->width, L->total);
     if (L->flags & TW_FLAG_ZSTD) {
         if (n - off < TW_ZSTD_LENGTH_SIZE) {
@@ -301,12 +349,13 @@ static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char
                           size_t cap) {
     const size_t trailer = (L->flags & TW_FLAG_CHECKSUM) ? TW_CHECKSUM_SIZE : 0;
     const size_t have = n - L->payload_off;
-    const int zstd = (L->flags & TW_FLAG_ZSTD) != 0;
+    const int zstd = (L->flags & TW_FLAG_ZSTD) != 0, pfor = TW_CODEC_PREFIXED(L->codec);
     if (have < L->stored_len) {
-        /* tw_parse_rest saw the zstd length prefix: have >= prefix. */
-        const size_t prefix = zstd ? TW_ZSTD_LENGTH_SIZE : 0;
+        /* tw_parse_rest saw the length prefix (zstd, pfor): have >= prefix. */
+        const size_t prefix = zstd ? TW_ZSTD_LENGTH_SIZE : pfor ? TW_PFOR_LENGTH_SIZE : 0;
         snprintf(msg, cap, "truncated: %s needs %llu bytes, has %llu",
-                 zstd ? "zstd payload" : "payload", (unsigned long long)(L->stored_len - prefix),
+                 zstd ? "zstd payload" : pfor ? "pfor payload" : "payload",
+                 (unsigned long long)(L->stored_len - prefix),
                  (unsigned long long)(have - prefix));
         return -1;
     }
@@ -332,6 +381,24 @@ static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char
     }
     if (!zstd) return tw_check_padding_bits(buf + L->payload_off, L, msg, cap);
     return 0;
+}
+
+/* The ids of a checked pfor frame (tw_check_frame passed) into dst[0..L->total): pfor.h's
+ * decoder over the L->payload_len bytes after the length prefix, which judges every block (the
+ * payload rules of docs/wire-format.md, "pfor"). 0, or -1 and the message: the kernel's text
+ * after "pfor payload is truncated at byte K: " (a block cut short) or "pfor payload is corrupt
+ * at byte K: " (any other rule), K the frame offset of the block (or byte) at fault. dst then
+ * holds garbage: the caller discards it. Pure C, no allocation: runs without the GIL. */
+static int tw_decode_pfor(const uint8_t *buf, const tw_layout *L, int32_t *dst, char *msg,
+                          size_t cap) {
+    twpf_error err;
+    const size_t at = L->payload_off + TW_PFOR_LENGTH_SIZE;
+    const int r = twpf_decode(buf + at, L->payload_len, dst, (size_t)L->total, &err);
+    if (r == TWPF_OK) return 0;
+    snprintf(msg, cap, "pfor payload is %s at byte %llu: %s",
+             r == TWPF_E_TRUNCATED ? "truncated" : "corrupt",
+             (unsigned long long)(at + err.offset), err.msg ? err.msg : "invalid");
+    return -1;
 }
 
 /* ---- zstd frame walk --------------------------------------------------------------------- */

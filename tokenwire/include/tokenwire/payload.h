@@ -5,7 +5,8 @@
  *
  * Kernels: no allocation, no messages, no checks. The writer trusts its caller to have chosen a
  * codec that holds the ids (encode.h's tw_plan_frame); the reader trusts the frame checks of
- * frame.h to have run.
+ * frame.h to have run (for pfor: tw_decode_pfor, which checks while it decodes, has turned the
+ * payload into int32 ids, and the reader takes slices of those).
  */
 #ifndef TOKENWIRE_PAYLOAD_H
 #define TOKENWIRE_PAYLOAD_H
@@ -19,9 +20,47 @@ typedef struct {
     size_t n;
 } tw_seq;
 
-/* The payload of `nseq` sequences in `codec` at `width` into out (tw_payload_size bytes). */
-static void tw_write_payload(uint8_t *out, const tw_seq *seqs, size_t nseq, unsigned codec,
-                             unsigned width) {
+/* The pfor payload of the ids of `nseq` sequences, as one sequence (blocks of 128 ids run across
+ * sequence boundaries), into out (room for twpf_bound of their total); returns its size. One
+ * sequence is encoded in place (the kernel copies each block to its stack once); several are
+ * gathered block by block into a stack buffer, each id read once, and each block encoded from
+ * there: a block's bytes depend only on its own ids, so this is the payload of the
+ * concatenation. */
+static size_t tw_write_pfor(uint8_t *out, const tw_seq *seqs, size_t nseq) {
+    size_t nonempty = 0, last = 0;
+    for (size_t k = 0; k < nseq; k++)
+        if (seqs[k].n) {
+            nonempty++;
+            last = k;
+        }
+    if (nonempty <= 1) return nonempty ? twpf_encode(seqs[last].ids, seqs[last].n, out) : 0;
+    int32_t block[TWPF_BLOCK];
+    uint8_t *o = out;
+    unsigned fill = 0;
+    for (size_t k = 0; k < nseq; k++) {
+        const uint8_t *src = (const uint8_t *)seqs[k].ids;
+        size_t left = seqs[k].n;
+        while (left) {
+            const size_t take = left < TWPF_BLOCK - fill ? left : TWPF_BLOCK - fill;
+            memcpy(block + fill, src, take * 4);
+            src += take * 4;
+            left -= take;
+            fill += (unsigned)take;
+            if (fill == TWPF_BLOCK) {
+                o += twpf_encode(block, TWPF_BLOCK, o);
+                fill = 0;
+            }
+        }
+    }
+    if (fill) o += twpf_encode(block, fill, o);
+    return (size_t)(o - out);
+}
+
+/* The payload of `nseq` sequences in `codec` at `width` into out (tw_payload_size bytes; pfor:
+ * room for twpf_bound of the ids). Returns the bytes written. */
+static size_t tw_write_payload(uint8_t *out, const tw_seq *seqs, size_t nseq, unsigned codec,
+                               unsigned width) {
+    const uint8_t *const start = out;
     switch (codec) {
     case TW_CODEC_RAW:
         for (size_t k = 0; k < nseq; k++) {
@@ -37,7 +76,7 @@ static void tw_write_payload(uint8_t *out, const tw_seq *seqs, size_t nseq, unsi
 #endif
             out += n * 4;
         }
-        return;
+        break;
     case TW_CODEC_U16:
         for (size_t k = 0; k < nseq; k++) {
             const size_t n = seqs[k].n;
@@ -53,20 +92,28 @@ static void tw_write_payload(uint8_t *out, const tw_seq *seqs, size_t nseq, unsi
             }
             out += n * 2;
         }
-        return;
+        break;
     case TW_CODEC_PACKED: {
         twbp_packer pk;
+        size_t total = 0;
         pk.out = out;
         pk.acc = 0;
         pk.bits = 0;
-        for (size_t k = 0; k < nseq; k++) twbp_pack(&pk, seqs[k].ids, seqs[k].n, width);
+        for (size_t k = 0; k < nseq; k++) {
+            twbp_pack(&pk, seqs[k].ids, seqs[k].n, width);
+            total += seqs[k].n;
+        }
         twbp_pack_finish(&pk);
-        return;
+        return tw_payload_size(width, total);
     }
+    case TW_CODEC_PFOR:
+        return tw_write_pfor(out, seqs, nseq);
     }
+    return (size_t)(out - start);
 }
 
-/* Ids [start, start + n) of a checked payload of payload_len bytes into dst. */
+/* Ids [start, start + n) of a checked payload of payload_len bytes into dst. For pfor,
+ * `payload` is what tw_decode_pfor made of it: the frame's ids as native int32s. */
 static void tw_read_payload(const uint8_t *payload, size_t payload_len, unsigned codec,
                             unsigned width, uint64_t start, size_t n, int32_t *dst) {
     if (n == 0) return;
@@ -87,6 +134,9 @@ static void tw_read_payload(const uint8_t *payload, size_t payload_len, unsigned
                     dst, n, width);
         return;
     }
+    case TW_CODEC_PFOR:
+        memcpy(dst, payload + 4 * start, n * 4);
+        return;
     }
 }
 

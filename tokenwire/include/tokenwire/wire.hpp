@@ -7,7 +7,7 @@
 // an untrusted frame (header, count table, sizes, checksum, padding, the zstd frame walk), their
 // messages and the codec table are C in tokenwire/frame.h, and the bit-packing, CRC-32C and
 // byte-order kernels are tokenwire/bitpack.h, crc32c.h and byteorder.h, the codecs' payload
-// kernels payload.h, and the encoder (codec choice, misfit message, the one frame writer)
+// kernels payload.h (pfor's: pfor.h, decoded through frame.h's tw_decode_pfor), and the encoder (codec choice, misfit message, the one frame writer)
 // encode.h: the very headers the Python extension compiles, one implementation for both
 // languages. What is left here (zstd compression and decompression, the vocabulary check)
 // follows tokenwire/_wire.pxi, so that both accept and reject the same frames with the same text
@@ -55,6 +55,7 @@
 #include "byteorder.h"
 #include "bitpack.h"
 #include "crc32c.h"
+#include "pfor.h"
 #include "frame.h"
 #include "payload.h"
 #include "encode.h"
@@ -79,12 +80,12 @@ class checksum_error : public wire_format_error {
     using wire_format_error::wire_format_error;
 };
 
-enum class Codec { Auto, Raw, U16, Packed, Zstd };
+enum class Codec { Auto, Raw, U16, Packed, Zstd, Pfor };
 
 struct FrameInfo {
     int version;
-    std::string codec;                 // "raw", "u16" or "packed"
-    int width;                         // bits per id
+    std::string codec;                 // "raw", "u16", "packed" or "pfor"
+    int width;                         // bits per id (0 for pfor: a width per block)
     std::vector<uint64_t> counts;      // ids per sequence (one entry for a single-sequence frame)
     bool checksum;
     size_t nbytes;                     // the whole frame, checksum included
@@ -101,17 +102,20 @@ namespace {
 
 constexpr unsigned kVersion = TW_WIRE_VERSION;
 constexpr size_t kZstdLengthSize = TW_ZSTD_LENGTH_SIZE;
-constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_PACKED;
+constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_PACKED,
+                   kPfor = TW_CODEC_PFOR;
 constexpr unsigned kFlagChecksum = TW_FLAG_CHECKSUM, kFlagMulti = TW_FLAG_MULTI,
                    kFlagZstd = TW_FLAG_ZSTD;
 
 __extension__ typedef unsigned __int128 u128;   // exact byte counts of absurd claims, for messages
 
-// The kernels probe the CPU once (AVX2 unpack, SSE4.2 CRC); C++ guarantees this runs once.
+// The kernels probe the CPU once (AVX2 unpack, SSE4.2 CRC, pfor's paths); C++ guarantees this
+// runs once.
 inline void init_kernels() {
     static const bool done = [] {
         twcrc_init();
         twbp_init();
+        twpf_init();
         return true;
     }();
     (void)done;
@@ -264,6 +268,16 @@ inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
 #endif
 }
 
+// Every id of a checked pfor frame (frame.h's tw_decode_pfor: the kernel judges the payload's
+// rules while it decodes). Allocated only now: the frame checks bound the count by the payload's
+// size (at most 128 ids per byte).
+inline std::vector<int32_t> pfor_ids(const uint8_t* buf, const Layout& L) {
+    std::vector<int32_t> ids(size_t(L.total));
+    char msg[TW_MSG_SIZE];
+    if (L.total != 0 && tw_decode_pfor(buf, &L, ids.data(), msg, sizeof msg) != 0) fail(msg);
+    return ids;
+}
+
 // Ids [start, start + n) of a checked payload into dst (payload.h's kernel, shared with Python).
 inline void read_payload(const uint8_t* payload, const Layout& L, uint64_t start, size_t n,
                          int32_t* dst) {
@@ -323,11 +337,13 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
     const unsigned wire = request == Codec::Raw      ? unsigned(kRaw)
                           : request == Codec::U16    ? unsigned(kU16)
                           : request == Codec::Packed ? unsigned(kPacked)
+                          : request == Codec::Pfor   ? unsigned(kPfor)
                           : request == Codec::Zstd   ? unsigned(TW_REQUEST_ZSTD)
                                                      : unsigned(TW_REQUEST_AUTO);
     uint64_t total = 0;
     for (size_t k = 0; k < nseq; k++) total += seqs[k].n;
-    const uint32_t orv = wire == kRaw ? 0 : tw_seqs_or(seqs, nseq);
+    // raw and pfor hold every int32: no OR needed (and pfor's kernel reads each id once)
+    const uint32_t orv = wire == kRaw || wire == kPfor ? 0 : tw_seqs_or(seqs, nseq);
     tw_frame_plan plan;
     if (tw_plan_frame(&plan, wire, orv, total, nseq, multi, checksum) != 0)
         codec_error(wire, seqs, nseq, multi);
@@ -371,8 +387,8 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
         return frame;
     }
 #endif
-    frame.resize(plan.nbytes);
-    tw_write_frame(frame.data(), &plan, seqs, nseq, nullptr);
+    frame.resize(plan.nbytes);     // pfor: the most it can take; shrunk to what it took
+    frame.resize(tw_write_frame(frame.data(), &plan, seqs, nseq, nullptr));
     return frame;
 }
 
@@ -413,6 +429,11 @@ inline std::vector<int32_t> decode(const uint8_t* data, size_t size,
     const Layout& L = p.L;
     if (L.flags & kFlagMulti)
         fail("multi-sequence frame (" + dec(L.nseq) + " sequences): read it with decode_many()");
+    if (L.codec == kPfor) {
+        std::vector<int32_t> ids = pfor_ids(data, L);
+        if (limit) check_vocab(ids, limit, *vocab_size, -1);
+        return ids;
+    }
     std::vector<uint8_t> plain;
     const uint8_t* payload = data + L.payload_off;
     if (L.flags & kFlagZstd) {
@@ -434,8 +455,18 @@ inline std::vector<std::vector<int32_t>> decode_many(
     const Parsed p = check_frame(data, size);
     const Layout& L = p.L;
     std::vector<uint8_t> plain;
+    std::vector<int32_t> all;       // pfor: every id, decoded at once (blocks cross sequences)
     const uint8_t* payload = data + L.payload_off;
-    if (L.flags & kFlagZstd) {
+    if (L.codec == kPfor) {
+        all = pfor_ids(data, L);
+        if (!(L.flags & kFlagMulti)) {
+            if (limit) check_vocab(all, limit, *vocab_size, 0);
+            std::vector<std::vector<int32_t>> one(1);
+            one[0] = std::move(all);
+            return one;
+        }
+        payload = reinterpret_cast<const uint8_t*>(all.data());
+    } else if (L.flags & kFlagZstd) {
         plain = zstd_payload(data, L);
         payload = plain.data();
     }
