@@ -4,7 +4,10 @@ Every encoder and decoder of an ISL is measured in one process, interleaved roun
 figures are medians with the interquartile range as spread. Ids are a seeded Zipf stream over a
 shuffled 151,936-id vocabulary (Qwen2/3), so "packed" runs at 18 bits; the u16 row uses the same
 generator over a 32,000-id vocabulary (Llama 2). `--tokenizer FILE` tokenizes local text with a
-real tokenizer instead. Each peer starts from its natural input (a list for pickle/msgpack of
+real tokenizer instead; `--ids FILE` reads real ids written by bench/codec_v2_ids.py (raw
+little-endian int32), repeated up to each ISL. Integer codecs that install from PyPI are peers
+when present, in no extra (pyfastpfor's SIMD-FastPFor, libstreamvbyte, pcodec), beside
+tokenwire's pfor. Each peer starts from its natural input (a list for pickle/msgpack of
 lists, an int32 ndarray otherwise) and decodes to its natural output (list, ndarray,
 TokenVector). Ratios: `x pickle` = pickle(list) time / this time (> 1 is faster); `x memcpy` =
 this time / np.copyto of the same ids as int32 (the floor; < 1 only for zero-copy decoders).
@@ -61,6 +64,39 @@ def _zstd_method(zstandard: Any, level: int, ids: np.ndarray) -> Method:
                    lambda b: lambda: np.frombuffer(dctx.decompress(b), np.int32))
 
 
+def integer_codec_peers(ids: np.ndarray) -> list[Method]:
+    """Integer-compression libraries, each from an int32 ndarray to its own bytes and back to an
+    ndarray (preallocated output where the API wants one); rows only for those installed."""
+    out = []
+    u = ids.view(np.uint32)
+    fastpfor = _optional("pyfastpfor")
+    if fastpfor is not None:
+        codec = fastpfor.getCodec("simdfastpfor128")
+
+        def fp_enc() -> np.ndarray:
+            buf = np.empty(len(u) + 1024, np.uint32)
+            return buf[:codec.encodeArray(u, len(u), buf, len(buf))]
+
+        def fp_dec(blob: np.ndarray) -> Callable[[], object]:
+            def dec() -> np.ndarray:
+                back = np.empty(len(u) + 1024, np.uint32)
+                return back[:codec.decodeArray(blob, len(blob), back, len(back))]
+            return dec
+
+        out.append(_method("pyfastpfor simdfastpfor128", fp_enc, fp_dec))
+    svb = _optional("libstreamvbyte")
+    if svb is not None:
+        out.append(_method("libstreamvbyte", lambda: svb.encode(u),
+                           lambda b: lambda: svb.decode(b, len(u))))
+    pcodec = _optional("pcodec")
+    if pcodec is not None:
+        standalone = _optional("pcodec.standalone")
+        config = pcodec.ChunkConfig()
+        out.append(_method("pcodec", lambda: standalone.simple_compress(ids, config),
+                           lambda b: lambda: standalone.simple_decompress(b)))
+    return out
+
+
 def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
     """Every row at one ISL. `small` is a stream whose ids are < 65,536 (for the u16 row)."""
     lst = ids.tolist()
@@ -95,6 +131,7 @@ def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
     out += [
         wire("tokenwire raw", ids, codec="raw"),
         wire("tokenwire packed", ids, codec="packed"),
+        wire("tokenwire pfor", ids, codec="pfor"),
         wire("tokenwire auto", ids),
         wire("tokenwire auto, from list", lst),
         wire("tokenwire u16 (ids < 65,536)", small, codec="u16"),
@@ -107,6 +144,7 @@ def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
     if openzl is not None:
         oz_enc, oz_dec = openzl
         out.append(_method("openzl FieldLz(int32)", lambda: oz_enc(ids), lambda b: lambda: oz_dec(b)))
+    out += integer_codec_peers(ids)
     tv = tokenwire.as_tokens(ids)
     out.append(Method("tokenwire as_tokens(list) / tolist", {
         "encode": lambda: tokenwire.as_tokens(lst), "decode": tv.tolist}, nbytes=ids.nbytes))
@@ -319,6 +357,9 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", metavar="TOKENIZER_JSON",
                    help="ids from a real tokenizer (a `tokenizers` tokenizer.json) on local text")
     p.add_argument("--text", metavar="FILE", help="the text for --tokenizer (default: stdlib sources)")
+    p.add_argument("--ids", metavar="I32_FILE",
+                   help="real ids: a raw little-endian int32 file (bench/codec_v2_ids.py writes "
+                        "them), repeated up to each ISL")
     p.add_argument("--plot", metavar="PNG", help="also draw time and size against ISL")
 
 
@@ -333,8 +374,14 @@ class _Run:
 
     def stream(self, n: int, args: argparse.Namespace) -> np.ndarray:
         if n not in self.streams:
-            self.streams[n] = (tokenizer_streams(args.tokenizer, [n], args.text)[n]
-                               if args.tokenizer else token_stream(n))
+            if args.ids:
+                ids = np.fromfile(args.ids, dtype="<i4").astype(np.int32)
+                if ids.size == 0:
+                    raise SystemExit(f"--ids: {args.ids} holds no ids")
+                self.streams[n] = np.resize(ids, n)
+            else:
+                self.streams[n] = (tokenizer_streams(args.tokenizer, [n], args.text)[n]
+                                   if args.tokenizer else token_stream(n))
         return self.streams[n]
 
     def methods(self, n: int, args: argparse.Namespace) -> list[Method]:
@@ -347,6 +394,8 @@ class _Run:
     def make_header(self, args: argparse.Namespace) -> str:
         if args.tokenizer:
             self.source = f"tokenizer {args.tokenizer}"
+        if args.ids:
+            self.source = f"ids from {args.ids}"
         self.header = (f"tokenwire bench — {machine()}\nids: {self.source}; CRC-32C hardware: "
                        f"{tokenwire._core.CRC32C_HARDWARE}")
         return self.header

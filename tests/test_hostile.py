@@ -308,7 +308,7 @@ def test_as_tokens_race_returns_only_checked_values(gil_always_released: None) -
     assert writer.overlapped >= 10, f"the writer ran during only {writer.overlapped} calls"
 
 
-@pytest.mark.parametrize("codec", ["auto", "packed", "u16", "zstd"])
+@pytest.mark.parametrize("codec", ["auto", "packed", "u16", "zstd", "pfor"])
 def test_encode_race_frames_hold_only_written_values(codec: str, gil_always_released: None) -> None:
     if codec == "zstd":
         pytest.importorskip("zstandard")

@@ -75,7 +75,7 @@ def _restore_shared(data: Buffer | str, make: Callable[[Any], TokenVector]) -> T
 
 # -- wire codec (_wire.pxi) --
 
-_Codec = Literal["auto", "raw", "u16", "packed", "zstd"]
+_Codec = Literal["auto", "raw", "u16", "packed", "pfor", "zstd"]
 
 MAGIC: Final[bytes]
 CODEC_NAMES: Final[tuple[str, ...]]
@@ -87,7 +87,7 @@ class FrameInfo:
     @property
     def version(self) -> int: ...
     @property
-    def codec(self) -> Literal["raw", "u16", "packed"]: ...
+    def codec(self) -> Literal["raw", "u16", "packed", "pfor"]: ...
     @property
     def width(self) -> int: ...
     @property

@@ -28,7 +28,8 @@ cdef class FrameInfo:
 def frame_info(data):
     """Read a frame's header without decoding its payload.
 
-    Returns a FrameInfo: `version`, `codec` ("raw", "u16" or "packed"), `width` (bits per id),
+    Returns a FrameInfo: `version`, `codec` ("raw", "u16", "packed" or "pfor"), `width` (bits
+    per id; 0 for pfor, whose width is per block),
     `counts` (one per sequence), `checksum`, `multi` (written by encode_many), `compression`
     (None or "zstd") and `nbytes`, the whole frame's size -- which `data` need not hold yet: a
     stream reader can use it to find where the frame ends. A malformed header raises
