@@ -54,7 +54,8 @@ def big() -> dict[str, Any]:
     tv = tokenwire.as_tokens(i64)
     return {"int64": i64, "int32": i64.astype(np.int32),
             "tv3": tv * 3,          # 480 MB: the vocabulary check alone runs long enough to tell
-            "frame": tokenwire.encode(tv, codec="raw", checksum=True)}
+            "frame": tokenwire.encode(tv, codec="raw", checksum=True),
+            "pfor": tokenwire.encode(tv, codec="pfor")}
 
 
 CALLS: dict[str, Callable[[dict[str, Any]], object]] = {
@@ -62,6 +63,8 @@ CALLS: dict[str, Callable[[dict[str, Any]], object]] = {
     "as_tokens strided": lambda b: tokenwire.as_tokens(b["int64"][::2]),
     "as_tokens int32 (memcpy)": lambda b: tokenwire.as_tokens(b["int32"]),
     "encode packed": lambda b: tokenwire.encode(b["int32"], codec="packed"),
+    "encode pfor": lambda b: tokenwire.encode(b["int32"], codec="pfor"),
+    "decode pfor": lambda b: tokenwire.decode(b["pfor"]),
     # The one vocabulary check (as_tokens returns a TokenVector as it is: only the check runs),
     # and the frame checks with the checksum, which run in C without the GIL (frame.h).
     "as_tokens vocab check": lambda b: tokenwire.as_tokens(b["tv3"], vocab_size=2**31 - 1),

@@ -71,6 +71,12 @@ TV = TokenVector(IDS)
 PACKED = tokenwire.encode(IDS[:-2], codec="packed")
 RAW = tokenwire.encode(IDS, codec="raw")
 MANY = tokenwire.encode_many([IDS[:100], [], IDS[100:400]], codec="auto")
+PFOR = tokenwire.encode(IDS, codec="pfor")
+PFOR_MANY = tokenwire.encode_many([IDS[:100], [], IDS[100:400]], codec="pfor", checksum=True)
+# a pfor payload with a byte after its last block: refused after every block was decoded (the
+# ids decoded so far are released on the error)
+PFOR_BAD = (PFOR[:16] + (int.from_bytes(PFOR[16:24], "little") + 1).to_bytes(8, "little")
+            + PFOR[24:] + b"\0")
 MANY_MUTABLE = bytearray(tokenwire.encode_many([IDS[:3]] * 300, codec="raw"))   # 1.2 KB table
 
 CASES: dict[str, Callable[[], object]] = {
@@ -103,6 +109,11 @@ CASES: dict[str, Callable[[], object]] = {
     "index error": _raises(lambda: TV[10**9], IndexError),
     "encode ndarray (copied)": lambda: tokenwire.encode(ND[:-2], codec="packed"),
     "decode packed": lambda: tokenwire.decode(PACKED),
+    "encode pfor": lambda: tokenwire.encode(ND, codec="pfor"),
+    "encode_many pfor": lambda: tokenwire.encode_many([IDS[:100], IDS[100:400]], codec="pfor"),
+    "decode pfor": lambda: tokenwire.decode(PFOR),
+    "decode_many pfor": lambda: tokenwire.decode_many(PFOR_MANY),
+    "decode pfor corrupt": _raises(lambda: tokenwire.decode(PFOR_BAD), tokenwire.WireFormatError),
     "decode_many": lambda: tokenwire.decode_many(MANY),
     "decode zero-copy": lambda: tokenwire.decode(RAW),
     "decode truncated": _raises(lambda: tokenwire.decode(PACKED[:-1]), tokenwire.WireFormatError),

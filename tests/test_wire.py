@@ -864,3 +864,72 @@ class TestZstdCodecChoice:
         for th in threads:
             th.join()
         assert all(got[t] == expected * 20 for t in range(4))
+
+
+# ---------------------------------------------------------------------------------------------
+# pfor (codec 3): every block shape through encode / decode and encode_many / decode_many
+
+
+@st.composite
+def pfor_ids(draw: st.DrawFn) -> list[int]:
+    """Ids whose blocks take every base width (0..32, negative ids at 32), with exceptions (a
+    few ids up to 8 bits wider, or any int32), in short (< 128) and full blocks, or none."""
+    n = draw(st.sampled_from([0, 1, 7, 127, 128, 129, 255, 256, 300, 700]))
+    width = draw(st.integers(0, 32))
+    if width == 32:
+        base = st.integers(-(2**31), 2**31 - 1)
+    else:
+        base = st.integers(0, 2**width - 1)
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    ids = [draw(base) if i < 4 else 0 for i in range(n)]
+    top = 2**width - 1 if width < 32 else 2**31 - 1
+    for i in range(4, n):
+        ids[i] = rnd.randint(0, top) if width < 32 else rnd.randint(-(2**31), 2**31 - 1)
+    wider = draw(st.integers(0, 8))
+    for _ in range(draw(st.integers(0, 40)) if n else 0):
+        i = rnd.randrange(n)
+        ids[i] = rnd.randint(0, min(2**(width + wider) - 1, 2**31 - 1)) if rnd.random() < 0.9 \
+            else rnd.randint(-(2**31), 2**31 - 1)
+    return ids
+
+
+@given(pfor_ids(), st.booleans(), st.integers(1, 4))
+def test_pfor_round_trips_every_block_shape(ids: list[int], checksum: bool, parts: int) -> None:
+    frame = tokenwire.encode(ids, codec="pfor", checksum=checksum)
+    info = tokenwire.frame_info(frame)
+    assert (info.codec, info.width, info.counts, info.nbytes) == ("pfor", 0, (len(ids),), len(frame))
+    assert tokenwire.decode(frame).tolist() == ids
+    size = int.from_bytes(frame[16:24], "little")              # the length prefix L
+    blocks = -(-len(ids) // 128)
+    assert blocks <= size <= 4 * len(ids) + blocks
+    assert len(frame) == 24 + size + 4 * checksum
+    if all(i >= 0 for i in ids):
+        # every block is at most the sequence's width: never more than packed + 1 byte a block
+        packed = len(tokenwire.encode(ids, codec="packed")) - 16
+        assert size <= packed + blocks
+    # several sequences: one payload over their concatenation (blocks cross sequences)
+    cuts = sorted(random.Random(len(ids)).sample(range(len(ids) + 1), min(parts - 1, len(ids) + 1)))
+    seqs = [ids[a:b] for a, b in zip([0, *cuts], [*cuts, len(ids)])]
+    many = tokenwire.encode_many(seqs, codec="pfor", checksum=checksum)
+    table = -(-4 * len(seqs) // 8) * 8
+    assert many[16 + table:len(many) - 4 * checksum] == frame[16:len(frame) - 4 * checksum]
+    assert [v.tolist() for v in tokenwire.decode_many(many)] == seqs
+    assert tokenwire.decode_many(frame)[0].tolist() == ids
+
+
+def test_pfor_decodes_from_mutable_memory_and_names_the_frame_offset() -> None:
+    frame = tokenwire.encode_many([[1, 2], [3]], codec="pfor")      # table of 8 bytes
+    assert tokenwire.decode_many(bytearray(frame))[1].tolist() == [3]
+    bad = bytearray(frame)
+    bad[32] = 0x21                                                   # the block's header: width 33
+    with pytest.raises(WireFormatError, match=r"^pfor payload is corrupt at byte 32: block width"):
+        tokenwire.decode_many(memoryview(bad))
+
+
+def test_auto_does_not_pick_pfor() -> None:
+    """auto's rule (docs/wire-format.md) keeps the fixed-width codecs while TW_AUTO_PFOR_MIN_IDS
+    is 2**64 - 1: ids where pfor is much smaller still give packed."""
+    ids = [1] * 100_000 + [70_000]
+    assert len(tokenwire.encode(ids, codec="pfor")) < len(tokenwire.encode(ids, codec="packed")) / 10
+    assert tokenwire.frame_info(tokenwire.encode(ids)).codec == "packed"
+    assert tokenwire.frame_info(tokenwire.encode_many([ids, ids])).codec == "packed"
