@@ -295,7 +295,7 @@ class TokenIds:
 
     ``codec`` names how the field is sent when pickled: "raw" (int32, a memcpy each way, the
     default: the CPU-cheapest) or a compact wire codec for slow links -- "packed", "u16",
-    "auto", "zstd" (see tokenwire.encode); the receiver needs no setting, frames describe
+    "auto", "pfor", "zstd" (see tokenwire.encode); the receiver needs no setting, frames describe
     themselves.
     """
 

@@ -4,7 +4,8 @@
 The edits are aimed at every field of docs/wire-format.md: a bit flip anywhere, a header byte,
 the 64-bit count, a cut, bytes appended or inserted; in a zstd frame a byte of the zstd section,
 the length prefix (alone, or with the section cut or extended to match) and its first block
-header; and a fresh checksum over the damage, so a checksummed frame reaches the checks after it. Where the choices come
+header; in a pfor frame the same edits of its length prefix and payload (block headers,
+bitmaps and high parts are bytes of it); and a fresh checksum over the damage, so a checksummed frame reaches the checks after it. Where the choices come
 from is a `Chooser`: a seeded `random.Random`, a hypothesis `draw` (so failures shrink) or
 atheris' `FuzzedDataProvider` (so libFuzzer steers them). No dependency beyond the standard
 library, so the fuzzer can import it as is.
@@ -21,6 +22,8 @@ FLAG_CHECKSUM, FLAG_MULTI, FLAG_ZSTD = 0x01, 0x02, 0x04
 #: A 64-bit count worth trying: empty, tiny, just past 32 bits, the 2**58 limit, the maximum.
 INTERESTING_COUNTS = [0, 1, 2, 3, 7, 2**32, 2**58, 2**64 - 1]
 EDITS = 11
+#: Byte 5 (codec) of a pfor frame, whose payload region is an 8-byte length, then the payload.
+CODEC_PFOR = 3
 
 
 class Chooser(Protocol):
@@ -84,11 +87,29 @@ def _zstd_section(buf: bytearray) -> int:
     return off if len(buf) >= off + 8 + 5 else -1
 
 
+def _pfor_section(buf: bytearray) -> int:
+    """Where the length prefix of a pfor frame starts, or -1 when `buf` is not a pfor frame with
+    a whole prefix and at least one payload byte."""
+    if len(buf) < 16 or buf[5] != CODEC_PFOR or buf[7] & FLAG_ZSTD:
+        return -1
+    off = 16
+    if buf[7] & FLAG_MULTI:
+        count = int.from_bytes(buf[8:16], "little")
+        if count > len(buf):
+            return -1
+        off += (count * 4 + 7) // 8 * 8
+    return off if len(buf) >= off + 8 + 1 else -1
+
+
 def edit(buf: bytearray, c: Chooser) -> None:
     """One edit of `buf` in place (some edits do nothing on a frame too short for them)."""
     z = _zstd_section(buf)
-    # half the edits of a zstd frame go to its zstd section, which most edits never reach
-    op = c.integer(6, 9) if z >= 0 and c.integer(0, 1) else c.integer(0, EDITS - 1)
+    pfor = z < 0 and _pfor_section(buf) >= 0
+    if pfor:
+        z = _pfor_section(buf)
+    # half the edits of a zstd or pfor frame go to its section, which most edits never reach
+    op = (c.integer(6, 8 if pfor else 9) if z >= 0 and c.integer(0, 1)
+          else c.integer(0, EDITS - 1))
     if op == 0 and buf:                                     # flip one bit anywhere
         buf[c.integer(0, len(buf) - 1)] ^= 1 << c.integer(0, 7)
     elif op == 1 and buf:                                   # overwrite a header / table byte
@@ -104,7 +125,7 @@ def edit(buf: bytearray, c: Chooser) -> None:
     elif op == 5:                                           # bytes inserted
         i = c.integer(0, len(buf))
         buf[i:i] = c.raw(c.integer(1, 8))
-    elif op == 6 and z >= 0:                # a byte of the zstd section, often of its frame header
+    elif op == 6 and z >= 0:                # a byte of the section, often of its (first) header
         hi = len(buf) - 1 if c.integer(0, 1) else min(len(buf) - 1, z + 8 + 13)
         buf[c.integer(z + 8, hi)] = c.integer(0, 255)
     elif op == 7 and z >= 0:                                # the zstd length prefix, off by a few
@@ -122,7 +143,7 @@ def edit(buf: bytearray, c: Chooser) -> None:
             buf[end:end] = extra
             clen += len(extra)
         buf[z:z + 8] = max(0, clen).to_bytes(8, "little")
-    elif op == 9 and z >= 0:                                # the first zstd block header
+    elif op == 9 and z >= 0 and not pfor:                   # the first zstd block header
         fhd = buf[z + 12]
         fcs = (0, 2, 4, 8)[fhd >> 6] or (1 if fhd & 0x20 else 0)
         at = z + 13 + (0 if fhd & 0x20 else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
