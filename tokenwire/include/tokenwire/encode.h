@@ -59,9 +59,10 @@ static int tw_codec_width(unsigned c, uint32_t orv) {
 }
 
 /* Auto writes pfor instead of packed from this many ids on (the one switch of the auto rule:
- * docs/wire-format.md, "codec=auto"). Measured on real ids (docs/benchmarks.md): pfor saves 15 %
- * of packed's bytes but its frames encode and decode 1.5x and 3x slower than packed's, and auto
- * is the fast codec (zstd and pfor are asked for): never, for now. */
+ * docs/wire-format.md, "codec=auto"). Never, for now: on real ids (docs/benchmarks.md) pfor's
+ * frames are 15 % smaller than packed's but take 1.3-1.7x packed's time to encode and 3-3.7x to
+ * decode, which pays off only on links slower than ~0.6-0.85 GB/s; auto is the codec for fast
+ * links (pfor, like zstd, is asked for). */
 #define TW_AUTO_PFOR_MIN_IDS UINT64_MAX
 
 /* The wire codec (and *width) for ids whose bitwise OR is `orv`, `total` of them (the rule of
