@@ -14,9 +14,10 @@ ASan checks every access); see docs/fuzzing.md. Against a gcc build it still run
 of this harness only. The harness is also structure-aware: the first input byte picks a mode --
 the bytes as they are, or a valid frame built from fuzzed ids / codec / checksum /
 multi-sequence and then damaged by fuzzed edits -- the same edits the hypothesis tests make
-(tests/support/frame_damage.py: bit flips, header and count overwrites, cuts, appends, inserts, and
-zstd-section edits). The corpus is seeded with tests/fixtures/ (the golden frames and the
-negative fixtures in invalid/). Every WireFormatError message must belong to a rejection branch
+(tests/support/frame_damage.py: bit flips, header and count overwrites, cuts, appends, inserts,
+and edits of a zstd section or of a pfor frame's length prefix and payload; pfor frames come
+from the codec table like the others). The corpus is seeded with tests/fixtures/ (the golden
+frames and the negative fixtures in invalid/, pfor's among them). Every WireFormatError message must belong to a rejection branch
 listed in tests/support/strategies.py (WIRE_ERROR_KINDS).
 """
 

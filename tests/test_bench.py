@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tokenwire
@@ -58,6 +59,24 @@ def test_the_installed_tokenwire_is_measured(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     imported, root_last = r.stdout.split()
     assert Path(imported) == Path(tokenwire.__file__) and root_last == "True"
+
+
+def test_bench_reads_real_ids_and_measures_pfor(tmp_path: Path) -> None:
+    """--ids: a raw int32 file (bench/codec_v2_ids.py's output) repeated up to each ISL; the
+    pfor row's size is that of tokenwire.encode(ids, codec="pfor") on those ids."""
+    ids = np.array([5, 70_000, 17, 3, 151_000, 2, 9, 1] * 64, dtype="<i4")
+    path = tmp_path / "ids.i32"
+    ids.tofile(path)
+    out_json = tmp_path / "b.json"
+    r = run_bench("--quick", "--ids", str(path), "--only", "pfor", "--json", str(out_json))
+    assert r.returncode == 0, r.stderr
+    assert f"ids from {path}" in r.stdout
+    rows = [row for row in json.loads(out_json.read_text())["rows"]
+            if row["name"] == "tokenwire pfor"]
+    assert rows
+    for row in rows:
+        expected = len(tokenwire.encode(np.resize(ids, row["isl"]), codec="pfor"))
+        assert row["nbytes"] == expected, row
 
 
 def test_bench_quick_json_and_plot(tmp_path: Path) -> None:
