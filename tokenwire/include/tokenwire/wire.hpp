@@ -19,6 +19,9 @@
 // are copied once (each at most the frame's size: the memory passed in may change, see
 // docs/cpp.md). A zstd payload additionally takes its declared size, at most 64x the compressed
 // bytes received, and the decompressor is never given room for more than that size + 1 byte.
+// A pfor frame holds at most 128 ids per payload byte (checked from its length prefix before
+// the 4*N bytes of ids are allocated); decode_many of a multi-sequence one decodes every id
+// into one vector first (its blocks cross sequences) and copies the sequences out of it.
 #ifndef TOKENWIRE_WIRE_HPP
 #define TOKENWIRE_WIRE_HPP
 
