@@ -355,7 +355,7 @@ def test_decode_many_race_never_reads_past_the_payload(gil_always_released: None
 # 5. misaligned int32 buffers
 
 
-@pytest.mark.parametrize("codec", ["auto", "raw", "u16", "packed", "zstd"])
+@pytest.mark.parametrize("codec", ["auto", "raw", "u16", "packed", "zstd", "pfor"])
 def test_encode_misaligned_int32_buffers(codec: str) -> None:
     if codec == "zstd":
         pytest.importorskip("zstandard")
@@ -401,6 +401,27 @@ def test_decode_many_allocation_bound_per_input_byte() -> None:
     frame = tokenwire.encode_many([[1]] * 200_000, codec="packed")
     peak = _peak_traced(lambda: tokenwire.decode_many(frame))
     assert peak <= 26 * len(frame), f"{peak / len(frame):.1f} bytes per input byte"
+
+
+def test_pfor_allocation_is_bounded_by_its_payload() -> None:
+    """A pfor frame holds at most 128 ids per payload byte (width-0 blocks): its claimed count
+    is checked against the length prefix before the ids are allocated, so a decoder allocates
+    at most 512 bytes of ids per payload byte; a larger claim is refused without allocating."""
+    blocks = 10_000
+    frame = tokenwire.encode([0] * (128 * blocks), codec="pfor")          # one byte per block
+    assert len(frame) == 24 + blocks
+    peak = _peak_traced(lambda: tokenwire.decode(frame))
+    assert peak <= 512 * blocks + 4096, f"{peak / blocks:.1f} bytes per payload byte"
+    claim = bytearray(frame)
+    claim[8:16] = (128 * blocks + 1).to_bytes(8, "little")               # one id too many
+    peak = _peak_traced(lambda: pytest.raises(WireFormatError, tokenwire.decode, bytes(claim)))
+    assert peak < 64 * 1024, peak
+    with pytest.raises(WireFormatError, match=r"^pfor payload of 10000 bytes cannot hold 1280001 "):
+        tokenwire.frame_info(bytes(claim))
+    # several sequences: all ids decoded at once, then copied out: about twice the ids at peak
+    many = tokenwire.encode_many([[0] * 64_000] * 20, codec="pfor")
+    peak = _peak_traced(lambda: tokenwire.decode_many(many))
+    assert peak <= 8 * 64_000 * 20 + 20 * 200 + 4096, peak
 
 
 # ---------------------------------------------------------------------------------------------
