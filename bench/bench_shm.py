@@ -127,9 +127,9 @@ def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_
         t0 = clock()
         ring[o:o + n] = src
         t1 = clock()
-        i, gen = sender._write(src, os.getpid())
+        i, gen = sender._write(src, os.getpid(), k + 1)
         t2 = clock()
-        segment.take(i, gen, n)
+        segment.take(i, gen, n, k + 1)
         t3 = clock()
         if k >= warm:
             spent[0] += t1 - t0
