@@ -350,6 +350,248 @@ def test_sender_refuses_a_bad_geometry():
         shm.Sender(slot_bytes=2**40)
 
 
+# -- slots of refused, dropped and forged messages ----------------------------------------------
+
+OTHER_KEY = bytes(range(101, 133))
+
+
+@pytest.mark.parametrize("kind", ["signature", "generation", "length", "dropped"])
+def test_refused_and_dropped_messages_give_their_slots_back(pair, kind):
+    """Messages the receiver refuses (bad signature, a tampered entry) or that the caller drops
+    still end their slots' use: the receiver publishes their sequence, the sender takes back
+    every slot at or before it, and the ring keeps carrying ids instead of filling with FULL
+    slots nobody will read."""
+    push, pull = pair
+    key = KEY if kind == "signature" else None
+    with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver, key=key)
+        for k in range(5):                      # more messages than the ring has slots
+            if kind == "signature":
+                send_pyobj_oob(push, {"ids": ids(start=k)}, key=OTHER_KEY, channel=sender)
+                with pytest.raises(AuthenticationError):
+                    recv_pyobj_oob(pull, key=KEY, channel=receiver)
+                continue
+            frames = sender.dumps({"ids": ids(start=k)})
+            desc = bytearray(frames[0])
+            if kind == "dropped":
+                push.send_multipart(frames)
+                pull.recv_multipart()           # received, never loaded
+                continue
+            field = 1 if kind == "generation" else 2
+            if struct.unpack_from("<Q", desc, _entry(desc))[0] != 2**64 - 1:   # in a slot
+                struct.pack_into("<Q", desc, _entry(desc) + 8 * field, 4)
+                with pytest.raises(WireFormatError):
+                    receiver.loads([bytes(desc), *frames[1:]])
+            else:                               # the ring is full: a frame, read as such
+                assert receiver.loads(frames)["ids"] == ids(start=k)
+        assert sender.stats["shm"] >= 2
+        for k in range(4):                      # each of these goes through a slot again
+            before = sender.stats["shm"]
+            send_pyobj_oob(push, {"ids": ids(start=100 + k)}, key=key, channel=sender)
+            assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=100 + k)
+            if k:                               # the first may be a frame: it carries the news
+                assert sender.stats["shm"] == before + 1, (k, sender.stats)
+
+
+def _forged(sender, seq: int, entries=(), key=None) -> list:
+    """A descriptor naming the sender's segment with sequence `seq` and a made-up token, and a
+    pickle: what a process that can reach the socket but not the segment (nor, with `key`, the
+    key: it signs with another) could send."""
+    from tokenwire.transport import _signature, dumps_oob
+    head = dumps_oob({"ids": "forged"})[0]
+    desc = shm._DESC.pack(shm._DESC_MAGIC, sender._id, os.getpid(), sender.fd, len(entries), 0,
+                          seq, 0x5EED) + b"".join(shm._ENTRY.pack(*e) for e in entries)
+    if key is None:
+        return [desc, head]
+    return [_signature(OTHER_KEY, desc + head, [], False, channel=True), desc, head]
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])
+def test_a_forged_sequence_frees_no_slot_of_an_unread_message(pair, key):
+    """A message whose sequence the segment does not confirm (no record with its token, no slot
+    holding its generation) is never published, read or refused: the sender keeps the slot of
+    a message sent before it and not yet read."""
+    push, pull = pair
+    with shm.Sender(slots=1, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver, key=key)
+        seq = sender._seq + 1
+        push.send_multipart(_forged(sender, seq + 100, key=key))           # frames only
+        push.send_multipart(_forged(sender, seq + 100, [(0, 1, N * 4)], key=key))  # a guess
+        send_pyobj_oob(push, {"ids": ids(start=1)}, key=key, channel=sender)   # slot 0, unread
+        if key is None:
+            assert recv_pyobj_oob(pull, channel=receiver)["ids"] == "forged"
+            with pytest.raises(WireFormatError, match="does not hold generation 1"):
+                recv_pyobj_oob(pull, channel=receiver)
+        else:
+            for _ in range(2):
+                with pytest.raises(AuthenticationError, match="bad signature"):
+                    recv_pyobj_oob(pull, key=key, channel=receiver)
+        # The ring is full: the next message would take slot 0 back were the forged sequence
+        # believed, and the unread message would then be refused as stale.
+        send_pyobj_oob(push, {"ids": ids(start=2)}, key=key, channel=sender)
+        assert sender.stats["shm"] == 1
+        assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=1)
+        assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=2)
+        assert receiver._segments[sender._id].published == seq + 1
+
+
+# -- a late free never frees a newer message -----------------------------------------------------
+
+PAUSED_RECEIVER = textwrap.dedent("""
+    import sys, zmq
+    from tokenwire import shm
+    from tokenwire.transport import recv_pyobj_oob
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
+    push = ctx.socket(zmq.PAIR); push.connect(sys.argv[2])
+    free = shm._Segment._release
+    armed = []
+
+    def paused(self, state, expect):
+        # After the copy, before the free: the sender takes the slot back and rewrites it now.
+        if armed:
+            armed.clear()
+            push.send_pyobj(("paused",))
+            push.recv()
+        return free(self, state, expect)
+
+    shm._Segment._release = paused
+    receiver = shm.Receiver()
+    for n in range(3):
+        armed[:] = [True] if n == 1 else []
+        try:
+            msg = recv_pyobj_oob(pull, channel=receiver)
+            push.send_pyobj(("ok", msg["n"], list(msg["ids"][:3])))
+        except Exception as e:
+            push.send_pyobj(("error", str(e)))
+        if n == 1:
+            push.recv()                         # the sender looks at the slot meanwhile
+""")
+
+
+@pytest.mark.integration
+def test_a_late_free_by_the_receiver_keeps_the_slot_of_a_newer_message(zmq_ctx, tmp_path):
+    """The receiver copies a slot, then stalls before freeing it; meanwhile the sender takes the
+    slot back (Sender.reclaim: a receiver it believes gone) and writes the next message into
+    it. The receiver's free is a compare-and-swap from the generation it read, so it fails and
+    the message is refused; the new message's slot stays FULL and reads back intact."""
+    zmq, ctx = zmq_ctx
+    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
+    push = ctx.socket(zmq.PUSH)
+    push.bind(out)
+    ctl = ctx.socket(zmq.PAIR)
+    ctl.bind(back)
+    ctl.setsockopt(zmq.RCVTIMEO, 30_000)
+    proc = _spawn(PAUSED_RECEIVER, out, back)
+    try:
+        with shm.Sender(slots=1, slot_bytes=256 * 1024) as sender:
+            send_pyobj_oob(push, {"n": 0, "ids": ids(10)}, channel=sender)     # the offer
+            assert ctl.recv_pyobj()[:2] == ("ok", 0)
+            send_pyobj_oob(push, {"n": 1, "ids": ids(start=1)}, channel=sender)   # slot 0
+            assert ctl.recv_pyobj() == ("paused",)
+            sender.reclaim()
+            send_pyobj_oob(push, {"n": 2, "ids": ids(start=2)}, channel=sender)   # slot 0 again
+            assert sender.stats["shm"] == 2
+            new = sender._gens[0] << 2 | shm._FULL
+            ctl.send(b"")
+            reply = ctl.recv_pyobj()
+            assert reply[0] == "error" and "rewritten while it was read" in reply[1], reply
+            assert sender._words.load(shm._state_word(0)) == new   # not freed under the sender
+            ctl.send(b"")
+            assert ctl.recv_pyobj() == ("ok", 2, [2, 3, 4])
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# -- the segment's hand-over opens nothing but the segment ---------------------------------------
+
+SWAPPER = textwrap.dedent("""
+    import os, select, sys
+    # fd 100 names a memfd bearing the segment's name, or the read end of a FIFO, as told: what
+    # a receiver sees when the sender's pid, or its fd number, is reused between two looks.
+    memfd = os.memfd_create(sys.argv[1], os.MFD_CLOEXEC)
+    fifo = os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK)
+    poll = select.poll()
+    poll.register(fifo, select.POLLIN)
+    os.dup2(memfd, 100)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        os.dup2(fifo if line.strip() == "fifo" else memfd, 100)
+        print("ok", flush=True)
+    # POLLHUP on a FIFO's read end: a writer opened it and closed it again.
+    print("opened" if any(ev & select.POLLHUP for _, ev in poll.poll(0)) else "untouched",
+          flush=True)
+""")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd_getfd", "proc-fallback"])
+def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monkeypatch, pidfd):
+    """The sender's fd number names the segment when the receiver looks at it, and another file
+    right after (the fd number reused, or the pid: every readlink the receiver makes is followed
+    by the swap). The receiver never opens that other file: pidfd_getfd duplicates the fd
+    without opening anything, and the /proc fallback opens O_PATH, checks the file through its
+    own descriptor and reopens only that one. Opening the FIFO here would be seen by its reader
+    (a device could act on an open)."""
+    if pidfd and not shm._PIDFD_GETFD:
+        pytest.skip("no os.pidfd_open")
+    monkeypatch.setattr(shm, "_PIDFD_GETFD", pidfd)
+    seg_id = os.urandom(16)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    proc = subprocess.Popen([sys.executable, "-c", SWAPPER, shm._NAME + seg_id.hex(), str(fifo)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=tempfile.gettempdir())
+
+    def tell(what: str) -> None:
+        proc.stdin.write(what + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ok"
+
+    readlink = os.readlink
+
+    def look_then_swap(path, *args, **kwargs):
+        link = readlink(path, *args, **kwargs)
+        tell("fifo")
+        return link
+
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        monkeypatch.setattr(os, "readlink", look_then_swap)
+        for _ in range(3):
+            tell("memfd")
+            with pytest.raises(OSError):         # not a sealed segment: refused every time
+                shm._Segment(proc.pid, 100, seg_id)
+        monkeypatch.setattr(os, "readlink", readlink)
+        proc.stdin.close()
+        assert proc.stdout.readline().strip() == "untouched"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_attach_uses_pidfd_getfd_when_the_kernel_allows_it(pair, monkeypatch):
+    """In one process pidfd_getfd is always permitted (Linux >= 5.6); without it, or with it
+    turned off, the /proc fallback attaches the same segment."""
+    if not shm._PIDFD_GETFD:
+        pytest.skip("no os.pidfd_open")
+    with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender:
+        try:
+            pidfd = os.pidfd_open(os.getpid())
+            os.close(shm._pidfd_getfd(pidfd, sender.fd))
+            os.close(pidfd)
+        except OSError as e:
+            pytest.skip(f"pidfd_getfd: {e}")
+        for enabled, method in ((True, "pidfd"), (False, "proc")):
+            monkeypatch.setattr(shm, "_PIDFD_GETFD", enabled)
+            with shm.Receiver() as receiver:
+                attach(pair, sender, receiver)
+                assert receiver._segments[sender._id].method == method
+                send_pyobj_oob(pair[0], {"ids": ids()}, channel=sender)
+                assert recv_pyobj_oob(pair[1], channel=receiver)["ids"] == ids()
+
+
 # -- real processes killed mid-message ---------------------------------------------------------
 
 WORKER = textwrap.dedent("""
