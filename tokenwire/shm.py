@@ -16,17 +16,28 @@ How it is kept safe (docs/transport.md, "Shared-memory channel", says what it pr
 * The segment is a sealed ``memfd`` (Linux): it has no name in ``/dev/shm`` and the kernel frees
   it when the last process holding it exits, so a process killed with ``kill -9`` leaks nothing.
   It is mode 0o600 and sealed against shrinking or growing, so a peer cannot truncate it under
-  a reader (which would crash the reader with SIGBUS). A receiver opens it through
-  ``/proc/<sender pid>/fd/<fd>`` (same user, same host, same pid namespace) and checks the link
+  a reader (which would crash the reader with SIGBUS). A receiver duplicates the sender's
+  descriptor with ``pidfd_getfd`` (no path is opened), or, without ptrace permission over the
+  sender, opens ``/proc/<sender pid>/fd/<fd>`` with ``O_PATH`` (which opens nothing), checks the
+  file and reopens only that one (same user, same host, same pid namespace); it checks the
   name, owner, mode, seals, size and a random 16-byte segment id before mapping it.
-* Each slot has a header: a state word ``generation << 2 | state`` and a length. The descriptor
-  names slot index, generation and length for each buffer. The receiver checks the index against
-  the ring, the length against the slot size, the state word against ``(generation, FULL)``,
-  copies the bytes into storage it owns (a `TokenVector`), reads the state word again (a slot
-  rewritten meanwhile is refused), and only then frees the slot and hands the copy on. Nothing
-  is ever a view of memory another process can still write, and nothing read from the segment
-  decides how much is read.
-* The sender writes only FREE slots, with generations it keeps in its own memory. A full ring,
+* Each slot has a header: a state word ``generation << 2 | state`` (a random generation per
+  write), a length and the sequence number of the message it holds. The descriptor names slot
+  index, generation and length for each buffer. The receiver checks the index against the ring,
+  the length against the slot size, the state word against ``(generation, FULL)``, copies the
+  bytes into storage it owns (a `TokenVector`), checks length and sequence, and frees the slot
+  with one compare-and-swap from ``(generation, FULL)``: it fails if anything rewrote the slot
+  during the copy (the message is refused, the newer one keeps its slot). Only then is the
+  copy handed on. Nothing is ever a view of memory another process can still write, and nothing
+  read from the segment decides how much is read. Shared words are C atomics (_ShmWords).
+* Every message has a sequence number and a random token, in its descriptor and in a record in
+  the segment. The receiver reads messages in order; once done with one (read or refused) it
+  publishes its sequence in the segment header, provided it knows the sender sent it (signature
+  verified, or the segment holds its token or its random generation), and the sender takes back
+  every slot of a message at or before it: a refused or dropped message leaves no FULL slot
+  behind, and a forged sequence frees nothing.
+* The sender writes only FREE slots, with generations it keeps in its own memory (a
+  compare-and-swap from the FREE word it expects). A full ring,
   a buffer larger than a slot, ``sign_buffers=True`` (the signature would have to cover the
   slots' bytes) or a receiver that has not attached to the segment (another host, another pid
   namespace, a peer that does not pass a channel) all fall back to out-of-band frames, per
@@ -37,7 +48,8 @@ How it is kept safe (docs/transport.md, "Shared-memory channel", says what it pr
   the pid that was attached when they were written no longer runs; `Sender.reclaim` takes back
   every unread slot at once (a message naming one is then refused as stale).
 
-One sender and one receiver per channel: a ring serves one zmq pair (PUSH → PULL to one worker).
+One sender and one receiver per channel: a ring serves one zmq pair (PUSH → PULL to one worker),
+and the receiver loads messages in the order they arrive.
 Linux only; elsewhere `Sender` never offers a segment and every buffer travels as a frame.
 """
 
