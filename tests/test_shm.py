@@ -97,14 +97,14 @@ def test_round_trip_through_slots(pair, channel, key):
     push, pull = pair
     send_pyobj_oob(push, {"ids": ids(), "n": 0}, key=key, channel=sender)
     first = recv_pyobj_oob(pull, key=key, channel=receiver)
-    assert first["ids"] == ids() and sender.stats == {"shm": 0, "frames": 1}   # the offer
+    assert first["ids"] == ids() and sender.stats == {"shm": 0, "frames": 1, "ring": 0}   # the offer
     assert sender.attached() == os.getpid()
     for k in range(1, 13):                      # 3 times round the ring: slots are released
         send_pyobj_oob(push, {"ids": ids(start=k), "n": k}, key=key, channel=sender)
         got = recv_pyobj_oob(pull, key=key, channel=receiver)
         assert got["n"] == k and got["ids"] == ids(start=k)
-    assert sender.stats == {"shm": 12, "frames": 1}
-    assert receiver.stats == {"shm": 12, "frames": 1}
+    assert sender.stats == {"shm": 12, "frames": 1, "ring": 0}
+    assert receiver.stats == {"shm": 12, "frames": 1, "ring": 0}
 
 
 def test_small_buffers_stay_in_band_and_mid_sized_ones_use_slots(pair, channel):
@@ -143,7 +143,7 @@ def test_full_ring_falls_back_to_frames(pair, channel):
     push, pull = pair
     for k in range(7):                          # 4 slots, none read yet
         send_pyobj_oob(push, {"ids": ids(start=k)}, channel=sender)
-    assert sender.stats == {"shm": 4, "frames": 3}
+    assert sender.stats == {"shm": 4, "frames": 3, "ring": 0}
     for k in range(7):
         assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=k)
     send_pyobj_oob(push, {"ids": ids(start=99)}, channel=sender)   # slots are free again
@@ -183,7 +183,7 @@ def test_receiver_refuses_a_segment_others_could_open(pair, channel):
     for k in range(3):
         send_pyobj_oob(push, {"ids": ids(start=k)}, channel=sender)
         assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=k)
-    assert sender.attached() == 0 and sender.stats == {"shm": 0, "frames": 3}
+    assert sender.attached() == 0 and sender.stats == {"shm": 0, "frames": 3, "ring": 0}
 
 
 def test_unreachable_segment_falls_back_without_the_caller_noticing(pair, channel):
@@ -208,7 +208,7 @@ def test_msgspec_encoder_and_decoder_take_a_channel(pair, channel):
         encoder.send(push, {"n": k, "ids": ids(start=k)})
         got = decoder.recv(pull)
         assert got["n"] == k and got["ids"] == ids(start=k)
-    assert sender.stats == {"shm": 5, "frames": 1}         # the first one offered the segment
+    assert sender.stats == {"shm": 5, "frames": 1, "ring": 0}         # the first one offered the segment
     frames = encoder.encode({"ids": ids()})
     desc = bytearray(frames[0])
     struct.pack_into("<Q", desc, _entry(desc) + 8, 12345)  # wrong generation
@@ -727,3 +727,132 @@ def test_sender_killed_mid_message_then_restarted(zmq_ctx, tmp_path):
         assert len(receiver._segments) == 2               # the restarted proxy's segment too
     assert mapped_segments(os.getpid()) == []             # the kernel frees them now
     assert dev_shm() - before == set()
+
+
+# -- whole messages through the ring (Sender.send / Receiver.recv) -------------------------------
+
+def test_a_doorbell_of_a_message_taken_from_the_ring_is_dropped(pair, channel):
+    """A spinning receiver takes the next message from the ring before its doorbell arrives;
+    the doorbell is then dropped, never read as a second copy of the message."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    bell = sender.message({"n": 1, "ids": ids(start=1)})
+    assert len(bell) == 1 and sender.stats["ring"] == 1         # a doorbell: the rest in a slot
+    got = receiver.recv(pull, spin_us=100_000)                    # the socket is empty: the ring
+    assert got["n"] == 1 and got["ids"] == ids(start=1) and receiver.stats["ring"] == 1
+    push.send_multipart(bell)                                     # its doorbell, late
+    assert pull.poll(10_000)                                      # ...is waiting now
+    sender.send(push, {"n": 2, "ids": ids(start=2)})
+    got = receiver.recv(pull)
+    assert got["n"] == 2 and got["ids"] == ids(start=2)
+    assert receiver.stats["ring"] == 2
+    if pull.poll(100):             # message 2's doorbell, if the ring was faster: nothing else
+        left = pull.recv_multipart()
+        assert len(left) == 1 and shm._BELL.unpack(left[0])[2] == sender._seq
+    assert not pull.poll(100)
+
+
+@pytest.mark.parametrize("key", [None, KEY])
+def test_ring_messages_and_frames_keep_the_socket_order(pair, channel, key):
+    """Messages that fit the ring and messages that fall back to frames (ids larger than a
+    slot) interleave in the order sent, whether the receiver sleeps or spins."""
+    sender, receiver = channel
+    attach(pair, sender, receiver, key=key)
+    push, pull = pair
+    sizes = [N, sender.slot_bytes // 4 + 8, N, N, sender.slot_bytes // 4 + 8, N, N, N]
+    for n, size in enumerate(sizes):
+        sender.send(push, {"n": n, "ids": ids(size, start=n)}, key=key)
+    for n, size in enumerate(sizes):
+        got = receiver.recv(pull, key=key, spin_us=1000 if n % 2 else 0)
+        assert got["n"] == n and got["ids"] == ids(size, start=n)
+    assert sender.stats["ring"] >= 2 and receiver.stats["ring"] == sender.stats["ring"]
+    # A doorbell may still wait for a message the spin took: it is dropped, not read again.
+    sender.send(push, {"n": "last"}, key=key)
+    assert receiver.recv(pull, key=key)["n"] == "last"
+
+
+def test_a_refused_ring_message_is_not_offered_again(pair, channel):
+    """A ring message signed with another key is refused once (AuthenticationError), its slots
+    come back, and neither the ring nor its doorbell offers it again."""
+    sender, receiver = channel
+    attach(pair, sender, receiver, key=KEY)
+    push, pull = pair
+    sender.send(push, {"ids": ids(start=1)}, key=OTHER_KEY)
+    assert sender.stats["ring"] == 1
+    with pytest.raises(AuthenticationError):
+        receiver.recv(pull, key=KEY, spin_us=1000)
+    for k in range(2, 12):                          # round the ring several times
+        sender.send(push, {"ids": ids(start=k)}, key=KEY)
+        assert receiver.recv(pull, key=KEY, spin_us=1000)["ids"] == ids(start=k)
+    assert sender.stats["ring"] == 11
+    sender.send(push, {"ids": "last"}, key=KEY)     # late doorbells are dropped, not read
+    assert receiver.recv(pull, key=KEY)["ids"] == "last"
+
+
+def test_a_forged_doorbell_is_refused(pair, channel):
+    """A doorbell naming a slot with a generation the sender never wrote is refused; the real
+    messages around it read normally."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    sender.send(push, {"n": 1, "ids": ids(start=1)})
+    assert receiver.recv(pull)["n"] == 1
+    push.send(shm._BELL.pack(shm._BELL_MAGIC, sender._id, sender._seq + 1, 0, 1, 200))
+    with pytest.raises(WireFormatError, match="does not hold generation 1"):
+        receiver.recv(pull)
+    sender.send(push, {"n": 2, "ids": ids(start=2)})
+    assert receiver.recv(pull)["n"] == 2
+
+
+SPINNING_WORKER = textwrap.dedent("""
+    import sys, zmq
+    from tokenwire import shm
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
+    push = ctx.socket(zmq.PUSH); push.connect(sys.argv[2])
+    key = bytes(range(1, 33))
+    receiver = shm.Receiver()
+    while True:
+        receiver.poll(pull, spin_us=20_000)
+        msg = receiver.recv(pull, key=key)
+        if msg is None:
+            break
+        push.send_pyobj((msg["n"], msg["ids"] == msg["expect"], receiver.stats["ring"]))
+""")
+
+
+@pytest.mark.integration
+def test_a_spinning_worker_process_reads_every_message_in_order(zmq_ctx, tmp_path):
+    """A worker process spinning on the ring: ring messages, frame fallbacks and messages sent
+    while it sleeps on the socket all arrive once, in order, with the right ids."""
+    zmq, ctx = zmq_ctx
+    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
+    push = ctx.socket(zmq.PUSH)
+    push.bind(out)
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(back)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    proc = _spawn(SPINNING_WORKER, out, back)
+    try:
+        with shm.Sender(slots=4, slot_bytes=256 * 1024) as sender:
+            sizes = [10, N, N, 70_000, N, N, N, 70_000, N] * 3
+            replies = []
+            for n, size in enumerate(sizes):
+                v = ids(size, start=n)
+                sender.send(push, {"n": n, "ids": v, "expect": v}, key=KEY)
+                if n % 3:                           # a burst now and then
+                    while len(replies) < n + 1:
+                        replies.append(pull.recv_pyobj())
+                if n % 9 == 8:
+                    time.sleep(0.05)                # the worker stops spinning and sleeps
+            while len(replies) < len(sizes):
+                replies.append(pull.recv_pyobj())
+            assert [r[0] for r in replies] == list(range(len(sizes)))
+            assert all(r[1] for r in replies)
+            assert replies[-1][2] == sender.stats["ring"] > 0
+            sender.send(push, None, key=KEY)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()

@@ -11,6 +11,7 @@ cdef extern from "tokenwire/shmring.h" nogil:
     void tw_shm_acquire_fence()
     void tw_shm_release_fence()
     int tw_shm_pidfd_getfd(int pidfd, int targetfd)
+    int tw_shm_wait(const uint64_t* word, uint64_t value, int64_t timeout_ns)
 
 from libc.errno cimport errno as _c_errno
 
@@ -71,6 +72,18 @@ cdef class _ShmWords:
         tw_shm_acquire_fence()
         ok = tw_shm_cas(w, expect, desired)
         tw_shm_release_fence()
+        return ok != 0
+
+    def wait(self, Py_ssize_t i, uint64_t value, double timeout_us):
+        """Spin, without the GIL, until word `i` holds `value` or `timeout_us` have passed:
+        True if it does. The receiver's low-latency wait for the next message."""
+        cdef const uint64_t* w = self._at(i)
+        cdef int64_t ns = <int64_t>(timeout_us * 1000.0) if timeout_us > 0 else 0
+        cdef int ok
+        if ns > 60_000_000_000:
+            raise ValueError(f"_ShmWords.wait: {timeout_us} us is more than a minute")
+        with nogil:
+            ok = tw_shm_wait(w, value, ns)
         return ok != 0
 
 

@@ -86,13 +86,15 @@ _NAME = "tokenwire-"                 # memfd name prefix; the segment id (hex) f
 # Segment header (64 bytes): magic, segment id, slot count, pad, slot size, then three words:
 # the receiver's pid, the last message sequence the receiver has done with (it reads, or
 # refuses, messages in order: the sender takes back every slot of a message at or before it),
-# and one reserved word. Then RECORDS message records (sequence, token), then the slot headers.
+# and one reserved word. Then RECORDS message records of 8 words (sequence, token, message slot
+# + 1 or 0, its generation, its length; three reserved), then the slot headers.
 _SEG = struct.Struct("<8s16sIIQ")
 _READER_WORD = 5                     # word index of the receiver pid (u64)
 _DONE_WORD = 6                       # word index of the receiver's last sequence done
-_RECORDS = 64                        # message records, at word 8 + 2 * (sequence % RECORDS)
+_RECORDS = 64                        # message records, at word 8 + 8 * (sequence % RECORDS)
 _RECORD_WORD = 8
-_SLOT_HEADERS = 64 + 16 * _RECORDS   # offset of the first slot header
+_RECORD_WORDS = 8
+_SLOT_HEADERS = 64 + 8 * _RECORD_WORDS * _RECORDS   # offset of the first slot header
 _SLOT_HEADER_BYTES = 64              # one cache line per slot: state word, length, sequence
 # Every word two processes share is an aligned u64 read and written through _ShmWords (C
 # atomics: include/tokenwire/shmring.h); a transition the other side can race with is a
@@ -111,6 +113,12 @@ _DESC_MAGIC = b"TWD2"
 _ENTRY = struct.Struct("<QQQ")
 _NO_SLOT = (1 << 64) - 1
 _NO_SEGMENT = bytes(16)
+# A whole message in a slot (Sender.send / Receiver.recv): the lengths of its signature,
+# descriptor and pickle, then those bytes. Its doorbell, the zmq message that wakes a receiver
+# blocked on the socket: magic, segment id, sequence, slot, generation, length.
+_MSG = struct.Struct("<IIQ")
+_BELL = struct.Struct("<4s16sQQQQ")
+_BELL_MAGIC = b"TWR1"
 # pidfd_getfd hands the segment over without opening a path (Linux >= 5.6, ptrace permission
 # over the sender); otherwise the receiver falls back to /proc/<pid>/fd/<fd> (_open_segment).
 _PIDFD_GETFD = hasattr(os, "pidfd_open")
@@ -129,6 +137,10 @@ def _data_offset(slots: int) -> int:
 
 def _state_word(i: int) -> int:
     return _SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT
+
+
+def _record_word(seq: int) -> int:
+    return _RECORD_WORD + _RECORD_WORDS * (seq % _RECORDS)
 
 
 def _new_generation(old: int) -> int:
@@ -157,7 +169,8 @@ class Sender:
 
     `slots` slots of `slot_bytes` bytes; buffers of at least `threshold` bytes (and at most
     `slot_bytes`) use a slot when one is free and a receiver has attached. ``stats`` counts the
-    buffers sent through slots (``"shm"``) and as frames (``"frames"``). `close` (or garbage
+    buffers sent through slots (``"shm"``) and as frames (``"frames"``), and the whole messages
+    `send` put in a slot (``"ring"``). `close` (or garbage
     collection, or the process's exit) releases the segment. Like a zmq socket, a Sender is
     used by one thread at a time.
     """
@@ -171,7 +184,7 @@ class Sender:
         self.threshold = threshold
         self.slots = slots
         self.slot_bytes = (slot_bytes + 63) // 64 * 64
-        self.stats: Dict[str, int] = {"shm": 0, "frames": 0}
+        self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
         # Generations, sequences and owners are ours, kept in our memory, never read back from
         # the segment.
         self._gens = [0] * slots
@@ -341,9 +354,10 @@ class Sender:
             # the sequence is ours (the token is random), and so publish it.
             assert self._words is not None
             token = int.from_bytes(os.urandom(8), "little")
-            rec = _RECORD_WORD + 2 * (seq % _RECORDS)
+            rec = _record_word(seq)
             self._words.store(rec, 0)
             self._words.store(rec + 1, token)
+            self._words.store(rec + 2, 0)           # not in a slot (send() may change that)
             self._words.store(rec, seq)
         entries: List[bytes] = []
         frames: List[Any] = []
@@ -385,6 +399,45 @@ class Sender:
             return [desc, head, *frames]
         sig = _signature(_as_key(key), desc + head, frames, sign_buffers, channel=True)
         return [sig, desc, head, *frames]
+
+    def send(self, socket: Any, obj: Any, *, key: Optional[bytes] = None,
+             oob_threshold: int = OOB_THRESHOLD, flags: int = 0) -> None:
+        """Send `obj` for `Receiver.recv` (which also reads what `send_pyobj_oob` sends with
+        this channel): the frames of `message`, without copying them."""
+        socket.send_multipart(self.message(obj, key=key, oob_threshold=oob_threshold), flags,
+                              copy=False)
+
+    def message(self, obj: Any, *, key: Optional[bytes] = None,
+                oob_threshold: int = OOB_THRESHOLD) -> List[Any]:
+        """The frames `send` puts on the socket. When a receiver has attached and every large
+        buffer took a slot, the whole message (signature, descriptor, pickle) goes into a slot
+        too, its record names that slot, and the socket carries only a small doorbell: a
+        receiver spinning on the ring takes the message without a wake-up through the socket,
+        a sleeping one is woken by the doorbell. Otherwise the frames of `dumps`. Either way
+        the socket's order is the messages' order."""
+        frames = self.dumps(obj, oob_threshold=oob_threshold, key=key)
+        first = 1 if key is None else 2
+        reader = self.attached()
+        if not reader or len(frames) != first + 1:           # a buffer is left as a frame
+            return frames
+        sig = bytes(frames[0]) if key is not None else b""
+        desc, head = bytes(frames[first - 1]), memoryview(frames[first]).cast("B")
+        blob = b"".join((_MSG.pack(len(sig), len(desc), head.nbytes), sig, desc, head))
+        if len(blob) > self.slot_bytes:
+            return frames
+        seq = self._seq
+        i, gen = self._write(memoryview(blob), reader, seq)
+        if i < 0:
+            return frames
+        assert self._words is not None
+        rec = _record_word(seq)
+        self._words.store(rec, 0)
+        self._words.store(rec + 2, i + 1)
+        self._words.store(rec + 3, gen)
+        self._words.store(rec + 4, len(blob))
+        self._words.store(rec, seq)                  # last (release): the record is whole
+        self.stats["ring"] += 1
+        return [_BELL.pack(_BELL_MAGIC, self._id, seq, i, gen, len(blob))]
 
 
 def _open_segment(pid: int, fd: int, name: str) -> Tuple[int, str]:
@@ -478,12 +531,25 @@ class _Segment:
         """Did the sender write the record (seq, token)? It sets the sequence word to 0 before
         changing the token, so a sequence read the same before and after the token is the
         token's."""
-        rec = _RECORD_WORD + 2 * (seq % _RECORDS)
+        rec = _record_word(seq)
         words = self.words
         if seq == 0 or words.load(rec) != seq:
             return False
         got = words.load(rec + 1)
         return bool(words.load(rec) == seq and got == token)
+
+    def next_message(self, seq: int, spin_us: float) -> Optional[Tuple[int, int, int, int]]:
+        """(seq, slot, generation, length) of message `seq` if its record says the sender put
+        it in a slot, after spinning up to `spin_us` for the record; None otherwise. Read as
+        the token is (has_record): the sequence word before and after the rest."""
+        rec = _record_word(seq)
+        words = self.words
+        if not words.wait(rec, seq, spin_us):
+            return None
+        where, gen, n = words.load(rec + 2), words.load(rec + 3), words.load(rec + 4)
+        if words.load(rec) != seq or where == 0:
+            return None
+        return seq, where - 1, gen, n
 
     def holds(self, i: int, gen: int, seq: int) -> bool:
         """Does slot `i` hold generation `gen`, FULL, written for message `seq`?"""
@@ -501,9 +567,10 @@ class _Segment:
         copy (the compare-and-swap orders the copy's loads before it)."""
         return bool(self.words.cas(state, expect, expect & ~3 | _FREE))
 
-    def take(self, i: int, gen: int, n: int, seq: int) -> Any:
-        """Copy slot `i` out (generation `gen`, `n` bytes, message `seq`) and free it;
-        WireFormatError when the descriptor does not match the slot."""
+    def take(self, i: int, gen: int, n: int, seq: int, raw: bool = False) -> Any:
+        """Copy slot `i` out (generation `gen`, `n` bytes, message `seq`) and free it: a
+        TokenVector (bytes for a length not a multiple of 4, or with `raw`); WireFormatError
+        when the descriptor does not match the slot."""
         if i >= self.slots:
             raise WireFormatError(f"shared-memory descriptor names slot {i}, the ring has "
                                   f"{self.slots}")
@@ -521,7 +588,7 @@ class _Segment:
         view = self.mv[start:start + n]
         try:
             # The copy first, into storage nobody else can write; the checks after it.
-            data: Any = TokenVector.frombuffer(view) if n % 4 == 0 else bytes(view)
+            data: Any = TokenVector.frombuffer(view) if n % 4 == 0 and not raw else bytes(view)
         finally:
             view.release()
         length, written_for = words.load(state + 1), words.load(state + 2)
@@ -543,13 +610,14 @@ class Receiver:
     """The receiving side: attaches to the segments senders offer and copies slots out.
 
     Keeps at most `max_segments` segments mapped (a sender that restarted offers a new one).
-    ``stats`` counts buffers taken from slots (``"shm"``) and from frames (``"frames"``).
+    ``stats`` counts buffers taken from slots (``"shm"``) and from frames (``"frames"``), and
+    whole messages `recv` took from a slot (``"ring"``).
     Used by one thread at a time.
     """
 
     def __init__(self, max_segments: int = 4) -> None:
         self.max_segments = max_segments
-        self.stats: Dict[str, int] = {"shm": 0, "frames": 0}
+        self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
         self._segments: OrderedDict[bytes, _Segment] = OrderedDict()
         self._refused: OrderedDict[bytes, str] = OrderedDict()
         self._pid = os.getpid()
@@ -617,6 +685,82 @@ class Receiver:
             desc, head, first = views[0].tobytes(), views[1], 2
         buffers = self._take(desc, frames[first:], not sign_buffers, key is not None)
         return _unpickle(head, buffers, find_class)
+
+    def recv(self, socket: Any, *, key: Optional[bytes] = None,
+             find_class: Optional[FindClass] = None, spin_us: float = 0) -> Any:
+        """The next object `Sender.send` sent on `socket` (zmq). Messages waiting on the
+        socket come first, in order; when none is, and `spin_us` > 0, the receiver spins
+        (without the GIL, one core busy) up to `spin_us` microseconds on the ring for the next
+        message the sender published there, then blocks on the socket. A doorbell whose
+        message was already taken from the ring is dropped."""
+        from tokenwire.transport import received_buffer
+        import zmq
+        while True:
+            try:
+                got = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                got = None
+            if got is None:
+                ring = next(reversed(self._segments.values()), None)
+                if ring is not None:
+                    where = ring.next_message(ring.published + 1, spin_us)
+                    if where is not None:               # its record: the sender's
+                        return self._from_slot(ring, *where, True, key, find_class)
+                got = socket.recv_multipart(copy=False)
+            frames = [received_buffer(f) for f in got]
+            if len(frames) == 1 and memoryview(frames[0]).nbytes == _BELL.size:
+                bell = bytes(frames[0])
+                magic, seg_id, seq, i, gen, n = _BELL.unpack(bell)
+                if magic == _BELL_MAGIC:
+                    seg = self._segments.get(seg_id)
+                    if seg is None:
+                        raise WireFormatError("a doorbell names a shared-memory segment this "
+                                              "receiver has not mapped")
+                    if seq <= seg.published:
+                        continue                     # taken from the ring already
+                    proven = seg.next_message(seq, 0) == (seq, i, gen, n)
+                    return self._from_slot(seg, seq, i, gen, n, proven, key, find_class)
+            return self.loads(frames, key=key, find_class=find_class)
+
+    def poll(self, socket: Any, spin_us: float = 0, timeout_ms: Optional[int] = None) -> bool:
+        """Wait until `recv` has a message to return at once: the next one is in the ring
+        (spinning up to `spin_us` for it, without the GIL), or the socket has one (blocking up
+        to `timeout_ms`, None: forever). False on timeout. A doorbell on the socket counts as a
+        message; `recv` may drop it and wait again."""
+        if socket.poll(0):
+            return True
+        ring = next(reversed(self._segments.values()), None)
+        if ring is not None and ring.next_message(ring.published + 1, spin_us) is not None:
+            return True
+        return bool(socket.poll(timeout_ms))
+
+    def _from_slot(self, seg: _Segment, seq: int, i: int, gen: int, n: int, proven: bool,
+                   key: Optional[bytes], find_class: Optional[FindClass]) -> Any:
+        """The message `Sender.send` put in slot `i`: copied out (and the slot freed) first,
+        then checked like a message from the socket. Read or refused, it is done with: its
+        sequence is published when the segment proves it the sender's (its record named this
+        slot, or the slot held its random generation), so neither the ring nor its doorbell
+        offers it again."""
+        try:
+            if n < _MSG.size:
+                raise WireFormatError(f"a message slot of {n} bytes, shorter than its header")
+            blob = seg.take(i, gen, n, seq, raw=True)
+            proven = True
+        finally:
+            if proven:
+                seg.publish(seq)
+        self.stats["ring"] += 1
+        siglen, desclen, headlen = _MSG.unpack_from(blob, 0)
+        if _MSG.size + siglen + desclen + headlen != n:
+            raise WireFormatError(f"a message slot of {n} bytes holds parts of {siglen}, "
+                                  f"{desclen} and {headlen} bytes")
+        at = _MSG.size
+        sig, desc, head = (blob[at:at + siglen], blob[at + siglen:at + siglen + desclen],
+                           blob[at + siglen + desclen:])
+        frames = [sig, desc, head] if siglen else [desc, head]
+        if len(desc) >= _DESC.size and _DESC.unpack_from(desc, 0)[6] != seq:
+            raise WireFormatError(f"the message in slot {i} is not message {seq}")
+        return self.loads(frames, key=key, find_class=find_class)
 
     def _refuse(self, desc: bytes) -> None:
         """A message refused before its descriptor could be trusted (bad signature): publish

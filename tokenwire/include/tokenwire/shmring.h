@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #if defined(__linux__)
+#  include <time.h>
 #  include <sys/syscall.h>
 #  include <unistd.h>
 #  ifndef SYS_pidfd_getfd
@@ -75,6 +76,39 @@ static inline void tw_shm_acquire_fence(void) {
 static inline void tw_shm_release_fence(void) {
 #if TW_SHM_ATOMICS
     __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
+
+static inline void tw_shm_cpu_relax(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_ia32_pause();
+#elif defined(__GNUC__) && defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin (without sleeping) until *word == value or `timeout_ns` have passed: 1 if it holds the
+ * value. Callers run it without the GIL. */
+static inline int tw_shm_wait(const uint64_t *word, uint64_t value, int64_t timeout_ns) {
+#if defined(__linux__)
+    struct timespec t0, t;
+    unsigned spins = 0;
+    if (tw_shm_load(word) == value) return 1;
+    if (timeout_ns <= 0) return 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        tw_shm_cpu_relax();
+        if (tw_shm_load(word) == value) return 1;
+        if ((++spins & 63) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec)
+                    >= timeout_ns)
+                return tw_shm_load(word) == value;
+        }
+    }
+#else
+    (void)timeout_ns;
+    return tw_shm_load(word) == value;
 #endif
 }
 
