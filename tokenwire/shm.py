@@ -191,6 +191,8 @@ class Sender:
         self._slot_seq = [0] * slots             # the message a slot was written for
         self._owner = [0] * slots                # receiver pid attached when a slot was written
         self._seq = 0                            # the last message sequence placed
+        self._token = 0                          # its token
+        self._deferred = False                   # message() writes the record itself
         self._cursor = 0
         self._fd = -1
         self._map: Optional[mmap.mmap] = None
@@ -340,6 +342,21 @@ class Sender:
 
     # -- messages ------------------------------------------------------------------------------
 
+    def _record(self, seq: int, token: int, where: int = 0, gen: int = 0, n: int = 0) -> None:
+        """Write message `seq`'s record: its random token (a receiver that refuses the message
+        can still show that the sequence is ours, and so publish it) and, for a message `send`
+        put in a slot, slot + 1, generation and length. The sequence word is cleared first and
+        stored last (release), so a reader that sees it before and after sees a whole record."""
+        assert self._words is not None
+        rec = _record_word(seq)
+        words = self._words
+        words.store(rec, 0)
+        words.store(rec + 1, token)
+        words.store(rec + 2, where)
+        words.store(rec + 3, gen)
+        words.store(rec + 4, n)
+        words.store(rec, seq)
+
     def place(self, buffers: Sequence[Any], *, use_slots: bool = True) -> Tuple[bytes, List[Any]]:
         """Put each buffer (bytes-like, C-contiguous) in a slot when it fits and one is free,
         keep the others as frames: ``(descriptor, frames)``. The descriptor lists every buffer
@@ -348,17 +365,9 @@ class Sender:
         reader = self.attached() if use_slots and live else 0
         self._seq += 1
         seq = self._seq
-        token = 0
-        if live:
-            # The message's record: a receiver that refuses this message can still show that
-            # the sequence is ours (the token is random), and so publish it.
-            assert self._words is not None
-            token = int.from_bytes(os.urandom(8), "little")
-            rec = _record_word(seq)
-            self._words.store(rec, 0)
-            self._words.store(rec + 1, token)
-            self._words.store(rec + 2, 0)           # not in a slot (send() may change that)
-            self._words.store(rec, seq)
+        token = self._token = int.from_bytes(os.urandom(8), "little") if live else 0
+        if live and not self._deferred:
+            self._record(seq, token)
         entries: List[bytes] = []
         frames: List[Any] = []
         for buf in buffers:
@@ -415,29 +424,30 @@ class Sender:
         receiver spinning on the ring takes the message without a wake-up through the socket,
         a sleeping one is woken by the doorbell. Otherwise the frames of `dumps`. Either way
         the socket's order is the messages' order."""
-        frames = self.dumps(obj, oob_threshold=oob_threshold, key=key)
+        self._deferred = True                    # one record, written whole, below
+        try:
+            frames = self.dumps(obj, oob_threshold=oob_threshold, key=key)
+        finally:
+            self._deferred = False
+        if self._words is None:
+            return frames
+        seq, token = self._seq, self._token
         first = 1 if key is None else 2
         reader = self.attached()
-        if not reader or len(frames) != first + 1:           # a buffer is left as a frame
-            return frames
-        sig = bytes(frames[0]) if key is not None else b""
-        desc, head = bytes(frames[first - 1]), memoryview(frames[first]).cast("B")
-        blob = b"".join((_MSG.pack(len(sig), len(desc), head.nbytes), sig, desc, head))
-        if len(blob) > self.slot_bytes:
-            return frames
-        seq = self._seq
-        i, gen = self._write(memoryview(blob), reader, seq)
+        i, gen, n = -1, 0, 0
+        if reader and len(frames) == first + 1:             # no buffer left as a frame
+            sig = bytes(frames[0]) if key is not None else b""
+            desc, head = bytes(frames[first - 1]), memoryview(frames[first]).cast("B")
+            blob = b"".join((_MSG.pack(len(sig), len(desc), head.nbytes), sig, desc, head))
+            n = len(blob)
+            if n <= self.slot_bytes:
+                i, gen = self._write(memoryview(blob), reader, seq)
         if i < 0:
+            self._record(seq, token)
             return frames
-        assert self._words is not None
-        rec = _record_word(seq)
-        self._words.store(rec, 0)
-        self._words.store(rec + 2, i + 1)
-        self._words.store(rec + 3, gen)
-        self._words.store(rec + 4, len(blob))
-        self._words.store(rec, seq)                  # last (release): the record is whole
+        self._record(seq, token, i + 1, gen, n)
         self.stats["ring"] += 1
-        return [_BELL.pack(_BELL_MAGIC, self._id, seq, i, gen, len(blob))]
+        return [_BELL.pack(_BELL_MAGIC, self._id, seq, i, gen, n)]
 
 
 def _open_segment(pid: int, fd: int, name: str) -> Tuple[int, str]:
