@@ -856,3 +856,28 @@ def test_a_spinning_worker_process_reads_every_message_in_order(zmq_ctx, tmp_pat
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_ring_message_keeps_its_buffer_slots_until_they_are_copied(pair, monkeypatch):
+    """The receiver publishes a ring message's sequence only once its buffers' slots are copied
+    out too: the sender, short of slots meanwhile, cannot take back the ids of the message being
+    read."""
+    push, pull = pair
+    with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver)
+        sender.send(push, {"n": 1, "ids": ids(start=1)})          # both slots: ids, message
+        assert sender.stats["ring"] == 1
+        take = shm._Segment.take
+        sent = []
+
+        def send_then_take(self, i, gen, n, seq, raw=False):
+            if not raw and not sent:              # the message copied, its ids not yet
+                sent.append(sender.message({"n": 2, "ids": ids(start=2)}))
+            return take(self, i, gen, n, seq, raw)
+
+        monkeypatch.setattr(shm._Segment, "take", send_then_take)
+        got = receiver.recv(pull, spin_us=100_000)
+        assert got["n"] == 1 and got["ids"] == ids(start=1)
+        push.send_multipart(sent[0])
+        got = receiver.recv(pull)
+        assert got["n"] == 2 and got["ids"] == ids(start=2)

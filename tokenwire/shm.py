@@ -751,26 +751,28 @@ class Receiver:
         sequence is published when the segment proves it the sender's (its record named this
         slot, or the slot held its random generation), so neither the ring nor its doorbell
         offers it again."""
+        # Published last, once every slot of the message has been copied out: the sender takes
+        # back the slots of a published message, its buffers' slots included.
         try:
             if n < _MSG.size:
                 raise WireFormatError(f"a message slot of {n} bytes, shorter than its header")
             blob = seg.take(i, gen, n, seq, raw=True)
             proven = True
+            self.stats["ring"] += 1
+            siglen, desclen, headlen = _MSG.unpack_from(blob, 0)
+            if _MSG.size + siglen + desclen + headlen != n:
+                raise WireFormatError(f"a message slot of {n} bytes holds parts of {siglen}, "
+                                      f"{desclen} and {headlen} bytes")
+            at = _MSG.size
+            sig, desc, head = (blob[at:at + siglen], blob[at + siglen:at + siglen + desclen],
+                               blob[at + siglen + desclen:])
+            frames = [sig, desc, head] if siglen else [desc, head]
+            if len(desc) >= _DESC.size and _DESC.unpack_from(desc, 0)[6] != seq:
+                raise WireFormatError(f"the message in slot {i} is not message {seq}")
+            return self.loads(frames, key=key, find_class=find_class)
         finally:
             if proven:
                 seg.publish(seq)
-        self.stats["ring"] += 1
-        siglen, desclen, headlen = _MSG.unpack_from(blob, 0)
-        if _MSG.size + siglen + desclen + headlen != n:
-            raise WireFormatError(f"a message slot of {n} bytes holds parts of {siglen}, "
-                                  f"{desclen} and {headlen} bytes")
-        at = _MSG.size
-        sig, desc, head = (blob[at:at + siglen], blob[at + siglen:at + siglen + desclen],
-                           blob[at + siglen + desclen:])
-        frames = [sig, desc, head] if siglen else [desc, head]
-        if len(desc) >= _DESC.size and _DESC.unpack_from(desc, 0)[6] != seq:
-            raise WireFormatError(f"the message in slot {i} is not message {seq}")
-        return self.loads(frames, key=key, find_class=find_class)
 
     def _refuse(self, desc: bytes) -> None:
         """A message refused before its descriptor could be trusted (bad signature): publish
