@@ -48,6 +48,13 @@ How it is kept safe (docs/transport.md, "Shared-memory channel", says what it pr
   the pid that was attached when they were written no longer runs; `Sender.reclaim` takes back
   every unread slot at once (a message naming one is then refused as stale).
 
+``Sender.send`` / ``Receiver.recv`` go one step further (opt-in): when every large buffer took a
+slot, the whole message (signature, descriptor, pickle) goes into a slot as well, named by the
+message's record, and the socket carries only a small doorbell. ``recv`` reads what waits on the
+socket first (its order is the messages' order); else it spins up to ``spin_us`` without the GIL
+on the record of the next message, and takes it from its slot (copied out first, then checked
+like any message); doorbells of messages already taken that way are dropped.
+
 One sender and one receiver per channel: a ring serves one zmq pair (PUSH → PULL to one worker),
 and the receiver loads messages in the order they arrive.
 Linux only; elsewhere `Sender` never offers a segment and every buffer travels as a frame.
