@@ -467,12 +467,15 @@ def _open_segment(pid: int, fd: int, name: str) -> Tuple[int, str]:
     ptrace permission over the sender) /proc/<pid>/fd/<fd> is opened with O_PATH, which opens
     nothing (no device or FIFO sees an open), the file it names is checked through our own
     descriptor (its name, a regular file), and only that file is reopened read-write."""
+    pidfd = -1
     if _PIDFD_GETFD:
         try:
             pidfd = os.pidfd_open(pid)
         except OSError as e:
-            raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
-                                   f"{e.strerror}") from None
+            if e.errno != errno.ENOSYS:             # before Linux 5.3: the fallback below
+                raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
+                                       f"{e.strerror}") from None
+    if pidfd >= 0:
         try:
             return _pidfd_getfd(pidfd, fd), "pidfd"
         except OSError as e:
