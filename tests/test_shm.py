@@ -97,7 +97,8 @@ def test_round_trip_through_slots(pair, channel, key):
     push, pull = pair
     send_pyobj_oob(push, {"ids": ids(), "n": 0}, key=key, channel=sender)
     first = recv_pyobj_oob(pull, key=key, channel=receiver)
-    assert first["ids"] == ids() and sender.stats == {"shm": 0, "frames": 1, "ring": 0}   # the offer
+    assert first["ids"] == ids()
+    assert sender.stats == {"shm": 0, "frames": 1, "ring": 0}           # the offer
     assert sender.attached() == os.getpid()
     for k in range(1, 13):                      # 3 times round the ring: slots are released
         send_pyobj_oob(push, {"ids": ids(start=k), "n": k}, key=key, channel=sender)
@@ -208,7 +209,7 @@ def test_msgspec_encoder_and_decoder_take_a_channel(pair, channel):
         encoder.send(push, {"n": k, "ids": ids(start=k)})
         got = decoder.recv(pull)
         assert got["n"] == k and got["ids"] == ids(start=k)
-    assert sender.stats == {"shm": 5, "frames": 1, "ring": 0}         # the first one offered the segment
+    assert sender.stats == {"shm": 5, "frames": 1, "ring": 0}    # the first one offered the segment
     frames = encoder.encode({"ids": ids()})
     desc = bytearray(frames[0])
     struct.pack_into("<Q", desc, _entry(desc) + 8, 12345)  # wrong generation
