@@ -882,3 +882,35 @@ def test_a_ring_message_keeps_its_buffer_slots_until_they_are_copied(pair, monke
         push.send_multipart(sent[0])
         got = receiver.recv(pull)
         assert got["n"] == 2 and got["ids"] == ids(start=2)
+
+
+def test_shared_words_refuse_unaligned_buffers_and_indices_outside():
+    """The atomics act on aligned 8-byte words inside the buffer only."""
+    from tokenwire._core import _ShmWords
+    buf = bytearray(80)
+    base = memoryview(buf)
+    words = None
+    for k in range(8):
+        try:
+            words = _ShmWords(base[k:k + 64], 8)
+            break
+        except ValueError as e:
+            assert "8-byte boundary" in str(e)
+    assert words is not None                   # one of eight offsets is aligned
+    with pytest.raises(ValueError, match="8-byte boundary"):
+        _ShmWords(base[k + 1:k + 65], 8)
+    with pytest.raises(ValueError, match="do not fit"):
+        _ShmWords(base[k:k + 64], 9)
+    with pytest.raises(ValueError, match="do not fit"):
+        _ShmWords(base[k:k + 64], 2**61)
+    with pytest.raises(IndexError):
+        words.load(8)
+    with pytest.raises(IndexError):
+        words.store(-1, 0)
+    assert words.cas(7, 0, 5) and not words.cas(7, 0, 6) and words.load(7) == 5
+    assert words.wait(7, 5, 0) and not words.wait(7, 6, 1000)
+    with pytest.raises(BufferError):
+        _ShmWords(bytes(64), 8)                # read-only: no atomics on it
+    words.release()
+    with pytest.raises(ValueError, match="released"):
+        words.load(0)

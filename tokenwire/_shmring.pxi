@@ -29,7 +29,7 @@ cdef class _ShmWords:
     def __cinit__(self, obj, Py_ssize_t count):
         self.words = NULL
         PyObject_GetBuffer(obj, &self.view, PyBUF_SIMPLE | PyBUF_WRITABLE)
-        if count < 0 or self.view.len < count * 8:
+        if count < 0 or count > self.view.len // 8:
             PyBuffer_Release(&self.view)
             raise ValueError(f"_ShmWords: {count} words do not fit in {self.view.len} bytes")
         if (<uintptr_t>self.view.buf) % 8 != 0:
