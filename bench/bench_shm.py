@@ -7,8 +7,11 @@
 Prints, for each id count, one send + receive of ``{"ids": TokenVector}`` on an ``ipc://``
 PUSH/PULL pair in this process for each path (in-band, out-of-band frame, shared-memory slot;
 best of 15 x 200), the round trip of 40,000 ids from this process to a worker process that
-acknowledges each message (out-of-band vs shared memory, median of 7 x 200), then the cost of moving 160 KB through a slot (write, copy out, free) next
-to one memcpy of it into a destination of the same footprint (a ring of 4 slot-sized buffers).
+acknowledges each message through the socket (out-of-band frames; shared memory with
+send_pyobj_oob; the whole message in the ring with Sender.send / Receiver.recv, the worker
+sleeping on the socket or spinning SPIN_US on the ring; median of 7 x 200), then the cost of
+moving 160 KB through a slot (write, copy out, free) next to one memcpy of it into a destination
+of the same footprint (a ring of 4 slot-sized buffers).
 """
 
 from __future__ import annotations
@@ -60,8 +63,13 @@ def paths(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 15) -> None:
     ctx.destroy(linger=0)
 
 
+#: How long the spinning receiver waits on the ring before it blocks on the socket.
+SPIN_US = 2000.0
+
+
 def worker(inbox: str, acks: str) -> None:
-    """The far side of `across_processes`: acknowledge every message until None."""
+    """The far side of `across_processes`: told a mode and a count, receive that many messages
+    that way, acknowledging each; a count of 0 ends it."""
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
     pull.connect(inbox)
@@ -69,10 +77,19 @@ def worker(inbox: str, acks: str) -> None:
     push.connect(acks)
     with shm.Receiver() as receiver:
         while True:
-            channel = receiver if pull.recv() == b"shm" else None
-            if recv_pyobj_oob(pull, channel=channel) is None:
+            # Through the receiver: a doorbell still waiting for a message the spin took from
+            # the ring is dropped there, never read as a message.
+            mode, count = receiver.recv(pull)
+            if not count:
                 break
-            push.send(b"")
+            for _ in range(count):
+                if mode == "out-of-band":
+                    recv_pyobj_oob(pull)
+                elif mode == "shm":
+                    recv_pyobj_oob(pull, channel=receiver)
+                else:                                   # the ring, spinning or not
+                    receiver.recv(pull, spin_us=SPIN_US if mode == "shm-spin" else 0)
+                push.send(b"")
     ctx.destroy(linger=0)
 
 
@@ -89,17 +106,28 @@ def across_processes(n: int = 40_000, rounds: int = 7) -> None:
                                  acks])
         obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
         medians = {}
-        for name, channel in (("out-of-band", None), ("shm", sender)):
+        # The first channel message offers the segment; the worker attaches.
+        send_pyobj_oob(push, ("shm", 1), channel=sender)
+        send_pyobj_oob(push, obj, channel=sender)
+        pull.recv()
+        for name in ("out-of-band", "shm", "shm-ring", "shm-spin"):
             def trip() -> None:
-                push.send(b"shm" if channel is not None else b"frames", zmq.SNDMORE)
-                send_pyobj_oob(push, obj, oob_threshold=0, channel=channel)
+                if name == "out-of-band":
+                    send_pyobj_oob(push, obj, oob_threshold=0)
+                elif name == "shm":
+                    send_pyobj_oob(push, obj, oob_threshold=0, channel=sender)
+                else:
+                    sender.send(push, obj, oob_threshold=0)
                 pull.recv()
-            for _ in range(50):
-                trip()
-            times = sorted(timeit.timeit(trip, number=200) / 200 * 1e6 for _ in range(rounds))
+            times = []
+            for r in range(rounds + 1):                  # the first round warms up
+                send_pyobj_oob(push, (name, 200), channel=sender)
+                t = timeit.timeit(trip, number=200) / 200 * 1e6
+                if r:
+                    times.append(t)
+            times.sort()
             medians[name] = times[len(times) // 2]
-        push.send(b"frames", zmq.SNDMORE)
-        send_pyobj_oob(push, None)
+        send_pyobj_oob(push, ("", 0), channel=sender)
         proc.wait()
         push.close(linger=0)
         pull.close(linger=0)
@@ -127,9 +155,9 @@ def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_
         t0 = clock()
         ring[o:o + n] = src
         t1 = clock()
-        i, gen = sender._write(src, os.getpid())
+        i, gen = sender._write(src, os.getpid(), k + 1)
         t2 = clock()
-        segment.take(i, gen, n)
+        segment.take(i, gen, n, k + 1)
         t3 = clock()
         if k >= warm:
             spent[0] += t1 - t0

@@ -32,6 +32,10 @@ timed submits.
                  channel=: the ids through a slot of a shared-memory ring (tokenwire.shm), written
                  once by the proxy, copied once out of the slot by the worker; the proxy's Sender
                  and the worker's Receiver are set up once per run (same host, Linux)
+  tokenwire-shm-spin  the same channel with the whole message in the ring (Sender.send /
+                 Receiver.recv): the worker spins up to SHM_SPIN_US on the ring for the next
+                 message (without the GIL, one core busy) instead of sleeping on the socket;
+                 the socket carries a small doorbell that wakes a worker no longer spinning
 
 Each path is the one the transport picks by size: ids below the out-of-band threshold (64 KiB,
 16k ids) stay in the pickle in tokenwire-oob, ids below the shared-memory threshold (32 KiB, 8k
@@ -44,8 +48,8 @@ GIL columns). The proxy serializes and sends one request at a
 time and waits for the worker's acknowledgement before the next, so proxy-side pickling never
 competes with the submit being measured and the whole trip is one request's, not a queue's.
 Every run ends with a correctness check: a CRC-32 of the int32 ids the worker built, per request
-(warm-up included), against the ids the proxy sent, and for tokenwire-shm that every request
-whose ids reach the threshold took a slot (none fell back to a frame).
+(warm-up included), against the ids the proxy sent, and for the tokenwire-shm rows that every
+request whose ids reach the threshold took a slot (none fell back to a frame).
 
 `--ray` runs the same exchange actor to actor through a local Ray cluster.
 """
@@ -75,7 +79,11 @@ from bench.data import token_stream
 from bench.harness import Target, machine, report_targets, stderr_progress
 from tokenwire.transport import dumps_oob, recv_pyobj_oob, send_pyobj_oob
 
-MODES = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm")
+MODES = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin")
+SHM_MODES = ("tokenwire-shm", "tokenwire-shm-spin")
+#: How long the tokenwire-shm-spin worker spins on the ring before it sleeps on the socket:
+#: longer than the proxy's gap between an ack and its next request (building the request).
+SHM_SPIN_US = 5000.0
 TOKENWIRE_MODES = MODES[1:]
 #: Untimed requests at the start of every row (CRC-checked all the same): more than the
 #: shared-memory ring's slots, so each slot's pages are touched before the timing starts.
@@ -279,6 +287,8 @@ class GilMonitor:
 
 
 def _receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
+    if mode == "tokenwire-shm-spin":
+        return receiver.recv(sock)              # the ring (poll spun for it), or the socket
     if mode == "tokenwire-shm":
         return recv_pyobj_oob(sock, channel=receiver)
     if mode == "tokenwire-oob":
@@ -302,10 +312,12 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
     gc.callbacks.append(gc_log)
     with GilMonitor(enabled=gil_monitor) as mon:
         results.send_pyobj({"idle_gap_us": mon.idle_gap * 1e6})
-        recv_pyobj_oob(data, channel=receiver)       # the channel's first message: attach
+        receiver.recv(data)                          # the channel's first message: attach
         results.send_pyobj(None)
         while True:
-            ctl = data.recv_pyobj()
+            # Control messages travel through the channel too: Receiver.recv drops the
+            # doorbells of messages the spinning worker already took from the ring.
+            ctl = receiver.recv(data)
             if ctl is None:
                 break
             mode, count, warmup = ctl["mode"], ctl["count"], ctl["warmup"]
@@ -313,7 +325,11 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
             slots_before = receiver.stats["shm"]
             keep: Any = None
             for k in range(warmup + count):
-                data.poll()                     # wait (GIL released) outside the timed window
+                # wait (GIL released) outside the timed window
+                if mode == "tokenwire-shm-spin":
+                    receiver.poll(data, SHM_SPIN_US)
+                else:
+                    data.poll()
                 t0 = time.perf_counter()
                 req = _receive(data, mode, receiver)
                 ta = time.perf_counter()
@@ -507,14 +523,14 @@ def targets_for(engine: str) -> list[Target]:
     and its p99 within 3x its p50."""
     out: list[Target] = []
     for mode in TOKENWIRE_MODES:
-        if engine == "nanobind" and mode == "tokenwire-shm":
+        if engine == "nanobind" and mode in SHM_MODES:
             out += [Target(f"{mode}: worker submit into the C++ Request >= 25x lower than the "
                            f"list baseline's", _lower(mode, "latency_us"),
                            lambda v: v >= 25, _times),
                     Target(f"{mode}: whole trip (proxy serialize + transport + worker submit) "
                            f">= 20x lower", _lower(mode, "trip_us"), lambda v: v >= 20, _times),
                     Target(f"{mode}: whole trip p99 <= 3x its p50",
-                           lambda f: f.tail("tokenwire-shm", "trip_us"), lambda v: v <= 3,
+                           lambda f, mode=mode: f.tail(mode, "trip_us"), lambda v: v <= 3,
                            _tail_shown(mode, 40_000)),
                     Target(f"{mode}: at ISL 128,000, whole trip >= 30x lower",
                            _lower(mode, "trip_us", 128_000), lambda v: v >= 30, _times)]
@@ -550,6 +566,8 @@ def check_targets(results: Sequence[ModeResult]) -> bool:
 def serialize(mode: str, req: Any, sender: shm.Sender) -> list[Any]:
     """The proxy's side of a send: the frames of one message, what send_pyobj /
     send_pyobj_oob put on the socket (with channel=, the ids are written into a slot here)."""
+    if mode == "tokenwire-shm-spin":
+        return sender.message(req)                # = sender.send(...): a doorbell, or frames
     if mode == "tokenwire-shm":
         return sender.dumps(req)                  # = send_pyobj_oob(..., channel=sender)
     if mode == "tokenwire-oob":
@@ -590,7 +608,7 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
         if not results.poll(120_000):
             raise RuntimeError("the worker did not answer the channel's first message")
         results.recv_pyobj()
-        if "tokenwire-shm" in modes and not sender.attached():
+        if set(SHM_MODES) & set(modes) and not sender.attached():
             stderr_progress("tokenwire-shm: the worker could not map the segment (not Linux?): "
                             "its ids travel as out-of-band frames")
         for isl in isls:
@@ -617,8 +635,8 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                 # ids as a tokenizer hands them over.
                 starts = []
                 slots_before = sender.stats["shm"]
-                data.send_pyobj({"mode": mode, "count": end - first - n_warm,
-                                 "warmup": n_warm})
+                send_pyobj_oob(data, {"mode": mode, "count": end - first - n_warm,
+                                      "warmup": n_warm}, channel=sender)
                 for i in range(first, end):
                     req = make_request(mode, streams[i], i)
                     t0 = time.perf_counter()
@@ -645,12 +663,12 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                 # through the channel, every request whose ids reach its threshold took a slot
                 # (the Sender wrote it, the Receiver copied it out).
                 slots = sender.stats["shm"] - slots_before
-                want = (end - first if mode == "tokenwire-shm" and sender.attached()
+                want = (end - first if mode in SHM_MODES and sender.attached()
                         and 4 * isl >= sender.threshold else 0)
                 res.correct &= (report["crcs"] == expected[first:end]
                                 and report["fallbacks"] == 0 and report["slots"] == slots == want)
             out += rows.values()
-        data.send_pyobj(None)
+        send_pyobj_oob(data, None, channel=sender)
         results.poll(30_000)
     finally:
         proc.join(30)

@@ -151,7 +151,7 @@ def test_e2e_quick_is_correct(tmp_path: Path) -> None:
     out_json = tmp_path / "e2e.json"
     r = run_bench("e2e", "--quick", "--requests", "6", "--json", str(out_json))
     assert r.returncode == 0, r.stderr
-    modes = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm")
+    modes = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin")
     for mode in modes:
         assert f" {mode} " in r.stdout
     assert "correctness: tokens received == tokens sent" in r.stdout

@@ -97,14 +97,15 @@ def test_round_trip_through_slots(pair, channel, key):
     push, pull = pair
     send_pyobj_oob(push, {"ids": ids(), "n": 0}, key=key, channel=sender)
     first = recv_pyobj_oob(pull, key=key, channel=receiver)
-    assert first["ids"] == ids() and sender.stats == {"shm": 0, "frames": 1}   # the offer
+    assert first["ids"] == ids()
+    assert sender.stats == {"shm": 0, "frames": 1, "ring": 0}           # the offer
     assert sender.attached() == os.getpid()
     for k in range(1, 13):                      # 3 times round the ring: slots are released
         send_pyobj_oob(push, {"ids": ids(start=k), "n": k}, key=key, channel=sender)
         got = recv_pyobj_oob(pull, key=key, channel=receiver)
         assert got["n"] == k and got["ids"] == ids(start=k)
-    assert sender.stats == {"shm": 12, "frames": 1}
-    assert receiver.stats == {"shm": 12, "frames": 1}
+    assert sender.stats == {"shm": 12, "frames": 1, "ring": 0}
+    assert receiver.stats == {"shm": 12, "frames": 1, "ring": 0}
 
 
 def test_small_buffers_stay_in_band_and_mid_sized_ones_use_slots(pair, channel):
@@ -143,7 +144,7 @@ def test_full_ring_falls_back_to_frames(pair, channel):
     push, pull = pair
     for k in range(7):                          # 4 slots, none read yet
         send_pyobj_oob(push, {"ids": ids(start=k)}, channel=sender)
-    assert sender.stats == {"shm": 4, "frames": 3}
+    assert sender.stats == {"shm": 4, "frames": 3, "ring": 0}
     for k in range(7):
         assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=k)
     send_pyobj_oob(push, {"ids": ids(start=99)}, channel=sender)   # slots are free again
@@ -183,7 +184,7 @@ def test_receiver_refuses_a_segment_others_could_open(pair, channel):
     for k in range(3):
         send_pyobj_oob(push, {"ids": ids(start=k)}, channel=sender)
         assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=k)
-    assert sender.attached() == 0 and sender.stats == {"shm": 0, "frames": 3}
+    assert sender.attached() == 0 and sender.stats == {"shm": 0, "frames": 3, "ring": 0}
 
 
 def test_unreachable_segment_falls_back_without_the_caller_noticing(pair, channel):
@@ -208,7 +209,7 @@ def test_msgspec_encoder_and_decoder_take_a_channel(pair, channel):
         encoder.send(push, {"n": k, "ids": ids(start=k)})
         got = decoder.recv(pull)
         assert got["n"] == k and got["ids"] == ids(start=k)
-    assert sender.stats == {"shm": 5, "frames": 1}         # the first one offered the segment
+    assert sender.stats == {"shm": 5, "frames": 1, "ring": 0}    # the first one offered the segment
     frames = encoder.encode({"ids": ids()})
     desc = bytearray(frames[0])
     struct.pack_into("<Q", desc, _entry(desc) + 8, 12345)  # wrong generation
@@ -234,7 +235,7 @@ def test_slot_reused_while_the_old_message_is_unread_is_refused(pair, zmq_ctx):
 
 
 def _entry(desc: bytes, k: int = 0) -> int:
-    return 32 + 24 * k                          # descriptor header, then 24-byte entries
+    return shm._DESC.size + 24 * k              # descriptor header, then 24-byte entries
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -243,7 +244,7 @@ def _entry(desc: bytes, k: int = 0) -> int:
     (2, 256 * 1024 + 4, "a slot holds"),                         # length beyond the slot
     (2, 2**63, "a slot holds"),
     (1, 7, "does not hold generation 7"),                        # wrong generation
-    (2, 4, "length is not the descriptor"),                      # shorter than written
+    (2, 4, "not the descriptor.s 4 bytes"),                       # shorter than written
 ])
 def test_tampered_descriptor_is_refused(channel, pair, field, value, message):
     sender, receiver = channel
@@ -283,7 +284,7 @@ def test_malformed_descriptor_frame_is_refused(channel, damage):
     frames = sender.dumps({"ids": ids()})          # not attached: the ids are a frame
     desc = bytearray(frames[0])
     if damage == "truncate":
-        desc = desc[:30]
+        desc = desc[:40]
     elif damage == "magic":
         desc[:4] = b"XXXX"
     elif damage == "count":
@@ -328,7 +329,7 @@ def test_sign_buffers_refuses_a_descriptor_naming_slots(channel, pair):
 def test_a_receiver_announces_itself_again_after_the_sender_reset(pair, channel):
     sender, receiver = channel
     attach(pair, sender, receiver)
-    sender._words[5] = 0                        # what the sender does when its reader died
+    sender._words.store(5, 0)                   # what the sender does when its reader died
     push, pull = pair
     send_pyobj_oob(push, {"ids": ids()}, channel=sender)
     assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids()
@@ -348,6 +349,248 @@ def test_sender_refuses_a_bad_geometry():
         shm.Sender(slots=0)
     with pytest.raises(ValueError, match="slot_bytes"):
         shm.Sender(slot_bytes=2**40)
+
+
+# -- slots of refused, dropped and forged messages ----------------------------------------------
+
+OTHER_KEY = bytes(range(101, 133))
+
+
+@pytest.mark.parametrize("kind", ["signature", "generation", "length", "dropped"])
+def test_refused_and_dropped_messages_give_their_slots_back(pair, kind):
+    """Messages the receiver refuses (bad signature, a tampered entry) or that the caller drops
+    still end their slots' use: the receiver publishes their sequence, the sender takes back
+    every slot at or before it, and the ring keeps carrying ids instead of filling with FULL
+    slots nobody will read."""
+    push, pull = pair
+    key = KEY if kind == "signature" else None
+    with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver, key=key)
+        for k in range(5):                      # more messages than the ring has slots
+            if kind == "signature":
+                send_pyobj_oob(push, {"ids": ids(start=k)}, key=OTHER_KEY, channel=sender)
+                with pytest.raises(AuthenticationError):
+                    recv_pyobj_oob(pull, key=KEY, channel=receiver)
+                continue
+            frames = sender.dumps({"ids": ids(start=k)})
+            desc = bytearray(frames[0])
+            if kind == "dropped":
+                push.send_multipart(frames)
+                pull.recv_multipart()           # received, never loaded
+                continue
+            field = 1 if kind == "generation" else 2
+            if struct.unpack_from("<Q", desc, _entry(desc))[0] != 2**64 - 1:   # in a slot
+                struct.pack_into("<Q", desc, _entry(desc) + 8 * field, 4)
+                with pytest.raises(WireFormatError):
+                    receiver.loads([bytes(desc), *frames[1:]])
+            else:                               # the ring is full: a frame, read as such
+                assert receiver.loads(frames)["ids"] == ids(start=k)
+        assert sender.stats["shm"] >= 2
+        for k in range(4):                      # each of these goes through a slot again
+            before = sender.stats["shm"]
+            send_pyobj_oob(push, {"ids": ids(start=100 + k)}, key=key, channel=sender)
+            assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=100 + k)
+            if k:                               # the first may be a frame: it carries the news
+                assert sender.stats["shm"] == before + 1, (k, sender.stats)
+
+
+def _forged(sender, seq: int, entries=(), key=None) -> list:
+    """A descriptor naming the sender's segment with sequence `seq` and a made-up token, and a
+    pickle: what a process that can reach the socket but not the segment (nor, with `key`, the
+    key: it signs with another) could send."""
+    from tokenwire.transport import _signature, dumps_oob
+    head = dumps_oob({"ids": "forged"})[0]
+    desc = shm._DESC.pack(shm._DESC_MAGIC, sender._id, os.getpid(), sender.fd, len(entries), 0,
+                          seq, 0x5EED) + b"".join(shm._ENTRY.pack(*e) for e in entries)
+    if key is None:
+        return [desc, head]
+    return [_signature(OTHER_KEY, desc + head, [], False, channel=True), desc, head]
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])
+def test_a_forged_sequence_frees_no_slot_of_an_unread_message(pair, key):
+    """A message whose sequence the segment does not confirm (no record with its token, no slot
+    holding its generation) is never published, read or refused: the sender keeps the slot of
+    a message sent before it and not yet read."""
+    push, pull = pair
+    with shm.Sender(slots=1, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver, key=key)
+        seq = sender._seq + 1
+        push.send_multipart(_forged(sender, seq + 100, key=key))           # frames only
+        push.send_multipart(_forged(sender, seq + 100, [(0, 1, N * 4)], key=key))  # a guess
+        send_pyobj_oob(push, {"ids": ids(start=1)}, key=key, channel=sender)   # slot 0, unread
+        if key is None:
+            assert recv_pyobj_oob(pull, channel=receiver)["ids"] == "forged"
+            with pytest.raises(WireFormatError, match="does not hold generation 1"):
+                recv_pyobj_oob(pull, channel=receiver)
+        else:
+            for _ in range(2):
+                with pytest.raises(AuthenticationError, match="bad signature"):
+                    recv_pyobj_oob(pull, key=key, channel=receiver)
+        # The ring is full: the next message would take slot 0 back were the forged sequence
+        # believed, and the unread message would then be refused as stale.
+        send_pyobj_oob(push, {"ids": ids(start=2)}, key=key, channel=sender)
+        assert sender.stats["shm"] == 1
+        assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=1)
+        assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=2)
+        assert receiver._segments[sender._id].published == seq + 1
+
+
+# -- a late free never frees a newer message -----------------------------------------------------
+
+PAUSED_RECEIVER = textwrap.dedent("""
+    import sys, zmq
+    from tokenwire import shm
+    from tokenwire.transport import recv_pyobj_oob
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
+    push = ctx.socket(zmq.PAIR); push.connect(sys.argv[2])
+    free = shm._Segment._release
+    armed = []
+
+    def paused(self, state, expect):
+        # After the copy, before the free: the sender takes the slot back and rewrites it now.
+        if armed:
+            armed.clear()
+            push.send_pyobj(("paused",))
+            push.recv()
+        return free(self, state, expect)
+
+    shm._Segment._release = paused
+    receiver = shm.Receiver()
+    for n in range(3):
+        armed[:] = [True] if n == 1 else []
+        try:
+            msg = recv_pyobj_oob(pull, channel=receiver)
+            push.send_pyobj(("ok", msg["n"], list(msg["ids"][:3])))
+        except Exception as e:
+            push.send_pyobj(("error", str(e)))
+        if n == 1:
+            push.recv()                         # the sender looks at the slot meanwhile
+""")
+
+
+@pytest.mark.integration
+def test_a_late_free_by_the_receiver_keeps_the_slot_of_a_newer_message(zmq_ctx, tmp_path):
+    """The receiver copies a slot, then stalls before freeing it; meanwhile the sender takes the
+    slot back (Sender.reclaim: a receiver it believes gone) and writes the next message into
+    it. The receiver's free is a compare-and-swap from the generation it read, so it fails and
+    the message is refused; the new message's slot stays FULL and reads back intact."""
+    zmq, ctx = zmq_ctx
+    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
+    push = ctx.socket(zmq.PUSH)
+    push.bind(out)
+    ctl = ctx.socket(zmq.PAIR)
+    ctl.bind(back)
+    ctl.setsockopt(zmq.RCVTIMEO, 30_000)
+    proc = _spawn(PAUSED_RECEIVER, out, back)
+    try:
+        with shm.Sender(slots=1, slot_bytes=256 * 1024) as sender:
+            send_pyobj_oob(push, {"n": 0, "ids": ids(10)}, channel=sender)     # the offer
+            assert ctl.recv_pyobj()[:2] == ("ok", 0)
+            send_pyobj_oob(push, {"n": 1, "ids": ids(start=1)}, channel=sender)   # slot 0
+            assert ctl.recv_pyobj() == ("paused",)
+            sender.reclaim()
+            send_pyobj_oob(push, {"n": 2, "ids": ids(start=2)}, channel=sender)   # slot 0 again
+            assert sender.stats["shm"] == 2
+            new = sender._gens[0] << 2 | shm._FULL
+            ctl.send(b"")
+            reply = ctl.recv_pyobj()
+            assert reply[0] == "error" and "rewritten while it was read" in reply[1], reply
+            assert sender._words.load(shm._state_word(0)) == new   # not freed under the sender
+            ctl.send(b"")
+            assert ctl.recv_pyobj() == ("ok", 2, [2, 3, 4])
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# -- the segment's hand-over opens nothing but the segment ---------------------------------------
+
+SWAPPER = textwrap.dedent("""
+    import os, select, sys
+    # fd 100 names a memfd bearing the segment's name, or the read end of a FIFO, as told: what
+    # a receiver sees when the sender's pid, or its fd number, is reused between two looks.
+    memfd = os.memfd_create(sys.argv[1], os.MFD_CLOEXEC)
+    fifo = os.open(sys.argv[2], os.O_RDONLY | os.O_NONBLOCK)
+    poll = select.poll()
+    poll.register(fifo, select.POLLIN)
+    os.dup2(memfd, 100)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        os.dup2(fifo if line.strip() == "fifo" else memfd, 100)
+        print("ok", flush=True)
+    # POLLHUP on a FIFO's read end: a writer opened it and closed it again.
+    print("opened" if any(ev & select.POLLHUP for _, ev in poll.poll(0)) else "untouched",
+          flush=True)
+""")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd_getfd", "proc-fallback"])
+def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monkeypatch, pidfd):
+    """The sender's fd number names the segment when the receiver looks at it, and another file
+    right after (the fd number reused, or the pid: every readlink the receiver makes is followed
+    by the swap). The receiver never opens that other file: pidfd_getfd duplicates the fd
+    without opening anything, and the /proc fallback opens O_PATH, checks the file through its
+    own descriptor and reopens only that one. Opening the FIFO here would be seen by its reader
+    (a device could act on an open)."""
+    if pidfd and not shm._PIDFD_GETFD:
+        pytest.skip("no os.pidfd_open")
+    monkeypatch.setattr(shm, "_PIDFD_GETFD", pidfd)
+    seg_id = os.urandom(16)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
+    proc = subprocess.Popen([sys.executable, "-c", SWAPPER, shm._NAME + seg_id.hex(), str(fifo)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=tempfile.gettempdir())
+
+    def tell(what: str) -> None:
+        proc.stdin.write(what + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ok"
+
+    readlink = os.readlink
+
+    def look_then_swap(path, *args, **kwargs):
+        link = readlink(path, *args, **kwargs)
+        tell("fifo")
+        return link
+
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        monkeypatch.setattr(os, "readlink", look_then_swap)
+        for _ in range(3):
+            tell("memfd")
+            with pytest.raises(OSError):         # not a sealed segment: refused every time
+                shm._Segment(proc.pid, 100, seg_id)
+        monkeypatch.setattr(os, "readlink", readlink)
+        proc.stdin.close()
+        assert proc.stdout.readline().strip() == "untouched"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_attach_uses_pidfd_getfd_when_the_kernel_allows_it(pair, monkeypatch):
+    """In one process pidfd_getfd is always permitted (Linux >= 5.6); without it, or with it
+    turned off, the /proc fallback attaches the same segment."""
+    if not shm._PIDFD_GETFD:
+        pytest.skip("no os.pidfd_open")
+    with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender:
+        try:
+            pidfd = os.pidfd_open(os.getpid())
+            os.close(shm._pidfd_getfd(pidfd, sender.fd))
+            os.close(pidfd)
+        except OSError as e:
+            pytest.skip(f"pidfd_getfd: {e}")
+        for enabled, method in ((True, "pidfd"), (False, "proc")):
+            monkeypatch.setattr(shm, "_PIDFD_GETFD", enabled)
+            with shm.Receiver() as receiver:
+                attach(pair, sender, receiver)
+                assert receiver._segments[sender._id].method == method
+                send_pyobj_oob(pair[0], {"ids": ids()}, channel=sender)
+                assert recv_pyobj_oob(pair[1], channel=receiver)["ids"] == ids()
 
 
 # -- real processes killed mid-message ---------------------------------------------------------
@@ -388,7 +631,7 @@ SENDER = textwrap.dedent("""
                        channel=sender)
         pull.recv()          # received (message 3: its slot is read only after our death)
     # Mid-message: a slot half written, its message never sent; then SIGKILL.
-    sender._set_state(sender._free_slot(), 99, 2)
+    sender._words.store(shm._state_word(sender._free_slot()), 99 << 2 | 2)
     os.kill(os.getpid(), signal.SIGKILL)
 """)
 
@@ -485,3 +728,189 @@ def test_sender_killed_mid_message_then_restarted(zmq_ctx, tmp_path):
         assert len(receiver._segments) == 2               # the restarted proxy's segment too
     assert mapped_segments(os.getpid()) == []             # the kernel frees them now
     assert dev_shm() - before == set()
+
+
+# -- whole messages through the ring (Sender.send / Receiver.recv) -------------------------------
+
+def test_a_doorbell_of_a_message_taken_from_the_ring_is_dropped(pair, channel):
+    """A spinning receiver takes the next message from the ring before its doorbell arrives;
+    the doorbell is then dropped, never read as a second copy of the message."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    bell = sender.message({"n": 1, "ids": ids(start=1)})
+    assert len(bell) == 1 and sender.stats["ring"] == 1         # a doorbell: the rest in a slot
+    got = receiver.recv(pull, spin_us=100_000)                    # the socket is empty: the ring
+    assert got["n"] == 1 and got["ids"] == ids(start=1) and receiver.stats["ring"] == 1
+    push.send_multipart(bell)                                     # its doorbell, late
+    assert pull.poll(10_000)                                      # ...is waiting now
+    sender.send(push, {"n": 2, "ids": ids(start=2)})
+    got = receiver.recv(pull)
+    assert got["n"] == 2 and got["ids"] == ids(start=2)
+    assert receiver.stats["ring"] == 2
+    if pull.poll(100):             # message 2's doorbell, if the ring was faster: nothing else
+        left = pull.recv_multipart()
+        assert len(left) == 1 and shm._BELL.unpack(left[0])[2] == sender._seq
+    assert not pull.poll(100)
+
+
+@pytest.mark.parametrize("key", [None, KEY])
+def test_ring_messages_and_frames_keep_the_socket_order(pair, channel, key):
+    """Messages that fit the ring and messages that fall back to frames (ids larger than a
+    slot) interleave in the order sent, whether the receiver sleeps or spins."""
+    sender, receiver = channel
+    attach(pair, sender, receiver, key=key)
+    push, pull = pair
+    sizes = [N, sender.slot_bytes // 4 + 8, N, N, sender.slot_bytes // 4 + 8, N, N, N]
+    for n, size in enumerate(sizes):
+        sender.send(push, {"n": n, "ids": ids(size, start=n)}, key=key)
+    for n, size in enumerate(sizes):
+        got = receiver.recv(pull, key=key, spin_us=1000 if n % 2 else 0)
+        assert got["n"] == n and got["ids"] == ids(size, start=n)
+    assert sender.stats["ring"] >= 2 and receiver.stats["ring"] == sender.stats["ring"]
+    # A doorbell may still wait for a message the spin took: it is dropped, not read again.
+    sender.send(push, {"n": "last"}, key=key)
+    assert receiver.recv(pull, key=key)["n"] == "last"
+
+
+def test_a_refused_ring_message_is_not_offered_again(pair, channel):
+    """A ring message signed with another key is refused once (AuthenticationError), its slots
+    come back, and neither the ring nor its doorbell offers it again."""
+    sender, receiver = channel
+    attach(pair, sender, receiver, key=KEY)
+    push, pull = pair
+    sender.send(push, {"ids": ids(start=1)}, key=OTHER_KEY)
+    assert sender.stats["ring"] == 1
+    with pytest.raises(AuthenticationError):
+        receiver.recv(pull, key=KEY, spin_us=1000)
+    for k in range(2, 12):                          # round the ring several times
+        sender.send(push, {"ids": ids(start=k)}, key=KEY)
+        assert receiver.recv(pull, key=KEY, spin_us=1000)["ids"] == ids(start=k)
+    assert sender.stats["ring"] == 11
+    sender.send(push, {"ids": "last"}, key=KEY)     # late doorbells are dropped, not read
+    assert receiver.recv(pull, key=KEY)["ids"] == "last"
+
+
+def test_a_forged_doorbell_is_refused(pair, channel):
+    """A doorbell naming a slot with a generation the sender never wrote is refused; the real
+    messages around it read normally."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    sender.send(push, {"n": 1, "ids": ids(start=1)})
+    assert receiver.recv(pull)["n"] == 1
+    push.send(shm._BELL.pack(shm._BELL_MAGIC, sender._id, sender._seq + 1, 0, 1, 200))
+    with pytest.raises(WireFormatError, match="does not hold generation 1"):
+        receiver.recv(pull)
+    sender.send(push, {"n": 2, "ids": ids(start=2)})
+    assert receiver.recv(pull)["n"] == 2
+
+
+SPINNING_WORKER = textwrap.dedent("""
+    import sys, zmq
+    from tokenwire import shm
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
+    push = ctx.socket(zmq.PUSH); push.connect(sys.argv[2])
+    key = bytes(range(1, 33))
+    receiver = shm.Receiver()
+    while True:
+        receiver.poll(pull, spin_us=20_000)
+        msg = receiver.recv(pull, key=key)
+        if msg is None:
+            break
+        push.send_pyobj((msg["n"], msg["ids"] == msg["expect"], receiver.stats["ring"]))
+""")
+
+
+@pytest.mark.integration
+def test_a_spinning_worker_process_reads_every_message_in_order(zmq_ctx, tmp_path):
+    """A worker process spinning on the ring: ring messages, frame fallbacks and messages sent
+    while it sleeps on the socket all arrive once, in order, with the right ids."""
+    zmq, ctx = zmq_ctx
+    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
+    push = ctx.socket(zmq.PUSH)
+    push.bind(out)
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(back)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    proc = _spawn(SPINNING_WORKER, out, back)
+    try:
+        with shm.Sender(slots=4, slot_bytes=256 * 1024) as sender:
+            sizes = [10, N, N, 70_000, N, N, N, 70_000, N] * 3
+            replies = []
+            for n, size in enumerate(sizes):
+                v = ids(size, start=n)
+                sender.send(push, {"n": n, "ids": v, "expect": v}, key=KEY)
+                if n % 3:                           # a burst now and then
+                    while len(replies) < n + 1:
+                        replies.append(pull.recv_pyobj())
+                if n % 9 == 8:
+                    time.sleep(0.05)                # the worker stops spinning and sleeps
+            while len(replies) < len(sizes):
+                replies.append(pull.recv_pyobj())
+            assert [r[0] for r in replies] == list(range(len(sizes)))
+            assert all(r[1] for r in replies)
+            assert replies[-1][2] == sender.stats["ring"] > 0
+            sender.send(push, None, key=KEY)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_ring_message_keeps_its_buffer_slots_until_they_are_copied(pair, monkeypatch):
+    """The receiver publishes a ring message's sequence only once its buffers' slots are copied
+    out too: the sender, short of slots meanwhile, cannot take back the ids of the message being
+    read."""
+    push, pull = pair
+    with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver)
+        sender.send(push, {"n": 1, "ids": ids(start=1)})          # both slots: ids, message
+        assert sender.stats["ring"] == 1
+        take = shm._Segment.take
+        sent = []
+
+        def send_then_take(self, i, gen, n, seq, raw=False):
+            if not raw and not sent:              # the message copied, its ids not yet
+                sent.append(sender.message({"n": 2, "ids": ids(start=2)}))
+            return take(self, i, gen, n, seq, raw)
+
+        monkeypatch.setattr(shm._Segment, "take", send_then_take)
+        got = receiver.recv(pull, spin_us=100_000)
+        assert got["n"] == 1 and got["ids"] == ids(start=1)
+        push.send_multipart(sent[0])
+        got = receiver.recv(pull)
+        assert got["n"] == 2 and got["ids"] == ids(start=2)
+
+
+def test_shared_words_refuse_unaligned_buffers_and_indices_outside():
+    """The atomics act on aligned 8-byte words inside the buffer only."""
+    from tokenwire._core import _ShmWords
+    buf = bytearray(80)
+    base = memoryview(buf)
+    words = None
+    for k in range(8):
+        try:
+            words = _ShmWords(base[k:k + 64], 8)
+            break
+        except ValueError as e:
+            assert "8-byte boundary" in str(e)
+    assert words is not None                   # one of eight offsets is aligned
+    with pytest.raises(ValueError, match="8-byte boundary"):
+        _ShmWords(base[k + 1:k + 65], 8)
+    with pytest.raises(ValueError, match="do not fit"):
+        _ShmWords(base[k:k + 64], 9)
+    with pytest.raises(ValueError, match="do not fit"):
+        _ShmWords(base[k:k + 64], 2**61)
+    with pytest.raises(IndexError):
+        words.load(8)
+    with pytest.raises(IndexError):
+        words.store(-1, 0)
+    assert words.cas(7, 0, 5) and not words.cas(7, 0, 6) and words.load(7) == 5
+    assert words.wait(7, 5, 0) and not words.wait(7, 6, 1000)
+    with pytest.raises(BufferError):
+        _ShmWords(bytes(64), 8)                # read-only: no atomics on it
+    words.release()
+    with pytest.raises(ValueError, match="released"):
+        words.load(0)

@@ -16,17 +16,28 @@ How it is kept safe (docs/transport.md, "Shared-memory channel", says what it pr
 * The segment is a sealed ``memfd`` (Linux): it has no name in ``/dev/shm`` and the kernel frees
   it when the last process holding it exits, so a process killed with ``kill -9`` leaks nothing.
   It is mode 0o600 and sealed against shrinking or growing, so a peer cannot truncate it under
-  a reader (which would crash the reader with SIGBUS). A receiver opens it through
-  ``/proc/<sender pid>/fd/<fd>`` (same user, same host, same pid namespace) and checks the link
+  a reader (which would crash the reader with SIGBUS). A receiver duplicates the sender's
+  descriptor with ``pidfd_getfd`` (no path is opened), or, without ptrace permission over the
+  sender, opens ``/proc/<sender pid>/fd/<fd>`` with ``O_PATH`` (which opens nothing), checks the
+  file and reopens only that one (same user, same host, same pid namespace); it checks the
   name, owner, mode, seals, size and a random 16-byte segment id before mapping it.
-* Each slot has a header: a state word ``generation << 2 | state`` and a length. The descriptor
-  names slot index, generation and length for each buffer. The receiver checks the index against
-  the ring, the length against the slot size, the state word against ``(generation, FULL)``,
-  copies the bytes into storage it owns (a `TokenVector`), reads the state word again (a slot
-  rewritten meanwhile is refused), and only then frees the slot and hands the copy on. Nothing
-  is ever a view of memory another process can still write, and nothing read from the segment
-  decides how much is read.
-* The sender writes only FREE slots, with generations it keeps in its own memory. A full ring,
+* Each slot has a header: a state word ``generation << 2 | state`` (a random generation per
+  write), a length and the sequence number of the message it holds. The descriptor names slot
+  index, generation and length for each buffer. The receiver checks the index against the ring,
+  the length against the slot size, the state word against ``(generation, FULL)``, copies the
+  bytes into storage it owns (a `TokenVector`), checks length and sequence, and frees the slot
+  with one compare-and-swap from ``(generation, FULL)``: it fails if anything rewrote the slot
+  during the copy (the message is refused, the newer one keeps its slot). Only then is the
+  copy handed on. Nothing is ever a view of memory another process can still write, and nothing
+  read from the segment decides how much is read. Shared words are C atomics (_ShmWords).
+* Every message has a sequence number and a random token, in its descriptor and in a record in
+  the segment. The receiver reads messages in order; once done with one (read or refused) it
+  publishes its sequence in the segment header, provided it knows the sender sent it (signature
+  verified, or the segment holds its token or its random generation), and the sender takes back
+  every slot of a message at or before it: a refused or dropped message leaves no FULL slot
+  behind, and a forged sequence frees nothing.
+* The sender writes only FREE slots, with generations it keeps in its own memory (a
+  compare-and-swap from the FREE word it expects). A full ring,
   a buffer larger than a slot, ``sign_buffers=True`` (the signature would have to cover the
   slots' bytes) or a receiver that has not attached to the segment (another host, another pid
   namespace, a peer that does not pass a channel) all fall back to out-of-band frames, per
@@ -37,7 +48,15 @@ How it is kept safe (docs/transport.md, "Shared-memory channel", says what it pr
   the pid that was attached when they were written no longer runs; `Sender.reclaim` takes back
   every unread slot at once (a message naming one is then refused as stale).
 
-One sender and one receiver per channel: a ring serves one zmq pair (PUSH → PULL to one worker).
+``Sender.send`` / ``Receiver.recv`` go one step further (opt-in): when every large buffer took a
+slot, the whole message (signature, descriptor, pickle) goes into a slot as well, named by the
+message's record, and the socket carries only a small doorbell. ``recv`` reads what waits on the
+socket first (its order is the messages' order); else it spins up to ``spin_us`` without the GIL
+on the record of the next message, and takes it from its slot (copied out first, then checked
+like any message); doorbells of messages already taken that way are dropped.
+
+One sender and one receiver per channel: a ring serves one zmq pair (PUSH → PULL to one worker),
+and the receiver loads messages in the order they arrive.
 Linux only; elsewhere `Sender` never offers a segment and every buffer travels as a frame.
 """
 
@@ -54,7 +73,7 @@ import sys
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tokenwire._core import TokenVector
+from tokenwire._core import TokenVector, _pidfd_getfd, _ShmWords
 from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _signature,
                                  _unpickle, dumps_oob)
@@ -69,30 +88,47 @@ SHM_THRESHOLD = 32 * 1024
 SLOTS = 16
 SLOT_BYTES = 1 << 20
 
-_MAGIC = b"TWSHM\0\0\1"
+_MAGIC = b"TWSHM\0\0\2"
 _NAME = "tokenwire-"                 # memfd name prefix; the segment id (hex) follows
-# Segment header: magic, segment id, slot count, pad, slot size, receiver pid.
-_SEG = struct.Struct("<8s16sIIQQ")
-_READER_PID = 40                     # offset of the receiver pid (u64) in the segment header
-_SLOT_HEADERS = 64                   # offset of the first slot header
-_SLOT_HEADER_BYTES = 64              # one cache line per slot: state word, length
-# State words, lengths and the receiver pid are read and written through a native ``Q`` view of
-# the header pages: one aligned 8-byte memcpy each, a single load or store on x86-64 and
-# aarch64 (``struct``'s "<Q" would store byte by byte). The protocol does not depend on it: see
-# _Segment.take.
+# Segment header (64 bytes): magic, segment id, slot count, pad, slot size, then three words:
+# the receiver's pid, the last message sequence the receiver has done with (it reads, or
+# refuses, messages in order: the sender takes back every slot of a message at or before it),
+# and one reserved word. Then RECORDS message records of 8 words (sequence, token, message slot
+# + 1 or 0, its generation, its length; three reserved), then the slot headers.
+_SEG = struct.Struct("<8s16sIIQ")
+_READER_WORD = 5                     # word index of the receiver pid (u64)
+_DONE_WORD = 6                       # word index of the receiver's last sequence done
+_RECORDS = 64                        # message records, at word 8 + 8 * (sequence % RECORDS)
+_RECORD_WORD = 8
+_RECORD_WORDS = 8
+_SLOT_HEADERS = 64 + 8 * _RECORD_WORDS * _RECORDS   # offset of the first slot header
+_SLOT_HEADER_BYTES = 64              # one cache line per slot: state word, length, sequence
+# Every word two processes share is an aligned u64 read and written through _ShmWords (C
+# atomics: include/tokenwire/shmring.h); a transition the other side can race with is a
+# compare-and-swap from the state the writer saw.
 _WORDS_PER_SLOT = _SLOT_HEADER_BYTES // 8
-_READER_WORD = _READER_PID // 8
 _FREE, _FULL, _WRITING = 0, 1, 2
+_GEN_MASK = (1 << 62) - 1
 _MAX_SLOTS = 1 << 16
 _MAX_SLOT_BYTES = 1 << 30
 
-# Descriptor frame: magic, segment id, sender pid, sender fd, entry count; then per buffer in
-# the pickle's order: slot index (NO_SLOT: the next out-of-band frame), generation, length.
-_DESC = struct.Struct("<4s16sIII")
-_DESC_MAGIC = b"TWD1"
+# Descriptor frame: magic, segment id, sender pid, sender fd, entry count, pad, message sequence,
+# message token; then per buffer in the pickle's order: slot index (NO_SLOT: the next
+# out-of-band frame), generation, length.
+_DESC = struct.Struct("<4s16sIIIIQQ")
+_DESC_MAGIC = b"TWD2"
 _ENTRY = struct.Struct("<QQQ")
 _NO_SLOT = (1 << 64) - 1
 _NO_SEGMENT = bytes(16)
+# A whole message in a slot (Sender.send / Receiver.recv): the lengths of its signature,
+# descriptor and pickle, then those bytes. Its doorbell, the zmq message that wakes a receiver
+# blocked on the socket: magic, segment id, sequence, slot, generation, length.
+_MSG = struct.Struct("<IIQ")
+_BELL = struct.Struct("<4s16sQQQQ")
+_BELL_MAGIC = b"TWR1"
+# pidfd_getfd hands the segment over without opening a path (Linux >= 5.6, ptrace permission
+# over the sender); otherwise the receiver falls back to /proc/<pid>/fd/<fd> (_open_segment).
+_PIDFD_GETFD = hasattr(os, "pidfd_open")
 
 
 def available() -> bool:
@@ -104,6 +140,23 @@ def available() -> bool:
 def _data_offset(slots: int) -> int:
     end = _SLOT_HEADERS + slots * _SLOT_HEADER_BYTES
     return (end + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+
+
+def _state_word(i: int) -> int:
+    return _SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT
+
+
+def _record_word(seq: int) -> int:
+    return _RECORD_WORD + _RECORD_WORDS * (seq % _RECORDS)
+
+
+def _new_generation(old: int) -> int:
+    """A random generation: a descriptor naming a live slot proves it was the sender's (or was
+    read from the segment), since nobody else can guess the generation."""
+    while True:
+        gen = int.from_bytes(os.urandom(8), "little") & _GEN_MASK
+        if gen != old:
+            return gen
 
 
 def _alive(pid: int) -> bool:
@@ -123,7 +176,8 @@ class Sender:
 
     `slots` slots of `slot_bytes` bytes; buffers of at least `threshold` bytes (and at most
     `slot_bytes`) use a slot when one is free and a receiver has attached. ``stats`` counts the
-    buffers sent through slots (``"shm"``) and as frames (``"frames"``). `close` (or garbage
+    buffers sent through slots (``"shm"``) and as frames (``"frames"``), and the whole messages
+    `send` put in a slot (``"ring"``). `close` (or garbage
     collection, or the process's exit) releases the segment. Like a zmq socket, a Sender is
     used by one thread at a time.
     """
@@ -137,14 +191,20 @@ class Sender:
         self.threshold = threshold
         self.slots = slots
         self.slot_bytes = (slot_bytes + 63) // 64 * 64
-        self.stats: Dict[str, int] = {"shm": 0, "frames": 0}
-        self._gens = [0] * slots                 # the generations are ours, not the segment's
+        self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
+        # Generations, sequences and owners are ours, kept in our memory, never read back from
+        # the segment.
+        self._gens = [0] * slots
+        self._slot_seq = [0] * slots             # the message a slot was written for
         self._owner = [0] * slots                # receiver pid attached when a slot was written
+        self._seq = 0                            # the last message sequence placed
+        self._token = 0                          # its token
+        self._deferred = False                   # message() writes the record itself
         self._cursor = 0
         self._fd = -1
         self._map: Optional[mmap.mmap] = None
         self._mv: Optional[memoryview] = None
-        self._words: Optional[memoryview] = None
+        self._words: Optional[_ShmWords] = None
         self._id = _NO_SEGMENT
         self._pid = os.getpid()
         self._data = _data_offset(slots)
@@ -164,10 +224,9 @@ class Sender:
         except BaseException:
             os.close(fd)
             raise
-        _SEG.pack_into(m, 0, _MAGIC, seg_id, self.slots, 0, self.slot_bytes, 0)
-        mv = memoryview(m)
-        self._fd, self._map, self._mv, self._id = fd, m, mv, seg_id
-        self._words = mv[:self._data].cast("Q")
+        _SEG.pack_into(m, 0, _MAGIC, seg_id, self.slots, 0, self.slot_bytes)
+        self._fd, self._map, self._mv, self._id = fd, m, memoryview(m), seg_id
+        self._words = _ShmWords(m, self._data // 8)
 
     @property
     def fd(self) -> int:
@@ -178,7 +237,7 @@ class Sender:
         """The pid of the receiver attached to the segment, 0 when none is."""
         if self._words is None:
             return 0
-        pid: int = self._words[_READER_WORD]
+        pid: int = self._words.load(_READER_WORD)
         return pid
 
     def close(self) -> None:
@@ -210,58 +269,74 @@ class Sender:
 
     # -- slots ---------------------------------------------------------------------------------
 
-    def _state(self, i: int) -> int:
+    def _take_back(self, i: int) -> bool:
+        """FULL -> FREE for slot `i`'s current generation, unless the receiver freed it first
+        (a compare-and-swap: a late transition never overwrites a newer one)."""
         assert self._words is not None
-        word: int = self._words[_SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT]
-        return word
-
-    def _set_state(self, i: int, gen: int, state: int) -> None:
-        assert self._words is not None
-        self._words[_SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT] = gen << 2 | state
+        gen = self._gens[i]
+        return bool(self._words.cas(_state_word(i), gen << 2 | _FULL, gen << 2 | _FREE))
 
     def _free_slot(self) -> int:
-        n = self.slots
+        assert self._words is not None
+        n, words, gens = self.slots, self._words, self._gens
         for k in range(n):
             i = (self._cursor + k) % n
-            if self._state(i) & 3 == _FREE:
+            if words.load(_state_word(i)) == gens[i] << 2 | _FREE:
                 return i
         return -1
 
-    def _write(self, raw: memoryview, reader: int) -> Tuple[int, int]:
+    def _collect(self) -> bool:
+        """Take back the slots of every message the receiver says it is done with (read or
+        refused): their sequence is at or before the one it published."""
+        assert self._words is not None
+        done = self._words.load(_DONE_WORD)
+        taken = False
+        for i in range(self.slots):
+            if 0 < self._slot_seq[i] <= done:
+                self._slot_seq[i] = 0
+                taken |= self._take_back(i)
+        return taken
+
+    def _write(self, raw: memoryview, reader: int, seq: int) -> Tuple[int, int]:
         """Copy `raw` into a free slot: (index, generation), or (-1, 0) when the ring is full."""
+        assert self._mv is not None and self._words is not None
         i = self._free_slot()
-        if i < 0 and self._reclaim_dead():
+        if i < 0 and (self._collect() or self._reclaim_dead()):
             i = self._free_slot()
         if i < 0:
             return -1, 0
-        assert self._mv is not None and self._words is not None
-        gen = self._gens[i] + 1
+        old = self._gens[i]
+        gen = _new_generation(old)
+        state = _state_word(i)
+        if not self._words.cas(state, old << 2 | _FREE, gen << 2 | _WRITING):
+            return -1, 0                         # changed under us: not ours to write
         self._gens[i] = gen
         self._owner[i] = reader
-        self._set_state(i, gen, _WRITING)
+        self._slot_seq[i] = seq
         n = raw.nbytes
-        self._words[_SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT + 1] = n
+        self._words.store(state + 1, n)
+        self._words.store(state + 2, seq)
         start = self._data + i * self.slot_bytes
         self._mv[start:start + n] = raw
-        self._set_state(i, gen, _FULL)           # last: a receiver checks it before and after
+        self._words.store(state, gen << 2 | _FULL)   # last (release): the bytes are in place
         self._cursor = (i + 1) % self.slots
         return i, gen
 
     def _reclaim_dead(self) -> bool:
         """Take back the FULL slots written for a receiver pid that no longer runs."""
+        assert self._words is not None
         taken = False
         dead: Dict[int, bool] = {}
         for i in range(self.slots):
-            if self._state(i) & 3 != _FREE:
+            if self._slot_seq[i]:
                 owner = self._owner[i]
                 if owner not in dead:
                     dead[owner] = not _alive(owner)
                 if dead[owner]:
-                    self._set_state(i, self._gens[i], _FREE)
-                    taken = True
+                    self._slot_seq[i] = 0
+                    taken |= self._take_back(i)
         if taken and dead.get(self.attached(), False):
-            assert self._words is not None
-            self._words[_READER_WORD] = 0            # offer the segment again
+            self._words.store(_READER_WORD, 0)       # offer the segment again
         return taken
 
     def reclaim(self) -> None:
@@ -269,15 +344,37 @@ class Sender:
         (`WireFormatError`); use after a receiver was replaced."""
         if self._words is not None:
             for i in range(self.slots):
-                self._set_state(i, self._gens[i], _FREE)
+                self._slot_seq[i] = 0
+                self._take_back(i)
 
     # -- messages ------------------------------------------------------------------------------
+
+    def _record(self, seq: int, token: int, where: int = 0, gen: int = 0, n: int = 0) -> None:
+        """Write message `seq`'s record: its random token (a receiver that refuses the message
+        can still show that the sequence is ours, and so publish it) and, for a message `send`
+        put in a slot, slot + 1, generation and length. The sequence word is cleared first and
+        stored last (release), so a reader that sees it before and after sees a whole record."""
+        assert self._words is not None
+        rec = _record_word(seq)
+        words = self._words
+        words.store(rec, 0)
+        words.store(rec + 1, token)
+        words.store(rec + 2, where)
+        words.store(rec + 3, gen)
+        words.store(rec + 4, n)
+        words.store(rec, seq)
 
     def place(self, buffers: Sequence[Any], *, use_slots: bool = True) -> Tuple[bytes, List[Any]]:
         """Put each buffer (bytes-like, C-contiguous) in a slot when it fits and one is free,
         keep the others as frames: ``(descriptor, frames)``. The descriptor lists every buffer
         in order; `Receiver.take` gives them back."""
-        reader = self.attached() if use_slots else 0
+        live = self._words is not None
+        reader = self.attached() if use_slots and live else 0
+        self._seq += 1
+        seq = self._seq
+        token = self._token = int.from_bytes(os.urandom(8), "little") if live else 0
+        if live and not self._deferred:
+            self._record(seq, token)
         entries: List[bytes] = []
         frames: List[Any] = []
         for buf in buffers:
@@ -287,7 +384,7 @@ class Sender:
             n = raw.nbytes
             i, gen = -1, 0
             if reader and self.threshold <= n <= self.slot_bytes:
-                i, gen = self._write(raw, reader)
+                i, gen = self._write(raw, reader, seq)
             if i < 0:
                 entries.append(_ENTRY.pack(_NO_SLOT, 0, n))
                 frames.append(buf)
@@ -297,11 +394,10 @@ class Sender:
                 self.stats["shm"] += 1
         # The segment's identity travels in every message: it is the offer to attach, and it
         # lets a receiver that restarted find the segment its slots live in.
-        live = self._fd >= 0
         desc = _DESC.pack(_DESC_MAGIC, self._id if live else _NO_SEGMENT,
-                          self._pid if live else 0, max(self._fd, 0), len(entries))
+                          self._pid if live else 0, max(self._fd, 0), len(entries), 0, seq,
+                          token)
         return desc + b"".join(entries), frames
-
 
     def dumps(self, obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
               sign_buffers: bool = False) -> List[Any]:
@@ -320,36 +416,113 @@ class Sender:
         sig = _signature(_as_key(key), desc + head, frames, sign_buffers, channel=True)
         return [sig, desc, head, *frames]
 
+    def send(self, socket: Any, obj: Any, *, key: Optional[bytes] = None,
+             oob_threshold: int = OOB_THRESHOLD, flags: int = 0) -> None:
+        """Send `obj` for `Receiver.recv` (which also reads what `send_pyobj_oob` sends with
+        this channel): the frames of `message`, without copying them."""
+        socket.send_multipart(self.message(obj, key=key, oob_threshold=oob_threshold), flags,
+                              copy=False)
+
+    def message(self, obj: Any, *, key: Optional[bytes] = None,
+                oob_threshold: int = OOB_THRESHOLD) -> List[Any]:
+        """The frames `send` puts on the socket. When a receiver has attached and every large
+        buffer took a slot, the whole message (signature, descriptor, pickle) goes into a slot
+        too, its record names that slot, and the socket carries only a small doorbell: a
+        receiver spinning on the ring takes the message without a wake-up through the socket,
+        a sleeping one is woken by the doorbell. Otherwise the frames of `dumps`. Either way
+        the socket's order is the messages' order."""
+        self._deferred = True                    # one record, written whole, below
+        try:
+            frames = self.dumps(obj, oob_threshold=oob_threshold, key=key)
+        finally:
+            self._deferred = False
+        if self._words is None:
+            return frames
+        seq, token = self._seq, self._token
+        first = 1 if key is None else 2
+        reader = self.attached()
+        i, gen, n = -1, 0, 0
+        if reader and len(frames) == first + 1:             # no buffer left as a frame
+            sig = bytes(frames[0]) if key is not None else b""
+            desc, head = bytes(frames[first - 1]), memoryview(frames[first]).cast("B")
+            blob = b"".join((_MSG.pack(len(sig), len(desc), head.nbytes), sig, desc, head))
+            n = len(blob)
+            if n <= self.slot_bytes:
+                i, gen = self._write(memoryview(blob), reader, seq)
+        if i < 0:
+            self._record(seq, token)
+            return frames
+        self._record(seq, token, i + 1, gen, n)
+        self.stats["ring"] += 1
+        return [_BELL.pack(_BELL_MAGIC, self._id, seq, i, gen, n)]
+
+
+def _open_segment(pid: int, fd: int, name: str) -> Tuple[int, str]:
+    """A descriptor of the file `fd` of process `pid` names, opened without side effects:
+    ``(descriptor, method)``. The caller checks that it is the segment.
+
+    pidfd_getfd duplicates the sender's descriptor: no path is opened, and should the pid have
+    been reused the duplicate is some file of another process, which the caller's checks (a
+    sealed memfd holding the segment's random id) refuse. Without it (before Linux 5.6, or no
+    ptrace permission over the sender) /proc/<pid>/fd/<fd> is opened with O_PATH, which opens
+    nothing (no device or FIFO sees an open), the file it names is checked through our own
+    descriptor (its name, a regular file), and only that file is reopened read-write."""
+    pidfd = -1
+    if _PIDFD_GETFD:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as e:
+            if e.errno != errno.ENOSYS:             # before Linux 5.3: the fallback below
+                raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
+                                       f"{e.strerror}") from None
+    if pidfd >= 0:
+        try:
+            return _pidfd_getfd(pidfd, fd), "pidfd"
+        except OSError as e:
+            if e.errno not in (errno.EPERM, errno.EACCES, errno.ENOSYS):
+                raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
+                                       f"{e.strerror}") from None
+        finally:
+            os.close(pidfd)
+    try:
+        opath = os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
+    except OSError as e:
+        raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
+                               f"{e.strerror}") from None
+    try:
+        own = f"/proc/self/fd/{opath}"
+        link = os.readlink(own)
+        if link not in (f"/memfd:{name} (deleted)", f"/memfd:{name}") \
+                or not stat.S_ISREG(os.fstat(opath).st_mode):
+            raise OSError(errno.ENOENT, f"/proc/{pid}/fd/{fd} is not the segment {name} (it is "
+                                        f"{link!r})")
+        return os.open(own, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK), "proc"
+    finally:
+        os.close(opath)
+
 
 class _Segment:
     """A receiver's mapping of one sender's segment; its geometry is read once, at attach."""
 
     def __init__(self, pid: int, fd: int, seg_id: bytes) -> None:
         name = _NAME + seg_id.hex()
-        path = f"/proc/{pid}/fd/{fd}"
-        try:
-            link = os.readlink(path)
-        except OSError as e:
-            raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
-                                   f"{e.strerror}") from None
-        if link not in (f"/memfd:{name} (deleted)", f"/memfd:{name}"):
-            raise OSError(errno.ENOENT, f"{path} is not the segment {name} (it is {link!r})")
-        # O_NONBLOCK: should the fd number name a FIFO by now, opening it must not hang.
-        dfd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+        dfd, self.method = _open_segment(pid, fd, name)
         try:
             st = os.fstat(dfd)
-            seals = fcntl.fcntl(dfd, fcntl.F_GET_SEALS)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EPERM, f"the segment {name} is not a regular file")
+            seals = fcntl.fcntl(dfd, fcntl.F_GET_SEALS)      # EINVAL for anything but a memfd
             need = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
-            if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid()
-                    or st.st_mode & 0o077 or seals & need != need
-                    or st.st_size < _SEG.size):
+            link = os.readlink(f"/proc/self/fd/{dfd}")
+            if (st.st_uid != os.geteuid() or st.st_mode & 0o077 or seals & need != need
+                    or st.st_size < 64 or not link.startswith(f"/memfd:{name}")):
                 raise OSError(errno.EPERM, f"the segment {name} is not a sealed 0o600 memfd "
                                            f"owned by this user")
             m = mmap.mmap(dfd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             os.close(dfd)
         mv = memoryview(m)
-        magic, got_id, slots, _, slot_bytes, _ = _SEG.unpack_from(mv, 0)
+        magic, got_id, slots, _, slot_bytes = _SEG.unpack_from(mv, 0)
         ok = (magic == _MAGIC and got_id == seg_id and 1 <= slots <= _MAX_SLOTS
               and 1 <= slot_bytes <= _MAX_SLOT_BYTES
               and _data_offset(slots) + slots * slot_bytes == st.st_size)
@@ -359,26 +532,74 @@ class _Segment:
             raise OSError(errno.EINVAL, f"the segment {name} has a bad header")
         self.map, self.mv, self.slots, self.slot_bytes = m, mv, slots, slot_bytes
         self.data = _data_offset(slots)
-        self.words = mv[:self.data].cast("Q")
-        self.words[_READER_WORD] = os.getpid()
+        self.words = _ShmWords(m, self.data // 8)
+        self.words.store(_READER_WORD, os.getpid())
+        self.published = 0                       # the last sequence this receiver published
 
     def close(self) -> None:
         self.words.release()
         self.mv.release()
         self.map.close()
 
-    def take(self, i: int, gen: int, n: int) -> Any:
-        """Copy slot `i` out (generation `gen`, `n` bytes) and free it; WireFormatError when the
-        descriptor does not match the slot."""
+    def publish(self, seq: int) -> None:
+        """Tell the sender every message up to `seq` is done with (only ever forward)."""
+        if seq > self.published:
+            self.published = seq
+            self.words.store(_DONE_WORD, seq)
+
+    def has_record(self, seq: int, token: int) -> bool:
+        """Did the sender write the record (seq, token)? It sets the sequence word to 0 before
+        changing the token, so a sequence read the same before and after the token is the
+        token's."""
+        rec = _record_word(seq)
+        words = self.words
+        if seq == 0 or words.load(rec) != seq:
+            return False
+        got = words.load(rec + 1)
+        return bool(words.load(rec) == seq and got == token)
+
+    def next_message(self, seq: int, spin_us: float) -> Optional[Tuple[int, int, int, int]]:
+        """(seq, slot, generation, length) of message `seq` if its record says the sender put
+        it in a slot, after spinning up to `spin_us` for the record; None otherwise. Read as
+        the token is (has_record): the sequence word before and after the rest."""
+        rec = _record_word(seq)
+        words = self.words
+        if not words.wait(rec, seq, spin_us):
+            return None
+        where, gen, n = words.load(rec + 2), words.load(rec + 3), words.load(rec + 4)
+        if words.load(rec) != seq or where == 0:
+            return None
+        return seq, where - 1, gen, n
+
+    def holds(self, i: int, gen: int, seq: int) -> bool:
+        """Does slot `i` hold generation `gen`, FULL, written for message `seq`?"""
+        if i >= self.slots:
+            return False
+        state, expect = _state_word(i), gen << 2 | _FULL
+        words = self.words
+        if words.load(state) != expect:
+            return False
+        got = words.load(state + 2)
+        return bool(words.load(state) == expect and got == seq)
+
+    def _release(self, state: int, expect: int) -> bool:
+        """The reader's free: (gen, FULL) -> (gen, FREE) if the word never changed since the
+        copy (the compare-and-swap orders the copy's loads before it)."""
+        return bool(self.words.cas(state, expect, expect & ~3 | _FREE))
+
+    def take(self, i: int, gen: int, n: int, seq: int, raw: bool = False) -> Any:
+        """Copy slot `i` out (generation `gen`, `n` bytes, message `seq`) and free it: a
+        TokenVector (bytes for a length not a multiple of 4, or with `raw`); WireFormatError
+        when the descriptor does not match the slot."""
         if i >= self.slots:
             raise WireFormatError(f"shared-memory descriptor names slot {i}, the ring has "
                                   f"{self.slots}")
         if n > self.slot_bytes:
             raise WireFormatError(f"shared-memory descriptor says {n} bytes, a slot holds "
                                   f"{self.slot_bytes}")
-        words, state = self.words, _SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT
+        words, state = self.words, _state_word(i)
         expect = gen << 2 | _FULL
-        word = words[state]
+        word = words.load(state)
         if word != expect:
             raise WireFormatError(
                 f"shared-memory slot {i} does not hold generation {gen} (it holds generation "
@@ -387,18 +608,21 @@ class _Segment:
         view = self.mv[start:start + n]
         try:
             # The copy first, into storage nobody else can write; the checks after it.
-            data: Any = TokenVector.frombuffer(view) if n % 4 == 0 else bytes(view)
+            data: Any = TokenVector.frombuffer(view) if n % 4 == 0 and not raw else bytes(view)
         finally:
             view.release()
-        # Read again after the copy: a slot rewritten meanwhile (its writer stores WRITING before
-        # touching the bytes, FULL after) has another state word. A torn read of a word being
-        # stored mixes old and new bytes: it equals `expect` only if every byte that changes is
-        # still old, which is a read from before the store.
-        length = words[state + 1]
-        if words[state] != expect or length != n:
-            raise WireFormatError(f"shared-memory slot {i} was rewritten while it was read "
-                                  f"(or its length is not the descriptor's {n} bytes)")
-        words[state] = gen << 2 | _FREE
+        length, written_for = words.load(state + 1), words.load(state + 2)
+        if length != n or written_for != seq:
+            # Not freed: the slot may hold another message's bytes (a forged descriptor that
+            # guessed nothing but read a live generation); it is taken back by sequence.
+            raise WireFormatError(
+                f"shared-memory slot {i} holds {length} bytes of message {written_for}, not the "
+                f"descriptor's {n} bytes of message {seq}")
+        # One compare-and-swap checks that nothing rewrote the slot during the copy and frees
+        # it: generations never repeat, so an unchanged word means unchanged bytes, and a slot
+        # the sender took back and rewrote meanwhile keeps its new message.
+        if not self._release(state, expect):
+            raise WireFormatError(f"shared-memory slot {i} was rewritten while it was read")
         return data
 
 
@@ -406,13 +630,14 @@ class Receiver:
     """The receiving side: attaches to the segments senders offer and copies slots out.
 
     Keeps at most `max_segments` segments mapped (a sender that restarted offers a new one).
-    ``stats`` counts buffers taken from slots (``"shm"``) and from frames (``"frames"``).
+    ``stats`` counts buffers taken from slots (``"shm"``) and from frames (``"frames"``), and
+    whole messages `recv` took from a slot (``"ring"``).
     Used by one thread at a time.
     """
 
     def __init__(self, max_segments: int = 4) -> None:
         self.max_segments = max_segments
-        self.stats: Dict[str, int] = {"shm": 0, "frames": 0}
+        self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
         self._segments: OrderedDict[bytes, _Segment] = OrderedDict()
         self._refused: OrderedDict[bytes, str] = OrderedDict()
         self._pid = os.getpid()
@@ -432,8 +657,8 @@ class Receiver:
         seg = self._segments.get(seg_id)
         if seg is not None:
             self._segments.move_to_end(seg_id)
-            if seg.words[_READER_WORD] != self._pid:      # the sender reset it (or another
-                seg.words[_READER_WORD] = self._pid       # receiver took over): announce again
+            if seg.words.load(_READER_WORD) != self._pid:  # the sender reset it (or another
+                seg.words.store(_READER_WORD, self._pid)   # receiver took over): announce again
             return seg
         if seg_id == _NO_SEGMENT or seg_id in self._refused or not available():
             return None
@@ -466,6 +691,7 @@ class Receiver:
             expected = _signature(_as_key(key), desc + head.tobytes(), views[3:], sign_buffers,
                                   channel=True)
             if not hmac.compare_digest(views[0].tobytes(), expected):
+                self._refuse(desc)
                 raise AuthenticationError(
                     f"bad signature: the channel message ({len(views) - 1} frames after the "
                     f"signature) was not signed with this key and sign_buffers={sign_buffers}, "
@@ -477,8 +703,102 @@ class Receiver:
                 raise WireFormatError(f"a channel message has a descriptor and a pickle frame, "
                                       f"got {len(views)} frame(s)")
             desc, head, first = views[0].tobytes(), views[1], 2
-        buffers = self.take(desc, frames[first:], slots=not sign_buffers)
+        buffers = self._take(desc, frames[first:], not sign_buffers, key is not None)
         return _unpickle(head, buffers, find_class)
+
+    def recv(self, socket: Any, *, key: Optional[bytes] = None,
+             find_class: Optional[FindClass] = None, spin_us: float = 0) -> Any:
+        """The next object `Sender.send` sent on `socket` (zmq). Messages waiting on the
+        socket come first, in order; when none is, and `spin_us` > 0, the receiver spins
+        (without the GIL, one core busy) up to `spin_us` microseconds on the ring for the next
+        message the sender published there, then blocks on the socket. A doorbell whose
+        message was already taken from the ring is dropped."""
+        from tokenwire.transport import received_buffer
+        import zmq
+        while True:
+            try:
+                got = socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                got = None
+            if got is None:
+                ring = next(reversed(self._segments.values()), None)
+                if ring is not None:
+                    where = ring.next_message(ring.published + 1, spin_us)
+                    if where is not None:               # its record: the sender's
+                        return self._from_slot(ring, *where, True, key, find_class)
+                got = socket.recv_multipart(copy=False)
+            frames = [received_buffer(f) for f in got]
+            if len(frames) == 1 and memoryview(frames[0]).nbytes == _BELL.size:
+                bell = bytes(frames[0])
+                magic, seg_id, seq, i, gen, n = _BELL.unpack(bell)
+                if magic == _BELL_MAGIC:
+                    seg = self._segments.get(seg_id)
+                    if seg is None:
+                        raise WireFormatError("a doorbell names a shared-memory segment this "
+                                              "receiver has not mapped")
+                    if seq <= seg.published:
+                        continue                     # taken from the ring already
+                    proven = seg.next_message(seq, 0) == (seq, i, gen, n)
+                    return self._from_slot(seg, seq, i, gen, n, proven, key, find_class)
+            return self.loads(frames, key=key, find_class=find_class)
+
+    def poll(self, socket: Any, spin_us: float = 0, timeout_ms: Optional[int] = None) -> bool:
+        """Wait until `recv` has a message to return at once: the next one is in the ring
+        (spinning up to `spin_us` for it, without the GIL), or the socket has one (blocking up
+        to `timeout_ms`, None: forever). False on timeout. A doorbell on the socket counts as a
+        message; `recv` may drop it and wait again."""
+        if socket.poll(0):
+            return True
+        ring = next(reversed(self._segments.values()), None)
+        if ring is not None and ring.next_message(ring.published + 1, spin_us) is not None:
+            return True
+        return bool(socket.poll(timeout_ms))
+
+    def _from_slot(self, seg: _Segment, seq: int, i: int, gen: int, n: int, proven: bool,
+                   key: Optional[bytes], find_class: Optional[FindClass]) -> Any:
+        """The message `Sender.send` put in slot `i`: copied out (and the slot freed) first,
+        then checked like a message from the socket. Read or refused, it is done with: its
+        sequence is published when the segment proves it the sender's (its record named this
+        slot, or the slot held its random generation), so neither the ring nor its doorbell
+        offers it again."""
+        # Published last, once every slot of the message has been copied out: the sender takes
+        # back the slots of a published message, its buffers' slots included.
+        try:
+            if n < _MSG.size:
+                raise WireFormatError(f"a message slot of {n} bytes, shorter than its header")
+            blob = seg.take(i, gen, n, seq, raw=True)
+            proven = True
+            self.stats["ring"] += 1
+            siglen, desclen, headlen = _MSG.unpack_from(blob, 0)
+            if _MSG.size + siglen + desclen + headlen != n:
+                raise WireFormatError(f"a message slot of {n} bytes holds parts of {siglen}, "
+                                      f"{desclen} and {headlen} bytes")
+            at = _MSG.size
+            sig, desc, head = (blob[at:at + siglen], blob[at + siglen:at + siglen + desclen],
+                               blob[at + siglen + desclen:])
+            frames = [sig, desc, head] if siglen else [desc, head]
+            if len(desc) >= _DESC.size and _DESC.unpack_from(desc, 0)[6] != seq:
+                raise WireFormatError(f"the message in slot {i} is not message {seq}")
+            return self.loads(frames, key=key, find_class=find_class)
+        finally:
+            if proven:
+                seg.publish(seq)
+
+    def _refuse(self, desc: bytes) -> None:
+        """A message refused before its descriptor could be trusted (bad signature): publish
+        its sequence only if the segment proves the sender wrote it -- its record, or a slot
+        holding the descriptor's random generation for it -- so that a forged sequence cannot
+        free the slots of messages not yet read."""
+        if len(desc) < _DESC.size:
+            return
+        magic, seg_id, _, _, count, _, seq, token = _DESC.unpack_from(desc, 0)
+        seg = self._segments.get(seg_id)         # never attach for an unverified message
+        if seg is None or magic != _DESC_MAGIC or len(desc) != _DESC.size + count * _ENTRY.size:
+            return
+        if seg.has_record(seq, token) or any(
+                i != _NO_SLOT and seg.holds(i, gen, seq)
+                for i, gen, _ in _ENTRY.iter_unpack(desc[_DESC.size:])):
+            seg.publish(seq)
 
     def take(self, desc: Any, frames: Sequence[Any], *, slots: bool = True) -> List[Any]:
         """The buffers `Sender.place` described, in order: slots copied out (each a
@@ -487,43 +807,55 @@ class Receiver:
         WireFormatError for a descriptor that does not match the frames or the slots, or that
         names a slot when `slots` is false (with sign_buffers=True every byte must be signed,
         and a slot's bytes are not)."""
-        desc = bytes(desc)
+        return self._take(bytes(desc), frames, slots, False)
+
+    def _take(self, desc: bytes, frames: Sequence[Any], slots: bool,
+              signed: bool) -> List[Any]:
         views = [memoryview(f) for f in frames]
         if len(desc) < _DESC.size:
             raise WireFormatError(f"the descriptor frame has {len(desc)} bytes, fewer than its "
                                   f"{_DESC.size}-byte header")
-        magic, seg_id, pid, fd, count = _DESC.unpack_from(desc, 0)
+        magic, seg_id, pid, fd, count, _, seq, token = _DESC.unpack_from(desc, 0)
         if magic != _DESC_MAGIC or len(desc) != _DESC.size + count * _ENTRY.size:
             raise WireFormatError(f"bad descriptor frame ({len(desc)} bytes, magic {magic!r}, "
                                   f"{count} entries)")
-        entries = [_ENTRY.unpack_from(desc, _DESC.size + k * _ENTRY.size) for k in range(count)]
-        in_frames = [e[2] for e in entries if e[0] == _NO_SLOT]
-        if in_frames != [v.nbytes for v in views]:
-            raise WireFormatError(f"the descriptor lists frames of {in_frames} bytes, the "
-                                  f"message has {[v.nbytes for v in views]}")
-        if not slots and len(in_frames) != count:
-            raise WireFormatError("the descriptor names shared-memory slots, whose bytes the "
-                                  "signature does not cover (sign_buffers=True)")
+        entries = list(_ENTRY.iter_unpack(desc[_DESC.size:]))
         seg = self._segment(seg_id, pid, fd)
-        if seg is None and len(in_frames) != count:
-            reason = self._refused.get(seg_id, "no segment named")
-            raise WireFormatError(f"the message's ids are in a shared-memory segment this "
-                                  f"receiver cannot map ({reason})")
-        out: List[Any] = []
-        error: Optional[WireFormatError] = None
-        k = 0
-        for i, gen, n in entries:
-            if i == _NO_SLOT:
-                out.append(frames[k])
-                k += 1
-                self.stats["frames"] += 1
-                continue
-            assert seg is not None
-            try:
-                out.append(seg.take(i, gen, n))      # every valid slot is freed, even on error
-                self.stats["shm"] += 1
-            except WireFormatError as e:
-                error = error or e
-        if error is not None:
-            raise error
-        return out
+        proven = False
+        try:
+            in_frames = [e[2] for e in entries if e[0] == _NO_SLOT]
+            if in_frames != [v.nbytes for v in views]:
+                raise WireFormatError(f"the descriptor lists frames of {in_frames} bytes, the "
+                                      f"message has {[v.nbytes for v in views]}")
+            if not slots and len(in_frames) != count:
+                raise WireFormatError("the descriptor names shared-memory slots, whose bytes "
+                                      "the signature does not cover (sign_buffers=True)")
+            if seg is None and len(in_frames) != count:
+                reason = self._refused.get(seg_id, "no segment named")
+                raise WireFormatError(f"the message's ids are in a shared-memory segment this "
+                                      f"receiver cannot map ({reason})")
+            out: List[Any] = []
+            error: Optional[WireFormatError] = None
+            k = 0
+            for i, gen, n in entries:
+                if i == _NO_SLOT:
+                    out.append(frames[k])
+                    k += 1
+                    self.stats["frames"] += 1
+                    continue
+                assert seg is not None
+                try:
+                    out.append(seg.take(i, gen, n, seq))    # every valid slot is freed
+                    self.stats["shm"] += 1
+                    proven = True                # its random generation and sequence matched
+                except WireFormatError as e:
+                    error = error or e
+            if error is not None:
+                raise error
+            return out
+        finally:
+            # Done with this message, read or refused: publish its sequence when it is known
+            # to be the sender's (signed, or proven by the segment), so the sender takes back
+            # every slot of it and of the messages before it (refused or dropped ones too).
+            if seg is not None and (signed or proven or seg.has_record(seq, token)):
+                seg.publish(seq)

@@ -1,0 +1,127 @@
+/* The shared-memory ring's atomics and the segment hand-over (tokenwire.shm, through
+ * tokenwire/_shmring.pxi).
+ *
+ * A slot's state word is an aligned 8-byte word that two processes change: the sender takes a
+ * FREE slot and makes it FULL, the receiver (or the sender taking a slot back) makes a FULL slot
+ * FREE. Every transition the other side can race with is one compare-and-swap from the state
+ * the caller saw, so a late transition never overwrites a newer one. The reader's copy out of a
+ * slot is a seqlock read: acquire-load the word, copy, acquire fence, then the compare-and-swap
+ * that frees the slot succeeds only if the word never changed (generations never repeat).
+ * The writer, after it marks a slot WRITING, issues a release fence before touching the bytes,
+ * and publishes FULL with a release store.
+ *
+ * pidfd_getfd (Linux >= 5.6) duplicates another process's file descriptor without opening any
+ * path, so what the receiver holds is exactly the file the sender's descriptor named when the
+ * call ran (the caller then checks that it is the segment). Elsewhere it fails with ENOSYS.
+ *
+ * Linux only in use (tokenwire.shm.available()); the other platforms compile stubs that fail.
+ */
+#ifndef TOKENWIRE_SHMRING_H
+#define TOKENWIRE_SHMRING_H
+
+#include <errno.h>
+#include <stdint.h>
+
+#if defined(__linux__)
+#  include <time.h>
+#  include <sys/syscall.h>
+#  include <unistd.h>
+#  ifndef SYS_pidfd_getfd
+#    define SYS_pidfd_getfd 438          /* the same number on every architecture */
+#  endif
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#  define TW_SHM_ATOMICS 1
+#else
+#  define TW_SHM_ATOMICS 0
+#endif
+
+static inline uint64_t tw_shm_load(const uint64_t *word) {
+#if TW_SHM_ATOMICS
+    return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+#else
+    return *(const volatile uint64_t *)word;
+#endif
+}
+
+static inline void tw_shm_store(uint64_t *word, uint64_t value) {
+#if TW_SHM_ATOMICS
+    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+#else
+    *(volatile uint64_t *)word = value;
+#endif
+}
+
+/* 1 when *word was `expect` and is now `desired`, 0 when it held something else. */
+static inline int tw_shm_cas(uint64_t *word, uint64_t expect, uint64_t desired) {
+#if TW_SHM_ATOMICS
+    return __atomic_compare_exchange_n(word, &expect, desired, 0, __ATOMIC_SEQ_CST,
+                                       __ATOMIC_SEQ_CST) ? 1 : 0;
+#else
+    if (*(volatile uint64_t *)word != expect) return 0;   /* not used: shm is Linux only */
+    *(volatile uint64_t *)word = desired;
+    return 1;
+#endif
+}
+
+/* Orders the loads before it (a slot's bytes) before the loads after it (the state word). */
+static inline void tw_shm_acquire_fence(void) {
+#if TW_SHM_ATOMICS
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+#endif
+}
+
+/* Orders the stores before it (WRITING) before the stores after it (a slot's bytes). */
+static inline void tw_shm_release_fence(void) {
+#if TW_SHM_ATOMICS
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
+
+static inline void tw_shm_cpu_relax(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_ia32_pause();
+#elif defined(__GNUC__) && defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin (without sleeping) until *word == value or `timeout_ns` have passed: 1 if it holds the
+ * value. Callers run it without the GIL. */
+static inline int tw_shm_wait(const uint64_t *word, uint64_t value, int64_t timeout_ns) {
+#if defined(__linux__)
+    struct timespec t0, t;
+    unsigned spins = 0;
+    if (tw_shm_load(word) == value) return 1;
+    if (timeout_ns <= 0) return 0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        tw_shm_cpu_relax();
+        if (tw_shm_load(word) == value) return 1;
+        if ((++spins & 63) == 0) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec)
+                    >= timeout_ns)
+                return tw_shm_load(word) == value;
+        }
+    }
+#else
+    (void)timeout_ns;
+    return tw_shm_load(word) == value;
+#endif
+}
+
+/* A new descriptor for `targetfd` of the process `pidfd` refers to (close-on-exec), or -1 with
+ * errno set (ENOSYS before Linux 5.6, EPERM without ptrace permission over that process). */
+static inline int tw_shm_pidfd_getfd(int pidfd, int targetfd) {
+#if defined(__linux__)
+    return (int)syscall(SYS_pidfd_getfd, pidfd, targetfd, 0);
+#else
+    (void)pidfd; (void)targetfd;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+#endif /* TOKENWIRE_SHMRING_H */
