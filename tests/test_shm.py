@@ -27,6 +27,7 @@ from tokenwire.errors import AuthenticationError
 from tokenwire.transport import loads_oob, recv_pyobj_oob, send_pyobj_oob
 
 shm = pytest.importorskip("tokenwire.shm")
+shm_segment = pytest.importorskip("tokenwire._shmsegment")
 if not shm.available():
     pytest.skip("shared-memory segments need Linux memfd_create", allow_module_level=True)
 
@@ -440,12 +441,12 @@ def test_a_forged_sequence_frees_no_slot_of_an_unread_message(pair, key):
 
 PAUSED_RECEIVER = textwrap.dedent("""
     import sys, zmq
-    from tokenwire import shm
+    from tokenwire import _shmsegment as shm_segment, shm
     from tokenwire.transport import recv_pyobj_oob
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
     push = ctx.socket(zmq.PAIR); push.connect(sys.argv[2])
-    free = shm._Segment._release
+    free = shm_segment._Segment._release
     armed = []
 
     def paused(self, state, expect):
@@ -456,7 +457,7 @@ PAUSED_RECEIVER = textwrap.dedent("""
             push.recv()
         return free(self, state, expect)
 
-    shm._Segment._release = paused
+    shm_segment._Segment._release = paused
     receiver = shm.Receiver()
     for n in range(3):
         armed[:] = [True] if n == 1 else []
@@ -493,11 +494,12 @@ def test_a_late_free_by_the_receiver_keeps_the_slot_of_a_newer_message(zmq_ctx, 
             sender.reclaim()
             send_pyobj_oob(push, {"n": 2, "ids": ids(start=2)}, channel=sender)   # slot 0 again
             assert sender.stats["shm"] == 2
-            new = sender._gens[0] << 2 | shm._FULL
+            new = sender._gens[0] << 2 | shm_segment._FULL
             ctl.send(b"")
             reply = ctl.recv_pyobj()
             assert reply[0] == "error" and "rewritten while it was read" in reply[1], reply
-            assert sender._words.load(shm._state_word(0)) == new   # not freed under the sender
+            # not freed under the sender
+            assert sender._words.load(shm_segment._state_word(0)) == new
             ctl.send(b"")
             assert ctl.recv_pyobj() == ("ok", 2, [2, 3, 4])
     finally:
@@ -535,13 +537,14 @@ def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monk
     without opening anything, and the /proc fallback opens O_PATH, checks the file through its
     own descriptor and reopens only that one. Opening the FIFO here would be seen by its reader
     (a device could act on an open)."""
-    if pidfd and not shm._PIDFD_GETFD:
+    if pidfd and not shm_segment._PIDFD_GETFD:
         pytest.skip("no os.pidfd_open")
-    monkeypatch.setattr(shm, "_PIDFD_GETFD", pidfd)
+    monkeypatch.setattr(shm_segment, "_PIDFD_GETFD", pidfd)
     seg_id = os.urandom(16)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo, 0o600)
-    proc = subprocess.Popen([sys.executable, "-c", SWAPPER, shm._NAME + seg_id.hex(), str(fifo)],
+    proc = subprocess.Popen([sys.executable, "-c", SWAPPER, shm_segment._NAME + seg_id.hex(),
+                             str(fifo)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=tempfile.gettempdir())
 
@@ -563,7 +566,7 @@ def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monk
         for _ in range(3):
             tell("memfd")
             with pytest.raises(OSError):         # not a sealed segment: refused every time
-                shm._Segment(proc.pid, 100, seg_id)
+                shm_segment._Segment(proc.pid, 100, seg_id)
         monkeypatch.setattr(os, "readlink", readlink)
         proc.stdin.close()
         assert proc.stdout.readline().strip() == "untouched"
@@ -575,17 +578,17 @@ def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monk
 def test_attach_uses_pidfd_getfd_when_the_kernel_allows_it(pair, monkeypatch):
     """In one process pidfd_getfd is always permitted (Linux >= 5.6); without it, or with it
     turned off, the /proc fallback attaches the same segment."""
-    if not shm._PIDFD_GETFD:
+    if not shm_segment._PIDFD_GETFD:
         pytest.skip("no os.pidfd_open")
     with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender:
         try:
             pidfd = os.pidfd_open(os.getpid())
-            os.close(shm._pidfd_getfd(pidfd, sender.fd))
+            os.close(shm_segment._pidfd_getfd(pidfd, sender.fd))
             os.close(pidfd)
         except OSError as e:
             pytest.skip(f"pidfd_getfd: {e}")
         for enabled, method in ((True, "pidfd"), (False, "proc")):
-            monkeypatch.setattr(shm, "_PIDFD_GETFD", enabled)
+            monkeypatch.setattr(shm_segment, "_PIDFD_GETFD", enabled)
             with shm.Receiver() as receiver:
                 attach(pair, sender, receiver)
                 assert receiver._segments[sender._id].method == method
@@ -618,7 +621,7 @@ WORKER = textwrap.dedent("""
 
 SENDER = textwrap.dedent("""
     import os, signal, sys, zmq, numpy as np
-    from tokenwire import TokenVector, shm
+    from tokenwire import TokenVector, _shmsegment as shm_segment, shm
     from tokenwire.transport import send_pyobj_oob
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH); push.connect(sys.argv[1])
@@ -631,7 +634,7 @@ SENDER = textwrap.dedent("""
                        channel=sender)
         pull.recv()          # received (message 3: its slot is read only after our death)
     # Mid-message: a slot half written, its message never sent; then SIGKILL.
-    sender._words.store(shm._state_word(sender._free_slot()), 99 << 2 | 2)
+    sender._words.store(shm_segment._state_word(sender._free_slot()), 99 << 2 | 2)
     os.kill(os.getpid(), signal.SIGKILL)
 """)
 
@@ -868,7 +871,7 @@ def test_a_ring_message_keeps_its_buffer_slots_until_they_are_copied(pair, monke
         attach(pair, sender, receiver)
         sender.send(push, {"n": 1, "ids": ids(start=1)})          # both slots: ids, message
         assert sender.stats["ring"] == 1
-        take = shm._Segment.take
+        take = shm_segment._Segment.take
         sent = []
 
         def send_then_take(self, i, gen, n, seq, raw=False):
@@ -876,7 +879,7 @@ def test_a_ring_message_keeps_its_buffer_slots_until_they_are_copied(pair, monke
                 sent.append(sender.message({"n": 2, "ids": ids(start=2)}))
             return take(self, i, gen, n, seq, raw)
 
-        monkeypatch.setattr(shm._Segment, "take", send_then_take)
+        monkeypatch.setattr(shm_segment._Segment, "take", send_then_take)
         got = receiver.recv(pull, spin_us=100_000)
         assert got["n"] == 1 and got["ids"] == ids(start=1)
         push.send_multipart(sent[0])

@@ -62,18 +62,19 @@ Linux only; elsewhere `Sender` never offers a segment and every buffer travels a
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hmac
 import mmap
 import os
-import stat
 import struct
-import sys
 from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tokenwire._core import TokenVector, _pidfd_getfd, _ShmWords
+from tokenwire import _shmsegment as _seg
+from tokenwire._core import _ShmWords
+from tokenwire._shmsegment import (_DONE_WORD, _FREE, _FULL, _MAX_SLOT_BYTES, _MAX_SLOTS,
+                                   _READER_WORD, _WRITING, _alive, _data_offset,
+                                   _new_generation, _record_word, _Segment, _state_word,
+                                   available)
 from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _signature,
                                  _unpickle, dumps_oob)
@@ -87,30 +88,6 @@ SHM_THRESHOLD = 32 * 1024
 #: Default ring: SLOTS slots of SLOT_BYTES bytes each (memory is committed only when touched).
 SLOTS = 16
 SLOT_BYTES = 1 << 20
-
-_MAGIC = b"TWSHM\0\0\2"
-_NAME = "tokenwire-"                 # memfd name prefix; the segment id (hex) follows
-# Segment header (64 bytes): magic, segment id, slot count, pad, slot size, then three words:
-# the receiver's pid, the last message sequence the receiver has done with (it reads, or
-# refuses, messages in order: the sender takes back every slot of a message at or before it),
-# and one reserved word. Then RECORDS message records of 8 words (sequence, token, message slot
-# + 1 or 0, its generation, its length; three reserved), then the slot headers.
-_SEG = struct.Struct("<8s16sIIQ")
-_READER_WORD = 5                     # word index of the receiver pid (u64)
-_DONE_WORD = 6                       # word index of the receiver's last sequence done
-_RECORDS = 64                        # message records, at word 8 + 8 * (sequence % RECORDS)
-_RECORD_WORD = 8
-_RECORD_WORDS = 8
-_SLOT_HEADERS = 64 + 8 * _RECORD_WORDS * _RECORDS   # offset of the first slot header
-_SLOT_HEADER_BYTES = 64              # one cache line per slot: state word, length, sequence
-# Every word two processes share is an aligned u64 read and written through _ShmWords (C
-# atomics: include/tokenwire/shmring.h); a transition the other side can race with is a
-# compare-and-swap from the state the writer saw.
-_WORDS_PER_SLOT = _SLOT_HEADER_BYTES // 8
-_FREE, _FULL, _WRITING = 0, 1, 2
-_GEN_MASK = (1 << 62) - 1
-_MAX_SLOTS = 1 << 16
-_MAX_SLOT_BYTES = 1 << 30
 
 # Descriptor frame: magic, segment id, sender pid, sender fd, entry count, pad, message sequence,
 # message token; then per buffer in the pickle's order: slot index (NO_SLOT: the next
@@ -126,51 +103,6 @@ _NO_SEGMENT = bytes(16)
 _MSG = struct.Struct("<IIQ")
 _BELL = struct.Struct("<4s16sQQQQ")
 _BELL_MAGIC = b"TWR1"
-# pidfd_getfd hands the segment over without opening a path (Linux >= 5.6, ptrace permission
-# over the sender); otherwise the receiver falls back to /proc/<pid>/fd/<fd> (_open_segment).
-_PIDFD_GETFD = hasattr(os, "pidfd_open")
-
-
-def available() -> bool:
-    """Can this platform create a segment (Linux ``memfd_create`` with sealing)?"""
-    return sys.platform.startswith("linux") and hasattr(os, "memfd_create") \
-        and hasattr(fcntl, "F_ADD_SEALS")
-
-
-def _data_offset(slots: int) -> int:
-    end = _SLOT_HEADERS + slots * _SLOT_HEADER_BYTES
-    return (end + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-
-
-def _state_word(i: int) -> int:
-    return _SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT
-
-
-def _record_word(seq: int) -> int:
-    return _RECORD_WORD + _RECORD_WORDS * (seq % _RECORDS)
-
-
-def _new_generation(old: int) -> int:
-    """A random generation: a descriptor naming a live slot proves it was the sender's (or was
-    read from the segment), since nobody else can guess the generation."""
-    while True:
-        gen = int.from_bytes(os.urandom(8), "little") & _GEN_MASK
-        if gen != old:
-            return gen
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0 or pid > 1 << 22:               # pid_max is at most 2**22 on Linux
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class Sender:
     """The sending side: creates the segment and writes large buffers into free slots.
 
@@ -212,19 +144,7 @@ class Sender:
             self._create()
 
     def _create(self) -> None:
-        seg_id = os.urandom(16)
-        size = self._data + self.slots * self.slot_bytes
-        fd = os.memfd_create(_NAME + seg_id.hex(), os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        try:
-            os.fchmod(fd, 0o600)
-            os.ftruncate(fd, size)
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
-                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-            m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        except BaseException:
-            os.close(fd)
-            raise
-        _SEG.pack_into(m, 0, _MAGIC, seg_id, self.slots, 0, self.slot_bytes)
+        fd, m, seg_id = _seg.create(self.slots, self.slot_bytes)
         self._fd, self._map, self._mv, self._id = fd, m, memoryview(m), seg_id
         self._words = _ShmWords(m, self._data // 8)
 
@@ -455,175 +375,6 @@ class Sender:
         self._record(seq, token, i + 1, gen, n)
         self.stats["ring"] += 1
         return [_BELL.pack(_BELL_MAGIC, self._id, seq, i, gen, n)]
-
-
-def _open_segment(pid: int, fd: int, name: str) -> Tuple[int, str]:
-    """A descriptor of the file `fd` of process `pid` names, opened without side effects:
-    ``(descriptor, method)``. The caller checks that it is the segment.
-
-    pidfd_getfd duplicates the sender's descriptor: no path is opened, and should the pid have
-    been reused the duplicate is some file of another process, which the caller's checks (a
-    sealed memfd holding the segment's random id) refuse. Without it (before Linux 5.6, or no
-    ptrace permission over the sender) /proc/<pid>/fd/<fd> is opened with O_PATH, which opens
-    nothing (no device or FIFO sees an open), the file it names is checked through our own
-    descriptor (its name, a regular file), and only that file is reopened read-write."""
-    pidfd = -1
-    if _PIDFD_GETFD:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as e:
-            if e.errno != errno.ENOSYS:             # before Linux 5.3: the fallback below
-                raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
-                                       f"{e.strerror}") from None
-    if pidfd >= 0:
-        try:
-            return _pidfd_getfd(pidfd, fd), "pidfd"
-        except OSError as e:
-            if e.errno not in (errno.EPERM, errno.EACCES, errno.ENOSYS):
-                raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
-                                       f"{e.strerror}") from None
-        finally:
-            os.close(pidfd)
-    try:
-        opath = os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
-    except OSError as e:
-        raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
-                               f"{e.strerror}") from None
-    try:
-        own = f"/proc/self/fd/{opath}"
-        link = os.readlink(own)
-        if link not in (f"/memfd:{name} (deleted)", f"/memfd:{name}") \
-                or not stat.S_ISREG(os.fstat(opath).st_mode):
-            raise OSError(errno.ENOENT, f"/proc/{pid}/fd/{fd} is not the segment {name} (it is "
-                                        f"{link!r})")
-        return os.open(own, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK), "proc"
-    finally:
-        os.close(opath)
-
-
-class _Segment:
-    """A receiver's mapping of one sender's segment; its geometry is read once, at attach."""
-
-    def __init__(self, pid: int, fd: int, seg_id: bytes) -> None:
-        name = _NAME + seg_id.hex()
-        dfd, self.method = _open_segment(pid, fd, name)
-        try:
-            st = os.fstat(dfd)
-            if not stat.S_ISREG(st.st_mode):
-                raise OSError(errno.EPERM, f"the segment {name} is not a regular file")
-            seals = fcntl.fcntl(dfd, fcntl.F_GET_SEALS)      # EINVAL for anything but a memfd
-            need = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
-            link = os.readlink(f"/proc/self/fd/{dfd}")
-            if (st.st_uid != os.geteuid() or st.st_mode & 0o077 or seals & need != need
-                    or st.st_size < 64 or not link.startswith(f"/memfd:{name}")):
-                raise OSError(errno.EPERM, f"the segment {name} is not a sealed 0o600 memfd "
-                                           f"owned by this user")
-            m = mmap.mmap(dfd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(dfd)
-        mv = memoryview(m)
-        magic, got_id, slots, _, slot_bytes = _SEG.unpack_from(mv, 0)
-        ok = (magic == _MAGIC and got_id == seg_id and 1 <= slots <= _MAX_SLOTS
-              and 1 <= slot_bytes <= _MAX_SLOT_BYTES
-              and _data_offset(slots) + slots * slot_bytes == st.st_size)
-        if not ok:
-            mv.release()
-            m.close()
-            raise OSError(errno.EINVAL, f"the segment {name} has a bad header")
-        self.map, self.mv, self.slots, self.slot_bytes = m, mv, slots, slot_bytes
-        self.data = _data_offset(slots)
-        self.words = _ShmWords(m, self.data // 8)
-        self.words.store(_READER_WORD, os.getpid())
-        self.published = 0                       # the last sequence this receiver published
-
-    def close(self) -> None:
-        self.words.release()
-        self.mv.release()
-        self.map.close()
-
-    def publish(self, seq: int) -> None:
-        """Tell the sender every message up to `seq` is done with (only ever forward)."""
-        if seq > self.published:
-            self.published = seq
-            self.words.store(_DONE_WORD, seq)
-
-    def has_record(self, seq: int, token: int) -> bool:
-        """Did the sender write the record (seq, token)? It sets the sequence word to 0 before
-        changing the token, so a sequence read the same before and after the token is the
-        token's."""
-        rec = _record_word(seq)
-        words = self.words
-        if seq == 0 or words.load(rec) != seq:
-            return False
-        got = words.load(rec + 1)
-        return bool(words.load(rec) == seq and got == token)
-
-    def next_message(self, seq: int, spin_us: float) -> Optional[Tuple[int, int, int, int]]:
-        """(seq, slot, generation, length) of message `seq` if its record says the sender put
-        it in a slot, after spinning up to `spin_us` for the record; None otherwise. Read as
-        the token is (has_record): the sequence word before and after the rest."""
-        rec = _record_word(seq)
-        words = self.words
-        if not words.wait(rec, seq, spin_us):
-            return None
-        where, gen, n = words.load(rec + 2), words.load(rec + 3), words.load(rec + 4)
-        if words.load(rec) != seq or where == 0:
-            return None
-        return seq, where - 1, gen, n
-
-    def holds(self, i: int, gen: int, seq: int) -> bool:
-        """Does slot `i` hold generation `gen`, FULL, written for message `seq`?"""
-        if i >= self.slots:
-            return False
-        state, expect = _state_word(i), gen << 2 | _FULL
-        words = self.words
-        if words.load(state) != expect:
-            return False
-        got = words.load(state + 2)
-        return bool(words.load(state) == expect and got == seq)
-
-    def _release(self, state: int, expect: int) -> bool:
-        """The reader's free: (gen, FULL) -> (gen, FREE) if the word never changed since the
-        copy (the compare-and-swap orders the copy's loads before it)."""
-        return bool(self.words.cas(state, expect, expect & ~3 | _FREE))
-
-    def take(self, i: int, gen: int, n: int, seq: int, raw: bool = False) -> Any:
-        """Copy slot `i` out (generation `gen`, `n` bytes, message `seq`) and free it: a
-        TokenVector (bytes for a length not a multiple of 4, or with `raw`); WireFormatError
-        when the descriptor does not match the slot."""
-        if i >= self.slots:
-            raise WireFormatError(f"shared-memory descriptor names slot {i}, the ring has "
-                                  f"{self.slots}")
-        if n > self.slot_bytes:
-            raise WireFormatError(f"shared-memory descriptor says {n} bytes, a slot holds "
-                                  f"{self.slot_bytes}")
-        words, state = self.words, _state_word(i)
-        expect = gen << 2 | _FULL
-        word = words.load(state)
-        if word != expect:
-            raise WireFormatError(
-                f"shared-memory slot {i} does not hold generation {gen} (it holds generation "
-                f"{word >> 2}, state {word & 3}): a stale, replayed or tampered descriptor")
-        start = self.data + i * self.slot_bytes
-        view = self.mv[start:start + n]
-        try:
-            # The copy first, into storage nobody else can write; the checks after it.
-            data: Any = TokenVector.frombuffer(view) if n % 4 == 0 and not raw else bytes(view)
-        finally:
-            view.release()
-        length, written_for = words.load(state + 1), words.load(state + 2)
-        if length != n or written_for != seq:
-            # Not freed: the slot may hold another message's bytes (a forged descriptor that
-            # guessed nothing but read a live generation); it is taken back by sequence.
-            raise WireFormatError(
-                f"shared-memory slot {i} holds {length} bytes of message {written_for}, not the "
-                f"descriptor's {n} bytes of message {seq}")
-        # One compare-and-swap checks that nothing rewrote the slot during the copy and frees
-        # it: generations never repeat, so an unchanged word means unchanged bytes, and a slot
-        # the sender took back and rewrote meanwhile keeps its new message.
-        if not self._release(state, expect):
-            raise WireFormatError(f"shared-memory slot {i} was rewritten while it was read")
-        return data
 
 
 class Receiver:
