@@ -128,11 +128,11 @@ cdef Py_ssize_t _first_outside_vocab(const int32_t* p, Py_ssize_t n, uint32_t vo
     cdef Py_ssize_t i
     cdef bint ok = True
     for i in range(n):
-        ok &= <uint32_t>p[i] < vocab
+        ok &= twbp_id(p, <size_t>i) < vocab
     if ok:
         return -1
     for i in range(n):
-        if <uint32_t>p[i] >= vocab:
+        if twbp_id(p, <size_t>i) >= vocab:
             return i
     return -1
 
@@ -478,7 +478,7 @@ cdef int _check_vocab(TokenVector tv, object vocab_size, object error=TokenIdErr
     if bad >= 0:
         where = f"sequence {seq}: " if seq >= 0 else ""
         raise error(
-            f"{where}token id at index {bad} is {tv._data[bad]}, "
+            f"{where}token id at index {bad} is {_id_at(tv._data, bad)}, "
             f"outside the vocabulary [0, {vocab_size})"
         )
     return 0

@@ -5,6 +5,19 @@
 # Included by _core.pyx (the hub): one file per concept, one extension module, so every file
 # sees TokenVector's fields and the other files' cdef functions directly.
 
+from tokenwire._bitpack cimport twbp_id
+
+
+# --------------------------------------------------------------------------------------------
+# Reading ids: a view may sit at any address
+
+cdef inline int32_t _id_at(const int32_t* p, Py_ssize_t i) noexcept nogil:
+    """Id `i` of the ids at `p`. A TokenVector may view a raw frame at any address (msgspec
+    places an Ext payload where the message puts it), so every read of `_data` goes through
+    bitpack.h's memcpy load, which compiles to one (unaligned) load."""
+    return <int32_t>twbp_id(p, <size_t>i)
+
+
 # --------------------------------------------------------------------------------------------
 # Constants
 
@@ -149,6 +162,28 @@ cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n):
     return tv
 
 
+cdef int32_t* tv_aligned(TokenVector tv) except NULL:
+    """`tv`'s ids at a 4-aligned address: a view of a frame at an unaligned address (decode
+    reads those in place rather than copying them) gets an aligned copy of its own, once, on
+    the first call, for those who dereference the pointer as int32 (the buffer protocol, a
+    cimporting extension through `tv_data`). The view stays held until the vector dies: a
+    reader that took the old pointer (a kernel running without the GIL) keeps reading valid,
+    unchanged memory."""
+    cdef int32_t* p
+    cdef size_t nbytes
+    if (<uintptr_t>tv._data) % 4 == 0:
+        return tv._data
+    nbytes = <size_t>tv._len * 4
+    # Only views are ever unaligned (owned storage comes from malloc): _owned is False here.
+    p = <int32_t*>PyMem_RawMalloc(nbytes)
+    if p == NULL:
+        raise MemoryError(f"cannot allocate {tv._len} token ids ({nbytes} bytes)")
+    memcpy(p, tv._data, nbytes)
+    tv._data = p
+    tv._owned = True
+    return p
+
+
 cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n):
     cdef TokenVector tv
     cdef Py_buffer* held = <Py_buffer*>PyMem_Malloc(sizeof(Py_buffer))
@@ -239,8 +274,8 @@ cpdef bint is_immutable_source(object obj):
 
 cdef inline bint _can_view_ids(object owner, const void* ids) except -1:
     """Whether native int32 ids at `ids`, inside the memory of `owner`, may be viewed rather than
-    copied: the host is little-endian (the wire's byte order), the address is 4-aligned, and the
-    memory can never change (`is_immutable_source`). The one zero-copy test (decode, decode_many,
-    TokenVector.frombuffer)."""
-    return (not TW_HOST_BIG_ENDIAN and (<uintptr_t>ids) % 4 == 0
-            and is_immutable_source(owner))
+    copied: the host is little-endian (the wire's byte order) and the memory can never change
+    (`is_immutable_source`). Any address: a vector reads its ids through `_id_at` and aligns
+    them only when someone asks for an int32 pointer (`tv_aligned`). The one zero-copy test
+    (decode, decode_many, TokenVector.frombuffer)."""
+    return not TW_HOST_BIG_ENDIAN and is_immutable_source(owner)

@@ -19,8 +19,9 @@ dozen ids, or ids mostly below 128 with a large one among them) is written as th
 field typed TokenVector reads it back as a TokenVector, an untyped position as a list. So the
 default never sends more bytes than the ``list[int]`` it replaces (real tokenizer ids: 2.13
 bytes per id against msgpack's 2.7-2.8). ``Hooks(codec="raw")`` sends 4 bytes per id and decodes
-without a copy: the message is viewed when `decode` allows it (a raw frame in immutable memory
-such as `bytes`, whose ids land 4-byte aligned; otherwise one memcpy). `EXT_CODE` (84)
+without a copy: the message is viewed when `decode` allows it (a raw frame in immutable memory:
+msgspec hands the hook a memoryview of the message, and a message given as `bytes` is viewed
+wherever the ids land; one given as a bytearray is copied once before it is checked). `EXT_CODE` (84)
 lies outside 1-5, the codes vLLM's own encoder uses; `Hooks(ext_code=..., codec=...)` makes hooks
 with another code or codec, and chains your own hooks for every other type.
 
