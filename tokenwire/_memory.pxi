@@ -99,11 +99,20 @@ cdef extern from *:
 #: threshold just below the next request's 1.5x: 41 faults per request, 3-4x the serialize time
 #: (whether a process falls into that cycle depends on its earlier allocations). So when
 #: tokenwire allocates a vector of `nbytes` it first makes glibc settle for blocks of up to
-#: 2*nbytes (the vector, and its pickle's 1.5x), rounded up to a power of two:
+#: MALLOC_SETTLE_FACTOR * nbytes, rounded up to a power of two:
 #: malloc and free of one untouched block that size, which is glibc's own adaptation, done
 #: before the first request instead of never. At most one per power of two up to glibc's cap on
 #: the threshold (32 MiB), so a handful per process; no-op off glibc, and a no-op for the
 #: thresholds when MALLOC_MMAP_THRESHOLD_ / M_MMAP_THRESHOLD fixes them (glibc then stops adapting).
+#: Why 4 and not 2 (the vector and its pickle's 1.5x): the settled size also sets glibc's trim
+#: threshold (twice it), and a proxy's free heap top holds more than one vector. Beside the
+#: vector lies the request's list (8 bytes per id: 2*nbytes), and a vector sent out-of-band
+#: (copy=False) is freed by pyzmq's garbage-collector thread, which releases the frames of
+#: several requests at once when it runs late. Settled at 2x, such a burst (4 vectors and a
+#: list: 1.2 MB at 40,000 ids) passed the 1 MiB trim threshold, the heap top went back to the
+#: kernel and the next request faulted its vector in again (63-92 of 200 requests, 40 faults
+#: each, in tests/proxy_faults.py --mode oob --late 3); at 4x the heap is never trimmed there.
+cdef size_t MALLOC_SETTLE_FACTOR = 4
 cdef size_t MALLOC_SETTLE_MIN = 64 * 1024
 cdef size_t MALLOC_SETTLE_MAX = 32 * 1024 * 1024
 cdef size_t _malloc_settled = 0
@@ -112,11 +121,12 @@ cdef size_t _malloc_settled = 0
 cdef void malloc_settle(size_t nbytes) noexcept nogil:
     global _malloc_settled
     cdef size_t want = MALLOC_SETTLE_MIN
-    if not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2 or nbytes * 2 <= _malloc_settled:
+    if (not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2
+            or nbytes * MALLOC_SETTLE_FACTOR <= _malloc_settled):
         return
     if _malloc_settled >= MALLOC_SETTLE_MAX:
         return
-    while want < nbytes * 2 and want < MALLOC_SETTLE_MAX:
+    while want < nbytes * MALLOC_SETTLE_FACTOR and want < MALLOC_SETTLE_MAX:
         want *= 2
     _malloc_settled = want
     # libc's malloc, not PyMem_Raw*: the point is to reach glibc's allocator (debug hooks would
