@@ -92,7 +92,7 @@ import numpy as np
 from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
 from tokenwire.text import from_base64, to_base64
-from tokenwire.transport import OOB_THRESHOLD, received_buffer
+from tokenwire.transport import OOB_THRESHOLD, _recv_frames, _send_frames, received_buffer
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -413,15 +413,20 @@ def _prefix_frames(prefix: Iterable[Any]) -> List[Any]:
     return frames
 
 
-def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any]]:
+def _check_prefix(prefix: int) -> None:
     if not isinstance(prefix, int) or prefix < 0:
         raise ValueError(f"prefix must be an int >= 0 (the number of leading frames), "
                          f"got {prefix!r}")
+
+
+def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any]]:
+    _check_prefix(prefix)
     if len(frames) <= prefix:
         raise WireFormatError(
             f"the message has {len(frames)} frame(s): expected {prefix} leading frame(s) and "
             f"then the message's own")
-    return [memoryview(f).tobytes() for f in frames[:prefix]], frames[prefix:]
+    return ([f if type(f) is bytes else memoryview(f).tobytes() for f in frames[:prefix]],
+            frames[prefix:])
 
 
 class Encoder:
@@ -471,7 +476,7 @@ class Encoder:
         frames = self.encode(obj)
         if prefix != ():
             frames = _prefix_frames(prefix) + frames
-        socket.send_multipart(frames, flags=flags, copy=False)
+        _send_frames(socket, frames, flags)
 
     def _enc_hook(self, obj: Any) -> Any:
         return self.hooks.aux_enc_hook(obj, self._local.frames)
@@ -545,7 +550,12 @@ class Decoder:
         (libzmq alone holds its memory and never rewrites it); one received over inproc is the
         sender's memory, which it may still write, and is copied once
         (`tokenwire.transport.received_buffer`)."""
-        frames = socket.recv_multipart(flags=flags, copy=False)
+        if self.channel is not None:
+            frames = socket.recv_multipart(flags=flags, copy=False)
+        else:
+            _check_prefix(prefix)
+            # The leading frames and the main frame as bytes, the buffers as zmq.Frames.
+            frames = _recv_frames(socket, flags, prefix + 1)
         if prefix == 0:
             return self.decode([received_buffer(f) for f in frames])
         leading, rest = _split_prefix(frames, prefix)
