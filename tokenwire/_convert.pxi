@@ -374,17 +374,21 @@ cdef TokenVector _from_sequence(object seq):
     cdef PyObject** items = PySequence_Fast_ITEMS(seq)
     cdef PyObject* o
     cdef bint is_list = isinstance(seq, list)
-    cdef Py_ssize_t i
-    for i in range(n):
+    cdef Py_ssize_t i = 0
+    while True:
+        # Exact ints of one digit (every real token id) in one C loop; it stops at the first
+        # other item, which takes the general path (subclasses, bools, big ints, errors).
+        i += pyints_small_values(items + i, n - i, out + i)
+        if i >= n:
+            break
         o = items[i]
-        if PyLong_CheckExact(<object>o) and pyint_small_value(o, &out[i]):
-            continue
         out[i] = _item_slow(<object>o, i)
         if is_list:
             # _item_slow may have run Python code (an __index__) that resized the list.
             if PyList_GET_SIZE(seq) != n:
                 raise RuntimeError("list changed size during as_tokens()")
             items = PySequence_Fast_ITEMS(seq)
+        i += 1
     return tv
 
 
