@@ -31,9 +31,11 @@ static inline int tw_pyint_small_value(PyObject *o, int32_t *out) {
 }
 
 #ifndef TW_PYINT_PREFETCH
-/* How many items ahead tw_pyints_small_values prefetches the int object: the loop is bound by
-   loading each object's header (a few dozen cycles from L3 or DRAM, whether the objects lie in
-   order, as a tokenizer's fresh list has them, or not). */
+/* How many items ahead tw_pyints_small_values prefetches the int object. The loop is bound by
+   loading each object's header. Objects laid out in order (a fresh list in a fresh process) are
+   streamed by the hardware prefetcher, and there the software prefetch costs ~3% (40k ids:
+   33.3 us against 32.5); scattered objects (pymalloc pools reused in a long-running process,
+   lists joined from older pieces) are not, and there it saves ~20% (43 us against 55). */
 #  define TW_PYINT_PREFETCH 16
 #endif
 
