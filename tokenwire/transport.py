@@ -280,6 +280,11 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
     prepends the identity of the peer it came from, so neither side could sign what the other
     sees. `channel` with `key` takes no `prefix` (ValueError).
     The counterpart of ``socket.send_pyobj``; receive with `recv_pyobj_oob`."""
+    if channel is None and prefix == () and routing == ():
+        # The common call: no leading frames to check (a small message's costs are fixed ones).
+        _send_frames(socket, dumps_oob(obj, oob_threshold=oob_threshold, key=key,
+                                       sign_buffers=sign_buffers), flags)
+        return
     prefix = _bytes_frames("prefix", prefix)
     routing = _bytes_frames("routing", routing)
     if prefix and key is not None:
@@ -398,14 +403,18 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
     With `routing` and/or `prefix` (numbers of leading frames: ``[*routing, *prefix, ...]``, see
     `send_pyobj_oob`) returns ``(leading, obj)``, `leading` those frames as `bytes`; with `key`
     the `prefix` frames are verified with the message, the `routing` ones are not."""
+    if channel is None and key is None and find_class is None and prefix == 0 and routing == 0:
+        # The common call: a message sent in-band is one frame, loaded as recv_pyobj loads it.
+        frames = _recv_frames(socket, flags, 1)
+        if len(frames) == 1:
+            return pickle.loads(frames[0])
+        return _recv_rest(frames, None, sign_buffers, None, None)
     if channel is not None:
         frames = socket.recv_multipart(flags=flags, copy=False)
     else:
         _check_counts(prefix, routing)
         # Leading frames, the signature and the pickle as bytes; the buffers as zmq.Frames.
         frames = _recv_frames(socket, flags, prefix + routing + (2 if key is not None else 1))
-        if len(frames) == 1 and key is None and find_class is None and not (prefix or routing):
-            return pickle.loads(frames[0])       # sent in-band: what recv_pyobj does
     if prefix or routing:
         k = _leading(frames, prefix, routing)
         leading = [f if type(f) is bytes else f.bytes for f in frames[:k]]
