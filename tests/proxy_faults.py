@@ -10,6 +10,13 @@ steady-state requests, the request count, and the median serialize time next to
 ``as_tokens(list)`` + ``pickle.dumps`` of the same request measured apart.
 
     python tests/proxy_faults.py [--mode pickle|oob] [--transport ipc|tcp] [--isl N] [--count N]
+                                 [--late N]
+
+``--late N`` (out-of-band): the frames a ``copy=False`` send hands to zmq are released by
+pyzmq's garbage-collector thread, whenever it next gets the GIL; on a busy machine it runs late
+and releases several requests' frames at once. The script makes that happen the same way every
+run: it keeps each request's frames after the ack, and drops all it keeps with probability 1/2
+per request (seeded) or once it holds N + 1 requests.
 
 Used by tests/test_proxy_faults.py. No environment variable is read: run it without
 ``MALLOC_*`` / ``GLIBC_TUNABLES`` to see what a default process does.
@@ -52,10 +59,30 @@ def receiver(data_addr: str, ack_addr: str) -> None:
     ctx.destroy(linger=1000)
 
 
+def _heap_bytes() -> Any:
+    """A function returning the bytes of glibc's main heap (mallinfo2's `arena`, which drops
+    when free() trims the heap top back to the kernel), or 0 off glibc."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                     "uordblks", "fordblks", "keepcost")]
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except AttributeError:                   # not glibc, or glibc before 2.33
+        return lambda: 0
+    fn.restype = MallInfo2
+    return lambda: fn().arena
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=("pickle", "oob"), default="pickle")
-    ap.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
+    ap.add_argument("--transport", choices=("ipc", "tcp", "none"), default="ipc",
+                    help="none: no socket, the frames are dropped (with --late: when the script "
+                         "releases them, so that only its own schedule decides when each "
+                         "vector is freed)")
     ap.add_argument("--isl", type=int, default=40_000)
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=10)
@@ -63,6 +90,9 @@ def main() -> None:
                     help="vary the process's allocation history before the loop: keep this "
                          "many small objects alive (whether glibc falls into a per-request "
                          "munmap cycle depends on such details)")
+    ap.add_argument("--late", type=int, default=0,
+                    help="keep up to this many earlier requests' frames alive, released in "
+                         "bursts, as a late pyzmq garbage-collector thread does")
     ap.add_argument("--receiver", nargs=2, metavar=("DATA", "ACK"))
     args = ap.parse_args()
     history = [bytes(48 + 16 * (i % 64)) for i in range(args.history)]
@@ -70,11 +100,11 @@ def main() -> None:
         receiver(*args.receiver)
         return
 
-    import zmq
+    if args.transport == "none":
+        _loop(args, history, None, None, lambda: None)
+        return
 
-    import tokenwire
-    from tokenwire import GenerationRequest
-    from tokenwire.transport import dumps_oob
+    import zmq
 
     ctx = zmq.Context()
     data = ctx.socket(zmq.PUSH)
@@ -89,6 +119,24 @@ def main() -> None:
         ack_addr = f"tcp://127.0.0.1:{ack.bind_to_random_port('tcp://127.0.0.1')}"
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__),
                              "--receiver", data_addr, ack_addr])
+    def stop() -> None:
+        data.send(b"stop")
+        ack.poll(30_000)
+
+    try:
+        _loop(args, history, data, ack, stop)
+    finally:
+        proc.wait(30)
+        ctx.destroy(linger=0)
+
+
+def _loop(args: Any, history: List[bytes], data: Any, ack: Any, stop: Any) -> None:
+    """The requests (sent on `data` and acked on `ack` unless they are None), `stop()`, then the
+    floor measured apart and the JSON line."""
+    import tokenwire
+    from tokenwire import GenerationRequest
+    from tokenwire.transport import dumps_oob
+
     rnd = random.Random(0)
     base = [rnd.randrange(151_936) for _ in range(args.isl)]
     params = {"temperature": 0.7, "max_new_tokens": 128}
@@ -96,42 +144,52 @@ def main() -> None:
     faults: Dict[str, int] = dict.fromkeys(steps, 0)
     per_request: List[int] = []
     ser_us: List[float] = []
+    held: List[Any] = []                     # --late: frames zmq's gc thread has not released
+    late = random.Random(1)
 
     def minflt() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
-    try:
-        for i in range(args.warmup + args.count):
-            lst = list(base)                 # the tokenizer's output: a new list per request
-            lst[i % args.isl] = i % 1000
-            f0 = minflt()
-            req = GenerationRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
-            f1 = minflt()
-            t0 = time.perf_counter()
-            if args.mode == "oob":
-                frames: List[Any] = dumps_oob(req)
-            else:
-                frames = [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)]   # send_pyobj
-            t1 = time.perf_counter()
-            f2 = minflt()
+    heap = _heap_bytes()
+    shrinks = 0
+    last_heap = heap()
+
+    for i in range(args.warmup + args.count):
+        lst = list(base)                 # the tokenizer's output: a new list per request
+        lst[i % args.isl] = i % 1000
+        f0 = minflt()
+        req = GenerationRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
+        f1 = minflt()
+        t0 = time.perf_counter()
+        if args.mode == "oob":
+            frames: List[Any] = dumps_oob(req)
+        else:
+            frames = [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)]   # send_pyobj
+        t1 = time.perf_counter()
+        f2 = minflt()
+        if data is not None:
             data.send_multipart(frames, copy=len(frames) == 1)
-            f3 = minflt()
+        f3 = minflt()
+        if ack is not None:
             if not ack.poll(60_000):
                 raise RuntimeError("the receiver stopped answering")
             ack.recv()
-            f4 = minflt()
-            del req, frames, lst
-            if i >= args.warmup:
-                for step, d in zip(steps, (f1 - f0, f2 - f1, f3 - f2, f4 - f3)):
-                    faults[step] += d
-                per_request.append(f4 - f0)
-                ser_us.append((t1 - t0) * 1e6)
-        data.send(b"stop")
-        ack.poll(30_000)
-    finally:
-        proc.wait(30)
-        ctx.destroy(linger=0)
+        f4 = minflt()
+        if args.late:
+            held.append(frames)
+            if len(held) > args.late or late.random() < 0.5:
+                held.clear()
+        del req, frames, lst
+        if i >= args.warmup:
+            for step, d in zip(steps, (f1 - f0, f2 - f1, f3 - f2, f4 - f3)):
+                faults[step] += d
+            per_request.append(f4 - f0)
+            ser_us.append((t1 - t0) * 1e6)
+            shrinks += heap() < last_heap
+        last_heap = heap()
 
+    held.clear()
+    stop()
     # Apart, in the same (now warm) process: the floor the serialize is compared with.
     lst = list(base)
     built = GenerationRequest(tokenwire.as_tokens(lst), params, streaming=True,
@@ -148,10 +206,11 @@ def main() -> None:
     conv = median_us(lambda: tokenwire.as_tokens(lst))
     dump = median_us(lambda: pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL))
     print(json.dumps({
-        "mode": args.mode, "transport": args.transport, "isl": args.isl,
+        "mode": args.mode, "transport": args.transport, "isl": args.isl, "late": args.late,
         "requests": args.count, "history": len(history), "faults": faults, "faults_total": sum(per_request),
         "faults_max_request": max(per_request),
         "requests_faulting": sum(1 for f in per_request if f >= 4),   # >= 4 pages: a block
+        "heap_shrinks": shrinks,            # requests after which glibc's heap was smaller
         "serialize_us": sorted(ser_us)[len(ser_us) // 2],
         "as_tokens_us": conv, "dumps_built_us": dump,
     }))

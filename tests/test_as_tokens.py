@@ -132,6 +132,30 @@ def test_boundary_values_through_every_path(v: int) -> None:
         assert as_tokens(src) == [v]
 
 
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 20, 33, 40])
+def test_every_position_of_a_list_takes_the_same_checks(n: int) -> None:
+    """Exact one-digit ints run in one C loop (four ahead prefetched, a tail without); any other
+    item, wherever it falls relative to those loops, takes the general path: a valid one is
+    converted and the loop resumes after it, a bad one is reported at its own index."""
+    class MyInt(int):
+        pass
+
+    base = list(range(100_000, 100_000 + n))
+    for k in range(n):
+        for special, value in ((2**31 - 1, 2**31 - 1), (-(2**31), -(2**31)), (2**30, 2**30),
+                               (-(2**30) - 1, -(2**30) - 1), (MyInt(7), 7)):
+            ids = base[:k] + [special] + base[k + 1:]
+            assert as_tokens(ids) == base[:k] + [value] + base[k + 1:]
+            assert as_tokens(tuple(ids)) == base[:k] + [value] + base[k + 1:]
+        for bad, cls, text in ((True, TokenIdTypeError, "must be an int, got bool"),
+                               (2**31, TokenIdOverflowError, "outside int32"),
+                               (-(2**31) - 1, TokenIdOverflowError, "outside int32"),
+                               (2**100, TokenIdOverflowError, "outside int32"),
+                               (None, TokenIdTypeError, "must be an int, got NoneType")):
+            with pytest.raises(cls, match=rf"token id at index {k}\b.*{text}"):
+                as_tokens(base[:k] + [bad] + base[k + 1:])
+
+
 def test_huge_input() -> None:
     n = 1_000_003
     ids = np.random.default_rng(1).integers(INT32_MIN, INT32_MAX, n, dtype=np.int64)

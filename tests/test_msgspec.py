@@ -3,8 +3,10 @@ bad input, and no per-id Python objects on any of these paths."""
 
 from __future__ import annotations
 
+import array
 import gc
 import json
+import pickle
 import subprocess
 import sys
 import tempfile
@@ -24,7 +26,7 @@ import tokenwire  # noqa: E402
 import tokenwire.msgspec as tm  # noqa: E402
 from support.strategies import int_arrays, token_lists  # noqa: E402
 from tokenwire import TokenVector, WireFormatError  # noqa: E402
-from tokenwire.errors import ChecksumError  # noqa: E402
+from tokenwire.errors import ChecksumError, TokenIdOverflowError  # noqa: E402
 from tokenwire.memory import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,22 +133,53 @@ def test_a_list_int_field_stays_a_list() -> None:
     assert type(out2.prompt_token_ids) is TokenVector and out2.prompt_token_ids == ids
 
 
-def test_decoding_views_an_immutable_message_when_the_ids_are_aligned() -> None:
+def owns_memory(tv: TokenVector) -> bool:
+    """Has `tv` storage of its own (a copy), rather than viewing someone's memory? (Asked
+    without exporting its buffer: an export aligns an unaligned view, which makes a copy.)"""
+    return sys.getsizeof(tv) >= sys.getsizeof(TokenVector()) + 4 * len(tv)
+
+
+def test_decoding_views_an_immutable_message_at_any_alignment() -> None:
     tv = tokenwire.as_tokens(list(range(5000)))
     frame = tokenwire.encode(tv, codec="raw")
     seen = set()
-    for pad in range(4):                       # one of these puts the ids on a 4-byte boundary
+    for pad in range(4):                       # the ids land at each of the 4 offsets mod 4
         msg = hooks_encoder(tm.Hooks(codec="raw")).encode(["x" * pad, tv])
-        aligned = (address(msg) + msg.find(frame) + 16) % 4 == 0
+        offset = (address(msg) + msg.find(frame) + 16) % 4
+        seen.add(offset)
         out = hooks_decoder(Any).decode(msg)[1]
-        assert out.tolist() == list(range(5000)) and views(out, msg) == aligned
-        seen.add(aligned)
+        assert not owns_memory(out)            # a view of the message: no alignment copy
+        assert out.tolist() == list(range(5000)) and out[4999] == 4999 and 4321 in out
+        assert out.count(17) == 1 and out.index(17) == 17 and list(reversed(out))[0] == 4999
+        assert out == list(range(5000)) and out == tv and out[1::2] == list(range(1, 5000, 2))
+        # An export is int32 at a 4-aligned address: an unaligned view gets a copy then, once.
+        arr = np.asarray(out)
+        assert arr.ctypes.data % 4 == 0 and arr.tolist() == list(range(5000))
+        assert views(out, msg) == (offset == 0) and owns_memory(out) == (offset != 0)
         mutable = bytearray(msg)                 # mutable memory is always copied
         out = hooks_decoder(Any).decode(mutable)[1]
-        assert not views(out, mutable)
+        assert owns_memory(out) and not views(out, mutable)
         mutable[msg.find(frame) + 16] ^= 0xFF
         assert out.tolist() == list(range(5000))
-    assert seen == {True, False}
+    assert seen == {0, 1, 2, 3}
+
+
+def test_an_unaligned_view_is_checked_and_read_in_place() -> None:
+    # vocab_size checks the ids where they lie; the error names the id read there.
+    ids = list(range(1000)) + [70_000]
+    frame = tokenwire.encode(ids, codec="raw")
+    for pad in range(1, 4):
+        msg = b"\0" * pad + frame
+        with pytest.raises(tokenwire.WireFormatError, match="index 1000 is 70000"):
+            tokenwire.decode(memoryview(msg)[pad:], vocab_size=65_536)
+        out = tokenwire.decode(memoryview(msg)[pad:], vocab_size=70_001)
+        assert not owns_memory(out) and out == ids and repr(out).endswith("999, 70000], len=1001)")
+        assert out == array.array("q", ids) and (out + array.array("i", [5]))[-2:].tolist() == \
+            [70_000, 5]
+        with pytest.raises(TokenIdOverflowError, match="index 1000 is 70000"):
+            out + array.array("h", [5])
+        assert tokenwire.decode(tokenwire.encode(out, codec="packed")) == ids
+        assert pickle.loads(pickle.dumps(out, protocol=5)) == ids
 
 
 def test_another_ext_code_and_chained_hooks_coexist_with_vllm_style_codes() -> None:

@@ -359,3 +359,29 @@ def test_prefix_arguments_are_checked(zmq_ctx):
     send_pyobj_oob(push, 1)
     with pytest.raises(ValueError, match="prefix must be an int >= 0"):
         recv_pyobj_oob(pull, prefix=-1)
+
+
+def test_message_boundaries_hold_for_every_shape_back_to_back(zmq_ctx):
+    """The receiver reads the leading frames, the signature and the pickle as bytes and the
+    buffers as zmq.Frames, asking libzmq whether more frames follow: messages of one frame
+    (in-band), of several (out-of-band), signed and prefixed, sent back to back on one socket,
+    each come back whole and nothing of one leaks into the next."""
+    import zmq
+
+    pull, push = _tcp_pair(zmq_ctx, (zmq.PULL, zmq.PUSH))
+    small, big = make_request(100, seed=1), make_request(40_000, kind="tokens", seed=2)
+    shapes = [(small, None, []), (big, None, []), (small, _LEAD_KEY, []), (big, _LEAD_KEY, []),
+              (big, None, [b"\x07"]), (small, _LEAD_KEY, [b"\x07"]), (big, _LEAD_KEY, [b"\x07"]),
+              (small, None, [])]
+    for req, key, prefix in shapes:
+        send_pyobj_oob(push, req, key=key, prefix=prefix)
+    for req, key, prefix in shapes:
+        out = recv_pyobj_oob(pull, key=key, prefix=len(prefix))
+        if prefix:
+            leading, out = out
+            assert leading == prefix
+        assert out.id == req.id and list(out.prompt_token_ids) == list(req.prompt_token_ids)
+        if req is big:                       # the ids' frame is viewed, not copied
+            vec = token_buffer(out, "prompt_token_ids")
+            assert vec.__sizeof__() < vec.nbytes
+    assert pull.poll(100) == 0               # nothing left over

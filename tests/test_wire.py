@@ -641,11 +641,20 @@ def test_zstd_section_must_be_exactly_one_zstd_frame() -> None:
             tokenwire.decode(bad)
 
 
-def test_misaligned_readonly_source_is_copied() -> None:
+def test_misaligned_immutable_source_is_viewed_and_exported_aligned() -> None:
     frame = tokenwire.encode([1, 2, 3], codec="raw")
     blob = b"x" + frame
+    empty = sys.getsizeof(tokenwire.TokenVector())
     tv = tokenwire.decode(memoryview(blob)[1:])        # payload now at an odd address
-    assert tv.tolist() == [1, 2, 3]
+    assert sys.getsizeof(tv) == empty                  # a view: no copy to align it
+    assert tv.tolist() == [1, 2, 3] and tv[2] == 3
+    for tv in (tv, tokenwire.decode_many(memoryview(blob)[1:])[0],
+               tokenwire.TokenVector.frombuffer(memoryview(blob)[17:])):
+        assert sys.getsizeof(tv) == empty
+        view = memoryview(tv)                          # an export is int32 at a 4-aligned address
+        assert np.frombuffer(view, np.int32).ctypes.data % 4 == 0 and view.tolist() == [1, 2, 3]
+        assert sys.getsizeof(tv) == empty + 12         # aligned once, into storage of its own
+        assert np.asarray(tv).ctypes.data == np.frombuffer(view, np.int32).ctypes.data
 
 
 def test_decode_many_raw_views_share_the_frame() -> None:

@@ -14,6 +14,8 @@ cdef extern from "tokenwire/bitpack.h" nogil:
         uint64_t acc
         unsigned bits
 
+    # Id i of n int32s at p, read through memcpy: p may sit at any address (a view of a frame).
+    uint32_t twbp_id(const int32_t* p, size_t i) noexcept
     # Probe the CPU once (module import) for the AVX2 unpack path.
     void twbp_init() noexcept
     int twbp_have_avx2

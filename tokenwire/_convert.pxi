@@ -128,11 +128,11 @@ cdef Py_ssize_t _first_outside_vocab(const int32_t* p, Py_ssize_t n, uint32_t vo
     cdef Py_ssize_t i
     cdef bint ok = True
     for i in range(n):
-        ok &= <uint32_t>p[i] < vocab
+        ok &= twbp_id(p, <size_t>i) < vocab
     if ok:
         return -1
     for i in range(n):
-        if <uint32_t>p[i] >= vocab:
+        if twbp_id(p, <size_t>i) >= vocab:
             return i
     return -1
 
@@ -374,17 +374,21 @@ cdef TokenVector _from_sequence(object seq):
     cdef PyObject** items = PySequence_Fast_ITEMS(seq)
     cdef PyObject* o
     cdef bint is_list = isinstance(seq, list)
-    cdef Py_ssize_t i
-    for i in range(n):
+    cdef Py_ssize_t i = 0
+    while True:
+        # Exact ints of one digit (every real token id) in one C loop; it stops at the first
+        # other item, which takes the general path (subclasses, bools, big ints, errors).
+        i += pyints_small_values(items + i, n - i, out + i)
+        if i >= n:
+            break
         o = items[i]
-        if PyLong_CheckExact(<object>o) and pyint_small_value(o, &out[i]):
-            continue
         out[i] = _item_slow(<object>o, i)
         if is_list:
             # _item_slow may have run Python code (an __index__) that resized the list.
             if PyList_GET_SIZE(seq) != n:
                 raise RuntimeError("list changed size during as_tokens()")
             items = PySequence_Fast_ITEMS(seq)
+        i += 1
     return tv
 
 
@@ -478,7 +482,7 @@ cdef int _check_vocab(TokenVector tv, object vocab_size, object error=TokenIdErr
     if bad >= 0:
         where = f"sequence {seq}: " if seq >= 0 else ""
         raise error(
-            f"{where}token id at index {bad} is {tv._data[bad]}, "
+            f"{where}token id at index {bad} is {_id_at(tv._data, bad)}, "
             f"outside the vocabulary [0, {vocab_size})"
         )
     return 0

@@ -10,7 +10,7 @@ unchanged, for as long as the caller holds a reference to the vector.
 
 cimport cython
 from cpython.buffer cimport Py_buffer
-from libc.stdint cimport int32_t
+from libc.stdint cimport int32_t, uintptr_t
 
 
 @cython.final
@@ -26,7 +26,14 @@ cdef class TokenVector:
     cdef object __weakref__
 
 
-cdef inline const int32_t* tv_data(TokenVector tv) noexcept:
+# The ids at a 4-aligned address (a view of a frame at an unaligned address gets an aligned
+# copy once, on the first call; MemoryError when it cannot).
+cdef int32_t* tv_aligned(TokenVector tv) except NULL
+
+
+cdef inline const int32_t* tv_data(TokenVector tv) except NULL:
+    if (<uintptr_t>tv._data) % 4:
+        return tv_aligned(tv)
     return tv._data
 
 
@@ -40,6 +47,6 @@ cdef TokenVector tv_alloc(Py_ssize_t n)
 cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n)
 # A vector that views `n` ids at `data` inside `view` without copying, taking ownership of the
 # (already acquired) buffer `view` -- also when it raises (MemoryError): the buffer is then
-# released before it returns. `data` must be 4-aligned, lie inside the buffer, and the exporter
-# must be immutable.
+# released before it returns. `data` must lie inside the buffer (any address: `tv_data` aligns
+# on demand), and the exporter must be immutable.
 cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n)

@@ -53,7 +53,7 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy
 
 from tokenwire._byteorder cimport TW_HOST_BIG_ENDIAN, tw_bswap16, tw_bswap32, tw_bswap64
-from tokenwire._pyint cimport pyint_small_value
+from tokenwire._pyint cimport pyint_small_value, pyints_small_values
 
 import operator
 import sys

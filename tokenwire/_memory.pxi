@@ -5,6 +5,19 @@
 # Included by _core.pyx (the hub): one file per concept, one extension module, so every file
 # sees TokenVector's fields and the other files' cdef functions directly.
 
+from tokenwire._bitpack cimport twbp_id
+
+
+# --------------------------------------------------------------------------------------------
+# Reading ids: a view may sit at any address
+
+cdef inline int32_t _id_at(const int32_t* p, Py_ssize_t i) noexcept nogil:
+    """Id `i` of the ids at `p`. A TokenVector may view a raw frame at any address (msgspec
+    places an Ext payload where the message puts it), so every read of `_data` goes through
+    bitpack.h's memcpy load, which compiles to one (unaligned) load."""
+    return <int32_t>twbp_id(p, <size_t>i)
+
+
 # --------------------------------------------------------------------------------------------
 # Constants
 
@@ -86,11 +99,20 @@ cdef extern from *:
 #: threshold just below the next request's 1.5x: 41 faults per request, 3-4x the serialize time
 #: (whether a process falls into that cycle depends on its earlier allocations). So when
 #: tokenwire allocates a vector of `nbytes` it first makes glibc settle for blocks of up to
-#: 2*nbytes (the vector, and its pickle's 1.5x), rounded up to a power of two:
+#: MALLOC_SETTLE_FACTOR * nbytes, rounded up to a power of two:
 #: malloc and free of one untouched block that size, which is glibc's own adaptation, done
 #: before the first request instead of never. At most one per power of two up to glibc's cap on
 #: the threshold (32 MiB), so a handful per process; no-op off glibc, and a no-op for the
 #: thresholds when MALLOC_MMAP_THRESHOLD_ / M_MMAP_THRESHOLD fixes them (glibc then stops adapting).
+#: Why 4 and not 2 (the vector and its pickle's 1.5x): the settled size also sets glibc's trim
+#: threshold (twice it), and a proxy's free heap top holds more than one vector. Beside the
+#: vector lies the request's list (8 bytes per id: 2*nbytes), and a vector sent out-of-band
+#: (copy=False) is freed by pyzmq's garbage-collector thread, which releases the frames of
+#: several requests at once when it runs late. Settled at 2x, such a burst (4 vectors and a
+#: list: 1.2 MB at 40,000 ids) passed the 1 MiB trim threshold, the heap top went back to the
+#: kernel and the next request faulted its vector in again (63-92 of 200 requests, 40 faults
+#: each, in tests/proxy_faults.py --mode oob --late 3); at 4x the heap is never trimmed there.
+cdef size_t MALLOC_SETTLE_FACTOR = 4
 cdef size_t MALLOC_SETTLE_MIN = 64 * 1024
 cdef size_t MALLOC_SETTLE_MAX = 32 * 1024 * 1024
 cdef size_t _malloc_settled = 0
@@ -99,11 +121,12 @@ cdef size_t _malloc_settled = 0
 cdef void malloc_settle(size_t nbytes) noexcept nogil:
     global _malloc_settled
     cdef size_t want = MALLOC_SETTLE_MIN
-    if not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2 or nbytes * 2 <= _malloc_settled:
+    if (not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2
+            or nbytes * MALLOC_SETTLE_FACTOR <= _malloc_settled):
         return
     if _malloc_settled >= MALLOC_SETTLE_MAX:
         return
-    while want < nbytes * 2 and want < MALLOC_SETTLE_MAX:
+    while want < nbytes * MALLOC_SETTLE_FACTOR and want < MALLOC_SETTLE_MAX:
         want *= 2
     _malloc_settled = want
     # libc's malloc, not PyMem_Raw*: the point is to reach glibc's allocator (debug hooks would
@@ -147,6 +170,28 @@ cdef TokenVector tv_from_int32(const int32_t* src, Py_ssize_t n):
     else:
         memcpy(tv._data, src, nbytes)
     return tv
+
+
+cdef int32_t* tv_aligned(TokenVector tv) except NULL:
+    """`tv`'s ids at a 4-aligned address: a view of a frame at an unaligned address (decode
+    reads those in place rather than copying them) gets an aligned copy of its own, once, on
+    the first call, for those who dereference the pointer as int32 (the buffer protocol, a
+    cimporting extension through `tv_data`). The view stays held until the vector dies: a
+    reader that took the old pointer (a kernel running without the GIL) keeps reading valid,
+    unchanged memory."""
+    cdef int32_t* p
+    cdef size_t nbytes
+    if (<uintptr_t>tv._data) % 4 == 0:
+        return tv._data
+    nbytes = <size_t>tv._len * 4
+    # Only views are ever unaligned (owned storage comes from malloc): _owned is False here.
+    p = <int32_t*>PyMem_RawMalloc(nbytes)
+    if p == NULL:
+        raise MemoryError(f"cannot allocate {tv._len} token ids ({nbytes} bytes)")
+    memcpy(p, tv._data, nbytes)
+    tv._data = p
+    tv._owned = True
+    return p
 
 
 cdef TokenVector tv_take_view(Py_buffer* view, const int32_t* data, Py_ssize_t n):
@@ -239,8 +284,8 @@ cpdef bint is_immutable_source(object obj):
 
 cdef inline bint _can_view_ids(object owner, const void* ids) except -1:
     """Whether native int32 ids at `ids`, inside the memory of `owner`, may be viewed rather than
-    copied: the host is little-endian (the wire's byte order), the address is 4-aligned, and the
-    memory can never change (`is_immutable_source`). The one zero-copy test (decode, decode_many,
-    TokenVector.frombuffer)."""
-    return (not TW_HOST_BIG_ENDIAN and (<uintptr_t>ids) % 4 == 0
-            and is_immutable_source(owner))
+    copied: the host is little-endian (the wire's byte order) and the memory can never change
+    (`is_immutable_source`). Any address: a vector reads its ids through `_id_at` and aligns
+    them only when someone asks for an int32 pointer (`tv_aligned`). The one zero-copy test
+    (decode, decode_many, TokenVector.frombuffer)."""
+    return not TW_HOST_BIG_ENDIAN and is_immutable_source(owner)

@@ -14,3 +14,7 @@ from libc.stdint cimport int32_t
 cdef extern from "tokenwire/pyint.h":
     # `o` must be an exact int (PyLong_CheckExact).
     bint pyint_small_value "tw_pyint_small_value"(PyObject* o, int32_t* out) noexcept nogil
+    # The values of items[0..n) while each is an exact int of one digit; the index of the first
+    # that is not, or n. (The items must stay alive: the caller holds the sequence.)
+    Py_ssize_t pyints_small_values "tw_pyints_small_values"(PyObject** items, Py_ssize_t n,
+                                                            int32_t* out) noexcept nogil

@@ -20,7 +20,7 @@ cdef Py_ssize_t _tv_find(TokenVector self, object value, Py_ssize_t start, Py_ss
         return -1
     v = value
     for i in range(start, stop):
-        if self._data[i] == v:
+        if _id_at(self._data, i) == v:
             return i
     return -1
 
@@ -76,8 +76,9 @@ cdef class TokenVector:
         Python objects, structures) is refused with TypeError naming its format: those bytes
         are not token ids.
 
-        Zero-copy when `data` is immutable and 4-byte aligned (see `is_immutable_source`): the
-        vector views `data` and keeps it alive. Otherwise one memcpy, so later writes to a mutable
+        Zero-copy when `data` is immutable (see `is_immutable_source`), at any address: the
+        vector views `data` and keeps it alive (an unaligned view is aligned, once, when its buffer
+        is first exported). Otherwise one memcpy, so later writes to a mutable
         source never show through. Raises ValueError when the byte count is not a multiple of 4
         or the memory is not C-contiguous.
         """
@@ -102,8 +103,7 @@ cdef class TokenVector:
                 raise TokenIdError(
                     f"int32 token data must be a multiple of 4 bytes, got {view.len} bytes"
                 )
-            if (not TW_HOST_BIG_ENDIAN and (<uintptr_t>view.buf) % 4 == 0
-                    and is_immutable_source(data)):
+            if _can_view_ids(data, view.buf):
                 moved = True         # the buffer now belongs to tv_take_view (even if it raises)
                 return tv_take_view(&view, <const int32_t*>view.buf, n)
             tv = tv_from_int32(<const int32_t*>view.buf, n)
@@ -120,7 +120,8 @@ cdef class TokenVector:
     def __getbuffer__(self, Py_buffer* buffer, int flags):
         if flags & PyBUF_WRITABLE:
             raise BufferError("TokenVector is read-only")
-        buffer.buf = <void*>self._data
+        # Consumers read the export as int32 (numpy, C): an unaligned view is aligned first.
+        buffer.buf = <void*>tv_aligned(self)
         buffer.obj = self
         buffer.len = self._len * 4
         buffer.readonly = 1
@@ -149,7 +150,7 @@ cdef class TokenVector:
                 return tv_from_int32(self._data + start, n)
             tv = tv_alloc(n)
             for i in range(n):
-                (<TokenVector>tv)._data[i] = self._data[start + i * step]
+                (<TokenVector>tv)._data[i] = _id_at(self._data, start + i * step)
             return tv
         try:
             i = operator.index(key)
@@ -163,17 +164,17 @@ cdef class TokenVector:
             i += self._len
         if i < 0 or i >= self._len:
             raise IndexError(f"TokenVector index {key} out of range for length {self._len}")
-        return self._data[i]
+        return _id_at(self._data, i)
 
     def __iter__(self):
         cdef Py_ssize_t i
         for i in range(self._len):
-            yield self._data[i]
+            yield _id_at(self._data, i)
 
     def __reversed__(self):
         cdef Py_ssize_t i
         for i in range(self._len - 1, -1, -1):
-            yield self._data[i]
+            yield _id_at(self._data, i)
 
     def __contains__(self, value):
         return _tv_find(self, value, 0, self._len) >= 0
@@ -184,9 +185,9 @@ cdef class TokenVector:
         cdef int32_t v
         if i < 0:
             return 0
-        v = self._data[i]
+        v = _id_at(self._data, i)
         for i in range(i, self._len):
-            c += self._data[i] == v
+            c += _id_at(self._data, i) == v
         return c
 
     def index(self, value, start=0, stop=None):
@@ -218,11 +219,11 @@ cdef class TokenVector:
                     return False
                 item = PySequence_Fast_ITEMS(other)[i]
                 if PyLong_CheckExact(<object>item) and pyint_small_value(item, &v):
-                    if v != self._data[i]:
+                    if v != _id_at(self._data, i):
                         return False
                     continue
                 element = <object>item
-                if not (element == self._data[i]):
+                if not (element == _id_at(self._data, i)):
                     return False
             return PySequence_Fast_GET_SIZE(other) == self._len
         if isinstance(other, _pyarray):
@@ -277,8 +278,8 @@ cdef class TokenVector:
     def __repr__(self):
         if self._len <= 8:
             return f"TokenVector({self.tolist()})"
-        head = ", ".join([str(self._data[i]) for i in range(3)])
-        tail = ", ".join([str(self._data[i]) for i in range(self._len - 3, self._len)])
+        head = ", ".join([str(_id_at(self._data, i)) for i in range(3)])
+        tail = ", ".join([str(_id_at(self._data, i)) for i in range(self._len - 3, self._len)])
         return f"TokenVector([{head}, ..., {tail}], len={self._len})"
 
     # -- pickling and copying ------------------------------------------------------------------
@@ -392,7 +393,7 @@ cdef bint _equal_as(const char* src, Py_ssize_t n, const int32_t* ids, src_int t
     cdef Py_ssize_t i
     cdef bint ok = True
     for i in range(n):
-        ok &= _in_int32(p[i]) & (<int32_t>p[i] == ids[i])
+        ok &= _in_int32(p[i]) & (<int32_t>p[i] == _id_at(ids, i))
     return ok
 
 
@@ -410,10 +411,12 @@ cdef Py_ssize_t _widen_as(const int32_t* ids, Py_ssize_t n, char* dst, src_int t
     # The ids into items of type src_int; the index of the first id the type cannot hold, or -1.
     cdef src_int* out = <src_int*>dst
     cdef Py_ssize_t i
+    cdef int32_t v
     for i in range(n):
-        if not _fits(ids[i], tag):
+        v = _id_at(ids, i)
+        if not _fits(v, tag):
             return i
-        out[i] = <src_int>ids[i]
+        out[i] = <src_int>v
     return -1
 
 
@@ -510,7 +513,7 @@ cdef object _tv_concat_array(object left, object right):
         PyBuffer_Release(&src)
     if bad >= 0:
         raise TokenIdOverflowError(
-            f"token id at index {bad} is {tv._data[bad]}, outside the range of "
+            f"token id at index {bad} is {_id_at(tv._data, bad)}, outside the range of "
             f"array typecode {arr.typecode!r}")
     return out
 

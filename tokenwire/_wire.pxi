@@ -236,7 +236,7 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
 cdef TokenVector _decode_one(object source, const uint8_t* payload, FrameLayout* L,
                              uint64_t start, Py_ssize_t n, bint zero_copy):
     """Sequence [start, start + n) of a checked payload. With zero_copy (raw codec, immutable
-    4-aligned source on a little-endian host) the vector views `source` instead of copying."""
+    source on a little-endian host, any address) the vector views `source` instead of copying."""
     cdef TokenVector tv
     cdef Py_buffer view
     if n == 0:
@@ -281,10 +281,11 @@ cdef inline bint _can_view(object source, const uint8_t* payload, FrameLayout* L
 def decode(data, *, vocab_size=None):
     """Decode a single-sequence frame to a TokenVector.
 
-    `data` is any bytes-like object. A raw frame in immutable, 4-aligned memory (`bytes`, a
-    memoryview of bytes, an `ImmutableBuffer` such as a wrapped received pyzmq Frame; see
-    `is_immutable_source`) is not copied: the
-    vector views `data` and keeps it alive. Mutable memory (a bytearray, even behind a read-only
+    `data` is any bytes-like object. A raw frame in immutable memory (`bytes`, a memoryview of
+    bytes, an `ImmutableBuffer` such as a wrapped received pyzmq Frame; see
+    `is_immutable_source`) is not copied, at any address: the vector views `data` and keeps it
+    alive (its ids are read with unaligned loads; an unaligned view is aligned, once, when its
+    buffer is first exported). Mutable memory (a bytearray, even behind a read-only
     memoryview) is copied. With `vocab_size`, every id must lie in [0, vocab_size).
 
     Raises WireFormatError (a ValueError) saying what is wrong with a malformed frame,

@@ -19,8 +19,9 @@ dozen ids, or ids mostly below 128 with a large one among them) is written as th
 field typed TokenVector reads it back as a TokenVector, an untyped position as a list. So the
 default never sends more bytes than the ``list[int]`` it replaces (real tokenizer ids: 2.13
 bytes per id against msgpack's 2.7-2.8). ``Hooks(codec="raw")`` sends 4 bytes per id and decodes
-without a copy: the message is viewed when `decode` allows it (a raw frame in immutable memory
-such as `bytes`, whose ids land 4-byte aligned; otherwise one memcpy). `EXT_CODE` (84)
+without a copy: the message is viewed when `decode` allows it (a raw frame in immutable memory:
+msgspec hands the hook a memoryview of the message, and a message given as `bytes` is viewed
+wherever the ids land; one given as a bytearray is copied once before it is checked). `EXT_CODE` (84)
 lies outside 1-5, the codes vLLM's own encoder uses; `Hooks(ext_code=..., codec=...)` makes hooks
 with another code or codec, and chains your own hooks for every other type.
 
@@ -91,7 +92,7 @@ import numpy as np
 from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
 from tokenwire.text import from_base64, to_base64
-from tokenwire.transport import OOB_THRESHOLD, received_buffer
+from tokenwire.transport import OOB_THRESHOLD, _recv_frames, _send_frames, received_buffer
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -412,15 +413,20 @@ def _prefix_frames(prefix: Iterable[Any]) -> List[Any]:
     return frames
 
 
-def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any]]:
+def _check_prefix(prefix: int) -> None:
     if not isinstance(prefix, int) or prefix < 0:
         raise ValueError(f"prefix must be an int >= 0 (the number of leading frames), "
                          f"got {prefix!r}")
+
+
+def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any]]:
+    _check_prefix(prefix)
     if len(frames) <= prefix:
         raise WireFormatError(
             f"the message has {len(frames)} frame(s): expected {prefix} leading frame(s) and "
             f"then the message's own")
-    return [memoryview(f).tobytes() for f in frames[:prefix]], frames[prefix:]
+    return ([f if type(f) is bytes else memoryview(f).tobytes() for f in frames[:prefix]],
+            frames[prefix:])
 
 
 class Encoder:
@@ -470,7 +476,7 @@ class Encoder:
         frames = self.encode(obj)
         if prefix != ():
             frames = _prefix_frames(prefix) + frames
-        socket.send_multipart(frames, flags=flags, copy=False)
+        _send_frames(socket, frames, flags)
 
     def _enc_hook(self, obj: Any) -> Any:
         return self.hooks.aux_enc_hook(obj, self._local.frames)
@@ -544,7 +550,12 @@ class Decoder:
         (libzmq alone holds its memory and never rewrites it); one received over inproc is the
         sender's memory, which it may still write, and is copied once
         (`tokenwire.transport.received_buffer`)."""
-        frames = socket.recv_multipart(flags=flags, copy=False)
+        if self.channel is not None:
+            frames = socket.recv_multipart(flags=flags, copy=False)
+        else:
+            _check_prefix(prefix)
+            # The leading frames and the main frame as bytes, the buffers as zmq.Frames.
+            frames = _recv_frames(socket, flags, prefix + 1)
         if prefix == 0:
             return self.decode([received_buffer(f) for f in frames])
         leading, rest = _split_prefix(frames, prefix)

@@ -30,4 +30,38 @@ static inline int tw_pyint_small_value(PyObject *o, int32_t *out) {
 #endif
 }
 
+#ifndef TW_PYINT_PREFETCH
+/* How many items ahead tw_pyints_small_values prefetches the int object. The loop is bound by
+   loading each object's header. Objects laid out in order (a fresh list in a fresh process) are
+   streamed by the hardware prefetcher, and there the software prefetch costs ~3% (40k ids:
+   33.3 us against 32.5); scattered objects (pymalloc pools reused in a long-running process,
+   lists joined from older pieces) are not, and there it saves ~20% (43 us against 55). */
+#  define TW_PYINT_PREFETCH 16
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#  define TW_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#else
+#  define TW_PREFETCH(p) ((void)0)
+#endif
+
+/* The values of items[0..n) into out while each is an exact int of a single CPython digit
+   (tw_pyint_small_value); returns the index of the first item that is not (the caller takes
+   its general path for that one and calls again after it), or n. Reads each item pointer and
+   each object once; prefetches the object TW_PYINT_PREFETCH items ahead. */
+static inline Py_ssize_t tw_pyints_small_values(PyObject *const *items, Py_ssize_t n,
+                                                int32_t *out) {
+    Py_ssize_t i = 0;
+    for (; i + TW_PYINT_PREFETCH < n; i++) {
+        PyObject *o = items[i];
+        TW_PREFETCH(items[i + TW_PYINT_PREFETCH]);
+        if (!PyLong_CheckExact(o) || !tw_pyint_small_value(o, &out[i])) return i;
+    }
+    for (; i < n; i++) {
+        PyObject *o = items[i];
+        if (!PyLong_CheckExact(o) || !tw_pyint_small_value(o, &out[i])) return i;
+    }
+    return n;
+}
+
 #endif /* TOKENWIRE_PYINT_H */
