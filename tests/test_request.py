@@ -1167,3 +1167,31 @@ def test_golden_tuple_fixtures_still_load():
         assert not PROMPT.is_materialized(out)
         assert out.prompt_token_ids == tuple(BOUNDARY_IDS) and out.query_token_ids == [7, 8, 9]
         assert out.id == 44
+
+
+def test_reading_a_field_on_its_class_imports_nothing():
+    """``Cls.field`` on a class that is not being built by ``@dataclass`` answers without the
+    import system: an engine or a benchmark that looks the descriptor up per request paid a
+    search of sys.path each time (a failed import of the annotations module is not cached)."""
+    import sys
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def find_spec(self, name, path=None, target=None):
+            self.names.append(name)
+            return None
+
+    class Plain:
+        prompt_token_ids = tokenwire.TokenIds()
+
+    recorder = Recorder()
+    sys.meta_path.insert(0, recorder)
+    try:
+        for cls in (GenerationRequest, Plain):
+            for _ in range(3):
+                assert isinstance(cls.prompt_token_ids, tokenwire.TokenIds)
+    finally:
+        sys.meta_path.remove(recorder)
+    assert recorder.names == []

@@ -227,6 +227,15 @@ def _field_from_state(owner: str, name: str, payload: Any) -> Any:
 # The descriptor
 
 
+# Python >= 3.14 evaluates annotations on demand (annotationlib). Looked up once: a failed import
+# is not cached, and retrying it on every read of a field on its class searched sys.path each
+# time (~90 us).
+try:
+    import annotationlib as _annotationlib  # type: ignore[import-not-found, unused-ignore]
+except ImportError:
+    _annotationlib = None
+
+
 def _dataclass_building(cls: Optional[type], name: str) -> bool:
     """Whether ``@dataclass`` may be building `cls` and reading `name`'s default: the class
     body annotates `name`, and the class is not a dataclass of its own yet."""
@@ -238,12 +247,10 @@ def _dataclass_building(cls: Optional[type], name: str) -> bool:
     annotations = own.get("__annotations__")
     if type(annotations) is dict:
         return name in annotations
-    try:                                  # Python >= 3.14: annotations evaluated on demand
-        import annotationlib  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
+    if _annotationlib is None:
         return False
     try:
-        found = annotationlib.get_annotations(cls, format=annotationlib.Format.FORWARDREF)
+        found = _annotationlib.get_annotations(cls, format=_annotationlib.Format.FORWARDREF)
     except Exception:                     # an annotation that cannot even be referenced
         return True
     return name in found
