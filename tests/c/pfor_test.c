@@ -152,9 +152,13 @@ static int spec_decode(const uint8_t *src, size_t len, int32_t *out, size_t n) {
             uint32_t v = 0;
             for (unsigned t = 0; t < b; t++) {
                 size_t bit;
-                if (m == 128) {                          /* vertical: lane i%4, row i/4 */
-                    size_t lb = (i / 4) * b + t;         /* bit in the lane's stream */
-                    bit = 8 * (16 * (lb / 32) + 4 * (i % 4)) + lb % 32;
+                if (m == 128) {                          /* vertical: lane i%8, row i/8 */
+                    size_t lb = (i / 8) * b + t;         /* bit in the lane's stream */
+                    size_t K = b / 2;                    /* full 32-bit words per lane */
+                    if (lb < 32 * K)
+                        bit = 8 * (32 * (lb / 32) + 4 * (i % 8)) + lb % 32;
+                    else                                 /* odd b: the lane's 16-bit half word */
+                        bit = 8 * (32 * K + 2 * (i % 8)) + (lb - 32 * K);
                 } else {                                 /* horizontal */
                     bit = i * b + t;
                 }
@@ -238,8 +242,9 @@ static void test_layout(void) {
         memset(want, 0, sizeof want);
         want[0] = 0x81;
         memset(want + 1, 0xFF, 16);
-        want[1 + 4 * (5 % 4) + (5 / 4) / 8] &= (uint8_t)~(1u << ((5 / 4) % 8));    /* lane 1, row 1 */
-        want[1 + 4 * (70 % 4) + (70 / 4) / 8] &= (uint8_t)~(1u << ((70 / 4) % 8)); /* lane 2, row 17 */
+        /* b = 1 is odd with no full word: lane j's 16 ids are the half word at bytes 2j, 2j+1 */
+        want[1 + 2 * (5 % 8) + (5 / 8) / 8] &= (uint8_t)~(1u << ((5 / 8) % 8));    /* lane 5, row 0 */
+        want[1 + 2 * (70 % 8) + (70 / 8) / 8] &= (uint8_t)~(1u << ((70 / 8) % 8)); /* lane 6, row 8 */
         want[17 + 0] = 0x20;
         want[17 + 8] = 0x40;                         /* bit 70 = bit 6 of byte 8 */
         want[33] = 150;

@@ -83,11 +83,13 @@ static inline unsigned twpf_bitlen(uint32_t v) {
 
 /* ---- full blocks: vertical layout ---------------------------------------------------------- */
 
-/* The base ids of a full block (128 ids) in 4 lanes: id i goes to lane i % 4 as that lane's id
- * r = i / 4, at bit r*b of the lane's bit stream; the lane's stream is cut into b 32-bit words
- * and word k of lane j is stored little-endian at bytes [16k + 4j, 16k + 4j + 4). Four lanes
- * side by side are one SSE2 register (baseline x86-64), so packing and unpacking are shifts,
- * ORs and masks of whole registers (the layout of Lemire and Boytsov's SIMD-BP128). */
+/* The base ids of a full block (128 ids) in 8 lanes: id i goes to lane j = i % 8 as that lane's
+ * id r = i / 8, at bit r*b of the lane's bit stream (16*b bits). The stream is cut into
+ * K = b / 2 32-bit words and, when b is odd, a 16-bit half word: word k of lane j is stored
+ * little-endian at bytes [32k + 4j, 32k + 4j + 4), the half word at bytes [32K + 2j, 32K + 2j + 2).
+ * Eight lanes side by side are one AVX2 register (two SSE2 registers), so packing and unpacking
+ * are shifts, ORs and masks of whole registers (Lemire and Boytsov's SIMD-BP128, 8 lanes wide,
+ * without padding for odd widths); the half words widen to a register with one zero-extension. */
 /* TWPF_PORTABLE (a test knob) selects the plain C paths everywhere. */
 #if defined(__SSE2__) && !TW_HOST_BIG_ENDIAN && !defined(TWPF_PORTABLE)
 #  include <emmintrin.h>
@@ -96,8 +98,8 @@ static inline unsigned twpf_bitlen(uint32_t v) {
 #  define TWPF_SSE2 0
 #endif
 
-/* AVX2 paths (byte shuffles for the high parts, two-row unpack, width counts) are compiled with
- * target attributes and chosen at run time (twpf_init); SSE2 or plain C otherwise. */
+/* AVX2 paths (pack, unpack with the patch fused in, width counts, high-part gathers) are compiled
+ * with target attributes and chosen at run time (twpf_init); SSE2 or plain C otherwise. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
 #  include <immintrin.h>
 #  define TWPF_AVX2_SHUFFLES 1
@@ -111,40 +113,61 @@ static inline unsigned twpf_bitlen(uint32_t v) {
 #  define TWPF_UNROLL
 #endif
 
+static inline uint32_t twpf_load_le16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static inline void twpf_store_le16(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+#if TWPF_SSE2
+/* Word k of lanes 4h..4h+3 (K full words; k == K is the half word, zero-extended). */
+TWBP_INLINE __m128i twpf_word4(const uint8_t *in, unsigned k, unsigned K, unsigned h) {
+    if (k < K) return _mm_loadu_si128((const __m128i *)(const void *)(in + 32 * k + 16 * h));
+    return _mm_unpacklo_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(in + 32 * K + 8 * h)), _mm_setzero_si128());
+}
+#endif
+
 /* in: 128 ids, of which the low B bits (1 <= B <= 31) are packed; out: 16*B bytes. */
 TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B) {
+    const unsigned K = B / 2;
 #if TWPF_SSE2
     const __m128i vmask = _mm_set1_epi32((int)((1u << B) - 1));
-    __m128i acc = _mm_setzero_si128();
-    unsigned sh = 0;
-    TWPF_UNROLL
-    for (unsigned r = 0; r < 32; r++) {
-        const __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)(in + 4 * r)), vmask);
-        acc = _mm_or_si128(acc, _mm_slli_epi32(v, (int)sh));
-        sh += B;
-        if (sh >= 32) {
-            _mm_storeu_si128((__m128i *)(void *)out, acc);
-            out += 16;
-            sh -= 32;
-            acc = sh ? _mm_srli_epi32(v, (int)(B - sh)) : _mm_setzero_si128();
+    for (unsigned h = 0; h < 2; h++) {
+        __m128i acc = _mm_setzero_si128();
+        unsigned sh = 0, k = 0;
+        TWPF_UNROLL
+        for (unsigned r = 0; r < 16; r++) {
+            const __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)(in + 8 * r + 4 * h)), vmask);
+            acc = _mm_or_si128(acc, _mm_slli_epi32(v, (int)sh));
+            sh += B;
+            if (sh >= 32) {
+                _mm_storeu_si128((__m128i *)(void *)(out + 32 * k + 16 * h), acc);
+                k++;
+                sh -= 32;
+                acc = sh ? _mm_srli_epi32(v, (int)(B - sh)) : _mm_setzero_si128();
+            }
+        }
+        if (B & 1) {        /* 16 bits left per lane: the half words (sign-extend, so packs keeps them) */
+            acc = _mm_srai_epi32(_mm_slli_epi32(acc, 16), 16);
+            _mm_storel_epi64((__m128i *)(void *)(out + 32 * K + 8 * h), _mm_packs_epi32(acc, acc));
         }
     }
 #else
-    for (unsigned j = 0; j < 4; j++) {
+    for (unsigned j = 0; j < 8; j++) {
         uint32_t acc = 0;
-        unsigned sh = 0;
-        uint8_t *o = out + 4 * j;
-        for (unsigned r = 0; r < 32; r++) {
-            const uint32_t v = in[4 * r + j] & ((1u << B) - 1);
+        unsigned sh = 0, k = 0;
+        for (unsigned r = 0; r < 16; r++) {
+            const uint32_t v = in[8 * r + j] & ((1u << B) - 1);
             acc |= v << sh;
             sh += B;
             if (sh >= 32) {
-                tw_store_le32(o, acc);
-                o += 16;
+                tw_store_le32(out + 32 * k + 4 * j, acc);
+                k++;
                 sh -= 32;
                 acc = sh ? v >> (B - sh) : 0;
             }
         }
+        if (B & 1) twpf_store_le16(out + 32 * K + 2 * j, acc);
     }
 #endif
 }
@@ -153,51 +176,49 @@ TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B
  * without a second pass). */
 TWBP_INLINE uint32_t twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned B) {
     const uint32_t mask = (1u << B) - 1;
+    const unsigned K = B / 2;
 #if TWPF_SSE2
     const __m128i vmask = _mm_set1_epi32((int)mask);
-    __m128i cur = _mm_loadu_si128((const __m128i *)(const void *)in);
     __m128i orv = _mm_setzero_si128();
-    unsigned sh = 0;
-    TWPF_UNROLL
-    for (unsigned r = 0; r < 32; r++) {
-        __m128i v = _mm_srli_epi32(cur, (int)sh);
-        if (sh + B >= 32) {
-            in += 16;
-            if (r < 31) {                          /* the last id ends the last word exactly */
-                cur = _mm_loadu_si128((const __m128i *)(const void *)in);
-                if (sh + B > 32) v = _mm_or_si128(v, _mm_slli_epi32(cur, (int)(32 - sh)));
+    for (unsigned h = 0; h < 2; h++) {
+        unsigned sh = 0, k = 0;
+        __m128i cur = twpf_word4(in, 0, K, h);
+        TWPF_UNROLL
+        for (unsigned r = 0; r < 16; r++) {
+            __m128i v = _mm_srli_epi32(cur, (int)sh);
+            if (sh + B > 32) {                     /* the id straddles words */
+                cur = twpf_word4(in, ++k, K, h);
+                v = _mm_or_si128(v, _mm_slli_epi32(cur, (int)(32 - sh)));
+                sh = sh + B - 32;
+            } else if (sh + B == 32) {             /* it ends its word: the next one, if any */
+                if (r < 15) cur = twpf_word4(in, ++k, K, h);
+                sh = 0;
+            } else {
+                sh += B;
             }
-            sh = sh + B - 32;
-        } else {
-            sh += B;
+            v = _mm_and_si128(v, vmask);
+            orv = _mm_or_si128(orv, v);
+            _mm_storeu_si128((__m128i *)(void *)(out + 8 * r + 4 * h), v);
         }
-        v = _mm_and_si128(v, vmask);
-        orv = _mm_or_si128(orv, v);
-        _mm_storeu_si128((__m128i *)(void *)(out + 4 * r), v);
     }
     orv = _mm_or_si128(orv, _mm_srli_si128(orv, 8));
     orv = _mm_or_si128(orv, _mm_srli_si128(orv, 4));
     return (uint32_t)_mm_cvtsi128_si32(orv);
 #else
     uint32_t acc = 0;
-    for (unsigned j = 0; j < 4; j++) {
-        const uint8_t *p = in + 4 * j;
-        uint32_t cur = tw_load_le32(p);
-        unsigned sh = 0;
-        for (unsigned r = 0; r < 32; r++) {
+    for (unsigned j = 0; j < 8; j++) {
+        unsigned sh = 0, k = 0;
+        uint32_t cur = K ? tw_load_le32(in + 4 * j) : twpf_load_le16(in + 2 * j);
+        for (unsigned r = 0; r < 16; r++) {
             uint32_t v = cur >> sh;
-            if (sh + B >= 32) {
-                p += 16;
-                if (r < 31) {
-                    cur = tw_load_le32(p);
-                    if (sh + B > 32) v |= cur << (32 - sh);
-                }
-                sh = sh + B - 32;
-            } else {
-                sh += B;
+            if (sh + B > 32 || (sh + B == 32 && r < 15)) {
+                k++;
+                cur = k < K ? tw_load_le32(in + 32 * k + 4 * j) : twpf_load_le16(in + 32 * K + 2 * j);
+                if (sh + B > 32) v |= cur << (32 - sh);
             }
+            sh = sh + B >= 32 ? sh + B - 32 : sh + B;
             acc |= v & mask;
-            out[4 * r + j] = (int32_t)(v & mask);
+            out[8 * r + j] = (int32_t)(v & mask);
         }
     }
     return acc;
@@ -208,15 +229,14 @@ TWBP_INLINE uint32_t twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsig
     X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16)    \
     X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
 
-/* Full block at width b (0..32): 16*b bytes. */
+/* Full block at width b (0..32): 16*b bytes (at 32, the ids in order, little-endian). */
 static void twpf_vpack(const uint32_t *in, uint8_t *out, unsigned b) {
     switch (b) {
 #define TWPF_CASE(B) case B: twpf_vpack_c(in, out, B); return;
         TWPF_WIDTHS_1_31(TWPF_CASE)
 #undef TWPF_CASE
         case 32:
-            for (unsigned r = 0; r < 32; r++)
-                for (unsigned j = 0; j < 4; j++) tw_store_le32(out + 16 * r + 4 * j, in[4 * r + j]);
+            for (unsigned i = 0; i < TWPF_BLOCK; i++) tw_store_le32(out + 4 * i, in[i]);
             return;
         default: return;
     }
@@ -240,6 +260,43 @@ static uint32_t twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
         default: memset(out, 0, 4 * TWPF_BLOCK); return 0;
     }
 }
+
+#if TWPF_AVX2_SHUFFLES
+/* twpf_vpack_c with AVX2: the 8 lanes in one register. */
+__attribute__((target("avx2"))) __attribute__((always_inline))
+static inline void twpf_vpack_avx2_c(const uint32_t *in, uint8_t *out, const unsigned B) {
+    const __m256i vmask = _mm256_set1_epi32((int)((1u << B) - 1));
+    __m256i acc = _mm256_setzero_si256();
+    unsigned sh = 0;
+    TWPF_UNROLL
+    for (unsigned r = 0; r < 16; r++) {
+        const __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(in + 8 * r)), vmask);
+        acc = _mm256_or_si256(acc, _mm256_slli_epi32(v, (int)sh));
+        sh += B;
+        if (sh >= 32) {
+            _mm256_storeu_si256((__m256i *)(void *)out, acc);
+            out += 32;
+            sh -= 32;
+            acc = sh ? _mm256_srli_epi32(v, (int)(B - sh)) : _mm256_setzero_si256();
+        }
+    }
+    if (B & 1)              /* the half words: acc < 2**16 in every lane */
+        _mm_storeu_si128((__m128i *)(void *)out,
+                         _mm_packus_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1)));
+}
+
+/* Full block at width b (0..32), as twpf_vpack. */
+__attribute__((target("avx2")))
+static void twpf_vpack_avx2(const uint32_t *in, uint8_t *out, unsigned b) {
+    switch (b) {
+#define TWPF_CASE(B) case B: twpf_vpack_avx2_c(in, out, B); return;
+        TWPF_WIDTHS_1_31(TWPF_CASE)
+#undef TWPF_CASE
+        case 32: memcpy(out, in, 4 * TWPF_BLOCK); return;   /* little-endian host */
+        default: return;
+    }
+}
+#endif
 
 /* ---- encoder ------------------------------------------------------------------------------- */
 
@@ -484,7 +541,11 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
     const int exc = b < M;
     *o++ = (uint8_t)(b | (exc ? TWPF_EXC_FLAG : 0u));
     if (m == TWPF_BLOCK) {
-        twpf_vpack(v, o, b);                 /* keeps the low b bits itself */
+#if TWPF_AVX2_SHUFFLES
+        if (twbp_have_avx2) twpf_vpack_avx2(v, o, b);   /* keeps the low b bits itself */
+        else
+#endif
+            twpf_vpack(v, o, b);
         o += 16 * b;
     } else if (b == 32) {
         for (unsigned i = 0; i < m; i++, o += 4) tw_store_le32(o, v[i]);
@@ -511,7 +572,11 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
         }
         o += nbm;
 #if TWPF_AVX2_SHUFFLES
-        if (twbp_have_avx2) {
+        if (twbp_have_avx2 && best + 8 <= 4 * (size_t)m) {
+            /* straight to the output: the gather's last 8-byte store ends at most 8 bytes past
+             * the block, which stays inside this block's share of twpf_bound (1 + 4m) */
+            o += twpf_highs_avx2(u, t, bm, o);
+        } else if (twbp_have_avx2) {
             uint8_t hb[TWPF_BLOCK + 8];
             const unsigned e = twpf_highs_avx2(u, t, bm, hb);
             memcpy(o, hb, e);
@@ -539,78 +604,28 @@ static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
 
 /* ---- decoder ------------------------------------------------------------------------------- */
 
-/* twpf_expand8[k]: the pshufb control that spreads the first popcount(k) bytes of a register to
- * the byte positions of k's set bits (0x80 = zero elsewhere): the high parts of 8 ids at once. */
-static const uint64_t twpf_expand8[256] = {
-    0x8080808080808080ull, 0x8080808080808000ull, 0x8080808080800080ull, 0x8080808080800100ull,
-    0x8080808080008080ull, 0x8080808080018000ull, 0x8080808080010080ull, 0x8080808080020100ull,
-    0x8080808000808080ull, 0x8080808001808000ull, 0x8080808001800080ull, 0x8080808002800100ull,
-    0x8080808001008080ull, 0x8080808002018000ull, 0x8080808002010080ull, 0x8080808003020100ull,
-    0x8080800080808080ull, 0x8080800180808000ull, 0x8080800180800080ull, 0x8080800280800100ull,
-    0x8080800180008080ull, 0x8080800280018000ull, 0x8080800280010080ull, 0x8080800380020100ull,
-    0x8080800100808080ull, 0x8080800201808000ull, 0x8080800201800080ull, 0x8080800302800100ull,
-    0x8080800201008080ull, 0x8080800302018000ull, 0x8080800302010080ull, 0x8080800403020100ull,
-    0x8080008080808080ull, 0x8080018080808000ull, 0x8080018080800080ull, 0x8080028080800100ull,
-    0x8080018080008080ull, 0x8080028080018000ull, 0x8080028080010080ull, 0x8080038080020100ull,
-    0x8080018000808080ull, 0x8080028001808000ull, 0x8080028001800080ull, 0x8080038002800100ull,
-    0x8080028001008080ull, 0x8080038002018000ull, 0x8080038002010080ull, 0x8080048003020100ull,
-    0x8080010080808080ull, 0x8080020180808000ull, 0x8080020180800080ull, 0x8080030280800100ull,
-    0x8080020180008080ull, 0x8080030280018000ull, 0x8080030280010080ull, 0x8080040380020100ull,
-    0x8080020100808080ull, 0x8080030201808000ull, 0x8080030201800080ull, 0x8080040302800100ull,
-    0x8080030201008080ull, 0x8080040302018000ull, 0x8080040302010080ull, 0x8080050403020100ull,
-    0x8000808080808080ull, 0x8001808080808000ull, 0x8001808080800080ull, 0x8002808080800100ull,
-    0x8001808080008080ull, 0x8002808080018000ull, 0x8002808080010080ull, 0x8003808080020100ull,
-    0x8001808000808080ull, 0x8002808001808000ull, 0x8002808001800080ull, 0x8003808002800100ull,
-    0x8002808001008080ull, 0x8003808002018000ull, 0x8003808002010080ull, 0x8004808003020100ull,
-    0x8001800080808080ull, 0x8002800180808000ull, 0x8002800180800080ull, 0x8003800280800100ull,
-    0x8002800180008080ull, 0x8003800280018000ull, 0x8003800280010080ull, 0x8004800380020100ull,
-    0x8002800100808080ull, 0x8003800201808000ull, 0x8003800201800080ull, 0x8004800302800100ull,
-    0x8003800201008080ull, 0x8004800302018000ull, 0x8004800302010080ull, 0x8005800403020100ull,
-    0x8001008080808080ull, 0x8002018080808000ull, 0x8002018080800080ull, 0x8003028080800100ull,
-    0x8002018080008080ull, 0x8003028080018000ull, 0x8003028080010080ull, 0x8004038080020100ull,
-    0x8002018000808080ull, 0x8003028001808000ull, 0x8003028001800080ull, 0x8004038002800100ull,
-    0x8003028001008080ull, 0x8004038002018000ull, 0x8004038002010080ull, 0x8005048003020100ull,
-    0x8002010080808080ull, 0x8003020180808000ull, 0x8003020180800080ull, 0x8004030280800100ull,
-    0x8003020180008080ull, 0x8004030280018000ull, 0x8004030280010080ull, 0x8005040380020100ull,
-    0x8003020100808080ull, 0x8004030201808000ull, 0x8004030201800080ull, 0x8005040302800100ull,
-    0x8004030201008080ull, 0x8005040302018000ull, 0x8005040302010080ull, 0x8006050403020100ull,
-    0x0080808080808080ull, 0x0180808080808000ull, 0x0180808080800080ull, 0x0280808080800100ull,
-    0x0180808080008080ull, 0x0280808080018000ull, 0x0280808080010080ull, 0x0380808080020100ull,
-    0x0180808000808080ull, 0x0280808001808000ull, 0x0280808001800080ull, 0x0380808002800100ull,
-    0x0280808001008080ull, 0x0380808002018000ull, 0x0380808002010080ull, 0x0480808003020100ull,
-    0x0180800080808080ull, 0x0280800180808000ull, 0x0280800180800080ull, 0x0380800280800100ull,
-    0x0280800180008080ull, 0x0380800280018000ull, 0x0380800280010080ull, 0x0480800380020100ull,
-    0x0280800100808080ull, 0x0380800201808000ull, 0x0380800201800080ull, 0x0480800302800100ull,
-    0x0380800201008080ull, 0x0480800302018000ull, 0x0480800302010080ull, 0x0580800403020100ull,
-    0x0180008080808080ull, 0x0280018080808000ull, 0x0280018080800080ull, 0x0380028080800100ull,
-    0x0280018080008080ull, 0x0380028080018000ull, 0x0380028080010080ull, 0x0480038080020100ull,
-    0x0280018000808080ull, 0x0380028001808000ull, 0x0380028001800080ull, 0x0480038002800100ull,
-    0x0380028001008080ull, 0x0480038002018000ull, 0x0480038002010080ull, 0x0580048003020100ull,
-    0x0280010080808080ull, 0x0380020180808000ull, 0x0380020180800080ull, 0x0480030280800100ull,
-    0x0380020180008080ull, 0x0480030280018000ull, 0x0480030280010080ull, 0x0580040380020100ull,
-    0x0380020100808080ull, 0x0480030201808000ull, 0x0480030201800080ull, 0x0580040302800100ull,
-    0x0480030201008080ull, 0x0580040302018000ull, 0x0580040302010080ull, 0x0680050403020100ull,
-    0x0100808080808080ull, 0x0201808080808000ull, 0x0201808080800080ull, 0x0302808080800100ull,
-    0x0201808080008080ull, 0x0302808080018000ull, 0x0302808080010080ull, 0x0403808080020100ull,
-    0x0201808000808080ull, 0x0302808001808000ull, 0x0302808001800080ull, 0x0403808002800100ull,
-    0x0302808001008080ull, 0x0403808002018000ull, 0x0403808002010080ull, 0x0504808003020100ull,
-    0x0201800080808080ull, 0x0302800180808000ull, 0x0302800180800080ull, 0x0403800280800100ull,
-    0x0302800180008080ull, 0x0403800280018000ull, 0x0403800280010080ull, 0x0504800380020100ull,
-    0x0302800100808080ull, 0x0403800201808000ull, 0x0403800201800080ull, 0x0504800302800100ull,
-    0x0403800201008080ull, 0x0504800302018000ull, 0x0504800302010080ull, 0x0605800403020100ull,
-    0x0201008080808080ull, 0x0302018080808000ull, 0x0302018080800080ull, 0x0403028080800100ull,
-    0x0302018080008080ull, 0x0403028080018000ull, 0x0403028080010080ull, 0x0504038080020100ull,
-    0x0302018000808080ull, 0x0403028001808000ull, 0x0403028001800080ull, 0x0504038002800100ull,
-    0x0403028001008080ull, 0x0504038002018000ull, 0x0504038002010080ull, 0x0605048003020100ull,
-    0x0302010080808080ull, 0x0403020180808000ull, 0x0403020180800080ull, 0x0504030280800100ull,
-    0x0403020180008080ull, 0x0504030280018000ull, 0x0504030280010080ull, 0x0605040380020100ull,
-    0x0403020100808080ull, 0x0504030201808000ull, 0x0504030201800080ull, 0x0605040302800100ull,
-    0x0504030201008080ull, 0x0605040302018000ull, 0x0605040302010080ull, 0x0706050403020100ull,
+/* twpf_spread8[k]: the vpshufb control (both 128-bit halves reading the same 8 bytes) that puts
+ * the r-th of the first popcount(k) bytes into byte 0 of 32-bit lane i, for the r-th set bit i of
+ * k, and zeros every other byte (0x80): the high parts of 8 ids, spread and widened at once. */
+#define TWPF_POP8(m) (((m) & 1u) + ((m) >> 1 & 1u) + ((m) >> 2 & 1u) + ((m) >> 3 & 1u) +         \
+                      ((m) >> 4 & 1u) + ((m) >> 5 & 1u) + ((m) >> 6 & 1u) + ((m) >> 7 & 1u))
+#define TWPF_SP(m, i) (((m) >> (i) & 1u) ? 0x80808000u | TWPF_POP8((m) & ((1u << (i)) - 1u)) : 0x80808080u)
+#define TWPF_SP1(m) {TWPF_SP(m, 0), TWPF_SP(m, 1), TWPF_SP(m, 2), TWPF_SP(m, 3),                  \
+                     TWPF_SP(m, 4), TWPF_SP(m, 5), TWPF_SP(m, 6), TWPF_SP(m, 7)},
+#define TWPF_SP4(m) TWPF_SP1(m) TWPF_SP1((m) + 1u) TWPF_SP1((m) + 2u) TWPF_SP1((m) + 3u)
+#define TWPF_SP16(m) TWPF_SP4(m) TWPF_SP4((m) + 4u) TWPF_SP4((m) + 8u) TWPF_SP4((m) + 12u)
+#define TWPF_SP64(m) TWPF_SP16(m) TWPF_SP16((m) + 16u) TWPF_SP16((m) + 32u) TWPF_SP16((m) + 48u)
+static const uint32_t twpf_spread8[256][8] = {
+    TWPF_SP64(0u) TWPF_SP64(64u) TWPF_SP64(128u) TWPF_SP64(192u)
 };
+#undef TWPF_SP64
+#undef TWPF_SP16
+#undef TWPF_SP4
+#undef TWPF_SP1
+#undef TWPF_SP
+#undef TWPF_POP8
 
-
-/* d[i] |= hb[k] << b for the k-th set bit i of the bitmap (bm0: ids 0..63, bm1: 64..127);
- * hb holds the block's high parts and 8 readable bytes past them. */
+/* d[i] |= hb[k] << b for the k-th set bit i of the bitmap (bm0: ids 0..63, bm1: 64..127). */
 TWBP_INLINE void twpf_patch_c(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_t bm1, unsigned b) {
     for (uint64_t w = bm0; w; w &= w - 1) {
         const unsigned i = (unsigned)__builtin_ctzll(w);
@@ -623,65 +638,55 @@ TWBP_INLINE void twpf_patch_c(int32_t *d, const uint8_t *hb, uint64_t bm0, uint6
 }
 
 #if TWPF_AVX2_SHUFFLES
-/* The same for a full block, 8 ids a step whatever their exception count: the step's bitmap
- * byte picks a shuffle that spreads the next high parts to their ids, widened to 32 bits,
- * shifted by b and ORed in. */
-__attribute__((target("avx2,popcnt")))
-static void twpf_patch_avx2(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_t bm1, unsigned b) {
-    const __m128i cnt = _mm_cvtsi32_si128((int)b);
-    unsigned c = 0;
-    for (unsigned g = 0; g < 16; g++) {
-        const unsigned m8 = (unsigned)(((g < 8 ? bm0 : bm1) >> (8 * (g & 7))) & 0xFF);
-        if (!m8) continue;
-        const __m128i x = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(const void *)(hb + c)),
-                                           _mm_loadl_epi64((const __m128i *)(const void *)&twpf_expand8[m8]));
-        const __m256i y = _mm256_sll_epi32(_mm256_cvtepu8_epi32(x), cnt);
-        __m256i *dp = (__m256i *)(void *)(d + 8 * g);
-        _mm256_storeu_si256(dp, _mm256_or_si256(_mm256_loadu_si256(dp), y));
-        c += (unsigned)__builtin_popcount(m8);
-    }
+/* Word k of the 8 lanes (K full words; k == K is the half word, zero-extended). */
+__attribute__((target("avx2"))) __attribute__((always_inline))
+static inline __m256i twpf_word8(const uint8_t *in, unsigned k, unsigned K) {
+    if (k < K) return _mm256_loadu_si256((const __m256i *)(const void *)(in + 32 * k));
+    return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(in + 32 * K)));
 }
-#endif
 
-#if TWPF_AVX2_SHUFFLES
-/* Full block at width B (1..31) with AVX2, 8 ids (two rows of the vertical layout) a step: the
- * two rows' words side by side in one register, shifted per half (vpsrlvd / vpsllvd; a count of
- * 32 gives zero where an id does not reach the next word, so no word past the area is read);
- * with P, the step's bitmap byte spreads the next high parts (hb) to their ids before the
- * store. Returns the OR of the base values. */
+/* Full block at width B (0..31) with AVX2, one row of 8 ids (one id of every lane) a step: the
+ * lanes' words are loaded once, each row is a shift (two and an OR when it straddles words) and
+ * a mask. With P, the step's bitmap byte spreads the next high parts (8 bytes read at hb + c,
+ * hb: the high parts and 8 readable bytes past them) to their ids, which are judged in that very
+ * register: *hchk gets the OR of the high parts, | 0x100 if one of them is zero. Returns the OR
+ * of the base values. */
 __attribute__((target("avx2,popcnt"))) __attribute__((always_inline))
 static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, const unsigned B, const int P,
                                            const uint8_t *hb, uint64_t bm0, uint64_t bm1,
                                            uint32_t *hchk) {
+    const unsigned K = B / 2;
     const __m256i vmask = _mm256_set1_epi32((int)((1u << B) - 1));
-    const __m128i cnt = _mm_cvtsi32_si128((int)B);
-    __m256i orv = _mm256_setzero_si256(), orh = _mm256_setzero_si256();
-    unsigned c = 0, zero = 0;
+    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    __m256i orv = _mm256_setzero_si256(), orh = _mm256_setzero_si256(), mn = _mm256_set1_epi8(-1);
+    __m256i cur = _mm256_setzero_si256(), nxt;
+    unsigned c = 0;
+    if (B) cur = twpf_word8(in, 0, K);
     TWPF_UNROLL
     for (unsigned g = 0; g < 16; g++) {
-        const unsigned t0 = 2 * g * B, t1 = t0 + B;             /* stream bits of rows 2g, 2g+1 */
-        const unsigned k0 = t0 / 32, s0 = t0 % 32, k1 = t1 / 32, s1 = t1 % 32;
-        const unsigned n0 = s0 + B > 32 ? k0 + 1 : k0, n1 = s1 + B > 32 ? k1 + 1 : k1;
-        const int c0 = s0 + B > 32 ? (int)(32 - s0) : 32, c1 = s1 + B > 32 ? (int)(32 - s1) : 32;
-        const __m256i a = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)(in + 16 * k1)),
-                                           _mm_loadu_si128((const __m128i *)(const void *)(in + 16 * k0)));
-        const __m256i nx = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(const void *)(in + 16 * n1)),
-                                            _mm_loadu_si128((const __m128i *)(const void *)(in + 16 * n0)));
-        __m256i v = _mm256_or_si256(
-            _mm256_srlv_epi32(a, _mm256_setr_epi32((int)s0, (int)s0, (int)s0, (int)s0, (int)s1, (int)s1, (int)s1, (int)s1)),
-            _mm256_sllv_epi32(nx, _mm256_setr_epi32(c0, c0, c0, c0, c1, c1, c1, c1)));
-        v = _mm256_and_si256(v, vmask);
-        orv = _mm256_or_si256(orv, v);
+        __m256i v = _mm256_setzero_si256();
+        if (B) {
+            const unsigned t = g * B, s = t % 32, k = t / 32;
+            v = _mm256_srli_epi32(cur, (int)s);
+            if (s + B > 32 || (s + B == 32 && g < 15)) {   /* straddles, or ends its word */
+                nxt = twpf_word8(in, k + 1, K);
+                if (s + B > 32) v = _mm256_or_si256(v, _mm256_slli_epi32(nxt, (int)(32 - s)));
+                cur = nxt;
+            }
+            if (s + B != 32 && !(k == K && s + B == 16)) v = _mm256_and_si256(v, vmask);
+            orv = _mm256_or_si256(orv, v);
+        }
         if (P) {
             const unsigned m8 = (unsigned)(((g < 8 ? bm0 : bm1) >> (8 * (g & 7))) & 0xFF);
-            const __m128i x = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(const void *)(hb + c)),
-                                               _mm_loadl_epi64((const __m128i *)(const void *)&twpf_expand8[m8]));
-            const __m256i h = _mm256_cvtepu8_epi32(x);
-            /* judged in the register that is applied: a zero high part among the step's ids,
-             * and the OR of the high parts (for the width check) */
-            zero |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(h, _mm256_setzero_si256()))) & m8;
-            orh = _mm256_or_si256(orh, h);
-            v = _mm256_or_si256(v, _mm256_sll_epi32(h, cnt));
+            uint64_t raw;
+            memcpy(&raw, hb + c, 8);
+            const __m256i ctl = _mm256_loadu_si256((const __m256i *)(const void *)twpf_spread8[m8]);
+            const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)raw), ctl);
+            /* judged in the register that is applied: byte 0 of an exception's lane is its high
+             * part, every other byte is made 0x80, so a zero byte is a zero high part */
+            mn = _mm256_min_epu8(mn, _mm256_or_si256(h, _mm256_and_si256(ctl, k80)));
+            if (B > 24) orh = _mm256_or_si256(orh, h);
+            v = _mm256_or_si256(v, _mm256_slli_epi32(h, (int)B));
             c += (unsigned)__builtin_popcount(m8);
         }
         _mm256_storeu_si256((__m256i *)(void *)(out + 8 * g), v);
@@ -690,7 +695,8 @@ static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, cons
         __m128i h = _mm_or_si128(_mm256_castsi256_si128(orh), _mm256_extracti128_si256(orh, 1));
         h = _mm_or_si128(h, _mm_srli_si128(h, 8));
         h = _mm_or_si128(h, _mm_srli_si128(h, 4));
-        /* bit 8 set: some high part was zero (high parts are bytes) */
+        const int zero = !_mm256_testz_si256(_mm256_cmpeq_epi8(mn, _mm256_setzero_si256()),
+                                             _mm256_cmpeq_epi8(mn, _mm256_setzero_si256()));
         *hchk = (uint32_t)_mm_cvtsi128_si32(h) | (zero ? 0x100u : 0u);
     }
     __m128i o = _mm_or_si128(_mm256_castsi256_si128(orv), _mm256_extracti128_si256(orv, 1));
@@ -699,22 +705,25 @@ static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, cons
     return (uint32_t)_mm_cvtsi128_si32(o);
 }
 
-/* Full block at width b (1..31), patched from hb/bm when hb is not NULL (hb: the high parts and
- * 8 readable bytes past them); then *hchk = OR of the high parts, | 0x100 if one was zero. */
+#define TWPF_WIDTHS_0_31(X) X(0) TWPF_WIDTHS_1_31(X)
+
+/* Full block at width b (0..31), patched from hb/bm when hb is not NULL (hb: the high parts and
+ * 8 readable bytes past them); then *hchk = OR of the high parts (when b > 24), | 0x100 if one
+ * was zero. */
 __attribute__((target("avx2,popcnt")))
 static uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
                                   uint64_t bm0, uint64_t bm1, uint32_t *hchk) {
     if (hb) {
         switch (b) {
 #define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 1, hb, bm0, bm1, hchk);
-            TWPF_WIDTHS_1_31(TWPF_CASE)
+            TWPF_WIDTHS_0_31(TWPF_CASE)
 #undef TWPF_CASE
             default: return 0;
         }
     }
     switch (b) {
 #define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 0, hb, bm0, bm1, hchk);
-        TWPF_WIDTHS_1_31(TWPF_CASE)
+        TWPF_WIDTHS_0_31(TWPF_CASE)
 #undef TWPF_CASE
         default: return 0;
     }
@@ -807,7 +816,7 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
 #if TWPF_AVX2_SHUFFLES
             /* the AVX2 unpack reads the high parts in place, judging each in the register it
              * applies (no copy, no second read); it loads 8 bytes at a time, so 8 must remain */
-            direct = m == TWPF_BLOCK && twbp_have_avx2 && b > 0 && len - p >= e + 8;
+            direct = m == TWPF_BLOCK && twbp_have_avx2 && len - p >= e + 8;
             if (direct) hp = src + p;
 #endif
         }
@@ -828,7 +837,7 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         int patched = 0;
         if (m == TWPF_BLOCK) {
 #if TWPF_AVX2_SHUFFLES
-            if (twbp_have_avx2 && b > 0 && b < 32) {
+            if (twbp_have_avx2 && b < 32) {
                 uint32_t hchk = 0;
                 orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bm0, bm1, &hchk);
                 patched = 1;
@@ -863,11 +872,7 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
             continue;
         }
         if (!patched) {
-#if TWPF_AVX2_SHUFFLES
-            if (m == TWPF_BLOCK && twbp_have_avx2) twpf_patch_avx2(d, hb, bm0, bm1, b);
-            else
-#endif
-                twpf_patch_c(d, hb, bm0, bm1, b);
+            twpf_patch_c(d, hb, bm0, bm1, b);
         }
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
