@@ -653,12 +653,11 @@ static inline __m256i twpf_word8(const uint8_t *in, unsigned k, unsigned K) {
  * of the base values. */
 __attribute__((target("avx2,popcnt"))) __attribute__((always_inline))
 static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, const unsigned B, const int P,
-                                           const uint8_t *hb, uint64_t bm0, uint64_t bm1,
+                                           const uint8_t *hb, const uint8_t *bmb, unsigned e,
                                            uint32_t *hchk) {
     const unsigned K = B / 2;
     const __m256i vmask = _mm256_set1_epi32((int)((1u << B) - 1));
-    const __m256i k80 = _mm256_set1_epi8((char)0x80);
-    __m256i orv = _mm256_setzero_si256(), orh = _mm256_setzero_si256(), mn = _mm256_set1_epi8(-1);
+    __m256i orv = _mm256_setzero_si256(), orh = _mm256_setzero_si256(), zc = _mm256_setzero_si256();
     __m256i cur = _mm256_setzero_si256(), nxt;
     unsigned c = 0;
     if (B) cur = twpf_word8(in, 0, K);
@@ -674,17 +673,17 @@ static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, cons
                 cur = nxt;
             }
             if (s + B != 32 && !(k == K && s + B == 16)) v = _mm256_and_si256(v, vmask);
-            orv = _mm256_or_si256(orv, v);
+            if (!P) orv = _mm256_or_si256(orv, v);
         }
         if (P) {
-            const unsigned m8 = (unsigned)(((g < 8 ? bm0 : bm1) >> (8 * (g & 7))) & 0xFF);
+            const unsigned m8 = bmb[g];
             uint64_t raw;
             memcpy(&raw, hb + c, 8);
             const __m256i ctl = _mm256_loadu_si256((const __m256i *)(const void *)twpf_spread8[m8]);
             const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)raw), ctl);
-            /* judged in the register that is applied: byte 0 of an exception's lane is its high
-             * part, every other byte is made 0x80, so a zero byte is a zero high part */
-            mn = _mm256_min_epu8(mn, _mm256_or_si256(h, _mm256_and_si256(ctl, k80)));
+            /* judged in the register that is applied: a lane of h is zero where the id has no
+             * exception or a zero high part; there must be exactly 128 - e of them */
+            zc = _mm256_sub_epi32(zc, _mm256_cmpeq_epi32(h, _mm256_setzero_si256()));
             if (B > 24) orh = _mm256_or_si256(orh, h);
             v = _mm256_or_si256(v, _mm256_slli_epi32(h, (int)B));
             c += (unsigned)__builtin_popcount(m8);
@@ -695,9 +694,12 @@ static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, cons
         __m128i h = _mm_or_si128(_mm256_castsi256_si128(orh), _mm256_extracti128_si256(orh, 1));
         h = _mm_or_si128(h, _mm_srli_si128(h, 8));
         h = _mm_or_si128(h, _mm_srli_si128(h, 4));
-        const int zero = !_mm256_testz_si256(_mm256_cmpeq_epi8(mn, _mm256_setzero_si256()),
-                                             _mm256_cmpeq_epi8(mn, _mm256_setzero_si256()));
+        __m128i z = _mm_add_epi32(_mm256_castsi256_si128(zc), _mm256_extracti128_si256(zc, 1));
+        z = _mm_add_epi32(z, _mm_srli_si128(z, 8));
+        z = _mm_add_epi32(z, _mm_srli_si128(z, 4));
+        const int zero = (unsigned)_mm_cvtsi128_si32(z) != TWPF_BLOCK - e;
         *hchk = (uint32_t)_mm_cvtsi128_si32(h) | (zero ? 0x100u : 0u);
+        return 0;
     }
     __m128i o = _mm_or_si128(_mm256_castsi256_si128(orv), _mm256_extracti128_si256(orv, 1));
     o = _mm_or_si128(o, _mm_srli_si128(o, 8));
@@ -712,17 +714,17 @@ static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, cons
  * was zero. */
 __attribute__((target("avx2,popcnt")))
 static uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
-                                  uint64_t bm0, uint64_t bm1, uint32_t *hchk) {
+                                  const uint8_t *bmb, unsigned e, uint32_t *hchk) {
     if (hb) {
         switch (b) {
-#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 1, hb, bm0, bm1, hchk);
+#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 1, hb, bmb, e, hchk);
             TWPF_WIDTHS_0_31(TWPF_CASE)
 #undef TWPF_CASE
             default: return 0;
         }
     }
     switch (b) {
-#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 0, hb, bm0, bm1, hchk);
+#define TWPF_CASE(B) case B: return twpf_vunpack_avx2_c(in, out, B, 0, hb, bmb, e, hchk);
         TWPF_WIDTHS_0_31(TWPF_CASE)
 #undef TWPF_CASE
         default: return 0;
@@ -759,11 +761,10 @@ static void twpf_init(void) {
         return (code);                                                                         \
     } while (0)
 
-/* Decode a payload of len bytes holding n ids (both from a checked header) into dst[0..n).
- * Reads only src[0..len), every field once into a local before use; writes only dst[0..n); on error returns a
- * TWPF_E_* code with err set, dst then holds garbage. Any byte string gives either TWPF_OK or an
- * error, never UB. */
-static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
+/* twpf_decode's body, instantiated twice: with AVX2 (the run-time AVX2 paths and the popcnt
+ * instruction) and without. */
+TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err,
+                                 const int AVX2) {
     size_t p = 0;
     if (err) {
         err->msg = NULL;
@@ -810,13 +811,14 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
                     TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
             }
             p += nbm;
-            e = (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
+            e = AVX2 ? (size_t)__builtin_popcountll(bm0) + (size_t)__builtin_popcountll(bm1)
+                     : (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
             if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
             if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
 #if TWPF_AVX2_SHUFFLES
             /* the AVX2 unpack reads the high parts in place, judging each in the register it
              * applies (no copy, no second read); it loads 8 bytes at a time, so 8 must remain */
-            direct = m == TWPF_BLOCK && twbp_have_avx2 && len - p >= e + 8;
+            direct = AVX2 && m == TWPF_BLOCK && len - p >= e + 8;
             if (direct) hp = src + p;
 #endif
         }
@@ -837,9 +839,12 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
         int patched = 0;
         if (m == TWPF_BLOCK) {
 #if TWPF_AVX2_SHUFFLES
-            if (twbp_have_avx2 && b < 32) {
+            if (AVX2 && b < 32) {
                 uint32_t hchk = 0;
-                orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bm0, bm1, &hchk);
+                uint8_t bmb[16];
+                tw_store_le64(bmb, bm0);
+                tw_store_le64(bmb + 8, bm1);
+                orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bmb, (unsigned)e, &hchk);
                 patched = 1;
                 if (direct) {
                     if (hchk & 0x100u) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
@@ -877,6 +882,24 @@ static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, t
     }
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
     return TWPF_OK;
+}
+
+#if TWPF_AVX2_SHUFFLES
+__attribute__((target("avx2,popcnt")))
+static int twpf_decode_avx2(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
+    return twpf_decode_body(src, len, dst, n, err, 1);
+}
+#endif
+
+/* Decode a payload of len bytes holding n ids (both from a checked header) into dst[0..n).
+ * Reads only src[0..len), every field once into a local before use; writes only dst[0..n); on
+ * error returns a TWPF_E_* code with err set, dst then holds garbage. Any byte string gives
+ * either TWPF_OK or an error, never UB. */
+static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
+#if TWPF_AVX2_SHUFFLES
+    if (twbp_have_avx2) return twpf_decode_avx2(src, len, dst, n, err);
+#endif
+    return twpf_decode_body(src, len, dst, n, err, 0);
 }
 
 #undef TWPF_FAIL
