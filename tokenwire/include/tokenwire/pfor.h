@@ -508,12 +508,37 @@ static unsigned twpf_highs_avx2(const uint8_t *u, unsigned t, const uint64_t *bm
 }
 #endif
 
-/* One block of m (1..128) ids from src to o; returns the end of what it wrote. */
-static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
+#if TWPF_AVX2_SHUFFLES
+/* twpf_copy_block of a full block with AVX2. */
+__attribute__((target("avx2")))
+static inline uint32_t twpf_copy_full_avx2(uint32_t *restrict v, const int32_t *restrict src) {
+    __m256i acc = _mm256_setzero_si256();
+    TWPF_UNROLL
+    for (unsigned r = 0; r < 16; r++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(src + 8 * r));
+        acc = _mm256_or_si256(acc, x);
+        _mm256_storeu_si256((__m256i *)(void *)(v + 8 * r), x);
+    }
+    __m128i a = _mm_or_si128(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+    a = _mm_or_si128(a, _mm_srli_si128(a, 8));
+    a = _mm_or_si128(a, _mm_srli_si128(a, 4));
+    return (uint32_t)_mm_cvtsi128_si32(a);
+}
+#endif
+
+/* One block of m (1..128) ids from src to o; returns the end of what it wrote. Instantiated with
+ * AVX2 (the run-time AVX2 paths) and without. */
+TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o, const int AVX2) {
     uint32_t v[TWPF_BLOCK];
     uint8_t u[TWPF_BLOCK];
     unsigned cnt[8];
-    const uint32_t orv = twpf_copy_block(v, src, m);
+    uint32_t orv;
+    (void)AVX2;
+#if TWPF_AVX2_SHUFFLES
+    if (AVX2 && m == TWPF_BLOCK) orv = twpf_copy_full_avx2(v, src);
+    else
+#endif
+        orv = twpf_copy_block(v, src, m);
     const unsigned M = twpf_bitlen(orv);
     const unsigned lo = M > 8 ? M - 8 : 0;
     const size_t nbm = (m + 7) / 8;
@@ -521,7 +546,7 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
     size_t best = ((size_t)m * M + 7) / 8;
     if (M > 0) {
 #if TWPF_AVX2_SHUFFLES
-        if (twbp_have_avx2) {
+        if (AVX2) {
             twpf_narrow_counts_avx2(v, lo, u, cnt);
         } else
 #endif
@@ -529,12 +554,24 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
             twpf_narrow(v, lo, u);
             twpf_counts(u, cnt);
         }
-        for (unsigned c = M; c-- > lo;) {   /* candidate base width c, M-1 down to lo; every
-                                             * c < M has at least one exception */
-            const size_t size = ((size_t)m * c + 7) / 8 + nbm + cnt[c - lo];
-            if (size < best) {
-                best = size;
-                b = c;
+        /* candidate base width c = lo + k, M-1 down to lo (every c < M has at least one
+         * exception), the larger c on a tie; without branches (the choice is data-dependent) */
+        if (m == TWPF_BLOCK) {
+            TWPF_UNROLL
+            for (unsigned k = 8; k-- > 0;) {
+                const unsigned c = lo + k;
+                const size_t size = 16 * (size_t)c + 16 + cnt[k];
+                const int take = (c < M) & (size < best);
+                best = take ? size : best;
+                b = take ? c : b;
+            }
+        } else {
+            for (unsigned c = M; c-- > lo;) {
+                const size_t size = ((size_t)m * c + 7) / 8 + nbm + cnt[c - lo];
+                if (size < best) {
+                    best = size;
+                    b = c;
+                }
             }
         }
     }
@@ -542,7 +579,7 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
     *o++ = (uint8_t)(b | (exc ? TWPF_EXC_FLAG : 0u));
     if (m == TWPF_BLOCK) {
 #if TWPF_AVX2_SHUFFLES
-        if (twbp_have_avx2) twpf_vpack_avx2(v, o, b);   /* keeps the low b bits itself */
+        if (AVX2) twpf_vpack_avx2(v, o, b);   /* keeps the low b bits itself */
         else
 #endif
             twpf_vpack(v, o, b);
@@ -572,11 +609,11 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
         }
         o += nbm;
 #if TWPF_AVX2_SHUFFLES
-        if (twbp_have_avx2 && best + 8 <= 4 * (size_t)m) {
+        if (AVX2 && best + 8 <= 4 * (size_t)m) {
             /* straight to the output: the gather's last 8-byte store ends at most 8 bytes past
              * the block, which stays inside this block's share of twpf_bound (1 + 4m) */
             o += twpf_highs_avx2(u, t, bm, o);
-        } else if (twbp_have_avx2) {
+        } else if (AVX2) {
             uint8_t hb[TWPF_BLOCK + 8];
             const unsigned e = twpf_highs_avx2(u, t, bm, hb);
             memcpy(o, hb, e);
@@ -593,11 +630,26 @@ static uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o) {
 }
 
 /* Encode n ids into dst (room for twpf_bound(n) bytes); returns the bytes written. */
-static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
+#if TWPF_AVX2_SHUFFLES
+__attribute__((target("avx2,popcnt")))
+static size_t twpf_encode_avx2(const int32_t *src, size_t n, uint8_t *dst) {
     uint8_t *o = dst;
     for (size_t s = 0; s < n; s += TWPF_BLOCK) {
         unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
-        o = twpf_encode_block(src + s, m, o);
+        o = twpf_encode_block(src + s, m, o, 1);
+    }
+    return (size_t)(o - dst);
+}
+#endif
+
+static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
+#if TWPF_AVX2_SHUFFLES
+    if (twbp_have_avx2) return twpf_encode_avx2(src, n, dst);
+#endif
+    uint8_t *o = dst;
+    for (size_t s = 0; s < n; s += TWPF_BLOCK) {
+        unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
+        o = twpf_encode_block(src + s, m, o, 0);
     }
     return (size_t)(o - dst);
 }
