@@ -369,14 +369,14 @@ TWBP_INLINE void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) 
 }
 
 #if TWPF_AVX2_SHUFFLES
-/* twpf_narrow then twpf_counts with AVX2 (half the steps). */
+/* twpf_narrow then twpf_counts with AVX2 (half the steps); the counts come back as 8 uint16
+ * lanes, lane k = number of u[i] >= 2**k. */
 __attribute__((target("avx2")))
-static void twpf_narrow_counts_avx2(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u,
-                                    unsigned *restrict cnt) {
+static inline __m128i twpf_narrow_counts_avx2(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
     const __m128i sh = _mm_cvtsi32_si128((int)lo);
     const __m256i lo8 = _mm256_set1_epi32(0xFF);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);   /* undo the in-lane packs */
-    __m256i x[4];
+    __m256i x[4], s[8];
     for (unsigned q = 0; q < 4; q++) {
         const uint32_t *w = v + 32 * q;
         const __m256i a = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256((const __m256i *)(const void *)w), sh), lo8);
@@ -391,10 +391,33 @@ static void twpf_narrow_counts_avx2(const uint32_t *restrict v, unsigned lo, uin
         __m256i acc = _mm256_setzero_si256();
         for (unsigned q = 0; q < 4; q++)    /* a byte lane gains at most 4 */
             acc = _mm256_sub_epi8(acc, _mm256_cmpeq_epi8(_mm256_max_epu8(x[q], t), x[q]));
-        const __m256i s4 = _mm256_sad_epu8(acc, _mm256_setzero_si256());
-        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
-        cnt[k] = (unsigned)(_mm_cvtsi128_si32(s2) + _mm_extract_epi16(s2, 4));
+        s[k] = _mm256_sad_epu8(acc, _mm256_setzero_si256());   /* 4 partial sums <= 32 */
     }
+    /* the 8 counts' partial sums side by side as uint16 (no lane exceeds 128), then summed */
+    const __m256i a = _mm256_or_si256(_mm256_or_si256(s[0], _mm256_slli_epi64(s[1], 16)),
+                                      _mm256_slli_epi64(_mm256_or_si256(s[2], _mm256_slli_epi64(s[3], 16)), 32));
+    const __m256i b = _mm256_or_si256(_mm256_or_si256(s[4], _mm256_slli_epi64(s[5], 16)),
+                                      _mm256_slli_epi64(_mm256_or_si256(s[6], _mm256_slli_epi64(s[7], 16)), 32));
+    const __m128i a2 = _mm_add_epi16(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    const __m128i b2 = _mm_add_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    return _mm_add_epi16(_mm_unpacklo_epi64(a2, b2), _mm_unpackhi_epi64(a2, b2));
+}
+
+/* The base width of a full block from the counts (twpf_narrow_counts_avx2), as the scalar rule:
+ * the shortest of 16c + 16 + cnt[c - lo] for lo <= c < M and 16M (c = M, no exceptions), the
+ * larger c on a tie. One phminposuw over keys size*8 + (7 - k) (the larger k wins a tie). */
+__attribute__((target("avx2")))
+static inline unsigned twpf_choose_full_avx2(__m128i cnt, unsigned lo, unsigned M, size_t *best) {
+    const __m128i k16 = _mm_setr_epi16(0, 16, 32, 48, 64, 80, 96, 112);
+    const __m128i size = _mm_add_epi16(_mm_add_epi16(cnt, k16), _mm_set1_epi16((short)(16 * lo + 16)));
+    __m128i key = _mm_add_epi16(_mm_slli_epi16(size, 3), _mm_setr_epi16(7, 6, 5, 4, 3, 2, 1, 0));
+    const __m128i valid = _mm_cmpgt_epi16(_mm_set1_epi16((short)(M - lo)), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
+    key = _mm_or_si128(key, _mm_andnot_si128(valid, _mm_set1_epi16(-1)));
+    const unsigned r = (unsigned)_mm_cvtsi128_si32(_mm_minpos_epu16(key));
+    const size_t sz = (r & 0xFFFF) >> 3, full = 16 * (size_t)M;
+    const size_t take = (size_t)0 - (size_t)(sz < full);
+    *best = (sz & take) | (full & ~take);
+    return (unsigned)(((lo + (r >> 16)) & take) | (M & ~take));
 }
 #endif
 
@@ -545,9 +568,18 @@ TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *
     unsigned b = M;
     size_t best = ((size_t)m * M + 7) / 8;
     if (M > 0) {
+        int chosen = 0;
 #if TWPF_AVX2_SHUFFLES
         if (AVX2) {
-            twpf_narrow_counts_avx2(v, lo, u, cnt);
+            const __m128i cv = twpf_narrow_counts_avx2(v, lo, u);
+            if (m == TWPF_BLOCK) {
+                b = twpf_choose_full_avx2(cv, lo, M, &best);
+                chosen = 1;
+            } else {
+                uint16_t c16[8];
+                _mm_storeu_si128((__m128i *)(void *)c16, cv);
+                for (unsigned k = 0; k < 8; k++) cnt[k] = c16[k];
+            }
         } else
 #endif
         {
@@ -556,14 +588,15 @@ TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *
         }
         /* candidate base width c = lo + k, M-1 down to lo (every c < M has at least one
          * exception), the larger c on a tie; without branches (the choice is data-dependent) */
-        if (m == TWPF_BLOCK) {
+        if (chosen) {
+        } else if (m == TWPF_BLOCK) {
             TWPF_UNROLL
             for (unsigned k = 8; k-- > 0;) {
                 const unsigned c = lo + k;
                 const size_t size = 16 * (size_t)c + 16 + cnt[k];
-                const int take = (c < M) & (size < best);
-                best = take ? size : best;
-                b = take ? c : b;
+                const size_t take = (size_t)0 - (size_t)((c < M) & (size < best));   /* all ones or 0 */
+                best = (size & take) | (best & ~take);
+                b = (unsigned)((c & take) | (b & ~take));
             }
         } else {
             for (unsigned c = M; c-- > lo;) {
