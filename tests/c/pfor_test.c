@@ -1,10 +1,12 @@
 /* Tests of the codec v2 kernel (tokenwire/pfor.h): round trips, the byte layout, every decoder
  * error, a seeded fuzz loop over mangled payloads and an encoder racing a writer.
  *
- *   pfor_test [SEED] [FUZZ_ITERATIONS] [noavx2]
+ *   pfor_test [SEED] [FUZZ_ITERATIONS] [noavx2 | noavx512]
  *
- * "noavx2" turns the run-time AVX2 paths off after twpf_init, so the SSE2 paths (what a CPU
- * without AVX2 runs) face the same checks on a machine that has it.
+ * "noavx2" turns the run-time AVX2 and AVX-512 paths off after twpf_init, so the SSE2 paths
+ * (what a CPU without AVX2 runs) face the same checks on a machine that has them; "noavx512"
+ * turns off only the AVX-512 VBMI2 paths, leaving the AVX2 ones. The first line printed names
+ * the paths the run took.
  *
  * Built and run by tests/test_pfor_kernel.py (with -fsanitize=address,undefined). Prints "ok" and
  * exits 0 when every check passed; prints each failure and exits 1 otherwise. */
@@ -467,7 +469,15 @@ int main(int argc, char **argv) {
     rng_state = argc > 1 ? strtoull(argv[1], NULL, 10) : 1;
     unsigned iterations = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 10) : 20000;
     twpf_init();
+#if TWPF_AVX2_SHUFFLES
+    /* which paths this run takes: "noavx2" the SSE2 ones, "noavx512" the AVX2 ones, otherwise
+     * the best the CPU has (printed, so a run can be matched to the path it covered) */
+    if (argc > 3 && (strcmp(argv[3], "noavx2") == 0 || strcmp(argv[3], "noavx512") == 0)) twpf_have_512 = 0;
     if (argc > 3 && strcmp(argv[3], "noavx2") == 0) twbp_have_avx2 = 0;
+    printf("paths: %s\n", twpf_have_512 ? "avx512" : twbp_have_avx2 ? "avx2" : "sse2");
+#else
+    printf("paths: portable\n");
+#endif
     test_layout();
     test_spec_reader();
     test_errors();

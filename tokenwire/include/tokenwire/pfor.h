@@ -103,6 +103,10 @@ static inline unsigned twpf_bitlen(uint32_t v) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(TWPF_PORTABLE)
 #  include <immintrin.h>
 #  define TWPF_AVX2_SHUFFLES 1
+/* Set by twpf_init when the CPU has AVX-512 BW, VL and VBMI2 (vpexpandb / vpcompressb): the
+ * high parts of 64 ids spread or gathered by one instruction. Needs twbp_have_avx2 too. */
+static int twpf_have_512 = 0;
+#  define TWPF_T512 "avx2,popcnt,bmi2,avx512f,avx512bw,avx512vl,avx512vbmi2"
 #else
 #  define TWPF_AVX2_SHUFFLES 0
 #endif
@@ -549,14 +553,40 @@ static inline uint32_t twpf_copy_full_avx2(uint32_t *restrict v, const int32_t *
 }
 #endif
 
+#if TWPF_AVX2_SHUFFLES
+/* A full block's bitmap (u >= 2**t) and high parts (u >> t at its set bits, in order) to o with
+ * AVX-512 VBMI2: per 64 ids one compare into a mask register and one vpcompressb, stored under a
+ * mask of exactly the count (nothing past the block is written). Returns the end. */
+__attribute__((target(TWPF_T512)))
+static inline uint8_t *twpf_exc_512(const uint8_t *u, unsigned t, uint8_t *o) {
+    const __m512i thr = _mm512_set1_epi8((char)(1u << t)), low = _mm512_set1_epi8((char)(0xFFu >> t));
+    const __m128i cnt = _mm_cvtsi32_si128((int)t);
+    const __m512i x0 = _mm512_loadu_si512((const void *)u), x1 = _mm512_loadu_si512((const void *)(u + 64));
+    const __mmask64 b0 = _mm512_cmpge_epu8_mask(x0, thr), b1 = _mm512_cmpge_epu8_mask(x1, thr);
+    tw_store_le64(o, (uint64_t)b0);
+    tw_store_le64(o + 8, (uint64_t)b1);
+    o += 16;
+    const unsigned p0 = (unsigned)_mm_popcnt_u64((uint64_t)b0), p1 = (unsigned)_mm_popcnt_u64((uint64_t)b1);
+    _mm512_mask_storeu_epi8(o, (__mmask64)_bzhi_u64(~0ull, p0),
+                            _mm512_maskz_compress_epi8(b0, _mm512_and_si512(_mm512_srl_epi16(x0, cnt), low)));
+    o += p0;
+    _mm512_mask_storeu_epi8(o, (__mmask64)_bzhi_u64(~0ull, p1),
+                            _mm512_maskz_compress_epi8(b1, _mm512_and_si512(_mm512_srl_epi16(x1, cnt), low)));
+    return o + p1;
+}
+#endif
+
 /* One block of m (1..128) ids from src to o; returns the end of what it wrote. Instantiated with
- * AVX2 (the run-time AVX2 paths) and without. */
-TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o, const int AVX2) {
+ * AVX-512 VBMI2 (V512: bitmap and high parts by mask compares and vpcompressb), with AVX2 (the
+ * run-time AVX2 paths) and without. */
+TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o, const int AVX2,
+                                       const int V512) {
     uint32_t v[TWPF_BLOCK];
     uint8_t u[TWPF_BLOCK];
     unsigned cnt[8];
     uint32_t orv;
     (void)AVX2;
+    (void)V512;
 #if TWPF_AVX2_SHUFFLES
     if (AVX2 && m == TWPF_BLOCK) orv = twpf_copy_full_avx2(v, src);
     else
@@ -628,6 +658,9 @@ TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *
         twbp_pack_finish(&pk);
         o = pk.out;
     }
+#if TWPF_AVX2_SHUFFLES
+    if (V512 && exc && m == TWPF_BLOCK) return twpf_exc_512(u, b - lo, o);
+#endif
     if (exc) {
         /* exceptions: v >> b != 0, i.e. u >= 2**(b - lo) (b - lo <= 7); high part v >> b is
          * u >> (b - lo) < 256. u is zero past m, so the bitmap is too. */
@@ -669,7 +702,17 @@ static size_t twpf_encode_avx2(const int32_t *src, size_t n, uint8_t *dst) {
     uint8_t *o = dst;
     for (size_t s = 0; s < n; s += TWPF_BLOCK) {
         unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
-        o = twpf_encode_block(src + s, m, o, 1);
+        o = twpf_encode_block(src + s, m, o, 1, 0);
+    }
+    return (size_t)(o - dst);
+}
+
+__attribute__((target(TWPF_T512)))
+static size_t twpf_encode_512(const int32_t *src, size_t n, uint8_t *dst) {
+    uint8_t *o = dst;
+    for (size_t s = 0; s < n; s += TWPF_BLOCK) {
+        unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
+        o = twpf_encode_block(src + s, m, o, 1, 1);
     }
     return (size_t)(o - dst);
 }
@@ -677,12 +720,13 @@ static size_t twpf_encode_avx2(const int32_t *src, size_t n, uint8_t *dst) {
 
 static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
 #if TWPF_AVX2_SHUFFLES
+    if (twpf_have_512) return twpf_encode_512(src, n, dst);
     if (twbp_have_avx2) return twpf_encode_avx2(src, n, dst);
 #endif
     uint8_t *o = dst;
     for (size_t s = 0; s < n; s += TWPF_BLOCK) {
         unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
-        o = twpf_encode_block(src + s, m, o, 0);
+        o = twpf_encode_block(src + s, m, o, 0, 0);
     }
     return (size_t)(o - dst);
 }
@@ -730,6 +774,21 @@ static inline __m256i twpf_word8(const uint8_t *in, unsigned k, unsigned K) {
     return _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(in + 32 * K)));
 }
 
+/* Row g (ids 8g..8g+7) of a full block at width B (1..31): *cur holds the word the row starts
+ * in and moves on to the next word when the row reaches it. */
+__attribute__((target("avx2"))) __attribute__((always_inline))
+static inline __m256i twpf_row8(const uint8_t *in, const unsigned B, const unsigned g, __m256i *cur) {
+    const unsigned K = B / 2, t = g * B, s = t % 32, k = t / 32;
+    __m256i v = _mm256_srli_epi32(*cur, (int)s);
+    if (s + B > 32 || (s + B == 32 && g < 15)) {   /* straddles, or ends its word */
+        const __m256i nxt = twpf_word8(in, k + 1, K);
+        if (s + B > 32) v = _mm256_or_si256(v, _mm256_slli_epi32(nxt, (int)(32 - s)));
+        *cur = nxt;
+    }
+    if (s + B != 32 && !(k == K && s + B == 16)) v = _mm256_and_si256(v, _mm256_set1_epi32((int)((1u << B) - 1)));
+    return v;
+}
+
 /* Full block at width B (0..31) with AVX2, one row of 8 ids (one id of every lane) a step: the
  * lanes' words are loaded once, each row is a shift (two and an OR when it straddles words) and
  * a mask. With P, the step's bitmap byte spreads the next high parts (8 bytes read at hb + c,
@@ -740,24 +799,15 @@ __attribute__((target("avx2,popcnt"))) __attribute__((always_inline))
 static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, const unsigned B, const int P,
                                            const uint8_t *hb, const uint8_t *bmb, unsigned e,
                                            uint32_t *hchk) {
-    const unsigned K = B / 2;
-    const __m256i vmask = _mm256_set1_epi32((int)((1u << B) - 1));
     __m256i orv = _mm256_setzero_si256(), orh = _mm256_setzero_si256(), zc = _mm256_setzero_si256();
-    __m256i cur = _mm256_setzero_si256(), nxt;
+    __m256i cur = _mm256_setzero_si256();
     unsigned c = 0;
-    if (B) cur = twpf_word8(in, 0, K);
+    if (B) cur = twpf_word8(in, 0, B / 2);
     TWPF_UNROLL
     for (unsigned g = 0; g < 16; g++) {
         __m256i v = _mm256_setzero_si256();
         if (B) {
-            const unsigned t = g * B, s = t % 32, k = t / 32;
-            v = _mm256_srli_epi32(cur, (int)s);
-            if (s + B > 32 || (s + B == 32 && g < 15)) {   /* straddles, or ends its word */
-                nxt = twpf_word8(in, k + 1, K);
-                if (s + B > 32) v = _mm256_or_si256(v, _mm256_slli_epi32(nxt, (int)(32 - s)));
-                cur = nxt;
-            }
-            if (s + B != 32 && !(k == K && s + B == 16)) v = _mm256_and_si256(v, vmask);
+            v = twpf_row8(in, B, g, &cur);
             if (!P) orv = _mm256_or_si256(orv, v);
         }
         if (P) {
@@ -817,6 +867,57 @@ static uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, c
 }
 #endif
 
+#if TWPF_AVX2_SHUFFLES
+/* A full block with exceptions at width B (0..31) with AVX-512 VBMI2: per half block (64 ids)
+ * the high parts are loaded with a mask of exactly their count (no byte past them is read),
+ * spread to their ids by one vpexpandb under the bitmap, and judged in that register (a zero
+ * high part, or one of 32 - B bits or more, under the bitmap); the rows are twpf_row8's, each
+ * ORed with its 8 high parts widened and shifted. *hchk: 0x100 if a high part was zero, 0xFF
+ * if one was too wide. */
+__attribute__((target(TWPF_T512))) __attribute__((always_inline))
+static inline void twpf_vunpack_512_c(const uint8_t *in, int32_t *out, const unsigned B, const uint8_t *hb,
+                                      uint64_t bm0, uint64_t bm1, uint32_t *hchk) {
+    __m256i cur = _mm256_setzero_si256();
+    __mmask64 zero = 0, wide = 0;
+    unsigned c = 0;
+    if (B) cur = twpf_word8(in, 0, B / 2);
+    TWPF_UNROLL
+    for (unsigned q = 0; q < 2; q++) {
+        const uint64_t bm = q ? bm1 : bm0;
+        const unsigned pop = (unsigned)_mm_popcnt_u64(bm);
+        const __m512i x = _mm512_maskz_loadu_epi8((__mmask64)_bzhi_u64(~0ull, pop), hb + c);
+        const __m512i ex = _mm512_maskz_expand_epi8((__mmask64)bm, x);
+        zero |= _mm512_mask_cmpeq_epi8_mask((__mmask64)bm, ex, _mm512_setzero_si512());
+        if (B > 24) wide |= _mm512_mask_cmpge_epu8_mask((__mmask64)bm, ex, _mm512_set1_epi8((char)(1u << (32 - B))));
+        c += pop;
+        TWPF_UNROLL
+        for (unsigned j = 0; j < 4; j++) {
+            const __m128i x16 = _mm512_extracti32x4_epi32(ex, (int)j);
+            TWPF_UNROLL
+            for (unsigned r = 0; r < 2; r++) {
+                const unsigned g = 8 * q + 2 * j + r;
+                __m256i v = B ? twpf_row8(in, B, g, &cur) : _mm256_setzero_si256();
+                const __m256i h = _mm256_cvtepu8_epi32(r ? _mm_unpackhi_epi64(x16, x16) : x16);
+                v = _mm256_or_si256(v, _mm256_slli_epi32(h, (int)B));
+                _mm256_storeu_si256((__m256i *)(void *)(out + 8 * g), v);
+            }
+        }
+    }
+    *hchk = (zero ? 0x100u : 0u) | (wide ? 0xFFu : 0u);
+}
+
+__attribute__((target(TWPF_T512)))
+static void twpf_vunpack_512(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
+                             uint64_t bm0, uint64_t bm1, uint32_t *hchk) {
+    switch (b) {
+#define TWPF_CASE(B) case B: twpf_vunpack_512_c(in, out, B, hb, bm0, bm1, hchk); return;
+        TWPF_WIDTHS_0_31(TWPF_CASE)
+#undef TWPF_CASE
+        default: return;
+    }
+}
+#endif
+
 /* Whether any of hb[0..e) is zero, hb holding nonzero bytes from e on to the next multiple of
  * 16 (the caller fills 16 bytes of 0xFF past e). */
 TWBP_INLINE int twpf_any_zero(const uint8_t *hb, unsigned e) {
@@ -835,6 +936,11 @@ TWBP_INLINE int twpf_any_zero(const uint8_t *hb, unsigned e) {
 /* Once per process before the first encode or decode (CPU detection; idempotent). */
 static void twpf_init(void) {
     twbp_init();
+#if TWPF_AVX2_SHUFFLES
+    twpf_have_512 = twbp_have_avx2 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                    __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2") &&
+                    __builtin_cpu_supports("popcnt");
+#endif
 }
 
 #define TWPF_FAIL(code, text, at)                                                               \
@@ -846,11 +952,12 @@ static void twpf_init(void) {
         return (code);                                                                         \
     } while (0)
 
-/* twpf_decode's body, instantiated twice: with AVX2 (the run-time AVX2 paths and the popcnt
- * instruction) and without. */
+/* twpf_decode's body, instantiated three times: with AVX-512 VBMI2 (V512, the high parts spread
+ * by vpexpandb), with AVX2 (the run-time AVX2 paths and the popcnt instruction) and without. */
 TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err,
-                                 const int AVX2) {
+                                 const int AVX2, const int V512) {
     size_t p = 0;
+    (void)V512;
     if (err) {
         err->msg = NULL;
         err->offset = 0;
@@ -902,8 +1009,9 @@ TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, s
             if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
 #if TWPF_AVX2_SHUFFLES
             /* the AVX2 unpack reads the high parts in place, judging each in the register it
-             * applies (no copy, no second read); it loads 8 bytes at a time, so 8 must remain */
-            direct = AVX2 && m == TWPF_BLOCK && len - p >= e + 8;
+             * applies (no copy, no second read); it loads 8 bytes at a time, so 8 must remain
+             * (the AVX-512 one loads exactly e) */
+            direct = AVX2 && m == TWPF_BLOCK && (V512 || len - p >= e + 8);
             if (direct) hp = src + p;
 #endif
         }
@@ -926,10 +1034,14 @@ TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, s
 #if TWPF_AVX2_SHUFFLES
             if (AVX2 && b < 32) {
                 uint32_t hchk = 0;
-                uint8_t bmb[16];
-                tw_store_le64(bmb, bm0);
-                tw_store_le64(bmb + 8, bm1);
-                orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bmb, (unsigned)e, &hchk);
+                if (V512 && direct) {
+                    twpf_vunpack_512(base, d, b, hp, bm0, bm1, &hchk);
+                } else {
+                    uint8_t bmb[16];
+                    tw_store_le64(bmb, bm0);
+                    tw_store_le64(bmb + 8, bm1);
+                    orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bmb, (unsigned)e, &hchk);
+                }
                 patched = 1;
                 if (direct) {
                     if (hchk & 0x100u) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
@@ -972,7 +1084,12 @@ TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, s
 #if TWPF_AVX2_SHUFFLES
 __attribute__((target("avx2,popcnt")))
 static int twpf_decode_avx2(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
-    return twpf_decode_body(src, len, dst, n, err, 1);
+    return twpf_decode_body(src, len, dst, n, err, 1, 0);
+}
+
+__attribute__((target(TWPF_T512)))
+static int twpf_decode_512(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
+    return twpf_decode_body(src, len, dst, n, err, 1, 1);
 }
 #endif
 
@@ -982,9 +1099,10 @@ static int twpf_decode_avx2(const uint8_t *src, size_t len, int32_t *dst, size_t
  * either TWPF_OK or an error, never UB. */
 static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
 #if TWPF_AVX2_SHUFFLES
+    if (twpf_have_512) return twpf_decode_512(src, len, dst, n, err);
     if (twbp_have_avx2) return twpf_decode_avx2(src, len, dst, n, err);
 #endif
-    return twpf_decode_body(src, len, dst, n, err, 0);
+    return twpf_decode_body(src, len, dst, n, err, 0, 0);
 }
 
 #undef TWPF_FAIL
