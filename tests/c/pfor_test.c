@@ -56,6 +56,39 @@ static int decode_guarded(const uint8_t *src, size_t len, int32_t *out, size_t n
     return rc;
 }
 
+/* The encoder's rule for each block's width, written from the spec and sharing no code with
+ * pfor.h: b in [max(0, M-8), M] (M the block's bit length) giving the fewest bytes, the larger b
+ * on a tie. Walks the payload by its headers and checks every block's header byte; every path
+ * (AVX-512, AVX2, SSE2, plain C) must make the same choice. */
+static void check_widths(const int32_t *ids, size_t n, const uint8_t *buf, size_t len, const char *what) {
+    size_t p = 0;
+    for (size_t s = 0; s < n; s += 128) {
+        size_t m = n - s < 128 ? n - s : 128;
+        uint32_t orv = 0;
+        for (size_t i = 0; i < m; i++) orv |= (uint32_t)ids[s + i];
+        unsigned M = 0;
+        while (M < 32 && (orv >> M)) M++;
+        unsigned want = M;
+        size_t best = (m * M + 7) / 8;
+        for (unsigned c = M; c-- > (M > 8 ? M - 8 : 0);) {
+            size_t e = 0;
+            for (size_t i = 0; i < m; i++) e += ((uint32_t)ids[s + i] >> c) != 0;
+            size_t size = (m * c + 7) / 8 + (m + 7) / 8 + e;
+            if (size < best) {
+                best = size;
+                want = c;
+            }
+        }
+        uint8_t hdr = (uint8_t)(want | (want < M ? 0x80 : 0));
+        if (p >= len || buf[p] != hdr) {
+            CHECK(0, "%s n=%zu: block at %zu has header %02x, want %02x", what, n, s, p < len ? buf[p] : 0, hdr);
+            return;
+        }
+        p += 1 + best;
+    }
+    CHECK(p == len, "%s n=%zu: blocks end at %zu, payload at %zu", what, n, p, len);
+}
+
 /* Encode into an exact-size heap buffer (ASan sees any write past the bound), decode, compare.
  * Returns the encoded size. */
 static size_t roundtrip(const int32_t *ids, size_t n, const char *what) {
@@ -64,6 +97,7 @@ static size_t roundtrip(const int32_t *ids, size_t n, const char *what) {
     size_t len = twpf_encode(ids, n, buf);
     CHECK(len <= bound, "%s n=%zu: %zu bytes > bound %zu", what, n, len, bound);
     CHECK(len >= twpf_min_size(n), "%s n=%zu: below min size", what, n);
+    check_widths(ids, n, buf, len, what);
     int32_t *out = (int32_t *)malloc(sizeof(int32_t) * (n ? n : 1));
     twpf_error err;
     int rc = decode_guarded(buf, len, out, n, &err);
@@ -123,6 +157,14 @@ static void test_roundtrips(void) {
         roundtrip(ids, n, "negative ids");
         for (size_t i = 0; i < n; i++) ids[i] = (i % 2) ? INT32_MIN : INT32_MAX;
         roundtrip(ids, n, "extremes");
+        /* a few byte-sized ids among zeros: width 0 with exceptions (no base area at all) */
+        for (size_t i = 0; i < n; i++) ids[i] = (i % 37 == 5) ? (int32_t)(1 + rnd() % 255) : 0;
+        roundtrip(ids, n, "sparse bytes at width 0");
+        if (n >= 128) {
+            uint8_t *b0 = (uint8_t *)malloc(twpf_bound(128));
+            CHECK(twpf_encode(ids, 128, b0) == 1 + 16 + 4 && b0[0] == 0x80, "sparse bytes: b = 0 with exceptions");
+            free(b0);
+        }
         /* one huge id among zeros, at the first and the last position of each block */
         for (size_t i = 0; i < n; i++) ids[i] = (i % 128 == 0 || i % 128 == 127) ? 151935 : 3;
         roundtrip(ids, n, "edge exceptions");
