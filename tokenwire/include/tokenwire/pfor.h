@@ -554,6 +554,28 @@ static inline uint32_t twpf_copy_full_avx2(uint32_t *restrict v, const int32_t *
 #endif
 
 #if TWPF_AVX2_SHUFFLES
+/* twpf_narrow_counts_avx2 for a full block with AVX-512: 16 ids narrowed to bytes by one
+ * shift and one vpmovdb (v >> lo < 256), each count two mask compares and two popcnts. */
+__attribute__((target(TWPF_T512)))
+static inline __m128i twpf_narrow_counts_512(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
+    const __m128i sh = _mm_cvtsi32_si128((int)lo);
+    __m128i b[8];
+    for (unsigned q = 0; q < 8; q++)
+        b[q] = _mm512_cvtepi32_epi8(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(v + 16 * q)), sh));
+    const __m512i x0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b[1], b[0])), _mm256_set_m128i(b[3], b[2]), 1);
+    const __m512i x1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b[5], b[4])), _mm256_set_m128i(b[7], b[6]), 1);
+    _mm512_storeu_si512((void *)u, x0);
+    _mm512_storeu_si512((void *)(u + 64), x1);
+    unsigned c[8];
+    for (unsigned k = 0; k < 8; k++) {
+        const __m512i t = _mm512_set1_epi8((char)(1u << k));
+        c[k] = (unsigned)(_mm_popcnt_u64((uint64_t)_mm512_cmpge_epu8_mask(x0, t)) +
+                          _mm_popcnt_u64((uint64_t)_mm512_cmpge_epu8_mask(x1, t)));
+    }
+    return _mm_setr_epi16((short)c[0], (short)c[1], (short)c[2], (short)c[3], (short)c[4], (short)c[5],
+                          (short)c[6], (short)c[7]);
+}
+
 /* A full block's bitmap (u >= 2**t) and high parts (u >> t at its set bits, in order) to o with
  * AVX-512 VBMI2: per 64 ids one compare into a mask register and one vpcompressb, stored under a
  * mask of exactly the count (nothing past the block is written). Returns the end. */
@@ -601,7 +623,8 @@ TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *
         int chosen = 0;
 #if TWPF_AVX2_SHUFFLES
         if (AVX2) {
-            const __m128i cv = twpf_narrow_counts_avx2(v, lo, u);
+            const __m128i cv = V512 && m == TWPF_BLOCK ? twpf_narrow_counts_512(v, lo, u)
+                                                       : twpf_narrow_counts_avx2(v, lo, u);
             if (m == TWPF_BLOCK) {
                 b = twpf_choose_full_avx2(cv, lo, M, &best);
                 chosen = 1;
