@@ -554,6 +554,8 @@ static inline uint32_t twpf_copy_full_avx2(uint32_t *restrict v, const int32_t *
 #endif
 
 #if TWPF_AVX2_SHUFFLES
+/* (The AVX-512 code uses the zero-masking forms of intrinsics whose plain forms start from an
+ * undefined register: GCC 12 in C++ warns about those as maybe-uninitialized.) */
 /* twpf_narrow_counts_avx2 for a full block with AVX-512: 16 ids narrowed to bytes by one
  * shift and one vpmovdb (v >> lo < 256), each count two mask compares and two popcnts. */
 __attribute__((target(TWPF_T512)))
@@ -561,9 +563,11 @@ static inline __m128i twpf_narrow_counts_512(const uint32_t *restrict v, unsigne
     const __m128i sh = _mm_cvtsi32_si128((int)lo);
     __m128i b[8];
     for (unsigned q = 0; q < 8; q++)
-        b[q] = _mm512_cvtepi32_epi8(_mm512_srl_epi32(_mm512_loadu_si512((const void *)(v + 16 * q)), sh));
-    const __m512i x0 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b[1], b[0])), _mm256_set_m128i(b[3], b[2]), 1);
-    const __m512i x1 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(b[5], b[4])), _mm256_set_m128i(b[7], b[6]), 1);
+        b[q] = _mm512_maskz_cvtepi32_epi8(0xFFFF, _mm512_maskz_srl_epi32(0xFFFF, _mm512_loadu_si512((const void *)(v + 16 * q)), sh));
+    const __m512i x0 = _mm512_maskz_inserti64x4(0xFF, _mm512_maskz_inserti64x4(0xFF, _mm512_setzero_si512(), _mm256_set_m128i(b[1], b[0]), 0),
+                                                 _mm256_set_m128i(b[3], b[2]), 1);
+    const __m512i x1 = _mm512_maskz_inserti64x4(0xFF, _mm512_maskz_inserti64x4(0xFF, _mm512_setzero_si512(), _mm256_set_m128i(b[5], b[4]), 0),
+                                                 _mm256_set_m128i(b[7], b[6]), 1);
     _mm512_storeu_si512((void *)u, x0);
     _mm512_storeu_si512((void *)(u + 64), x1);
     unsigned c[8];
@@ -897,6 +901,17 @@ static uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, c
  * high part, or one of 32 - B bits or more, under the bitmap); the rows are twpf_row8's, each
  * ORed with its 8 high parts widened and shifted. *hchk: 0x100 if a high part was zero, 0xFF
  * if one was too wide. */
+__attribute__((target("avx2"))) __attribute__((always_inline))
+static inline void twpf_rows2_512(const uint8_t *in, int32_t *out, const unsigned B, const unsigned g0,
+                                  const __m128i x16, __m256i *cur) {
+    for (unsigned r = 0; r < 2; r++) {
+        __m256i v = B ? twpf_row8(in, B, g0 + r, cur) : _mm256_setzero_si256();
+        const __m256i h = _mm256_cvtepu8_epi32(r ? _mm_unpackhi_epi64(x16, x16) : x16);
+        v = _mm256_or_si256(v, _mm256_slli_epi32(h, (int)B));
+        _mm256_storeu_si256((__m256i *)(void *)(out + 8 * (g0 + r)), v);
+    }
+}
+
 __attribute__((target(TWPF_T512))) __attribute__((always_inline))
 static inline void twpf_vunpack_512_c(const uint8_t *in, int32_t *out, const unsigned B, const uint8_t *hb,
                                       uint64_t bm0, uint64_t bm1, uint32_t *hchk) {
@@ -913,18 +928,11 @@ static inline void twpf_vunpack_512_c(const uint8_t *in, int32_t *out, const uns
         zero |= _mm512_mask_cmpeq_epi8_mask((__mmask64)bm, ex, _mm512_setzero_si512());
         if (B > 24) wide |= _mm512_mask_cmpge_epu8_mask((__mmask64)bm, ex, _mm512_set1_epi8((char)(1u << (32 - B))));
         c += pop;
-        TWPF_UNROLL
-        for (unsigned j = 0; j < 4; j++) {
-            const __m128i x16 = _mm512_extracti32x4_epi32(ex, (int)j);
-            TWPF_UNROLL
-            for (unsigned r = 0; r < 2; r++) {
-                const unsigned g = 8 * q + 2 * j + r;
-                __m256i v = B ? twpf_row8(in, B, g, &cur) : _mm256_setzero_si256();
-                const __m256i h = _mm256_cvtepu8_epi32(r ? _mm_unpackhi_epi64(x16, x16) : x16);
-                v = _mm256_or_si256(v, _mm256_slli_epi32(h, (int)B));
-                _mm256_storeu_si256((__m256i *)(void *)(out + 8 * g), v);
-            }
-        }
+        /* the quarter index of an extract must be a literal (clang) */
+        twpf_rows2_512(in, out, B, 8 * q + 0, _mm512_maskz_extracti32x4_epi32(0xF, ex, 0), &cur);
+        twpf_rows2_512(in, out, B, 8 * q + 2, _mm512_maskz_extracti32x4_epi32(0xF, ex, 1), &cur);
+        twpf_rows2_512(in, out, B, 8 * q + 4, _mm512_maskz_extracti32x4_epi32(0xF, ex, 2), &cur);
+        twpf_rows2_512(in, out, B, 8 * q + 6, _mm512_maskz_extracti32x4_epi32(0xF, ex, 3), &cur);
     }
     *hchk = (zero ? 0x100u : 0u) | (wide ? 0xFFu : 0u);
 }
