@@ -276,6 +276,21 @@ static void test_layout(void) {
         CHECK(len == 33 && memcmp(big, want, 33) == 0, "layout of a full block");
     }
 
+    /* an odd width: 128 ids i % 8 at width 3. Lane j holds 16 ids equal to j, 48 bits: one word
+     * (all lanes' first words, 32 bytes) and a half word (all lanes' last 16 bits, 16 bytes) */
+    {
+        int32_t lanes[128];
+        uint8_t big[64];
+        static const uint8_t want[49] = {
+            0x03,
+            0x00, 0x00, 0x00, 0x00, 0x49, 0x92, 0x24, 0x49, 0x92, 0x24, 0x49, 0x92, 0xDB, 0xB6, 0x6D, 0xDB,
+            0x24, 0x49, 0x92, 0x24, 0x6D, 0xDB, 0xB6, 0x6D, 0xB6, 0x6D, 0xDB, 0xB6, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x00, 0x00, 0x92, 0x24, 0x24, 0x49, 0xB6, 0x6D, 0x49, 0x92, 0xDB, 0xB6, 0x6D, 0xDB, 0xFF, 0xFF};
+        for (int i = 0; i < 128; i++) lanes[i] = i % 8;
+        len = twpf_encode(lanes, 128, big);
+        CHECK(len == 49 && memcmp(big, want, 49) == 0, "layout of an odd-width full block");
+    }
+
     /* a full block with exceptions: 128 ids of 1 but 300 at positions 5 and 70: b=1, 16 base
      * bytes 0xFF except the two cleared low bits, 16 bitmap bytes, two high bytes 150 */
     {
