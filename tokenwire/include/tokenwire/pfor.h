@@ -605,10 +605,15 @@ static inline uint8_t *twpf_exc_512(const uint8_t *u, unsigned t, uint8_t *o) {
 /* One block of m (1..128) ids from src to o; returns the end of what it wrote. Instantiated with
  * AVX-512 VBMI2 (V512: bitmap and high parts by mask compares and vpcompressb), with AVX2 (the
  * run-time AVX2 paths) and without. */
-TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o, const int AVX2,
-                                       const int V512) {
-    uint32_t v[TWPF_BLOCK];
-    uint8_t u[TWPF_BLOCK];
+typedef struct {
+    unsigned b, M, lo;   /* base width, bit length of the block, M - 8 (or 0) */
+    size_t best;         /* bytes after the header */
+} twpf_plan;
+
+/* First half of a block: copy m (1..128) ids of src to v (the one read of the source), narrow
+ * them to u (v >> lo) and choose the width. */
+TWBP_INLINE void twpf_plan_block(const int32_t *src, unsigned m, uint32_t *v, uint8_t *u, twpf_plan *pl,
+                                 const int AVX2, const int V512) {
     unsigned cnt[8];
     uint32_t orv;
     (void)AVX2;
@@ -665,7 +670,21 @@ TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *
             }
         }
     }
-    const int exc = b < M;
+    pl->b = b;
+    pl->M = M;
+    pl->lo = lo;
+    pl->best = best;
+}
+
+/* Second half: the block's bytes from v, u and its plan to o; returns the end of what it wrote. */
+TWBP_INLINE uint8_t *twpf_emit_block(const uint32_t *v, const uint8_t *u, unsigned m, const twpf_plan *pl,
+                                     uint8_t *o, const int AVX2, const int V512) {
+    const unsigned b = pl->b, lo = pl->lo;
+    const size_t best = pl->best, nbm = (m + 7) / 8;
+    const int exc = b < pl->M;
+    (void)AVX2;
+    (void)V512;
+    (void)best;
     *o++ = (uint8_t)(b | (exc ? TWPF_EXC_FLAG : 0u));
     if (m == TWPF_BLOCK) {
 #if TWPF_AVX2_SHUFFLES
@@ -722,26 +741,47 @@ TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *
     return o;
 }
 
+/* One block of m (1..128) ids from src to o; returns the end of what it wrote. */
+TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o, const int AVX2,
+                                       const int V512) {
+    uint32_t v[TWPF_BLOCK];
+    uint8_t u[TWPF_BLOCK];
+    twpf_plan pl;
+    twpf_plan_block(src, m, v, u, &pl, AVX2, V512);
+    return twpf_emit_block(v, u, m, &pl, o, AVX2, V512);
+}
+
+/* The full blocks software-pipelined: block i+1 is planned before block i is emitted, so the
+ * branches on block i's width (the unrolled packer is chosen by it) find it computed already
+ * instead of waiting at the end of the copy -> bit length -> counts -> choice chain (a
+ * mispredicted jump then no longer discards the next block's work). Then the last block. */
+TWBP_INLINE size_t twpf_encode_body(const int32_t *src, size_t n, uint8_t *dst, const int AVX2, const int V512) {
+    uint32_t v[2][TWPF_BLOCK];
+    uint8_t u[2][TWPF_BLOCK];
+    twpf_plan pl[2];
+    uint8_t *o = dst;
+    const size_t full = n / TWPF_BLOCK;
+    if (full) twpf_plan_block(src, TWPF_BLOCK, v[0], u[0], &pl[0], AVX2, V512);
+    for (size_t i = 0; i < full; i++) {
+        const unsigned c = (unsigned)(i & 1);
+        if (i + 1 < full)
+            twpf_plan_block(src + TWPF_BLOCK * (i + 1), TWPF_BLOCK, v[c ^ 1], u[c ^ 1], &pl[c ^ 1], AVX2, V512);
+        o = twpf_emit_block(v[c], u[c], TWPF_BLOCK, &pl[c], o, AVX2, V512);
+    }
+    if (n % TWPF_BLOCK) o = twpf_encode_block(src + TWPF_BLOCK * full, (unsigned)(n % TWPF_BLOCK), o, AVX2, V512);
+    return (size_t)(o - dst);
+}
+
 /* Encode n ids into dst (room for twpf_bound(n) bytes); returns the bytes written. */
 #if TWPF_AVX2_SHUFFLES
 __attribute__((target("avx2,popcnt")))
 static size_t twpf_encode_avx2(const int32_t *src, size_t n, uint8_t *dst) {
-    uint8_t *o = dst;
-    for (size_t s = 0; s < n; s += TWPF_BLOCK) {
-        unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
-        o = twpf_encode_block(src + s, m, o, 1, 0);
-    }
-    return (size_t)(o - dst);
+    return twpf_encode_body(src, n, dst, 1, 0);
 }
 
 __attribute__((target(TWPF_T512)))
 static size_t twpf_encode_512(const int32_t *src, size_t n, uint8_t *dst) {
-    uint8_t *o = dst;
-    for (size_t s = 0; s < n; s += TWPF_BLOCK) {
-        unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
-        o = twpf_encode_block(src + s, m, o, 1, 1);
-    }
-    return (size_t)(o - dst);
+    return twpf_encode_body(src, n, dst, 1, 1);
 }
 #endif
 
@@ -750,12 +790,7 @@ static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
     if (twpf_have_512) return twpf_encode_512(src, n, dst);
     if (twbp_have_avx2) return twpf_encode_avx2(src, n, dst);
 #endif
-    uint8_t *o = dst;
-    for (size_t s = 0; s < n; s += TWPF_BLOCK) {
-        unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
-        o = twpf_encode_block(src + s, m, o, 0, 0);
-    }
-    return (size_t)(o - dst);
+    return twpf_encode_body(src, n, dst, 0, 0);
 }
 
 /* ---- decoder ------------------------------------------------------------------------------- */
