@@ -6,8 +6,10 @@
  *
  *   byte 0        b | 0x80 * E: base width b (0..32) in bits 0-5, bit 6 zero, E = exceptions
  *   base          ceil(m*b / 8) bytes: the low b bits of every id. A full block (m = 128) is
- *                 vertical: id i is id r = i/4 of lane j = i%4, at bit r*b of that lane's
- *                 stream, whose 32-bit word k sits little-endian at bytes [16k+4j, 16k+4j+4).
+ *                 vertical: id i is id r = i/8 of lane j = i%8, at bit r*b of that lane's
+ *                 16*b-bit stream: its 32-bit word k (k < K = b/2) sits little-endian at bytes
+ *                 [32k+4j, 32k+4j+4), and for odd b its last 16 bits (a half word) at bytes
+ *                 [32K+2j, 32K+2j+2). At b = 32 that is the ids in order.
  *                 The last block when m < 128 is horizontal: id i at bits [i*b, (i+1)*b).
  *                 Bit k of an area is bit k%8 of its byte k/8 (LSB first); padding bits zero
  *   bitmap        ceil(m / 8) bytes (only when E): bit i set = id i is an exception
@@ -25,8 +27,10 @@
  * twpf_bound(n) = 4n + ceil(n/128); a block takes at least 1 byte, so a payload of len bytes
  * holds at most 128*len ids (twpf_min_size). The encoder copies each block of the source to a
  * stack buffer once and works from the copy: a source another thread is writing gives some valid
- * encoding of ids it held, never out-of-bounds writes. Full blocks' high parts are spread and
- * gathered 8 at a time with AVX2 byte shuffles when the CPU has them (twpf_init detects it).
+ * encoding of ids it held, never out-of-bounds writes. Paths (twpf_init detects the CPU):
+ * AVX-512 VBMI2 (full blocks' high parts spread and gathered 64 at a time by vpexpandb and
+ * vpcompressb), AVX2 (8 at a time by byte shuffles; one AVX2 register per row of 8 ids), SSE2,
+ * and plain C (TWPF_PORTABLE, big-endian hosts, non-x86).
  *
  * C99, compiles as C++17 too (restrict is spelled by the includer, as for bitpack.h).
  */
