@@ -1022,131 +1022,142 @@ static void twpf_init(void) {
         return (code);                                                                         \
     } while (0)
 
+/* One block of m ids at *pp into d (m a constant for full blocks, so their sizes and branches
+ * fold); moves *pp past it. */
+TWBP_INLINE int twpf_decode_block(const uint8_t *src, size_t len, size_t *pp, const unsigned m, int32_t *d,
+                                  twpf_error *err, const int AVX2, const int V512) {
+    (void)V512;
+    size_t p = *pp;
+    const size_t at = p;
+    if (p >= len) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends before a block", at);
+    const unsigned hdr = src[p++];
+    const unsigned b = hdr & ~TWPF_EXC_FLAG;
+    const unsigned exc = hdr & TWPF_EXC_FLAG;
+    if (b > 32) TWPF_FAIL(TWPF_E_WIDTH, "block width above 32", at);
+    if (exc && b == 32) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exceptions in a block of width 32", at);
+    const size_t nbase = ((size_t)m * b + 7) / 8;
+    if (len - p < nbase) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's ids", at);
+    const uint8_t *base = src + p;
+    p += nbase;
+    /* exceptions first (bitmap and high parts read once into locals and a stack copy, and
+     * judged), so the ids are written in one pass */
+    uint64_t bm0 = 0, bm1 = 0;
+    uint8_t hb[TWPF_BLOCK + 16];
+    const uint8_t *hp = hb;          /* where the AVX2 unpack reads the high parts */
+    int direct = 0;
+    (void)hp;
+    size_t e = 0;
+    if (exc) {
+        const size_t nbm = (m + 7) / 8;
+        if (len - p < nbm) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exception bitmap", at);
+        if (m == TWPF_BLOCK) {
+            bm0 = tw_load_le64(src + p);
+            bm1 = tw_load_le64(src + p + 8);
+        } else {
+            for (unsigned k = 0; k < nbm; k++) {
+                const uint64_t byte = src[p + k];
+                if (k < 8) bm0 |= byte << (8 * k);
+                else bm1 |= byte << (8 * (k - 8));
+            }
+            /* no bit at or past m (m < 128) */
+            if (m <= 64 ? (bm1 || (m < 64 && (bm0 >> m))) : (bm1 >> (m - 64)) != 0)
+                TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
+        }
+        p += nbm;
+        e = AVX2 ? (size_t)__builtin_popcountll(bm0) + (size_t)__builtin_popcountll(bm1)
+                 : (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
+        if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
+        if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
+#if TWPF_AVX2_SHUFFLES
+        /* the AVX2 unpack reads the high parts in place, judging each in the register it
+         * applies (no copy, no second read); it loads 8 bytes at a time, so 8 must remain
+         * (the AVX-512 one loads exactly e) */
+        direct = AVX2 && m == TWPF_BLOCK && (V512 || len - p >= e + 8);
+        if (direct) hp = src + p;
+#endif
+    }
+    if (exc && !direct) {
+        memcpy(hb, src + p, e);
+        memset(hb + e, 0xFF, 16);        /* never spread: only e bits are set in the bitmap */
+        if (twpf_any_zero(hb, (unsigned)e))
+            TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
+        if (b > 24) {
+            unsigned orh = 0;
+            for (size_t k = 0; k < e; k++) orh |= hb[k];
+            if (orh >> (32 - b))
+                TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
+        }
+    }
+    p += e;
+    uint32_t orv = 0;
+    int patched = 0;
+    if (m == TWPF_BLOCK) {
+#if TWPF_AVX2_SHUFFLES
+        if (AVX2 && b < 32) {
+            uint32_t hchk = 0;
+            if (V512 && direct) {
+                twpf_vunpack_512(base, d, b, hp, bm0, bm1, &hchk);
+            } else {
+                uint8_t bmb[16];
+                tw_store_le64(bmb, bm0);
+                tw_store_le64(bmb + 8, bm1);
+                orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bmb, (unsigned)e, &hchk);
+            }
+            patched = 1;
+            if (direct) {
+                if (hchk & 0x100u) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
+                if (b > 24 && ((hchk & 0xFFu) >> (32 - b)))
+                    TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
+            }
+        } else
+#endif
+            orv = twpf_vunpack(base, d, b);
+    } else if (b == 0) {
+        memset(d, 0, 4 * (size_t)m);
+    } else if (b == 32) {
+        for (unsigned i = 0; i < m; i++) {
+            const uint32_t v = tw_load_le32(base + 4 * (size_t)i);
+            orv |= v;
+            d[i] = (int32_t)v;
+        }
+    } else {
+        const unsigned used = (m * b) & 7;
+        /* the last byte read once, before the ids: the padding check cannot race the unpack */
+        const unsigned last = base[nbase - 1];
+        if (used && (last >> used))
+            TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", (size_t)(base - src) + nbase - 1);
+        twbp_unpack(base, nbase, 0, d, m, b);
+        if (!exc) orv = twbp_or_all(d, m);
+    }
+    if (!exc) {
+        if (b && !(orv >> (b - 1)))
+            TWPF_FAIL(TWPF_E_NONCANONICAL, "block width larger than its largest id needs", at);
+        *pp = p;
+        return TWPF_OK;
+    }
+    if (!patched) {
+        twpf_patch_c(d, hb, bm0, bm1, b);
+    }
+    *pp = p;
+    return TWPF_OK;
+}
+
 /* twpf_decode's body, instantiated three times: with AVX-512 VBMI2 (V512, the high parts spread
  * by vpexpandb), with AVX2 (the run-time AVX2 paths and the popcnt instruction) and without. */
 TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err,
                                  const int AVX2, const int V512) {
-    size_t p = 0;
-    (void)V512;
+    size_t p = 0, s = 0;
+    int rc;
     if (err) {
         err->msg = NULL;
         err->offset = 0;
     }
     if (len < twpf_min_size(n))
         TWPF_FAIL(TWPF_E_TRUNCATED, "payload too short for its id count", len);
-    for (size_t s = 0; s < n; s += TWPF_BLOCK) {
-        const unsigned m = (unsigned)(n - s < TWPF_BLOCK ? n - s : TWPF_BLOCK);
-        int32_t *d = dst + s;
-        const size_t at = p;
-        if (p >= len) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends before a block", at);
-        const unsigned hdr = src[p++];
-        const unsigned b = hdr & ~TWPF_EXC_FLAG;
-        const unsigned exc = hdr & TWPF_EXC_FLAG;
-        if (b > 32) TWPF_FAIL(TWPF_E_WIDTH, "block width above 32", at);
-        if (exc && b == 32) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exceptions in a block of width 32", at);
-        const size_t nbase = ((size_t)m * b + 7) / 8;
-        if (len - p < nbase) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's ids", at);
-        const uint8_t *base = src + p;
-        p += nbase;
-        /* exceptions first (bitmap and high parts read once into locals and a stack copy, and
-         * judged), so the ids are written in one pass */
-        uint64_t bm0 = 0, bm1 = 0;
-        uint8_t hb[TWPF_BLOCK + 16];
-        const uint8_t *hp = hb;          /* where the AVX2 unpack reads the high parts */
-        int direct = 0;
-        (void)hp;
-        size_t e = 0;
-        if (exc) {
-            const size_t nbm = (m + 7) / 8;
-            if (len - p < nbm) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exception bitmap", at);
-            if (m == TWPF_BLOCK) {
-                bm0 = tw_load_le64(src + p);
-                bm1 = tw_load_le64(src + p + 8);
-            } else {
-                for (unsigned k = 0; k < nbm; k++) {
-                    const uint64_t byte = src[p + k];
-                    if (k < 8) bm0 |= byte << (8 * k);
-                    else bm1 |= byte << (8 * (k - 8));
-                }
-                /* no bit at or past m (m < 128) */
-                if (m <= 64 ? (bm1 || (m < 64 && (bm0 >> m))) : (bm1 >> (m - 64)) != 0)
-                    TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
-            }
-            p += nbm;
-            e = AVX2 ? (size_t)__builtin_popcountll(bm0) + (size_t)__builtin_popcountll(bm1)
-                     : (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
-            if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
-            if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
-#if TWPF_AVX2_SHUFFLES
-            /* the AVX2 unpack reads the high parts in place, judging each in the register it
-             * applies (no copy, no second read); it loads 8 bytes at a time, so 8 must remain
-             * (the AVX-512 one loads exactly e) */
-            direct = AVX2 && m == TWPF_BLOCK && (V512 || len - p >= e + 8);
-            if (direct) hp = src + p;
-#endif
-        }
-        if (exc && !direct) {
-            memcpy(hb, src + p, e);
-            memset(hb + e, 0xFF, 16);        /* never spread: only e bits are set in the bitmap */
-            if (twpf_any_zero(hb, (unsigned)e))
-                TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
-            if (b > 24) {
-                unsigned orh = 0;
-                for (size_t k = 0; k < e; k++) orh |= hb[k];
-                if (orh >> (32 - b))
-                    TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
-            }
-        }
-        p += e;
-        uint32_t orv = 0;
-        int patched = 0;
-        if (m == TWPF_BLOCK) {
-#if TWPF_AVX2_SHUFFLES
-            if (AVX2 && b < 32) {
-                uint32_t hchk = 0;
-                if (V512 && direct) {
-                    twpf_vunpack_512(base, d, b, hp, bm0, bm1, &hchk);
-                } else {
-                    uint8_t bmb[16];
-                    tw_store_le64(bmb, bm0);
-                    tw_store_le64(bmb + 8, bm1);
-                    orv = twpf_vunpack_avx2(base, d, b, exc ? hp : NULL, bmb, (unsigned)e, &hchk);
-                }
-                patched = 1;
-                if (direct) {
-                    if (hchk & 0x100u) TWPF_FAIL(TWPF_E_NONCANONICAL, "exception with a zero high part", at);
-                    if (b > 24 && ((hchk & 0xFFu) >> (32 - b)))
-                        TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception high part wider than 32 bits minus the block width", at);
-                }
-            } else
-#endif
-                orv = twpf_vunpack(base, d, b);
-        } else if (b == 0) {
-            memset(d, 0, 4 * (size_t)m);
-        } else if (b == 32) {
-            for (unsigned i = 0; i < m; i++) {
-                const uint32_t v = tw_load_le32(base + 4 * (size_t)i);
-                orv |= v;
-                d[i] = (int32_t)v;
-            }
-        } else {
-            const unsigned used = (m * b) & 7;
-            /* the last byte read once, before the ids: the padding check cannot race the unpack */
-            const unsigned last = base[nbase - 1];
-            if (used && (last >> used))
-                TWPF_FAIL(TWPF_E_PADDING, "nonzero padding bits after a block's ids", (size_t)(base - src) + nbase - 1);
-            twbp_unpack(base, nbase, 0, d, m, b);
-            if (!exc) orv = twbp_or_all(d, m);
-        }
-        if (!exc) {
-            if (b && !(orv >> (b - 1)))
-                TWPF_FAIL(TWPF_E_NONCANONICAL, "block width larger than its largest id needs", at);
-            continue;
-        }
-        if (!patched) {
-            twpf_patch_c(d, hb, bm0, bm1, b);
-        }
-    }
+    for (; s + TWPF_BLOCK <= n; s += TWPF_BLOCK)
+        if ((rc = twpf_decode_block(src, len, &p, TWPF_BLOCK, dst + s, err, AVX2, V512)) != TWPF_OK) return rc;
+    if (s < n && (rc = twpf_decode_block(src, len, &p, (unsigned)(n - s), dst + s, err, AVX2, V512)) != TWPF_OK)
+        return rc;
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
     return TWPF_OK;
 }
