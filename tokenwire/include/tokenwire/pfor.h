@@ -656,14 +656,16 @@ TWBP_INLINE void twpf_plan_block(const int32_t *src, unsigned m, uint32_t *v, ui
          * exception), the larger c on a tie; without branches (the choice is data-dependent) */
         if (chosen) {
         } else if (m == TWPF_BLOCK) {
+            /* keys size * 64 + (63 - c): the smallest is the shortest, the larger c on a tie */
+            unsigned key = (16 * M) << 6 | (63 - M);
             TWPF_UNROLL
-            for (unsigned k = 8; k-- > 0;) {
+            for (unsigned k = 0; k < 8; k++) {
                 const unsigned c = lo + k;
-                const size_t size = 16 * (size_t)c + 16 + cnt[k];
-                const size_t take = (size_t)0 - (size_t)((c < M) & (size < best));   /* all ones or 0 */
-                best = (size & take) | (best & ~take);
-                b = (unsigned)((c & take) | (b & ~take));
+                const unsigned kc = c < M ? (16 * c + 16 + cnt[k]) << 6 | (63 - c) : ~0u;
+                key = kc < key ? kc : key;
             }
+            best = key >> 6;
+            b = 63 - (key & 63);
         } else {
             for (unsigned c = M; c-- > lo;) {
                 const size_t size = ((size_t)m * c + 7) / 8 + nbm + cnt[c - lo];
