@@ -861,8 +861,9 @@ static inline __m256i twpf_row8(const uint8_t *in, const unsigned B, const unsig
  * lanes' words are loaded once, each row is a shift (two and an OR when it straddles words) and
  * a mask. With P, the step's bitmap byte spreads the next high parts (8 bytes read at hb + c,
  * hb: the high parts and 8 readable bytes past them) to their ids, which are judged in that very
- * register: *hchk gets the OR of the high parts, | 0x100 if one of them is zero. Returns the OR
- * of the base values. */
+ * register: *hchk gets the OR of the high parts (when B > 24), | 0x100 if one of them is zero
+ * (counted: the zero lanes of the block must be 128 - e). Returns the OR of the base values
+ * without P (the canonical-width check), 0 with P (a block with exceptions has none). */
 __attribute__((target("avx2,popcnt"))) __attribute__((always_inline))
 static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, const unsigned B, const int P,
                                            const uint8_t *hb, const uint8_t *bmb, unsigned e,
