@@ -522,6 +522,54 @@ static void test_race(void) {
     free(ids);
 }
 
+/* A payload in shared memory whose high parts another party keeps rewriting (150, 200, 0, ...)
+ * while it is decoded: every outcome is an error (a zero high part was seen) or ids made of high
+ * parts that were checked (each exception 300 or 400), never an exception applied with a high
+ * part that was not judged (a zero slipping through would give 0). */
+typedef struct { volatile uint8_t *bytes; size_t len; volatile int stop; } hb_race_arg;
+
+static void *hb_writer(void *p) {
+    hb_race_arg *a = (hb_race_arg *)p;
+    static const uint8_t vals[3] = {150, 200, 0};
+    unsigned k = 0;
+    while (!a->stop) {
+        /* block layout: header, 16 base bytes, 16 bitmap bytes, 16 high parts */
+        for (size_t b = 0; b + 49 <= a->len; b += 49)
+            for (size_t h = 0; h < 16; h++) a->bytes[b + 33 + h] = vals[(k + h) % 3];
+        k++;
+    }
+    return NULL;
+}
+
+static void test_decode_race(void) {
+    const size_t n = 128 * 16;
+    int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * n), *out = (int32_t *)malloc(sizeof(int32_t) * n);
+    for (size_t i = 0; i < n; i++) ids[i] = i % 8 == 3 ? 300 : 1;
+    uint8_t *buf = (uint8_t *)malloc(twpf_bound(n));
+    size_t len = twpf_encode(ids, n, buf);
+    CHECK(len == 16 * 49 && buf[0] == 0x81 && buf[33] == 150, "decode race: payload layout");
+    hb_race_arg a = {buf, len, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, hb_writer, &a);
+    for (int r = 0; r < 3000; r++) {
+        twpf_error err;
+        int rc = twpf_decode(buf, len, out, n, &err);
+        CHECK(rc == TWPF_OK || rc == TWPF_E_NONCANONICAL, "decode race: code %d", rc);
+        for (size_t i = 0; rc == TWPF_OK && i < n; i++) {
+            int ok = i % 8 == 3 ? (out[i] == 300 || out[i] == 400) : out[i] == 1;
+            if (!ok) {
+                CHECK(0, "decode race: id %zu is %d, not from a checked high part", i, out[i]);
+                break;
+            }
+        }
+    }
+    a.stop = 1;
+    pthread_join(t, NULL);
+    free(buf);
+    free(out);
+    free(ids);
+}
+
 int main(int argc, char **argv) {
     rng_state = argc > 1 ? strtoull(argv[1], NULL, 10) : 1;
     unsigned iterations = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 10) : 20000;
@@ -546,6 +594,7 @@ int main(int argc, char **argv) {
         CHECK(iterations < 2000 || fuzz_outcomes[k] > 0, "fuzz never reached outcome %d", k);
     }
     test_race();
+    test_decode_race();
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
         return 1;

@@ -308,6 +308,18 @@ static void twpf_vpack_avx2(const uint32_t *in, uint8_t *out, unsigned b) {
 
 /* ---- encoder ------------------------------------------------------------------------------- */
 
+/* The one read of the source: a compiler may load a value from memory again instead of keeping
+ * it in a register (the source is not volatile), and with another party writing the source the
+ * copy and the OR would then see different ids (a width too small for an id of the copy). An
+ * empty asm that "changes" the loaded register pins it: the OR and the copy use that one load. */
+#if defined(__GNUC__)
+#  define TWPF_PIN_VEC(x) __asm__("" : "+x"(x))
+#  define TWPF_PIN_INT(x) __asm__("" : "+r"(x))
+#else
+#  define TWPF_PIN_VEC(x) ((void)0)
+#  define TWPF_PIN_INT(x) ((void)0)
+#endif
+
 /* Copy m (1..128) ids of the source to v (zero-filled to 128) and return their OR: the one read
  * of the source, everything after works on the copy. */
 TWBP_INLINE uint32_t twpf_copy_block(uint32_t *restrict v, const int32_t *restrict src, unsigned m) {
@@ -316,7 +328,8 @@ TWBP_INLINE uint32_t twpf_copy_block(uint32_t *restrict v, const int32_t *restri
         __m128i acc = _mm_setzero_si128();
         TWPF_UNROLL
         for (unsigned r = 0; r < 32; r++) {
-            const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 4 * r));
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(src + 4 * r));
+            TWPF_PIN_VEC(x);
             acc = _mm_or_si128(acc, x);
             _mm_storeu_si128((__m128i *)(void *)(v + 4 * r), x);
         }
@@ -327,7 +340,8 @@ TWBP_INLINE uint32_t twpf_copy_block(uint32_t *restrict v, const int32_t *restri
 #endif
     uint32_t orv = 0;
     for (unsigned i = 0; i < m; i++) {
-        const uint32_t x = twbp_id(src, i);
+        uint32_t x = twbp_id(src, i);
+        TWPF_PIN_INT(x);
         orv |= x;
         v[i] = x;
     }
@@ -546,7 +560,8 @@ static inline uint32_t twpf_copy_full_avx2(uint32_t *restrict v, const int32_t *
     __m256i acc = _mm256_setzero_si256();
     TWPF_UNROLL
     for (unsigned r = 0; r < 16; r++) {
-        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(src + 8 * r));
+        __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(src + 8 * r));
+        TWPF_PIN_VEC(x);
         acc = _mm256_or_si256(acc, x);
         _mm256_storeu_si256((__m256i *)(void *)(v + 8 * r), x);
     }
