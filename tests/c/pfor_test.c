@@ -522,21 +522,24 @@ static void test_race(void) {
     free(ids);
 }
 
-/* A payload in shared memory whose high parts another party keeps rewriting (150, 200, 0, ...)
- * while it is decoded: every outcome is an error (a zero high part was seen) or ids made of high
- * parts that were checked (each exception 300 or 400), never an exception applied with a high
- * part that was not judged (a zero slipping through would give 0). */
+/* A payload in shared memory whose high parts another party keeps rewriting while it is
+ * decoded: one high part of a block cycles 150, 0, 200, 0 (the others stay 150). Every outcome is
+ * an error (a zero high part was seen) or ids made of high parts that were checked (each
+ * exception 300 or 400), never an exception applied with a high part that was not judged (a
+ * zero read again after the check would give 0). */
 typedef struct { volatile uint8_t *bytes; size_t len; volatile int stop; } hb_race_arg;
 
 static void *hb_writer(void *p) {
     hb_race_arg *a = (hb_race_arg *)p;
-    static const uint8_t vals[3] = {150, 200, 0};
+    static const uint8_t vals[4] = {150, 0, 200, 0};
     unsigned k = 0;
     while (!a->stop) {
-        /* block layout: header, 16 base bytes, 16 bitmap bytes, 16 high parts */
-        for (size_t b = 0; b + 49 <= a->len; b += 49)
-            for (size_t h = 0; h < 16; h++) a->bytes[b + 33 + h] = vals[(k + h) % 3];
+        /* block layout: header, 16 base bytes, 16 bitmap bytes, 16 high parts; one high part
+         * of block 5 (moving on every 4 writes) changes, the others are reset to 150 */
+        a->bytes[5 * 49 + 33 + (k / 4) % 16] = vals[k % 4];
         k++;
+        if (k % 4 == 0)
+            for (size_t h = 0; h < 16; h++) a->bytes[5 * 49 + 33 + h] = 150;
     }
     return NULL;
 }
