@@ -3,15 +3,15 @@
  * (pfor.h), on the same ids, side by side in one run (median of repeats, interleaved).
  *
  *   gcc -O3 -std=c99 -I tokenwire/include bench/codec_v2_kernel.c -o /tmp/cv2 -lm && \
- *       /tmp/cv2 [--repeats R] FILE.i32...
+ *       /tmp/cv2 [--repeats R] [--paths avx2|sse2] FILE.i32...
  *
  * FILE.i32: raw little-endian int32 ids (bench/codec_v2_ids.py writes real tokenizer ids); the
  * special name "zipf" (with vocab 151936) gives a synthetic stream like
  * tokenwire.benchmarks.data.token_stream (Zipf 1.2 ranks through a shuffled vocabulary; a
  * different generator, so the same distribution, not the same ids). Sizes: 1k, 8k, 40k, 128k ids
  * (the first n of the file). Packed encode here includes its OR scan and defensive copy, as
- * tokenwire's encoder does. pfor takes its AVX2 paths when the CPU has AVX2 (twpf_init), SSE2
- * otherwise; the ratio columns vary by +-20 % between runs on a shared machine, so compare
+ * tokenwire's encoder does. pfor takes the best paths the CPU has (twpf_init: AVX-512 VBMI2,
+ * else AVX2, else SSE2; printed first), or at most AVX2 or SSE2 with --paths; the ratio columns vary by +-20 % between runs on a shared machine, so compare
  * variants side by side in one run, and count instructions (valgrind --tool=callgrind on a
  * small driver that encodes and decodes a fixed number of times) for changes below that. */
 #define _POSIX_C_SOURCE 199309L
@@ -87,8 +87,21 @@ static int32_t *zipf_ids(size_t n) {
 int main(int argc, char **argv) {
     int repeats = 31;
     int a = 1;
-    if (argc > 2 && strcmp(argv[1], "--repeats") == 0) { repeats = atoi(argv[2]); a = 3; }
+    const char *paths = NULL;
     twpf_init();
+    for (;;) {
+        if (argc > a + 1 && strcmp(argv[a], "--repeats") == 0) { repeats = atoi(argv[a + 1]); a += 2; }
+        else if (argc > a + 1 && strcmp(argv[a], "--paths") == 0) { paths = argv[a + 1]; a += 2; }
+        else break;
+    }
+#if TWPF_AVX2_SHUFFLES
+    if (paths && (strcmp(paths, "avx2") == 0 || strcmp(paths, "sse2") == 0)) twpf_have_512 = 0;
+    if (paths && strcmp(paths, "sse2") == 0) twbp_have_avx2 = 0;
+    printf("pfor paths: %s\n", twpf_have_512 ? "avx512" : twbp_have_avx2 ? "avx2" : "sse2");
+#else
+    (void)paths;
+    printf("pfor paths: portable\n");
+#endif
     static const size_t sizes[] = {1000, 8000, 40000, 131072};
     const size_t maxn = 131072;
     int32_t *scratch = (int32_t *)malloc(4 * maxn), *dec = (int32_t *)malloc(4 * maxn);

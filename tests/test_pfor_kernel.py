@@ -1,11 +1,14 @@
 """The codec v2 kernel (tokenwire/include/tokenwire/pfor.h) through its C test program.
 
 tests/c/pfor_test.c round-trips ids of every width 0..32 (negative ids included) at block
-boundaries, pins the byte layout (exception bitmap and high bytes included), hits every decoder error with a hand-made payload, runs a
-seeded fuzz loop over mangled payloads and races the encoder against a writer thread. Here it
-is compiled with gcc under AddressSanitizer + UndefinedBehaviorSanitizer (every read past the
-payload or write past the ids aborts it) and once more at -O3 without them (the vectorized and
-AVX2 paths), and the header is compiled as C++17 the way wire.hpp includes the kernels.
+boundaries, checks every block's width against the encoder rule written from the spec, reads
+every payload with a bit-by-bit reader of the spec, pins the byte layout (exception bitmap and
+high bytes included), hits every decoder error with a hand-made payload, runs a seeded fuzz loop
+over mangled payloads and races the encoder against a writer thread. Here it is compiled with
+gcc under AddressSanitizer + UndefinedBehaviorSanitizer (every read past the payload or write
+past the ids aborts it) once per path: the best the CPU has (AVX-512 VBMI2, else AVX2, else
+SSE2), AVX2 (noavx512), SSE2 (noavx2) and plain C (-DTWPF_PORTABLE); once more at -O3 without
+them; and the header is compiled as C++17 the way wire.hpp includes the kernels.
 """
 
 from __future__ import annotations
@@ -66,12 +69,23 @@ def test_kernel_optimized(tmp_path: pathlib.Path) -> None:
     _run(_build(tmp_path / "pfor_test_o3", ["-O3", "-march=native"]), 3, 5_000)
 
 
+def test_kernel_avx2_paths(tmp_path: pathlib.Path) -> None:
+    """The run-time AVX-512 VBMI2 paths switched off: the AVX2 unpack with the shuffle patch,
+    the AVX2 gather of high parts and width counts (what a CPU without AVX-512 runs), under the
+    sanitizers. On a CPU without AVX2 this covers the SSE2 paths once more."""
+    exe = _build(tmp_path / "pfor_test_avx2",
+                 ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
+    out = _run(exe, 7, 3_000, "noavx512")
+    assert out.splitlines()[0] in ("paths: avx2", "paths: sse2"), out
+
+
 def test_kernel_sse2_paths(tmp_path: pathlib.Path) -> None:
-    """The run-time AVX2 paths switched off: the SSE2 unpack, patch and width counts a CPU
-    without AVX2 runs, under the sanitizers."""
+    """The run-time AVX2 and AVX-512 paths switched off: the SSE2 unpack, patch and width
+    counts a CPU without AVX2 runs, under the sanitizers."""
     exe = _build(tmp_path / "pfor_test_sse2",
                  ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
-    _run(exe, 5, 3_000, "noavx2")
+    out = _run(exe, 5, 3_000, "noavx2")
+    assert out.splitlines()[0] == "paths: sse2", out
 
 
 def test_kernel_portable_paths(tmp_path: pathlib.Path) -> None:
@@ -80,7 +94,8 @@ def test_kernel_portable_paths(tmp_path: pathlib.Path) -> None:
     exe = _build(tmp_path / "pfor_test_portable",
                  ["-O1", "-DTWPF_PORTABLE", "-fsanitize=address,undefined",
                   "-fno-sanitize-recover=all"])
-    _run(exe, 11, 3_000)
+    out = _run(exe, 11, 3_000)
+    assert out.splitlines()[0] == "paths: portable", out
 
 
 def test_header_compiles_as_cpp17(tmp_path: pathlib.Path) -> None:

@@ -1,10 +1,12 @@
 /* Tests of the codec v2 kernel (tokenwire/pfor.h): round trips, the byte layout, every decoder
  * error, a seeded fuzz loop over mangled payloads and an encoder racing a writer.
  *
- *   pfor_test [SEED] [FUZZ_ITERATIONS] [noavx2]
+ *   pfor_test [SEED] [FUZZ_ITERATIONS] [noavx2 | noavx512]
  *
- * "noavx2" turns the run-time AVX2 paths off after twpf_init, so the SSE2 paths (what a CPU
- * without AVX2 runs) face the same checks on a machine that has it.
+ * "noavx2" turns the run-time AVX2 and AVX-512 paths off after twpf_init, so the SSE2 paths
+ * (what a CPU without AVX2 runs) face the same checks on a machine that has them; "noavx512"
+ * turns off only the AVX-512 VBMI2 paths, leaving the AVX2 ones. The first line printed names
+ * the paths the run took.
  *
  * Built and run by tests/test_pfor_kernel.py (with -fsanitize=address,undefined). Prints "ok" and
  * exits 0 when every check passed; prints each failure and exits 1 otherwise. */
@@ -54,6 +56,39 @@ static int decode_guarded(const uint8_t *src, size_t len, int32_t *out, size_t n
     return rc;
 }
 
+/* The encoder's rule for each block's width, written from the spec and sharing no code with
+ * pfor.h: b in [max(0, M-8), M] (M the block's bit length) giving the fewest bytes, the larger b
+ * on a tie. Walks the payload by its headers and checks every block's header byte; every path
+ * (AVX-512, AVX2, SSE2, plain C) must make the same choice. */
+static void check_widths(const int32_t *ids, size_t n, const uint8_t *buf, size_t len, const char *what) {
+    size_t p = 0;
+    for (size_t s = 0; s < n; s += 128) {
+        size_t m = n - s < 128 ? n - s : 128;
+        uint32_t orv = 0;
+        for (size_t i = 0; i < m; i++) orv |= (uint32_t)ids[s + i];
+        unsigned M = 0;
+        while (M < 32 && (orv >> M)) M++;
+        unsigned want = M;
+        size_t best = (m * M + 7) / 8;
+        for (unsigned c = M; c-- > (M > 8 ? M - 8 : 0);) {
+            size_t e = 0;
+            for (size_t i = 0; i < m; i++) e += ((uint32_t)ids[s + i] >> c) != 0;
+            size_t size = (m * c + 7) / 8 + (m + 7) / 8 + e;
+            if (size < best) {
+                best = size;
+                want = c;
+            }
+        }
+        uint8_t hdr = (uint8_t)(want | (want < M ? 0x80 : 0));
+        if (p >= len || buf[p] != hdr) {
+            CHECK(0, "%s n=%zu: block at %zu has header %02x, want %02x", what, n, s, p < len ? buf[p] : 0, hdr);
+            return;
+        }
+        p += 1 + best;
+    }
+    CHECK(p == len, "%s n=%zu: blocks end at %zu, payload at %zu", what, n, p, len);
+}
+
 /* Encode into an exact-size heap buffer (ASan sees any write past the bound), decode, compare.
  * Returns the encoded size. */
 static size_t roundtrip(const int32_t *ids, size_t n, const char *what) {
@@ -62,6 +97,7 @@ static size_t roundtrip(const int32_t *ids, size_t n, const char *what) {
     size_t len = twpf_encode(ids, n, buf);
     CHECK(len <= bound, "%s n=%zu: %zu bytes > bound %zu", what, n, len, bound);
     CHECK(len >= twpf_min_size(n), "%s n=%zu: below min size", what, n);
+    check_widths(ids, n, buf, len, what);
     int32_t *out = (int32_t *)malloc(sizeof(int32_t) * (n ? n : 1));
     twpf_error err;
     int rc = decode_guarded(buf, len, out, n, &err);
@@ -121,6 +157,14 @@ static void test_roundtrips(void) {
         roundtrip(ids, n, "negative ids");
         for (size_t i = 0; i < n; i++) ids[i] = (i % 2) ? INT32_MIN : INT32_MAX;
         roundtrip(ids, n, "extremes");
+        /* a few byte-sized ids among zeros: width 0 with exceptions (no base area at all) */
+        for (size_t i = 0; i < n; i++) ids[i] = (i % 37 == 5) ? (int32_t)(1 + rnd() % 255) : 0;
+        roundtrip(ids, n, "sparse bytes at width 0");
+        if (n >= 128) {
+            uint8_t *b0 = (uint8_t *)malloc(twpf_bound(128));
+            CHECK(twpf_encode(ids, 128, b0) == 1 + 16 + 4 && b0[0] == 0x80, "sparse bytes: b = 0 with exceptions");
+            free(b0);
+        }
         /* one huge id among zeros, at the first and the last position of each block */
         for (size_t i = 0; i < n; i++) ids[i] = (i % 128 == 0 || i % 128 == 127) ? 151935 : 3;
         roundtrip(ids, n, "edge exceptions");
@@ -152,9 +196,13 @@ static int spec_decode(const uint8_t *src, size_t len, int32_t *out, size_t n) {
             uint32_t v = 0;
             for (unsigned t = 0; t < b; t++) {
                 size_t bit;
-                if (m == 128) {                          /* vertical: lane i%4, row i/4 */
-                    size_t lb = (i / 4) * b + t;         /* bit in the lane's stream */
-                    bit = 8 * (16 * (lb / 32) + 4 * (i % 4)) + lb % 32;
+                if (m == 128) {                          /* vertical: lane i%8, row i/8 */
+                    size_t lb = (i / 8) * b + t;         /* bit in the lane's stream */
+                    size_t K = b / 2;                    /* full 32-bit words per lane */
+                    if (lb < 32 * K)
+                        bit = 8 * (32 * (lb / 32) + 4 * (i % 8)) + lb % 32;
+                    else                                 /* odd b: the lane's 16-bit half word */
+                        bit = 8 * (32 * K + 2 * (i % 8)) + (lb - 32 * K);
                 } else {                                 /* horizontal */
                     bit = i * b + t;
                 }
@@ -228,6 +276,21 @@ static void test_layout(void) {
         CHECK(len == 33 && memcmp(big, want, 33) == 0, "layout of a full block");
     }
 
+    /* an odd width: 128 ids i % 8 at width 3. Lane j holds 16 ids equal to j, 48 bits: one word
+     * (all lanes' first words, 32 bytes) and a half word (all lanes' last 16 bits, 16 bytes) */
+    {
+        int32_t lanes[128];
+        uint8_t big[64];
+        static const uint8_t want[49] = {
+            0x03,
+            0x00, 0x00, 0x00, 0x00, 0x49, 0x92, 0x24, 0x49, 0x92, 0x24, 0x49, 0x92, 0xDB, 0xB6, 0x6D, 0xDB,
+            0x24, 0x49, 0x92, 0x24, 0x6D, 0xDB, 0xB6, 0x6D, 0xB6, 0x6D, 0xDB, 0xB6, 0xFF, 0xFF, 0xFF, 0xFF,
+            0x00, 0x00, 0x92, 0x24, 0x24, 0x49, 0xB6, 0x6D, 0x49, 0x92, 0xDB, 0xB6, 0x6D, 0xDB, 0xFF, 0xFF};
+        for (int i = 0; i < 128; i++) lanes[i] = i % 8;
+        len = twpf_encode(lanes, 128, big);
+        CHECK(len == 49 && memcmp(big, want, 49) == 0, "layout of an odd-width full block");
+    }
+
     /* a full block with exceptions: 128 ids of 1 but 300 at positions 5 and 70: b=1, 16 base
      * bytes 0xFF except the two cleared low bits, 16 bitmap bytes, two high bytes 150 */
     {
@@ -238,8 +301,9 @@ static void test_layout(void) {
         memset(want, 0, sizeof want);
         want[0] = 0x81;
         memset(want + 1, 0xFF, 16);
-        want[1 + 4 * (5 % 4) + (5 / 4) / 8] &= (uint8_t)~(1u << ((5 / 4) % 8));    /* lane 1, row 1 */
-        want[1 + 4 * (70 % 4) + (70 / 4) / 8] &= (uint8_t)~(1u << ((70 / 4) % 8)); /* lane 2, row 17 */
+        /* b = 1 is odd with no full word: lane j's 16 ids are the half word at bytes 2j, 2j+1 */
+        want[1 + 2 * (5 % 8) + (5 / 8) / 8] &= (uint8_t)~(1u << ((5 / 8) % 8));    /* lane 5, row 0 */
+        want[1 + 2 * (70 % 8) + (70 / 8) / 8] &= (uint8_t)~(1u << ((70 / 8) % 8)); /* lane 6, row 8 */
         want[17 + 0] = 0x20;
         want[17 + 8] = 0x40;                         /* bit 70 = bit 6 of byte 8 */
         want[33] = 150;
@@ -458,11 +522,70 @@ static void test_race(void) {
     free(ids);
 }
 
+/* A payload in shared memory whose high parts another party keeps rewriting while it is
+ * decoded: one high part of a block cycles 150, 0, 200, 0 (the others stay 150). Every outcome is
+ * an error (a zero high part was seen) or ids made of high parts that were checked (each
+ * exception 300 or 400), never an exception applied with a high part that was not judged (a
+ * zero read again after the check would give 0). */
+typedef struct { volatile uint8_t *bytes; size_t len; volatile int stop; } hb_race_arg;
+
+static void *hb_writer(void *p) {
+    hb_race_arg *a = (hb_race_arg *)p;
+    static const uint8_t vals[4] = {150, 0, 200, 0};
+    unsigned k = 0;
+    while (!a->stop) {
+        /* block layout: header, 16 base bytes, 16 bitmap bytes, 16 high parts; one high part
+         * of block 5 (moving on every 4 writes) changes, the others are reset to 150 */
+        a->bytes[5 * 49 + 33 + (k / 4) % 16] = vals[k % 4];
+        k++;
+        if (k % 4 == 0)
+            for (size_t h = 0; h < 16; h++) a->bytes[5 * 49 + 33 + h] = 150;
+    }
+    return NULL;
+}
+
+static void test_decode_race(void) {
+    const size_t n = 128 * 16;
+    int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * n), *out = (int32_t *)malloc(sizeof(int32_t) * n);
+    for (size_t i = 0; i < n; i++) ids[i] = i % 8 == 3 ? 300 : 1;
+    uint8_t *buf = (uint8_t *)malloc(twpf_bound(n));
+    size_t len = twpf_encode(ids, n, buf);
+    CHECK(len == 16 * 49 && buf[0] == 0x81 && buf[33] == 150, "decode race: payload layout");
+    hb_race_arg a = {buf, len, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, hb_writer, &a);
+    for (int r = 0; r < 3000; r++) {
+        twpf_error err;
+        int rc = twpf_decode(buf, len, out, n, &err);
+        CHECK(rc == TWPF_OK || rc == TWPF_E_NONCANONICAL, "decode race: code %d", rc);
+        for (size_t i = 0; rc == TWPF_OK && i < n; i++) {
+            int ok = i % 8 == 3 ? (out[i] == 300 || out[i] == 400) : out[i] == 1;
+            if (!ok) {
+                CHECK(0, "decode race: id %zu is %d, not from a checked high part", i, out[i]);
+                break;
+            }
+        }
+    }
+    a.stop = 1;
+    pthread_join(t, NULL);
+    free(buf);
+    free(out);
+    free(ids);
+}
+
 int main(int argc, char **argv) {
     rng_state = argc > 1 ? strtoull(argv[1], NULL, 10) : 1;
     unsigned iterations = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 10) : 20000;
     twpf_init();
+#if TWPF_AVX2_SHUFFLES
+    /* which paths this run takes: "noavx2" the SSE2 ones, "noavx512" the AVX2 ones, otherwise
+     * the best the CPU has (printed, so a run can be matched to the path it covered) */
+    if (argc > 3 && (strcmp(argv[3], "noavx2") == 0 || strcmp(argv[3], "noavx512") == 0)) twpf_have_512 = 0;
     if (argc > 3 && strcmp(argv[3], "noavx2") == 0) twbp_have_avx2 = 0;
+    printf("paths: %s\n", twpf_have_512 ? "avx512" : twbp_have_avx2 ? "avx2" : "sse2");
+#else
+    printf("paths: portable\n");
+#endif
     test_layout();
     test_spec_reader();
     test_errors();
@@ -474,6 +597,7 @@ int main(int argc, char **argv) {
         CHECK(iterations < 2000 || fuzz_outcomes[k] > 0, "fuzz never reached outcome %d", k);
     }
     test_race();
+    test_decode_race();
     if (failures) {
         fprintf(stderr, "%d failures\n", failures);
         return 1;
