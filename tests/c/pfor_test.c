@@ -178,7 +178,7 @@ static void test_roundtrips(void) {
     free(ids);
 }
 
-/* The spec's layout read bit by bit (docs/codec-v2-draft.md), sharing no code with pfor.h:
+/* The spec's layout read bit by bit (docs/wire-format.md, "pfor"), sharing no code with pfor.h:
  * the fast decoder and this one must agree on every payload the encoder writes. Returns 0 when
  * the payload is not well-formed for this reader (it checks sizes, not canonical form). */
 static int spec_bit(const uint8_t *area, size_t bit) { return (area[bit / 8] >> (bit % 8)) & 1; }

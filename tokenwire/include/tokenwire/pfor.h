@@ -1,8 +1,9 @@
 /* Codec v2 kernel ("pfor"): per-block bit width with patched exceptions (PFor), for int32 ids.
  *
- * Byte layout (draft spec: docs/codec-v2-draft.md). Ids are coded as their 32-bit two's-complement
- * patterns (uint32), so any int32 round-trips; a negative id costs a block of width 32. n ids form
- * ceil(n / 128) blocks of m ids (128, the last one 1..128), each:
+ * Byte layout (specified in docs/wire-format.md, "pfor"; design notes: docs/pfor.md). Ids are
+ * coded as their 32-bit two's-complement patterns (uint32), so any int32 round-trips; a negative
+ * id costs a block of width 32. n ids form ceil(n / 128) blocks of m ids (128, the last one
+ * 1..128), each:
  *
  *   byte 0        b | 0x80 * E: base width b (0..32) in bits 0-5, bit 6 zero, E = exceptions
  *   base          ceil(m*b / 8) bytes: the low b bits of every id. A full block (m = 128) is
