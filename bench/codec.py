@@ -5,9 +5,9 @@ figures are medians with the interquartile range as spread. Ids are a seeded Zip
 shuffled 151,936-id vocabulary (Qwen2/3), so "packed" runs at 18 bits; the u16 row uses the same
 generator over a 32,000-id vocabulary (Llama 2). `--tokenizer FILE` tokenizes local text with a
 real tokenizer instead; `--ids FILE` reads real ids written by bench/codec_v2_ids.py (raw
-little-endian int32), repeated up to each ISL. Integer codecs that install from PyPI are peers
-when present, in no extra (pyfastpfor's SIMD-FastPFor, libstreamvbyte, pcodec), beside
-tokenwire's pfor. Each peer starts from its natural input (a list for pickle/msgpack of
+little-endian int32), repeated up to each ISL. Integer codecs from PyPI are peers (the bench
+extra: pyfastpfor's SIMD-FastPFor, libstreamvbyte, pcodec; rows only for those installed),
+beside tokenwire's pfor. Each peer starts from its natural input (a list for pickle/msgpack of
 lists, an int32 ndarray otherwise) and decodes to its natural output (list, ndarray,
 TokenVector). Ratios: `x pickle` = pickle(list) time / this time (> 1 is faster); `x memcpy` =
 this time / np.copyto of the same ids as int32 (the floor; < 1 only for zero-copy decoders).
