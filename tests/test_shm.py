@@ -1046,3 +1046,24 @@ def test_a_stripped_descriptor_is_refused_and_touches_no_slot(pair, channel, key
     assert seg.published == sender._seq
     sender._collect()
     assert sender._words.load(state) & 3 == shm_segment._FREE      # taken back by sequence
+
+
+def test_a_record_reused_by_a_message_on_the_socket_names_no_slot(pair, channel):
+    """Records are reused every RECORDS messages: a message that stays on the socket never
+    leaves the slot of the ring message RECORDS before it in its record, where a spinning
+    receiver would look for it."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    for n in range(shm_segment._RECORDS):
+        sender.send(push, {"n": n})
+        assert receiver.recv(pull, spin_us=100_000)["n"] == n
+    assert sender.stats["ring"] == shm_segment._RECORDS
+    big = ids(sender.slot_bytes // 4 + 8)                   # a frame: stays on the socket
+    frames = sender.message({"n": "big", "ids": big})
+    assert len(frames) == 3 and sender._seq == 2 + shm_segment._RECORDS   # record of ring msg 2
+    seg = receiver._segments[sender._id]
+    assert seg.next_message(sender._seq, 0) is None
+    push.send_multipart(frames)
+    got = receiver.recv(pull, spin_us=1000)
+    assert got["n"] == "big" and got["ids"] == big

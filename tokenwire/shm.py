@@ -82,10 +82,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tokenwire import _shmsegment as _seg
 from tokenwire._core import _ShmWords
-from tokenwire._shmsegment import (_DONE_WORD, _FREE, _FULL, _MAX_SLOT_BYTES, _MAX_SLOTS,
-                                   _READER_WORD, _WRITING, _alive, _data_offset,
-                                   _new_generation, _record_word, _Segment, _state_word,
-                                   available)
+from tokenwire._shmsegment import (_DONE_WORD, _FREE, _FULL, _GEN_MASK, _MAX_SLOT_BYTES,
+                                   _MAX_SLOTS, _READER_WORD, _RECORD_WORD, _RECORD_WORDS,
+                                   _RECORDS, _SLOT_STATE0, _WORDS_PER_SLOT, _WRITING, _alive,
+                                   _data_offset, _Segment, _state_word, available)
 from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _signature,
                                  _unpickle, _verify, dumps_oob)
@@ -107,6 +107,8 @@ _DESC = struct.Struct("<4s16sIIIIQQ")
 _DESC_MAGIC = b"TWD2"
 _ENTRY = struct.Struct("<QQQ")
 _DESC_PACK, _ENTRY_PACK = _DESC.pack, _ENTRY.pack
+_DESC_UNPACK_FROM, _ENTRY_UNPACK_FROM = _DESC.unpack_from, _ENTRY.unpack_from
+_DESC_SIZE, _ENTRY_SIZE = _DESC.size, _ENTRY.size
 _NO_SLOT = (1 << 64) - 1
 _NO_SEGMENT = bytes(16)
 # A whole message in a slot (Sender.send / Receiver.recv): the lengths of its signature,
@@ -149,7 +151,7 @@ class Sender:
         self._unsequenced = False                # a message without a sequence came last
         self._pool = b""                         # random bytes for tokens (_random)
         self._pool_at = 0
-        self._cursor = 0
+        self._ring_records = [False] * _RECORDS  # records whose words 2-4 are not zeros
         self._fd = -1
         self._map: Optional[mmap.mmap] = None
         self._mv: Optional[memoryview] = None
@@ -214,11 +216,13 @@ class Sender:
         return bool(self._words.cas(_state_word(i), gen << 2 | _FULL, gen << 2 | _FREE))
 
     def _free_slot(self) -> int:
+        """The lowest free slot: with one or two messages in flight the same slots come round
+        again and again, still in the caches of both processes (a ring walked round in order
+        makes every copy, in and out, one into cold memory)."""
         assert self._words is not None
-        n, words, gens = self.slots, self._words, self._gens
-        for k in range(n):
-            i = (self._cursor + k) % n
-            if words.load(_state_word(i)) == gens[i] << 2 | _FREE:
+        words, gens, state = self._words, self._gens, _SLOT_STATE0
+        for i in range(self.slots):
+            if words.load(state + i * _WORDS_PER_SLOT) == gens[i] << 2 | _FREE:
                 return i
         return -1
 
@@ -242,21 +246,23 @@ class Sender:
             i = self._free_slot()
         if i < 0:
             return -1, 0
-        old = self._gens[i]
-        gen = _new_generation(old)
-        state = _state_word(i)
-        if not self._words.cas(state, old << 2 | _FREE, gen << 2 | _WRITING):
+        gens, words = self._gens, self._words
+        old = gens[i]
+        gen = self._random() & _GEN_MASK         # random: a descriptor naming a live slot
+        while gen == old:                        # proves it was the sender's (or read from
+            gen = self._random() & _GEN_MASK     # the segment): nobody else can guess it
+        state = _SLOT_STATE0 + i * _WORDS_PER_SLOT
+        if not words.cas(state, old << 2 | _FREE, gen << 2 | _WRITING):
             return -1, 0                         # changed under us: not ours to write
-        self._gens[i] = gen
+        gens[i] = gen
         self._owner[i] = reader
         self._slot_seq[i] = seq
         n = raw.nbytes
-        self._words.store(state + 1, n)
-        self._words.store(state + 2, seq)
+        words.store(state + 1, n)
+        words.store(state + 2, seq)
         start = self._data + i * self.slot_bytes
         self._mv[start:start + n] = raw
-        self._words.store(state, gen << 2 | _FULL)   # last (release): the bytes are in place
-        self._cursor = (i + 1) % self.slots
+        words.store(state, gen << 2 | _FULL)     # last (release): the bytes are in place
         return i, gen
 
     def _reclaim_dead(self) -> bool:
@@ -291,14 +297,17 @@ class Sender:
         can still show that the sequence is ours, and so publish it) and, for a message `send`
         put in a slot, slot + 1, generation and length. The sequence word is cleared first and
         stored last (release), so a reader that sees it before and after sees a whole record."""
-        assert self._words is not None
-        rec = _record_word(seq)
         words = self._words
+        assert words is not None
+        k = seq % _RECORDS
+        rec = _RECORD_WORD + _RECORD_WORDS * k
         words.store(rec, 0)
         words.store(rec + 1, token)
-        words.store(rec + 2, where)
-        words.store(rec + 3, gen)
-        words.store(rec + 4, n)
+        if where or self._ring_records[k]:       # words 2-4 hold zeros already otherwise
+            words.store(rec + 2, where)
+            words.store(rec + 3, gen)
+            words.store(rec + 4, n)
+            self._ring_records[k] = bool(where)
         words.store(rec, seq)
 
     def _entries(self, buffers: Sequence[Any], reader: int,
@@ -479,10 +488,12 @@ class Receiver:
         self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
         self._segments: OrderedDict[bytes, _Segment] = OrderedDict()
         self._refused: OrderedDict[bytes, str] = OrderedDict()
+        self._last: Optional[_Segment] = None    # the segment of the last message (most recent)
         self._pid = os.getpid()
 
     def close(self) -> None:
         """Unmap every segment."""
+        self._last = None
         while self._segments:
             self._segments.popitem()[1].close()
 
@@ -493,11 +504,16 @@ class Receiver:
         self.close()
 
     def _segment(self, seg_id: bytes, pid: int, fd: int) -> Optional[_Segment]:
-        seg = self._segments.get(seg_id)
+        seg = self._last
+        if seg is None or seg.id != seg_id:
+            seg = self._segments.get(seg_id)
+            if seg is not None:
+                self._segments.move_to_end(seg_id)
+                self._last = seg
         if seg is not None:
-            self._segments.move_to_end(seg_id)
-            if seg.words.load(_READER_WORD) != self._pid:  # the sender reset it (or another
-                seg.words.store(_READER_WORD, self._pid)   # receiver took over): announce again
+            words = seg.words
+            if words.load(_READER_WORD) != self._pid:  # the sender reset it (or another
+                words.store(_READER_WORD, self._pid)   # receiver took over): announce again
             return seg
         if seg_id == _NO_SEGMENT or seg_id in self._refused or not available():
             return None
@@ -508,9 +524,12 @@ class Receiver:
             while len(self._refused) > 64:
                 self._refused.popitem(last=False)
             return None
-        self._segments[seg_id] = seg
+        self._segments[seg_id] = self._last = seg
         while len(self._segments) > self.max_segments:
-            self._segments.popitem(last=False)[1].close()
+            old = self._segments.popitem(last=False)[1]
+            if old is self._last:
+                self._last = None
+            old.close()
         return seg
 
     def loads(self, frames: Iterable[Any], *, key: Optional[bytes] = None,
@@ -572,7 +591,7 @@ class Receiver:
             except zmq.Again:
                 got = None
             if got is None:
-                ring = next(reversed(self._segments.values()), None)
+                ring = self._last
                 if ring is not None:
                     where = ring.next_message(ring.published + 1, spin_us)
                     if where is not None:               # its record: the sender's
@@ -600,7 +619,7 @@ class Receiver:
         message; `recv` may drop it and wait again."""
         if socket.poll(0):
             return True
-        ring = next(reversed(self._segments.values()), None)
+        ring = self._last
         if ring is not None and ring.next_message(ring.published + 1, spin_us) is not None:
             return True
         return bool(socket.poll(timeout_ms))
@@ -662,26 +681,30 @@ class Receiver:
 
     def _take(self, desc: bytes, frames: Sequence[Any], slots: bool,
               signed: bool) -> List[Any]:
-        views = [memoryview(f) for f in frames]
-        if len(desc) < _DESC.size:
+        if len(desc) < _DESC_SIZE:
             raise WireFormatError(f"the descriptor frame has {len(desc)} bytes, fewer than its "
-                                  f"{_DESC.size}-byte header")
-        magic, seg_id, pid, fd, count, _, seq, token = _DESC.unpack_from(desc, 0)
-        if magic != _DESC_MAGIC or len(desc) != _DESC.size + count * _ENTRY.size:
+                                  f"{_DESC_SIZE}-byte header")
+        magic, seg_id, pid, fd, count, _, seq, token = _DESC_UNPACK_FROM(desc, 0)
+        if magic != _DESC_MAGIC or len(desc) != _DESC_SIZE + count * _ENTRY_SIZE:
             raise WireFormatError(f"bad descriptor frame ({len(desc)} bytes, magic {magic!r}, "
                                   f"{count} entries)")
-        entries = list(_ENTRY.iter_unpack(desc[_DESC.size:]))
+        entries = ([_ENTRY_UNPACK_FROM(desc, _DESC_SIZE)] if count == 1
+                   else list(_ENTRY.iter_unpack(desc[_DESC_SIZE:])))
         seg = self._segment(seg_id, pid, fd)
         proven = False
         try:
+            sizes = [memoryview(f).nbytes for f in frames]
             in_frames = [e[2] for e in entries if e[0] == _NO_SLOT]
-            if in_frames != [v.nbytes for v in views]:
+            if in_frames != sizes:
                 raise WireFormatError(f"the descriptor lists frames of {in_frames} bytes, the "
-                                      f"message has {[v.nbytes for v in views]}")
-            if not slots and len(in_frames) != count:
+                                      f"message has {sizes}")
+            if len(in_frames) == count:
+                self.stats["frames"] += count
+                return list(frames)
+            if not slots:
                 raise WireFormatError("the descriptor names shared-memory slots, whose bytes "
                                       "the signature does not cover (sign_buffers=True)")
-            if seg is None and len(in_frames) != count:
+            if seg is None:
                 reason = self._refused.get(seg_id, "no segment named")
                 raise WireFormatError(f"the message's ids are in a shared-memory segment this "
                                       f"receiver cannot map ({reason})")
@@ -692,17 +715,16 @@ class Receiver:
                 if i == _NO_SLOT:
                     out.append(frames[k])
                     k += 1
-                    self.stats["frames"] += 1
                     continue
-                assert seg is not None
                 try:
                     out.append(seg.take(i, gen, n, seq))    # every valid slot is freed
-                    self.stats["shm"] += 1
                     proven = True                # its random generation and sequence matched
                 except WireFormatError as e:
                     error = error or e
             if error is not None:
                 raise error
+            self.stats["frames"] += k
+            self.stats["shm"] += count - k
             return out
         finally:
             # Done with this message, read or refused: publish its sequence when it is known
