@@ -338,11 +338,19 @@ def test_a_receiver_announces_itself_again_after_the_sender_reset(pair, channel)
 
 
 def test_plain_signed_message_does_not_verify_as_a_channel_message(channel):
+    """A message without descriptor is read as dumps_oob signed it; a plain message's signature
+    never verifies a channel message, nor a channel message's a plain one."""
     from tokenwire.transport import dumps_oob
-    _, receiver = channel
-    frames = dumps_oob({"ids": ids()}, key=KEY)
-    with pytest.raises(AuthenticationError):
-        receiver.loads(frames, key=KEY)
+    sender, receiver = channel
+    plain = dumps_oob({"ids": ids()}, key=KEY)
+    assert receiver.loads(plain, key=KEY)["ids"] == ids()
+    desc = sender.dumps({"ids": ids()})[0]                   # not attached: a descriptor
+    assert desc[:4] == shm._DESC_MAGIC
+    with pytest.raises(AuthenticationError):                 # a descriptor put in
+        receiver.loads([plain[0], desc, *plain[1:]], key=KEY)
+    framed = sender.dumps({"ids": ids()}, key=KEY)
+    with pytest.raises(AuthenticationError):                 # its descriptor taken out
+        receiver.loads([framed[0], *framed[2:]], key=KEY)
 
 
 def test_sender_refuses_a_bad_geometry():
@@ -590,10 +598,11 @@ def test_attach_uses_pidfd_getfd_when_the_kernel_allows_it(pair, monkeypatch):
         for enabled, method in ((True, "pidfd"), (False, "proc")):
             monkeypatch.setattr(shm_segment, "_PIDFD_GETFD", enabled)
             with shm.Receiver() as receiver:
-                attach(pair, sender, receiver)
-                assert receiver._segments[sender._id].method == method
+                # The second receiver replaces the first (same pid): a message that takes a
+                # slot names the segment, a small one no longer does once one has attached.
                 send_pyobj_oob(pair[0], {"ids": ids()}, channel=sender)
                 assert recv_pyobj_oob(pair[1], channel=receiver)["ids"] == ids()
+                assert receiver._segments[sender._id].method == method
 
 
 # -- real processes killed mid-message ---------------------------------------------------------
@@ -917,3 +926,144 @@ def test_shared_words_refuse_unaligned_buffers_and_indices_outside():
     words.release()
     with pytest.raises(ValueError, match="released"):
         words.load(0)
+
+
+# -- messages that take no slot carry no descriptor ----------------------------------------------
+
+def _seq_of(frames, signed=False) -> int:
+    """The sequence of a received channel message's descriptor, 0 for one without."""
+    desc = bytes(frames[1 if signed else 0])
+    if desc[:4] != shm._DESC_MAGIC:
+        assert desc[:2] == b"\x80\x05"          # a protocol-5 pickle
+        return 0
+    return shm._DESC.unpack_from(desc, 0)[6]
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])
+def test_a_message_without_slot_has_no_descriptor_once_attached(pair, channel, key):
+    """Until a receiver attaches every message offers the segment in a descriptor; once one
+    has, a message none of whose buffers takes a slot is exactly what send_pyobj_oob sends
+    (the same frames, signed the same way) and uses no sequence; the receiver reads both."""
+    from tokenwire.transport import dumps_oob
+    sender, receiver = channel
+    push, pull = pair
+    obj = {"n": 1, "ids": ids(10)}
+    send_pyobj_oob(push, obj, key=key, channel=sender)
+    before = pull.recv_multipart()
+    assert _seq_of(before, key is not None) == 1 == sender._seq            # the offer
+    assert receiver.loads(before, key=key) == obj
+    assert sender.attached() == os.getpid()
+    for n in range(3):
+        obj = {"n": n, "ids": ids(10 + n)}
+        send_pyobj_oob(push, obj, key=key, channel=sender)
+        got = pull.recv_multipart()
+        assert got == [bytes(f) for f in dumps_oob(obj, key=key)]
+        assert receiver.loads(got, key=key) == obj
+    assert sender._seq == 1 and receiver._segments[sender._id].published == 1
+    send_pyobj_oob(push, {"ids": ids()}, key=key, channel=sender)          # a slot: a descriptor
+    got = pull.recv_multipart()
+    assert _seq_of(got, key is not None) == 2
+    assert receiver.loads(got, key=key)["ids"] == ids()
+    assert receiver._segments[sender._id].published == 2
+
+
+def test_sequences_stay_contiguous_over_slot_and_no_slot_messages(pair, channel):
+    """Only the messages that carry a descriptor take a sequence, one after the other: the
+    receiver publishes each and the sender takes every slot back."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    sizes = [10, N, 10, 10, N, N, 100, sender.slot_bytes // 4 + 8, N, 10, N, N, N, 10]
+    seqs = []
+    for n, size in enumerate(sizes):
+        send_pyobj_oob(push, {"n": n, "ids": ids(size, start=n)}, channel=sender)
+        frames = pull.recv_multipart()
+        if _seq_of(frames):
+            seqs.append(_seq_of(frames))
+        else:
+            assert size < N or size > sender.slot_bytes // 4, size     # no slot wanted
+        got = receiver.loads(frames)
+        assert got["n"] == n and got["ids"] == ids(size, start=n)
+    assert seqs == list(range(2, 2 + len(seqs))) and len(seqs) == sizes.count(N)
+    assert sender._seq == seqs[-1] == receiver._segments[sender._id].published
+    sender._collect()
+    assert all(sender._words.load(shm_segment._state_word(i)) & 3 == shm_segment._FREE
+               for i in range(sender.slots))
+
+
+def test_the_ring_never_overtakes_a_message_without_sequence(pair, channel):
+    """A message without descriptor may still be on its way through the socket when the next
+    one is made: that one stays on the socket (its record names no slot), so a spinning
+    receiver cannot take it first; the one after it uses the ring again, in order."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    plain = sender.dumps({"n": 1})                       # not sent yet: still in transit
+    assert len(plain) == 1 and sender._seq == 1
+    second = sender.message({"n": 2, "ids": ids(start=2)})
+    assert len(second) == 2 and _seq_of(second) == 2    # descriptor + pickle, not a doorbell
+    assert not receiver.poll(pull, spin_us=2000, timeout_ms=0)     # nothing in the ring
+    push.send_multipart(plain)
+    push.send_multipart(second)
+    for n in (1, 2):
+        assert receiver.recv(pull, spin_us=1000)["n"] == n
+    third = sender.message({"n": 3, "ids": ids(start=3)})
+    assert len(third) == 1 and sender._seq == 3                    # a doorbell: the ring
+    assert receiver.recv(pull, spin_us=100_000)["n"] == 3
+    assert receiver.stats["ring"] == 1
+    push.send_multipart(third)                                      # late: dropped
+    sender.send(push, {"n": 4})
+    assert receiver.recv(pull)["n"] == 4
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])
+def test_a_stripped_descriptor_is_refused_and_touches_no_slot(pair, channel, key):
+    """A peer that drops the descriptor of a message whose ids are in a slot gets it refused
+    (unsigned: the pickle names a buffer that is missing; signed: a channel signature never
+    verifies a message without descriptor), and the receiver neither reads nor frees the slot
+    nor publishes anything; the slot comes back once a later message's sequence is."""
+    import pickle
+    sender, receiver = channel
+    attach(pair, sender, receiver, key=key)
+    push, pull = pair
+    seg = receiver._segments[sender._id]
+    frames = sender.dumps({"ids": ids(start=1)}, key=key)
+    first = 1 if key is not None else 0
+    i = shm._ENTRY.unpack_from(frames[first], shm._DESC.size)[0]
+    state = shm_segment._state_word(i)
+    full = sender._gens[i] << 2 | shm_segment._FULL
+    stripped = frames[:first] + frames[first + 1:]
+    push.send_multipart(stripped)
+    published, taken = seg.published, receiver.stats["shm"]
+    with pytest.raises(AuthenticationError if key is not None else pickle.UnpicklingError):
+        recv_pyobj_oob(pull, key=key, channel=receiver)
+    assert sender._words.load(state) == full                       # neither read nor freed
+    assert seg.published == published and receiver.stats["shm"] == taken
+    sender._collect()
+    assert sender._words.load(state) == full                       # nothing published frees it
+    send_pyobj_oob(push, {"ids": ids(start=2)}, key=key, channel=sender)
+    assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=2)
+    assert seg.published == sender._seq
+    sender._collect()
+    assert sender._words.load(state) & 3 == shm_segment._FREE      # taken back by sequence
+
+
+def test_a_record_reused_by_a_message_on_the_socket_names_no_slot(pair, channel):
+    """Records are reused every RECORDS messages: a message that stays on the socket never
+    leaves the slot of the ring message RECORDS before it in its record, where a spinning
+    receiver would look for it."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    for n in range(shm_segment._RECORDS):
+        sender.send(push, {"n": n})
+        assert receiver.recv(pull, spin_us=100_000)["n"] == n
+    assert sender.stats["ring"] == shm_segment._RECORDS
+    big = ids(sender.slot_bytes // 4 + 8)                   # a frame: stays on the socket
+    frames = sender.message({"n": "big", "ids": big})
+    assert len(frames) == 3 and sender._seq == 2 + shm_segment._RECORDS   # record of ring msg 2
+    seg = receiver._segments[sender._id]
+    assert seg.next_message(sender._seq, 0) is None
+    push.send_multipart(frames)
+    got = receiver.recv(pull, spin_us=1000)
+    assert got["n"] == "big" and got["ids"] == big

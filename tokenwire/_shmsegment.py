@@ -59,21 +59,15 @@ def _data_offset(slots: int) -> int:
     return (end + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
 
 
+_SLOT_STATE0 = _SLOT_HEADERS // 8    # word index of slot 0's state word
+
+
 def _state_word(i: int) -> int:
-    return _SLOT_HEADERS // 8 + i * _WORDS_PER_SLOT
+    return _SLOT_STATE0 + i * _WORDS_PER_SLOT
 
 
 def _record_word(seq: int) -> int:
     return _RECORD_WORD + _RECORD_WORDS * (seq % _RECORDS)
-
-
-def _new_generation(old: int) -> int:
-    """A random generation: a descriptor naming a live slot proves it was the sender's (or was
-    read from the segment), since nobody else can guess the generation."""
-    while True:
-        gen = int.from_bytes(os.urandom(8), "little") & _GEN_MASK
-        if gen != old:
-            return gen
 
 
 def _alive(pid: int) -> bool:
@@ -181,6 +175,7 @@ class _Segment:
             m.close()
             raise OSError(errno.EINVAL, f"the segment {name} has a bad header")
         self.map, self.mv, self.slots, self.slot_bytes = m, mv, slots, slot_bytes
+        self.id = seg_id
         self.data = _data_offset(slots)
         self.words = _ShmWords(m, self.data // 8)
         self.words.store(_READER_WORD, os.getpid())

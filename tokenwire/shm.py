@@ -9,7 +9,10 @@
 The zmq message still carries the pickle, plus one small *descriptor* frame (covered by the
 signature with `key=`); each large buffer (the int32 ids) travels through a slot of the ring
 instead of a frame: one memcpy into the slot on the sending side, one memcpy out of it on the
-receiving side, and no kernel copy of the ids through the socket.
+receiving side, and no kernel copy of the ids through the socket. Once a receiver has attached,
+a message none of whose buffers wants a slot (small ids) carries no descriptor: it is what
+``send_pyobj_oob`` sends without a channel, signed the same way, and costs what that costs; the
+receiver tells the two apart by the descriptor's magic (a pickle starts with ``b"\\x80\\x05"``).
 
 How it is kept safe (docs/transport.md, "Shared-memory channel", says what it promises):
 
@@ -30,12 +33,18 @@ How it is kept safe (docs/transport.md, "Shared-memory channel", says what it pr
   during the copy (the message is refused, the newer one keeps its slot). Only then is the
   copy handed on. Nothing is ever a view of memory another process can still write, and nothing
   read from the segment decides how much is read. Shared words are C atomics (_ShmWords).
-* Every message has a sequence number and a random token, in its descriptor and in a record in
-  the segment. The receiver reads messages in order; once done with one (read or refused) it
-  publishes its sequence in the segment header, provided it knows the sender sent it (signature
-  verified, or the segment holds its token or its random generation), and the sender takes back
-  every slot of a message at or before it: a refused or dropped message leaves no FULL slot
-  behind, and a forged sequence frees nothing.
+* Every message with a descriptor has a sequence number (contiguous: a message without one
+  takes none) and a random token, in its descriptor and in a record in the segment. The receiver
+  reads messages in order; once done with one (read or refused) it publishes its sequence in the
+  segment header, provided it knows the sender sent it (signature verified, or the segment holds
+  its token or its random generation), and the sender takes back every slot of a message at or
+  before it: a refused or dropped message leaves no FULL slot behind, and a forged sequence
+  frees nothing. A message whose buffer wants a slot but finds the ring full still carries a
+  descriptor, so that its sequence gives back the slots of dropped messages. A peer that strips
+  the descriptor of a message whose ids are in a slot gets it refused (its pickle names buffers
+  that are missing; signed, the channel signature does not verify without it) and the receiver
+  neither reads nor frees a slot for it: its slots come back once a later message's sequence is
+  published, or by `Sender.reclaim`.
 * The sender writes only FREE slots, with generations it keeps in its own memory (a
   compare-and-swap from the FREE word it expects). A full ring,
   a buffer larger than a slot, ``sign_buffers=True`` (the signature would have to cover the
@@ -53,7 +62,9 @@ slot, the whole message (signature, descriptor, pickle) goes into a slot as well
 message's record, and the socket carries only a small doorbell. ``recv`` reads what waits on the
 socket first (its order is the messages' order); else it spins up to ``spin_us`` without the GIL
 on the record of the next message, and takes it from its slot (copied out first, then checked
-like any message); doorbells of messages already taken that way are dropped.
+like any message); doorbells of messages already taken that way are dropped. A message `send`
+makes right after one without a sequence stays on the socket (its record names no slot): a
+spinning receiver could otherwise take it before the earlier one arrives.
 
 One sender and one receiver per channel: a ring serves one zmq pair (PUSH → PULL to one worker),
 and the receiver loads messages in the order they arrive.
@@ -71,13 +82,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tokenwire import _shmsegment as _seg
 from tokenwire._core import _ShmWords
-from tokenwire._shmsegment import (_DONE_WORD, _FREE, _FULL, _MAX_SLOT_BYTES, _MAX_SLOTS,
-                                   _READER_WORD, _WRITING, _alive, _data_offset,
-                                   _new_generation, _record_word, _Segment, _state_word,
-                                   available)
+from tokenwire._shmsegment import (_DONE_WORD, _FREE, _FULL, _GEN_MASK, _MAX_SLOT_BYTES,
+                                   _MAX_SLOTS, _READER_WORD, _RECORD_WORD, _RECORD_WORDS,
+                                   _RECORDS, _SLOT_STATE0, _WORDS_PER_SLOT, _WRITING, _alive,
+                                   _data_offset, _Segment, _state_word, available)
 from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _signature,
-                                 _unpickle, dumps_oob)
+                                 _unpickle, _verify, dumps_oob)
 
 __all__ = ["SHM_THRESHOLD", "SLOT_BYTES", "SLOTS", "Receiver", "Sender", "available"]
 
@@ -95,6 +106,9 @@ SLOT_BYTES = 1 << 20
 _DESC = struct.Struct("<4s16sIIIIQQ")
 _DESC_MAGIC = b"TWD2"
 _ENTRY = struct.Struct("<QQQ")
+_DESC_PACK, _ENTRY_PACK = _DESC.pack, _ENTRY.pack
+_DESC_UNPACK_FROM, _ENTRY_UNPACK_FROM = _DESC.unpack_from, _ENTRY.unpack_from
+_DESC_SIZE, _ENTRY_SIZE = _DESC.size, _ENTRY.size
 _NO_SLOT = (1 << 64) - 1
 _NO_SEGMENT = bytes(16)
 # A whole message in a slot (Sender.send / Receiver.recv): the lengths of its signature,
@@ -103,6 +117,9 @@ _NO_SEGMENT = bytes(16)
 _MSG = struct.Struct("<IIQ")
 _BELL = struct.Struct("<4s16sQQQQ")
 _BELL_MAGIC = b"TWR1"
+_MSG_PACK, _BELL_PACK = _MSG.pack, _BELL.pack
+# A protocol-5 pickle starts with these bytes (PROTO 5), a descriptor with _DESC_MAGIC.
+_PICKLE5 = b"\x80\x05"
 class Sender:
     """The sending side: creates the segment and writes large buffers into free slots.
 
@@ -131,8 +148,10 @@ class Sender:
         self._owner = [0] * slots                # receiver pid attached when a slot was written
         self._seq = 0                            # the last message sequence placed
         self._token = 0                          # its token
-        self._deferred = False                   # message() writes the record itself
-        self._cursor = 0
+        self._unsequenced = False                # a message without a sequence came last
+        self._pool = b""                         # random bytes for tokens (_random)
+        self._pool_at = 0
+        self._ring_records = [False] * _RECORDS  # records whose words 2-4 are not zeros
         self._fd = -1
         self._map: Optional[mmap.mmap] = None
         self._mv: Optional[memoryview] = None
@@ -197,11 +216,13 @@ class Sender:
         return bool(self._words.cas(_state_word(i), gen << 2 | _FULL, gen << 2 | _FREE))
 
     def _free_slot(self) -> int:
+        """The lowest free slot: with one or two messages in flight the same slots come round
+        again and again, still in the caches of both processes (a ring walked round in order
+        makes every copy, in and out, one into cold memory)."""
         assert self._words is not None
-        n, words, gens = self.slots, self._words, self._gens
-        for k in range(n):
-            i = (self._cursor + k) % n
-            if words.load(_state_word(i)) == gens[i] << 2 | _FREE:
+        words, gens, state = self._words, self._gens, _SLOT_STATE0
+        for i in range(self.slots):
+            if words.load(state + i * _WORDS_PER_SLOT) == gens[i] << 2 | _FREE:
                 return i
         return -1
 
@@ -225,21 +246,23 @@ class Sender:
             i = self._free_slot()
         if i < 0:
             return -1, 0
-        old = self._gens[i]
-        gen = _new_generation(old)
-        state = _state_word(i)
-        if not self._words.cas(state, old << 2 | _FREE, gen << 2 | _WRITING):
+        gens, words = self._gens, self._words
+        old = gens[i]
+        gen = self._random() & _GEN_MASK         # random: a descriptor naming a live slot
+        while gen == old:                        # proves it was the sender's (or read from
+            gen = self._random() & _GEN_MASK     # the segment): nobody else can guess it
+        state = _SLOT_STATE0 + i * _WORDS_PER_SLOT
+        if not words.cas(state, old << 2 | _FREE, gen << 2 | _WRITING):
             return -1, 0                         # changed under us: not ours to write
-        self._gens[i] = gen
+        gens[i] = gen
         self._owner[i] = reader
         self._slot_seq[i] = seq
         n = raw.nbytes
-        self._words.store(state + 1, n)
-        self._words.store(state + 2, seq)
+        words.store(state + 1, n)
+        words.store(state + 2, seq)
         start = self._data + i * self.slot_bytes
         self._mv[start:start + n] = raw
-        self._words.store(state, gen << 2 | _FULL)   # last (release): the bytes are in place
-        self._cursor = (i + 1) % self.slots
+        words.store(state, gen << 2 | _FULL)     # last (release): the bytes are in place
         return i, gen
 
     def _reclaim_dead(self) -> bool:
@@ -274,63 +297,134 @@ class Sender:
         can still show that the sequence is ours, and so publish it) and, for a message `send`
         put in a slot, slot + 1, generation and length. The sequence word is cleared first and
         stored last (release), so a reader that sees it before and after sees a whole record."""
-        assert self._words is not None
-        rec = _record_word(seq)
         words = self._words
+        assert words is not None
+        k = seq % _RECORDS
+        rec = _RECORD_WORD + _RECORD_WORDS * k
         words.store(rec, 0)
         words.store(rec + 1, token)
-        words.store(rec + 2, where)
-        words.store(rec + 3, gen)
-        words.store(rec + 4, n)
+        if where or self._ring_records[k]:       # words 2-4 hold zeros already otherwise
+            words.store(rec + 2, where)
+            words.store(rec + 3, gen)
+            words.store(rec + 4, n)
+            self._ring_records[k] = bool(where)
         words.store(rec, seq)
 
-    def place(self, buffers: Sequence[Any], *, use_slots: bool = True) -> Tuple[bytes, List[Any]]:
-        """Put each buffer (bytes-like, C-contiguous) in a slot when it fits and one is free,
-        keep the others as frames: ``(descriptor, frames)``. The descriptor lists every buffer
-        in order; `Receiver.take` gives them back."""
-        live = self._words is not None
-        reader = self.attached() if use_slots and live else 0
-        self._seq += 1
-        seq = self._seq
-        token = self._token = int.from_bytes(os.urandom(8), "little") if live else 0
-        if live and not self._deferred:
-            self._record(seq, token)
+    def _entries(self, buffers: Sequence[Any], reader: int,
+                 seq: int) -> Tuple[List[bytes], List[Any], int]:
+        """Put each buffer in a slot for message `seq` when it fits and one is free (`reader`:
+        the receiver attached, 0 for none: every buffer a frame): ``(entries, frames, buffers
+        that wanted a slot)``."""
         entries: List[bytes] = []
         frames: List[Any] = []
+        took = wanted = 0
+        threshold, slot_bytes = self.threshold, self.slot_bytes
         for buf in buffers:
             raw = memoryview(buf)
             if raw.format != "B" or raw.ndim != 1:
                 raw = raw.cast("B")
             n = raw.nbytes
             i, gen = -1, 0
-            if reader and self.threshold <= n <= self.slot_bytes:
+            if reader and threshold <= n <= slot_bytes:
+                wanted += 1
                 i, gen = self._write(raw, reader, seq)
             if i < 0:
-                entries.append(_ENTRY.pack(_NO_SLOT, 0, n))
+                entries.append(_ENTRY_PACK(_NO_SLOT, 0, n))
                 frames.append(buf)
-                self.stats["frames"] += 1
             else:
-                entries.append(_ENTRY.pack(i, gen, n))
-                self.stats["shm"] += 1
-        # The segment's identity travels in every message: it is the offer to attach, and it
-        # lets a receiver that restarted find the segment its slots live in.
-        desc = _DESC.pack(_DESC_MAGIC, self._id if live else _NO_SEGMENT,
-                          self._pid if live else 0, max(self._fd, 0), len(entries), 0, seq,
-                          token)
-        return desc + b"".join(entries), frames
+                entries.append(_ENTRY_PACK(i, gen, n))
+                took += 1
+        stats = self.stats
+        if took:
+            stats["shm"] += took
+        if frames:
+            stats["frames"] += len(frames)
+        return entries, frames, wanted
+
+    def _descriptor(self, entries: List[bytes], seq: int, token: int) -> bytes:
+        # The segment's identity travels in every descriptor: it is the offer to attach, and
+        # it lets a receiver that restarted find the segment its slots live in.
+        live = self._words is not None
+        return _DESC_PACK(_DESC_MAGIC, self._id, self._pid if live else 0, max(self._fd, 0),
+                          len(entries), 0, seq, token) + b"".join(entries)
+
+    def _sequenced(self) -> Tuple[int, int]:
+        """The next message sequence and a fresh random token for it (0 without a segment)."""
+        self._seq += 1
+        self._unsequenced = False
+        token = self._token = self._random() if self._words is not None else 0
+        return self._seq, token
+
+    def _random(self) -> int:
+        """A random 64-bit number (tokens), drawn from a pool refilled 64 numbers at a time:
+        one getrandom call per 64 messages instead of one per message."""
+        k = self._pool_at
+        if k >= len(self._pool):
+            self._pool, k = os.urandom(8 * 64), 0
+        self._pool_at = k + 8
+        return int.from_bytes(self._pool[k:k + 8], "little")
+
+    def place(self, buffers: Sequence[Any], *, use_slots: bool = True) -> Tuple[bytes, List[Any]]:
+        """Put each buffer (bytes-like, C-contiguous) in a slot when it fits and one is free,
+        keep the others as frames: ``(descriptor, frames)``. The descriptor lists every buffer
+        in order; `Receiver.take` gives them back. Every descriptor carries a message sequence
+        (`dumps` leaves out the descriptor of a message that needs none)."""
+        live = self._words is not None
+        reader = self.attached() if use_slots and live else 0
+        seq, token = self._sequenced()
+        entries, frames, _ = self._entries(buffers, reader, seq)
+        if live:
+            self._record(seq, token)
+        return self._descriptor(entries, seq, token), frames
 
     def dumps(self, obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
               sign_buffers: bool = False) -> List[Any]:
-        """The frames of `obj`: ``[signature?, descriptor, pickle, frame, ...]``. Buffers below
-        `oob_threshold` bytes stay in the pickle; large ones go through slots when possible,
-        the others as frames (sign_buffers=True sends them all as frames: the signature then
-        covers their bytes)."""
-        reader = self.attached() if not sign_buffers else 0
-        if reader:
-            oob_threshold = min(oob_threshold, self.threshold)
-        parts = dumps_oob(obj, oob_threshold=oob_threshold)
-        desc, frames = self.place(parts[1:], use_slots=bool(reader))
-        head = parts[0]
+        """The frames of `obj`. Buffers below `oob_threshold` bytes stay in the pickle; large
+        ones go through slots when possible, the others as frames (sign_buffers=True sends them
+        all as frames: the signature then covers their bytes).
+
+        Until a receiver has attached: ``[signature?, descriptor, pickle, frame, ...]``, the
+        descriptor offering the segment. Once one has: the same when a buffer took a slot;
+        otherwise exactly what `dumps_oob` makes (``[signature?, pickle, frame, ...]``, signed
+        the same way), with no descriptor and no sequence -- the receiver tells the two apart
+        by the descriptor's magic (a pickle starts with ``b"\\x80\\x05"``). A buffer that
+        wants a slot and finds the ring full keeps the descriptor and a sequence."""
+        words = self._words
+        reader = words.load(_READER_WORD) if words is not None else 0
+        if not reader:
+            parts = dumps_oob(obj, oob_threshold=oob_threshold)
+            desc, frames = self.place(parts[1:], use_slots=False)
+            return self._framed(desc, parts[0], frames, key, sign_buffers)
+        if sign_buffers:
+            frames = dumps_oob(obj, oob_threshold=oob_threshold)
+            self.stats["frames"] += len(frames) - 1
+        else:
+            frames = dumps_oob(obj, oob_threshold=min(oob_threshold, self.threshold))
+            if len(frames) > 1:
+                # Slots are written for the next sequence, which only a message that took one
+                # uses: sequences stay contiguous over the messages that carry one.
+                seq = self._seq + 1
+                entries, rest, wanted = self._entries(frames[1:], reader, seq)
+                if wanted:
+                    # A buffer took a slot, or found the ring full: then the message carries
+                    # a sequence all the same, whose publication gives back the slots of
+                    # messages the receiver dropped (or that reached it without descriptor).
+                    seq, token = self._sequenced()
+                    self._record(seq, token)
+                    return self._framed(self._descriptor(entries, seq, token), frames[0], rest,
+                                        key, False)
+        # No slot: the message dumps_oob makes. A ring message (`message`) must not overtake
+        # it on its way through the socket: the next one `message` makes carries a sequence
+        # but stays on the socket.
+        self._unsequenced = True
+        if key is None:
+            return frames
+        frames.insert(0, _signature(_as_key(key), frames[0], frames[1:], sign_buffers))
+        return frames
+
+    @staticmethod
+    def _framed(desc: bytes, head: bytes, frames: List[Any], key: Optional[bytes],
+                sign_buffers: bool) -> List[Any]:
         if key is None:
             return [desc, head, *frames]
         sig = _signature(_as_key(key), desc + head, frames, sign_buffers, channel=True)
@@ -349,23 +443,26 @@ class Sender:
         buffer took a slot, the whole message (signature, descriptor, pickle) goes into a slot
         too, its record names that slot, and the socket carries only a small doorbell: a
         receiver spinning on the ring takes the message without a wake-up through the socket,
-        a sleeping one is woken by the doorbell. Otherwise the frames of `dumps`. Either way
-        the socket's order is the messages' order."""
-        self._deferred = True                    # one record, written whole, below
-        try:
-            frames = self.dumps(obj, oob_threshold=oob_threshold, key=key)
-        finally:
-            self._deferred = False
-        if self._words is None:
-            return frames
-        seq, token = self._seq, self._token
-        first = 1 if key is None else 2
-        reader = self.attached()
+        a sleeping one is woken by the doorbell. Otherwise the frames of a message with a
+        descriptor. Either way the socket's order is the messages' order: a message right
+        after one without a sequence (`dumps` made it) is never put in the ring, since a
+        receiver that spins could take it before the earlier one arrives; it goes through the
+        socket, and once the receiver is done with it the ring is the next message's
+        shortcut again."""
+        words = self._words
+        reader = words.load(_READER_WORD) if words is not None else 0
+        if not reader:
+            return self.dumps(obj, oob_threshold=oob_threshold, key=key)
+        ring = not self._unsequenced
+        parts = dumps_oob(obj, oob_threshold=min(oob_threshold, self.threshold))
+        seq, token = self._sequenced()
+        entries, rest, _ = self._entries(parts[1:], reader, seq)
+        desc, head = self._descriptor(entries, seq, token), parts[0]
+        frames = self._framed(desc, head, rest, key, False)
         i, gen, n = -1, 0, 0
-        if reader and len(frames) == first + 1:             # no buffer left as a frame
-            sig = bytes(frames[0]) if key is not None else b""
-            desc, head = bytes(frames[first - 1]), memoryview(frames[first]).cast("B")
-            blob = b"".join((_MSG.pack(len(sig), len(desc), head.nbytes), sig, desc, head))
+        if ring and not rest:                    # no buffer left as a frame
+            sig = frames[0] if key is not None else b""
+            blob = b"".join((_MSG_PACK(len(sig), len(desc), len(head)), sig, desc, head))
             n = len(blob)
             if n <= self.slot_bytes:
                 i, gen = self._write(memoryview(blob), reader, seq)
@@ -374,7 +471,7 @@ class Sender:
             return frames
         self._record(seq, token, i + 1, gen, n)
         self.stats["ring"] += 1
-        return [_BELL.pack(_BELL_MAGIC, self._id, seq, i, gen, n)]
+        return [_BELL_PACK(_BELL_MAGIC, self._id, seq, i, gen, n)]
 
 
 class Receiver:
@@ -391,10 +488,12 @@ class Receiver:
         self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
         self._segments: OrderedDict[bytes, _Segment] = OrderedDict()
         self._refused: OrderedDict[bytes, str] = OrderedDict()
+        self._last: Optional[_Segment] = None    # the segment of the last message (most recent)
         self._pid = os.getpid()
 
     def close(self) -> None:
         """Unmap every segment."""
+        self._last = None
         while self._segments:
             self._segments.popitem()[1].close()
 
@@ -405,11 +504,16 @@ class Receiver:
         self.close()
 
     def _segment(self, seg_id: bytes, pid: int, fd: int) -> Optional[_Segment]:
-        seg = self._segments.get(seg_id)
+        seg = self._last
+        if seg is None or seg.id != seg_id:
+            seg = self._segments.get(seg_id)
+            if seg is not None:
+                self._segments.move_to_end(seg_id)
+                self._last = seg
         if seg is not None:
-            self._segments.move_to_end(seg_id)
-            if seg.words.load(_READER_WORD) != self._pid:  # the sender reset it (or another
-                seg.words.store(_READER_WORD, self._pid)   # receiver took over): announce again
+            words = seg.words
+            if words.load(_READER_WORD) != self._pid:  # the sender reset it (or another
+                words.store(_READER_WORD, self._pid)   # receiver took over): announce again
             return seg
         if seg_id == _NO_SEGMENT or seg_id in self._refused or not available():
             return None
@@ -420,9 +524,12 @@ class Receiver:
             while len(self._refused) > 64:
                 self._refused.popitem(last=False)
             return None
-        self._segments[seg_id] = seg
+        self._segments[seg_id] = self._last = seg
         while len(self._segments) > self.max_segments:
-            self._segments.popitem(last=False)[1].close()
+            old = self._segments.popitem(last=False)[1]
+            if old is self._last:
+                self._last = None
+            old.close()
         return seg
 
     def loads(self, frames: Iterable[Any], *, key: Optional[bytes] = None,
@@ -434,6 +541,12 @@ class Receiver:
         frames = list(frames)
         views = [memoryview(f) for f in frames]
         if key is not None:
+            if len(views) >= 2 and views[1][:2] == _PICKLE5 and _is_signature(views[0]):
+                # No descriptor: a message that took no slot, signed as dumps_oob signs (a
+                # channel message's signature never verifies as such a message's).
+                _verify(views, _as_key(key), sign_buffers)
+                self.stats["frames"] += len(frames) - 2
+                return _unpickle(views[1], frames[2:], find_class)
             if len(views) < 3 or not _is_signature(views[0]):
                 raise AuthenticationError(
                     f"unsigned message: {len(views)} frame(s), a signed channel message has a "
@@ -448,6 +561,12 @@ class Receiver:
                     f"signature) was not signed with this key and sign_buffers={sign_buffers}, "
                     f"or was changed in transit")
         else:
+            if views and views[0][:2] == _PICKLE5:
+                # No descriptor: a message that took no slot, as dumps_oob makes it. Nothing
+                # here touches a segment: a slot-using message stripped of its descriptor
+                # names buffers that are missing and is refused by the unpickler.
+                self.stats["frames"] += len(frames) - 1
+                return _unpickle(views[0], frames[1:], find_class)
             if views and _is_signature(views[0]):
                 raise AuthenticationError("the message is signed: pass key= to verify and load it")
             if len(views) < 2:
@@ -472,7 +591,7 @@ class Receiver:
             except zmq.Again:
                 got = None
             if got is None:
-                ring = next(reversed(self._segments.values()), None)
+                ring = self._last
                 if ring is not None:
                     where = ring.next_message(ring.published + 1, spin_us)
                     if where is not None:               # its record: the sender's
@@ -500,7 +619,7 @@ class Receiver:
         message; `recv` may drop it and wait again."""
         if socket.poll(0):
             return True
-        ring = next(reversed(self._segments.values()), None)
+        ring = self._last
         if ring is not None and ring.next_message(ring.published + 1, spin_us) is not None:
             return True
         return bool(socket.poll(timeout_ms))
@@ -562,26 +681,30 @@ class Receiver:
 
     def _take(self, desc: bytes, frames: Sequence[Any], slots: bool,
               signed: bool) -> List[Any]:
-        views = [memoryview(f) for f in frames]
-        if len(desc) < _DESC.size:
+        if len(desc) < _DESC_SIZE:
             raise WireFormatError(f"the descriptor frame has {len(desc)} bytes, fewer than its "
-                                  f"{_DESC.size}-byte header")
-        magic, seg_id, pid, fd, count, _, seq, token = _DESC.unpack_from(desc, 0)
-        if magic != _DESC_MAGIC or len(desc) != _DESC.size + count * _ENTRY.size:
+                                  f"{_DESC_SIZE}-byte header")
+        magic, seg_id, pid, fd, count, _, seq, token = _DESC_UNPACK_FROM(desc, 0)
+        if magic != _DESC_MAGIC or len(desc) != _DESC_SIZE + count * _ENTRY_SIZE:
             raise WireFormatError(f"bad descriptor frame ({len(desc)} bytes, magic {magic!r}, "
                                   f"{count} entries)")
-        entries = list(_ENTRY.iter_unpack(desc[_DESC.size:]))
+        entries = ([_ENTRY_UNPACK_FROM(desc, _DESC_SIZE)] if count == 1
+                   else list(_ENTRY.iter_unpack(desc[_DESC_SIZE:])))
         seg = self._segment(seg_id, pid, fd)
         proven = False
         try:
+            sizes = [memoryview(f).nbytes for f in frames]
             in_frames = [e[2] for e in entries if e[0] == _NO_SLOT]
-            if in_frames != [v.nbytes for v in views]:
+            if in_frames != sizes:
                 raise WireFormatError(f"the descriptor lists frames of {in_frames} bytes, the "
-                                      f"message has {[v.nbytes for v in views]}")
-            if not slots and len(in_frames) != count:
+                                      f"message has {sizes}")
+            if len(in_frames) == count:
+                self.stats["frames"] += count
+                return list(frames)
+            if not slots:
                 raise WireFormatError("the descriptor names shared-memory slots, whose bytes "
                                       "the signature does not cover (sign_buffers=True)")
-            if seg is None and len(in_frames) != count:
+            if seg is None:
                 reason = self._refused.get(seg_id, "no segment named")
                 raise WireFormatError(f"the message's ids are in a shared-memory segment this "
                                       f"receiver cannot map ({reason})")
@@ -592,17 +715,16 @@ class Receiver:
                 if i == _NO_SLOT:
                     out.append(frames[k])
                     k += 1
-                    self.stats["frames"] += 1
                     continue
-                assert seg is not None
                 try:
                     out.append(seg.take(i, gen, n, seq))    # every valid slot is freed
-                    self.stats["shm"] += 1
                     proven = True                # its random generation and sequence matched
                 except WireFormatError as e:
                     error = error or e
             if error is not None:
                 raise error
+            self.stats["frames"] += k
+            self.stats["shm"] += count - k
             return out
         finally:
             # Done with this message, read or refused: publish its sequence when it is known
