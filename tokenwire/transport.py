@@ -409,12 +409,13 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
         if len(frames) == 1:
             return pickle.loads(frames[0])
         return _recv_rest(frames, None, sign_buffers, None, None)
-    if channel is not None:
-        frames = socket.recv_multipart(flags=flags, copy=False)
-    else:
-        _check_counts(prefix, routing)
-        # Leading frames, the signature and the pickle as bytes; the buffers as zmq.Frames.
-        frames = _recv_frames(socket, flags, prefix + routing + (2 if key is not None else 1))
+    _check_counts(prefix, routing)
+    # Leading frames, the signature, the channel's descriptor and the pickle as bytes; the
+    # buffers as zmq.Frames. (A channel message that took no slot has no descriptor: its first
+    # buffer frame, if any, is then received as bytes too -- a copy, never a view of memory
+    # another party can write.)
+    head = (2 if key is not None else 1) + (1 if channel is not None else 0)
+    frames = _recv_frames(socket, flags, prefix + routing + head)
     if prefix or routing:
         k = _leading(frames, prefix, routing)
         leading = [f if type(f) is bytes else f.bytes for f in frames[:k]]
