@@ -130,7 +130,7 @@ def edit(buf: bytearray, c: Chooser) -> None:
         buf[c.integer(z + 8, hi)] = c.integer(0, 255)
     elif op == 7 and z >= 0:                                # the zstd length prefix, off by a few
         clen = int.from_bytes(buf[z:z + 8], "little") + c.integer(-3, 3)
-        buf[z:z + 8] = max(0, clen).to_bytes(8, "little")
+        buf[z:z + 8] = min(max(0, clen), 2**64 - 1).to_bytes(8, "little")
     elif op == 8 and z >= 0:                                # the zstd section cut or extended,
         clen = int.from_bytes(buf[z:z + 8], "little")       # its length prefix to match
         end = min(z + 8 + clen, len(buf))
@@ -142,7 +142,7 @@ def edit(buf: bytearray, c: Chooser) -> None:
             extra = c.raw(c.integer(1, 8))
             buf[end:end] = extra
             clen += len(extra)
-        buf[z:z + 8] = max(0, clen).to_bytes(8, "little")
+        buf[z:z + 8] = min(max(0, clen), 2**64 - 1).to_bytes(8, "little")
     elif op == 9 and z >= 0 and not pfor:                   # the first zstd block header
         fhd = buf[z + 12]
         fcs = (0, 2, 4, 8)[fhd >> 6] or (1 if fhd & 0x20 else 0)
