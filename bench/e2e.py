@@ -308,9 +308,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
     results = ctx.socket(zmq.PUSH)
     results.connect(result_addr)
     receiver = shm.Receiver()                   # once per run, like the proxy's Sender
-    # Looked up once: reading the descriptor from the class costs ~90 us on Python < 3.14 (it
-    # asks whether @dataclass is building the class), and this check runs after each ack, while
-    # the proxy prepares the next request: it landed in that request's transit.
+    # Looked up once: this check runs after each ack, while the proxy prepares the next request.
     materialized = GenerationRequest.prompt_token_ids.is_materialized
     gc_log = GcLog()
     gc.callbacks.append(gc_log)

@@ -128,11 +128,11 @@ cdef Py_ssize_t _first_outside_vocab(const int32_t* p, Py_ssize_t n, uint32_t vo
     cdef Py_ssize_t i
     cdef bint ok = True
     for i in range(n):
-        ok &= twbp_id(p, <size_t>i) < vocab
+        ok &= <uint32_t>_id_at(p, i) < vocab
     if ok:
         return -1
     for i in range(n):
-        if twbp_id(p, <size_t>i) >= vocab:
+        if <uint32_t>_id_at(p, i) >= vocab:
             return i
     return -1
 

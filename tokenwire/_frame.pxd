@@ -1,8 +1,8 @@
 # cython: language_level=3
 """The wire format's C, shared with the C++ header: the magic, the codec table, the header and
 count-table parse, the whole-frame checks and the zstd frame walk (include/tokenwire/frame.h);
-the codecs' payload kernels (payload.h; pfor's: pfor.h, through frame.h's tw_decode_pfor); the encoder's rules and its one frame writer over the
-same table (encode.h). A check
+the codecs' payload kernels (payload.h; pfor's: pfor.h, through frame.h's tw_decode_pfor); the
+encoder's rules and its one frame writer over the same table (encode.h). A check
 returns -1 (TW_CHECKSUM_MISMATCH for a bad checksum) and writes its message -- the text of
 WireFormatError / ChecksumError -- into a caller buffer of TW_MSG_SIZE bytes."""
 

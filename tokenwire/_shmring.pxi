@@ -8,8 +8,6 @@ cdef extern from "tokenwire/shmring.h" nogil:
     uint64_t tw_shm_load(const uint64_t* word)
     void tw_shm_store(uint64_t* word, uint64_t value)
     int tw_shm_cas(uint64_t* word, uint64_t expect, uint64_t desired)
-    void tw_shm_acquire_fence()
-    void tw_shm_release_fence()
     int tw_shm_pidfd_getfd(int pidfd, int targetfd)
     int tw_shm_wait(const uint64_t* word, uint64_t value, int64_t timeout_ns)
 
@@ -67,12 +65,7 @@ cdef class _ShmWords:
         """Word `i` from `expect` to `desired` if it holds `expect`: True, else False. Loads
         before it (a slot's bytes) complete before it, stores after it (a slot's bytes) start
         after it."""
-        cdef uint64_t* w = self._at(i)
-        cdef int ok
-        tw_shm_acquire_fence()
-        ok = tw_shm_cas(w, expect, desired)
-        tw_shm_release_fence()
-        return ok != 0
+        return tw_shm_cas(self._at(i), expect, desired) != 0
 
     def wait(self, Py_ssize_t i, uint64_t value, double timeout_us):
         """Spin, without the GIL, until word `i` holds `value` or `timeout_us` have passed:

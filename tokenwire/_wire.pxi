@@ -529,7 +529,8 @@ def encode(tokens, *, codec="auto", bint checksum=False):
     codec: "auto" (the smallest of raw / u16 / packed for these ids, the faster one on a tie),
     "raw" (int32), "u16" (ids in [0, 65536)), "packed" (bit-packed at the width of the largest
     id; ids >= 0), "pfor" (a bit width per block of 128 ids, the few wider ids patched: about
-    15 % smaller than packed on real tokenizer ids, slower to encode and decode; any int32),
+    15 % smaller than packed on real tokenizer ids, slower to decode, and as fast to encode
+    only with AVX-512; any int32),
     or "zstd" (the ids as u16, or raw when an id does not fit, zstd-compressed at level 1;
     auto's frame when that is not smaller; needs the `zstandard` package).
     checksum: append a CRC-32C of the frame.

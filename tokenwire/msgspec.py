@@ -21,9 +21,10 @@ default never sends more bytes than the ``list[int]`` it replaces (real tokenize
 bytes per id against msgpack's 2.7-2.8). ``Hooks(codec="raw")`` sends 4 bytes per id and decodes
 without a copy: the message is viewed when `decode` allows it (a raw frame in immutable memory:
 msgspec hands the hook a memoryview of the message, and a message given as `bytes` is viewed
-wherever the ids land; one given as a bytearray is copied once before it is checked). `EXT_CODE` (84)
-lies outside 1-5, the codes vLLM's own encoder uses; `Hooks(ext_code=..., codec=...)` makes hooks
-with another code or codec, and chains your own hooks for every other type.
+wherever the ids land; one given as a bytearray is copied once before it is checked).
+`EXT_CODE` (84) lies outside 1-5, the codes vLLM's own encoder uses; `Hooks(ext_code=...,
+codec=...)` makes hooks with another code or codec, and chains your own hooks for every other
+type.
 
 **Out-of-band frames** (the layout of vLLM's ``MsgpackEncoder``): ``Encoder().encode(obj)``
 returns ``[main, *buffers]``; a TokenVector of at least `threshold` bytes is not copied into the
@@ -420,7 +421,7 @@ def _check_prefix(prefix: int) -> None:
 
 
 def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any]]:
-    _check_prefix(prefix)
+    # `prefix` checked by the caller (_check_prefix)
     if len(frames) <= prefix:
         raise WireFormatError(
             f"the message has {len(frames)} frame(s): expected {prefix} leading frame(s) and "
@@ -550,10 +551,10 @@ class Decoder:
         (libzmq alone holds its memory and never rewrites it); one received over inproc is the
         sender's memory, which it may still write, and is copied once
         (`tokenwire.transport.received_buffer`)."""
+        _check_prefix(prefix)
         if self.channel is not None:
             frames = socket.recv_multipart(flags=flags, copy=False)
         else:
-            _check_prefix(prefix)
             # The leading frames and the main frame as bytes, the buffers as zmq.Frames.
             frames = _recv_frames(socket, flags, prefix + 1)
         if prefix == 0:

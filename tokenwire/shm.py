@@ -87,8 +87,8 @@ from tokenwire._shmsegment import (_DONE_WORD, _FREE, _FULL, _GEN_MASK, _MAX_SLO
                                    _RECORDS, _SLOT_STATE0, _WORDS_PER_SLOT, _WRITING, _alive,
                                    _data_offset, _Segment, _state_word, available)
 from tokenwire.errors import AuthenticationError, WireFormatError
-from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _signature,
-                                 _unpickle, _verify, dumps_oob)
+from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _send_frames,
+                                 _signature, _unpickle, dumps_oob, loads_oob, received_buffer)
 
 __all__ = ["SHM_THRESHOLD", "SLOT_BYTES", "SLOTS", "Receiver", "Sender", "available"]
 
@@ -120,6 +120,8 @@ _BELL_MAGIC = b"TWR1"
 _MSG_PACK, _BELL_PACK = _MSG.pack, _BELL.pack
 # A protocol-5 pickle starts with these bytes (PROTO 5), a descriptor with _DESC_MAGIC.
 _PICKLE5 = b"\x80\x05"
+
+
 class Sender:
     """The sending side: creates the segment and writes large buffers into free slots.
 
@@ -389,8 +391,7 @@ class Sender:
         the same way), with no descriptor and no sequence -- the receiver tells the two apart
         by the descriptor's magic (a pickle starts with ``b"\\x80\\x05"``). A buffer that
         wants a slot and finds the ring full keeps the descriptor and a sequence."""
-        words = self._words
-        reader = words.load(_READER_WORD) if words is not None else 0
+        reader = self.attached()
         if not reader:
             parts = dumps_oob(obj, oob_threshold=oob_threshold)
             desc, frames = self.place(parts[1:], use_slots=False)
@@ -434,8 +435,7 @@ class Sender:
              oob_threshold: int = OOB_THRESHOLD, flags: int = 0) -> None:
         """Send `obj` for `Receiver.recv` (which also reads what `send_pyobj_oob` sends with
         this channel): the frames of `message`, without copying them."""
-        socket.send_multipart(self.message(obj, key=key, oob_threshold=oob_threshold), flags,
-                              copy=False)
+        _send_frames(socket, self.message(obj, key=key, oob_threshold=oob_threshold), flags)
 
     def message(self, obj: Any, *, key: Optional[bytes] = None,
                 oob_threshold: int = OOB_THRESHOLD) -> List[Any]:
@@ -449,8 +449,7 @@ class Sender:
         receiver that spins could take it before the earlier one arrives; it goes through the
         socket, and once the receiver is done with it the ring is the next message's
         shortcut again."""
-        words = self._words
-        reader = words.load(_READER_WORD) if words is not None else 0
+        reader = self.attached()
         if not reader:
             return self.dumps(obj, oob_threshold=oob_threshold, key=key)
         ring = not self._unsequenced
@@ -544,9 +543,9 @@ class Receiver:
             if len(views) >= 2 and views[1][:2] == _PICKLE5 and _is_signature(views[0]):
                 # No descriptor: a message that took no slot, signed as dumps_oob signs (a
                 # channel message's signature never verifies as such a message's).
-                _verify(views, _as_key(key), sign_buffers)
                 self.stats["frames"] += len(frames) - 2
-                return _unpickle(views[1], frames[2:], find_class)
+                return loads_oob(frames, key=key, sign_buffers=sign_buffers,
+                                 find_class=find_class)
             if len(views) < 3 or not _is_signature(views[0]):
                 raise AuthenticationError(
                     f"unsigned message: {len(views)} frame(s), a signed channel message has a "
@@ -566,7 +565,7 @@ class Receiver:
                 # here touches a segment: a slot-using message stripped of its descriptor
                 # names buffers that are missing and is refused by the unpickler.
                 self.stats["frames"] += len(frames) - 1
-                return _unpickle(views[0], frames[1:], find_class)
+                return loads_oob(frames, find_class=find_class)
             if views and _is_signature(views[0]):
                 raise AuthenticationError("the message is signed: pass key= to verify and load it")
             if len(views) < 2:
@@ -583,7 +582,6 @@ class Receiver:
         (without the GIL, one core busy) up to `spin_us` microseconds on the ring for the next
         message the sender published there, then blocks on the socket. A doorbell whose
         message was already taken from the ring is dropped."""
-        from tokenwire.transport import received_buffer
         import zmq
         while True:
             try:

@@ -358,7 +358,7 @@ def _check_counts(prefix: int, routing: int) -> None:
 
 
 def _leading(frames: List[Any], prefix: int, routing: int) -> int:
-    _check_counts(prefix, routing)
+    """The number of leading frames (counts checked by the caller, _check_counts)."""
     k = prefix + routing
     if len(frames) <= k:
         raise WireFormatError(
@@ -396,8 +396,9 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
                    channel: Any = None, prefix: int = 0, routing: int = 0) -> Any:
     """Receive an object sent by `send_pyobj_oob`. The leading frames and the pickle are
     received as `bytes`, the out-of-band buffers with ``copy=False``; a token field views a
-    buffer read from a tcp or ipc stream and copies one received over inproc, whose memory the sender can still write (`received_buffer`). With `key`, the
-    signature is verified before unpickling; a worker whose socket anyone else can reach must
+    buffer read from a tcp or ipc stream and copies one received over inproc, whose memory the
+    sender can still write (`received_buffer`). With `key`, the signature is verified before
+    unpickling; a worker whose socket anyone else can reach must
     pass one. Pass `channel` (a `tokenwire.shm.Receiver`) when the sender passes one.
 
     With `routing` and/or `prefix` (numbers of leading frames: ``[*routing, *prefix, ...]``, see

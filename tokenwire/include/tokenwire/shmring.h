@@ -5,10 +5,11 @@
  * FREE slot and makes it FULL, the receiver (or the sender taking a slot back) makes a FULL slot
  * FREE. Every transition the other side can race with is one compare-and-swap from the state
  * the caller saw, so a late transition never overwrites a newer one. The reader's copy out of a
- * slot is a seqlock read: acquire-load the word, copy, acquire fence, then the compare-and-swap
- * that frees the slot succeeds only if the word never changed (generations never repeat).
- * The writer, after it marks a slot WRITING, issues a release fence before touching the bytes,
- * and publishes FULL with a release store.
+ * slot is a seqlock read: acquire-load the word, copy, then the compare-and-swap that frees the
+ * slot succeeds only if the word never changed (generations never repeat); being sequentially
+ * consistent, it cannot be reordered before the copy. The writer marks a slot WRITING with a
+ * compare-and-swap, which its stores of the bytes cannot move ahead of, and publishes FULL with
+ * a release store.
  *
  * pidfd_getfd (Linux >= 5.6) duplicates another process's file descriptor without opening any
  * path, so what the receiver holds is exactly the file the sender's descriptor named when the
@@ -53,7 +54,9 @@ static inline void tw_shm_store(uint64_t *word, uint64_t value) {
 #endif
 }
 
-/* 1 when *word was `expect` and is now `desired`, 0 when it held something else. */
+/* 1 when *word was `expect` and is now `desired`, 0 when it held something else. Sequentially
+   consistent, so both acquire and release: the loads and stores before it (a slot's bytes
+   copied out, the WRITING state) complete before it, those after it start after it. */
 static inline int tw_shm_cas(uint64_t *word, uint64_t expect, uint64_t desired) {
 #if TW_SHM_ATOMICS
     return __atomic_compare_exchange_n(word, &expect, desired, 0, __ATOMIC_SEQ_CST,
@@ -62,20 +65,6 @@ static inline int tw_shm_cas(uint64_t *word, uint64_t expect, uint64_t desired) 
     if (*(volatile uint64_t *)word != expect) return 0;   /* not used: shm is Linux only */
     *(volatile uint64_t *)word = desired;
     return 1;
-#endif
-}
-
-/* Orders the loads before it (a slot's bytes) before the loads after it (the state word). */
-static inline void tw_shm_acquire_fence(void) {
-#if TW_SHM_ATOMICS
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-#endif
-}
-
-/* Orders the stores before it (WRITING) before the stores after it (a slot's bytes). */
-static inline void tw_shm_release_fence(void) {
-#if TW_SHM_ATOMICS
-    __atomic_thread_fence(__ATOMIC_RELEASE);
 #endif
 }
 
