@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import gc
 import os
+import pickle
 import random
 import struct
 import sys
@@ -19,10 +20,11 @@ import tokenwire
 import tokenwire.wire
 import tokenwire.memory
 from tokenwire import WireFormatError
-from tokenwire.errors import ChecksumError
+from tokenwire.errors import ChecksumError, TokenIdOverflowError
 from tokenwire import _core
 from tokenwire._core import _crc32c
 
+from support.buffers import owns_memory
 from support.strategies import (
     BOUNDARY_IDS,
     CODECS,
@@ -655,6 +657,24 @@ def test_misaligned_immutable_source_is_viewed_and_exported_aligned() -> None:
         assert np.frombuffer(view, np.int32).ctypes.data % 4 == 0 and view.tolist() == [1, 2, 3]
         assert sys.getsizeof(tv) == empty + 12         # aligned once, into storage of its own
         assert np.asarray(tv).ctypes.data == np.frombuffer(view, np.int32).ctypes.data
+
+
+def test_an_unaligned_view_is_checked_and_read_in_place() -> None:
+    # vocab_size checks the ids where they lie; the error names the id read there.
+    ids = list(range(1000)) + [70_000]
+    frame = tokenwire.encode(ids, codec="raw")
+    for pad in range(1, 4):
+        msg = b"\0" * pad + frame
+        with pytest.raises(tokenwire.WireFormatError, match="index 1000 is 70000"):
+            tokenwire.decode(memoryview(msg)[pad:], vocab_size=65_536)
+        out = tokenwire.decode(memoryview(msg)[pad:], vocab_size=70_001)
+        assert not owns_memory(out) and out == ids and repr(out).endswith("999, 70000], len=1001)")
+        assert out == array.array("q", ids) and (out + array.array("i", [5]))[-2:].tolist() == \
+            [70_000, 5]
+        with pytest.raises(TokenIdOverflowError, match="index 1000 is 70000"):
+            out + array.array("h", [5])
+        assert tokenwire.decode(tokenwire.encode(out, codec="packed")) == ids
+        assert pickle.loads(pickle.dumps(out, protocol=5)) == ids
 
 
 def test_decode_many_raw_views_share_the_frame() -> None:

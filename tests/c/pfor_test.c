@@ -10,10 +10,13 @@
  *
  * Built and run by tests/test_pfor_kernel.py (with -fsanitize=address,undefined). Prints "ok" and
  * exits 0 when every check passed; prints each failure and exits 1 otherwise. */
+#define _POSIX_C_SOURCE 200809L     /* clock_gettime, sched_yield under -std=c99 */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tokenwire/pfor.h"
 
@@ -482,7 +485,7 @@ static void test_fuzz(unsigned iterations) {
 
 /* The encoder reads each id once (into its stack block), so a writer changing the source during
  * encoding still yields a valid payload whose ids are each an old or a new value. */
-typedef struct { volatile int32_t *ids; size_t n; volatile int stop; } race_arg;
+typedef struct { volatile int32_t *ids; size_t n; volatile int stop; volatile unsigned long passes; } race_arg;
 
 static void *race_writer(void *p) {
     race_arg *a = (race_arg *)p;
@@ -490,21 +493,50 @@ static void *race_writer(void *p) {
     while (!a->stop) {
         for (size_t i = 0; i < a->n; i++) a->ids[i] = (k & 1) ? (int32_t)(i % 50000) : -1 - (int32_t)(i % 7);
         k++;
+        a->passes = k;
     }
     return NULL;
+}
+
+/* The race tests count only the calls the writer overlapped (its pass counter moved during the
+ * call), and go on until `want` of them did or RACE_SECONDS have passed: on a busy machine the
+ * writer thread may not run at all during a fixed number of calls, and such a run could not
+ * fail. Fewer than RACE_MIN_OVERLAPS overlapped calls fail the test. */
+#define RACE_MIN_OVERLAPS 20
+#define RACE_SECONDS 20.0
+
+static void wait_for_writer(volatile unsigned long *passes) {
+    while (*passes == 0) sched_yield();
+}
+
+static double race_clock(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Whether a race loop goes on after `calls` calls, `overlapped` of them overlapped. */
+static int race_more(long calls, unsigned overlapped, unsigned want, double start) {
+    if (overlapped >= want) return 0;
+    return (calls & 1023) != 0 || race_clock() - start < RACE_SECONDS;
 }
 
 static void test_race(void) {
     const size_t n = 4096;
     int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * n);
     for (size_t i = 0; i < n; i++) ids[i] = (int32_t)(i % 50000);
-    race_arg a = {ids, n, 0};
+    race_arg a = {ids, n, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, race_writer, &a);
     uint8_t *buf = (uint8_t *)malloc(twpf_bound(n));
     int32_t *out = (int32_t *)malloc(sizeof(int32_t) * n);
-    for (int r = 0; r < 200; r++) {
+    wait_for_writer(&a.passes);
+    unsigned overlapped = 0;
+    double start = race_clock();
+    for (long r = 0; race_more(r, overlapped, 2000, start); r++) {
+        unsigned long before = a.passes;
         size_t len = twpf_encode(ids, n, buf);
+        overlapped += a.passes != before;
         CHECK(len <= twpf_bound(n), "race: over the bound");
         twpf_error err;
         int rc = twpf_decode(buf, len, out, n, &err);
@@ -517,6 +549,8 @@ static void test_race(void) {
     }
     a.stop = 1;
     pthread_join(t, NULL);
+    CHECK(overlapped >= RACE_MIN_OVERLAPS, "race: the writer overlapped only %u encodes",
+          overlapped);
     free(out);
     free(buf);
     free(ids);
@@ -527,7 +561,7 @@ static void test_race(void) {
  * an error (a zero high part was seen) or ids made of high parts that were checked (each
  * exception 300 or 400), never an exception applied with a high part that was not judged (a
  * zero read again after the check would give 0). */
-typedef struct { volatile uint8_t *bytes; size_t len; volatile int stop; } hb_race_arg;
+typedef struct { volatile uint8_t *bytes; size_t len; volatile int stop; volatile unsigned long passes; } hb_race_arg;
 
 static void *hb_writer(void *p) {
     hb_race_arg *a = (hb_race_arg *)p;
@@ -540,6 +574,7 @@ static void *hb_writer(void *p) {
         k++;
         if (k % 4 == 0)
             for (size_t h = 0; h < 16; h++) a->bytes[5 * 49 + 33 + h] = 150;
+        a->passes = k;
     }
     return NULL;
 }
@@ -551,12 +586,17 @@ static void test_decode_race(void) {
     uint8_t *buf = (uint8_t *)malloc(twpf_bound(n));
     size_t len = twpf_encode(ids, n, buf);
     CHECK(len == 16 * 49 && buf[0] == 0x81 && buf[33] == 150, "decode race: payload layout");
-    hb_race_arg a = {buf, len, 0};
+    hb_race_arg a = {buf, len, 0, 0};
     pthread_t t;
     pthread_create(&t, NULL, hb_writer, &a);
-    for (int r = 0; r < 3000; r++) {
+    wait_for_writer(&a.passes);
+    unsigned overlapped = 0;
+    double start = race_clock();
+    for (long r = 0; race_more(r, overlapped, 20000, start); r++) {
         twpf_error err;
+        unsigned long before = a.passes;
         int rc = twpf_decode(buf, len, out, n, &err);
+        overlapped += a.passes != before;
         CHECK(rc == TWPF_OK || rc == TWPF_E_NONCANONICAL, "decode race: code %d", rc);
         for (size_t i = 0; rc == TWPF_OK && i < n; i++) {
             int ok = i % 8 == 3 ? (out[i] == 300 || out[i] == 400) : out[i] == 1;
@@ -568,6 +608,8 @@ static void test_decode_race(void) {
     }
     a.stop = 1;
     pthread_join(t, NULL);
+    CHECK(overlapped >= RACE_MIN_OVERLAPS, "decode race: the writer overlapped only %u decodes",
+          overlapped);
     free(buf);
     free(out);
     free(ids);
