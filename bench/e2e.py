@@ -649,6 +649,8 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                     t1 = time.perf_counter()
                     if mode == "tokenwire-oob":
                         _send_frames(data, frames)       # = send_pyobj_oob's send
+                    elif mode.startswith("tokenwire-shm"):
+                        sender.send_frames(data, frames)  # = the channel's send (publishes)
                     else:
                         data.send_multipart(frames,
                                             copy=mode == "baseline" or mode == "tokenwire")

@@ -6,6 +6,7 @@ processes and kill them with SIGKILL mid-message.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import stat
@@ -539,17 +540,12 @@ SWAPPER = textwrap.dedent("""
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd_getfd", "proc-fallback"])
-def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monkeypatch, pidfd):
+def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monkeypatch):
     """The sender's fd number names the segment when the receiver looks at it, and another file
     right after (the fd number reused, or the pid: every readlink the receiver makes is followed
-    by the swap). The receiver never opens that other file: pidfd_getfd duplicates the fd
-    without opening anything, and the /proc fallback opens O_PATH, checks the file through its
-    own descriptor and reopens only that one. Opening the FIFO here would be seen by its reader
-    (a device could act on an open)."""
-    if pidfd and not shm_segment._PIDFD_GETFD:
-        pytest.skip("no os.pidfd_open")
-    monkeypatch.setattr(shm_segment, "_PIDFD_GETFD", pidfd)
+    by the swap). The receiver never opens that other file: it opens /proc/<pid>/fd/<fd> with
+    O_PATH, checks the file through its own descriptor and reopens only that one. Opening the
+    FIFO here would be seen by its reader (a device could act on an open)."""
     seg_id = os.urandom(16)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo, 0o600)
@@ -585,26 +581,56 @@ def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monk
         proc.wait()
 
 
-def test_attach_uses_pidfd_getfd_when_the_kernel_allows_it(pair, monkeypatch):
-    """In one process pidfd_getfd is always permitted (Linux >= 5.6); without it, or with it
-    turned off, the /proc fallback attaches the same segment."""
-    if not shm_segment._PIDFD_GETFD:
-        pytest.skip("no os.pidfd_open")
-    with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender:
+LOCK_PROBE = textwrap.dedent("""
+    import fcntl, sys
+    with open(sys.argv[1], "r+b") as f:
         try:
-            pidfd = os.pidfd_open(os.getpid())
-            os.close(shm_segment._pidfd_getfd(pidfd, sender.fd))
-            os.close(pidfd)
-        except OSError as e:
-            pytest.skip(f"pidfd_getfd: {e}")
-        for enabled, method in ((True, "pidfd"), (False, "proc")):
-            monkeypatch.setattr(shm_segment, "_PIDFD_GETFD", enabled)
-            with shm.Receiver() as receiver:
-                # The second receiver replaces the first (same pid): a message that takes a
-                # slot names the segment, a small one no longer does once one has attached.
-                send_pyobj_oob(pair[0], {"ids": ids()}, channel=sender)
-                assert recv_pyobj_oob(pair[1], channel=receiver)["ids"] == ids()
-                assert receiver._segments[sender._id].method == method
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print("held")
+        else:
+            print("free")
+""")
+
+
+def lock_probe(path) -> str:
+    """Whether another process finds the POSIX lock on `path` held."""
+    return subprocess.run([sys.executable, "-c", LOCK_PROBE, str(path)], capture_output=True,
+                          text=True, check=True, cwd=tempfile.gettempdir()).stdout.strip()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("where", ["take", "loads", "msgspec", "doorbell"])
+def test_a_forged_offer_of_the_receivers_own_file_leaves_it_alone(pair, tmp_path, where):
+    """An unsigned descriptor (or a doorbell) that offers, as the segment, a descriptor of a
+    file the receiving process holds a POSIX lock on (sqlite's locks are such): the receiver
+    refuses it without releasing the lock. A descriptor of that file duplicated into the
+    receiver and closed again would release it (POSIX locks belong to the process and the file,
+    and any close of the file drops them): the receiver never opens, duplicates or closes
+    anything but the segment."""
+    push, pull = pair
+    path = tmp_path / "db"
+    path.write_bytes(bytes(4096))
+    with open(path, "r+b") as f, shm.Receiver() as receiver:
+        fcntl.lockf(f, fcntl.LOCK_EX)
+        assert lock_probe(path) == "held"
+        seg_id = os.urandom(16)
+        desc = shm._DESC.pack(shm._DESC_MAGIC, seg_id, os.getpid(), f.fileno(), 1, 0, 1, 7) + \
+            shm._ENTRY.pack(0, 1, 4 * N)
+        with pytest.raises(WireFormatError, match="cannot map"):
+            if where == "take":
+                receiver.take(desc, [])
+            elif where == "loads":
+                receiver.loads([desc, b"\x80\x05N."])
+            elif where == "msgspec":
+                tm = pytest.importorskip("tokenwire.msgspec")
+                tm.Decoder(channel=receiver).decode([desc, b"\xc0"])
+            else:
+                push.send(shm._BELL.pack(shm._BELL_MAGIC, seg_id, os.getpid(), f.fileno(), 1,
+                                         0, 1, 200))
+                receiver.recv(pull)
+        assert "is not the segment" in receiver._refused[seg_id]
+        assert lock_probe(path) == "held"
 
 
 # -- real processes killed mid-message ---------------------------------------------------------
@@ -754,6 +780,7 @@ def test_a_doorbell_of_a_message_taken_from_the_ring_is_dropped(pair, channel):
     push, pull = pair
     bell = sender.message({"n": 1, "ids": ids(start=1)})
     assert len(bell) == 1 and sender.stats["ring"] == 1         # a doorbell: the rest in a slot
+    sender.publish()                                              # as if the socket took it
     got = receiver.recv(pull, spin_us=100_000)                    # the socket is empty: the ring
     assert got["n"] == 1 and got["ids"] == ids(start=1) and receiver.stats["ring"] == 1
     push.send_multipart(bell)                                     # its doorbell, late
@@ -764,7 +791,7 @@ def test_a_doorbell_of_a_message_taken_from_the_ring_is_dropped(pair, channel):
     assert receiver.stats["ring"] == 2
     if pull.poll(100):             # message 2's doorbell, if the ring was faster: nothing else
         left = pull.recv_multipart()
-        assert len(left) == 1 and shm._BELL.unpack(left[0])[2] == sender._seq
+        assert len(left) == 1 and shm._BELL.unpack(left[0])[4] == sender._seq
     assert not pull.poll(100)
 
 
@@ -813,7 +840,8 @@ def test_a_forged_doorbell_is_refused(pair, channel):
     push, pull = pair
     sender.send(push, {"n": 1, "ids": ids(start=1)})
     assert receiver.recv(pull)["n"] == 1
-    push.send(shm._BELL.pack(shm._BELL_MAGIC, sender._id, sender._seq + 1, 0, 1, 200))
+    push.send(shm._BELL.pack(shm._BELL_MAGIC, sender._id, os.getpid(), sender.fd,
+                             sender._seq + 1, 0, 1, 200))
     with pytest.raises(WireFormatError, match="does not hold generation 1"):
         receiver.recv(pull)
     sender.send(push, {"n": 2, "ids": ids(start=2)})
@@ -1011,6 +1039,7 @@ def test_the_ring_never_overtakes_a_message_without_sequence(pair, channel):
         assert receiver.recv(pull, spin_us=1000)["n"] == n
     third = sender.message({"n": 3, "ids": ids(start=3)})
     assert len(third) == 1 and sender._seq == 3                    # a doorbell: the ring
+    sender.publish()
     assert receiver.recv(pull, spin_us=100_000)["n"] == 3
     assert receiver.stats["ring"] == 1
     push.send_multipart(third)                                      # late: dropped
@@ -1069,3 +1098,197 @@ def test_a_record_reused_by_a_message_on_the_socket_names_no_slot(pair, channel)
     push.send_multipart(frames)
     got = receiver.recv(pull, spin_us=1000)
     assert got["n"] == "big" and got["ids"] == big
+
+
+# -- a send that raises delivers nothing ----------------------------------------------------------
+
+@pytest.fixture
+def unreachable(zmq_ctx):
+    """A PUSH socket with no peer: a send with NOBLOCK raises zmq.Again."""
+    zmq, ctx = zmq_ctx
+    sock = ctx.socket(zmq.PUSH)
+    sock.bind(f"ipc:///tmp/tw-shm-{uuid.uuid4().hex}.ipc")
+    yield zmq, sock
+    sock.close(linger=0)
+
+
+@pytest.mark.parametrize("how", ["send", "send_pyobj_oob", "msgspec"])
+def test_a_send_that_raises_delivers_nothing_and_holds_no_slot(pair, channel, unreachable, how):
+    """The channel writes a message's slots (and, for `send`, the whole message) before the
+    socket takes its frames. When the socket raises, the message is undone: a receiver never
+    gets it, not from the ring either (so a caller that retries delivers it once), its slots
+    are free again and its sequence is the next message's."""
+    zmq, dead = unreachable
+    sender, receiver = channel
+    push, pull = pair
+    decoder = None
+    if how == "msgspec":
+        tm = pytest.importorskip("tokenwire.msgspec")
+        encoder, decoder = tm.Encoder(channel=sender), tm.Decoder(channel=receiver)
+
+    def send(sock, msg, flags=0):
+        if how == "send":
+            sender.send(sock, msg, flags=flags)
+        elif how == "send_pyobj_oob":
+            send_pyobj_oob(sock, msg, flags, channel=sender)
+        else:
+            encoder.send(sock, msg, flags)
+
+    def recv():
+        if how == "send":
+            return receiver.recv(pull, spin_us=1000)
+        if how == "send_pyobj_oob":
+            return recv_pyobj_oob(pull, channel=receiver)
+        return decoder.recv(pull)
+
+    send(push, {"n": 0, "ids": ids(start=0)})
+    assert recv()["n"] == 0 and sender.attached() == os.getpid()
+    seq, slots_used = sender._seq, sender.stats["shm"]
+    for _ in range(3 * sender.slots):              # more than the ring holds
+        with pytest.raises(zmq.Again):
+            send(dead, {"n": 1, "ids": ids(start=1)}, zmq.NOBLOCK)
+        assert not receiver.poll(pull, spin_us=2000, timeout_ms=50)   # not in the ring either
+        assert sender._seq == seq and sender.stats["shm"] == slots_used
+    for n in (1, 2):                                # the retry, then the next message
+        send(push, {"n": n, "ids": ids(start=n)})
+        got = recv()
+        assert got["n"] == n and got["ids"] == ids(start=n)
+    assert sender.stats["shm"] > slots_used        # the ids took slots: none was held
+    assert not pull.poll(200)                      # nothing else arrives: [1, 2], not [1, 1, 2]
+
+
+# -- a worker restarted after kill -9 -----------------------------------------------------------
+
+RING_WORKER = textwrap.dedent("""
+    import os, sys, zmq
+    from tokenwire import shm
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
+    push = ctx.socket(zmq.PUSH); push.connect(sys.argv[2])
+    receiver = shm.Receiver()
+    push.send_pyobj(("ready", os.getpid()))
+    while True:
+        try:
+            msg = receiver.recv(pull, spin_us=float(sys.argv[3]))
+        except Exception as e:
+            push.send_pyobj(("error", repr(e)))
+            continue
+        push.send_pyobj(("ok", msg["n"], msg["ids"] == msg["expect"], os.getpid()))
+""")
+
+
+def _wait_event(monitor, event, timeout_ms: int = 30_000) -> None:
+    from zmq.utils.monitor import recv_monitor_message
+    while True:
+        assert monitor.poll(timeout_ms), f"no zmq event {event}"
+        if recv_monitor_message(monitor)["event"] == event:
+            return
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("spin_us", [0, 2000])
+def test_a_worker_restarted_after_kill_9_gets_every_message(zmq_ctx, tmp_path, spin_us):
+    """A worker reading whole messages from the ring (Sender.send / Receiver.recv) is killed
+    with SIGKILL and a new one started in its place: every message sent to the new worker
+    arrives, with its ids; none is refused for naming a segment it has not mapped. The
+    proxy sees that the attached pid no longer runs and offers the segment again, and a
+    doorbell carries the offer too."""
+    zmq, ctx = zmq_ctx
+    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
+    push = ctx.socket(zmq.PUSH)
+    monitor = push.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+    push.bind(out)
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(back)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    sender = shm.Sender(slots=16, slot_bytes=256 * 1024)
+    workers = []
+
+    def send(n: int) -> None:
+        v = ids(start=n)
+        sender.send(push, {"n": n, "ids": v, "expect": v})
+
+    try:
+        for life in range(2):
+            workers.append(_spawn(RING_WORKER, out, back, str(spin_us)))
+            _wait_event(monitor, zmq.EVENT_ACCEPTED)
+            assert pull.recv_pyobj()[0] == "ready"
+            got = []
+            for n in range(100 * life, 100 * life + 24):
+                send(n)
+                got.append(pull.recv_pyobj())
+            assert got == [("ok", n, True, workers[-1].pid)
+                           for n in range(100 * life, 100 * life + 24)], got
+            assert sender.attached() == workers[-1].pid
+            assert sender.stats["ring"] >= 20 * (life + 1)
+            workers[-1].send_signal(signal.SIGKILL)
+            workers[-1].wait()
+            _wait_event(monitor, zmq.EVENT_DISCONNECTED)
+    finally:
+        for w in workers:
+            w.kill()
+            w.wait()
+        monitor.close(linger=0)
+        push.disable_monitor()
+        push.close(linger=0)
+        pull.close(linger=0)
+        sender.close()
+
+
+def test_a_new_receiver_attaches_from_a_doorbell(pair):
+    """A receiver that has not mapped the segment (a new Receiver in the same process: the
+    attached pid is alive) takes a ring message from the offer its doorbell carries."""
+    push, pull = pair
+    with shm.Sender(slots=4, slot_bytes=256 * 1024) as sender:
+        with shm.Receiver() as first:
+            attach(pair, sender, first)
+            sender.send(push, {"n": 1, "ids": ids(start=1)})
+            assert first.recv(pull)["n"] == 1
+        with shm.Receiver() as second:
+            sender.send(push, {"n": 2, "ids": ids(start=2)})
+            got = second.recv(pull)
+            assert got["n"] == 2 and got["ids"] == ids(start=2)
+            assert second.stats["ring"] == 1 and sender._id in second._segments
+
+
+# -- numeric arguments are checked before they are used ----------------------------------------
+
+@pytest.mark.parametrize("spin_us", [float("inf"), 1e16, 9.3e15, 60_000_001, float("nan"), -1])
+def test_a_spin_outside_a_minute_is_refused(zmq_ctx, pair, channel, spin_us):
+    """spin_us is checked as a number before it is converted to nanoseconds (a double beyond
+    int64 converted to it is undefined behaviour), in the channel and in its kernel."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    pull.setsockopt(zmq_ctx[0].RCVTIMEO, 2000)          # a spin taken as 0 blocks: not forever
+    with pytest.raises(ValueError, match="spin_us must be in"):
+        receiver.recv(pull, spin_us=spin_us)
+    with pytest.raises(ValueError, match="spin_us must be in"):
+        receiver.poll(pull, spin_us=spin_us, timeout_ms=0)
+    with pytest.raises(ValueError, match="timeout_us must be in"):
+        receiver._segments[sender._id].words.wait(0, 1, spin_us)
+    sender.send(push, {"ids": ids(start=3)})
+    assert receiver.recv(pull, spin_us=shm.MAX_SPIN_US)["ids"] == ids(start=3)
+
+
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: shm.Sender(slots=2.5), TypeError, "slots must be an int"),
+    (lambda: shm.Sender(slots=0), ValueError, r"slots must be in \[1, 65536\], got 0"),
+    (lambda: shm.Sender(slot_bytes=1 << 31), ValueError, "slot_bytes must be in"),
+    (lambda: shm.Sender(threshold=-1), ValueError, "threshold must be in"),
+    (lambda: shm.Sender(threshold="1"), TypeError, "threshold must be an int, got str"),
+    (lambda: shm.Receiver(max_segments=0), ValueError, "max_segments must be in"),
+    (lambda: shm.Receiver(max_segments=True), TypeError, "max_segments must be an int"),
+])
+def test_channel_arguments_are_checked(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_poll_timeout_and_spin_types_are_checked(pair, channel):
+    _, receiver = channel
+    _, pull = pair
+    with pytest.raises(ValueError, match="timeout_ms must be in"):
+        receiver.poll(pull, timeout_ms=-5)
+    with pytest.raises(TypeError, match="spin_us must be a number"):
+        receiver.recv(pull, spin_us="100")

@@ -11,7 +11,7 @@ file per concept, all compiled into this one module (kernels compute, wrappers c
   * _restore.pxi      -- token data restored from a pickle (one rule for a repeated source);
   * _wire.pxi         -- the wire codec (encode / decode / encode_many / decode_many);
   * _inspect.pxi      -- frame_info, and which kernels this CPU runs;
-  * _shmring.pxi      -- the shared-memory ring's atomic state words and pidfd_getfd.
+  * _shmring.pxi      -- the shared-memory ring's atomic state words.
 C-level concepts have one .pxd each (_byteorder, _bitpack, _crc32c, _frame, _pyint) over the C
 headers in include/tokenwire/, which the C++ header wire.hpp shares. Kernels take raw pointers,
 hold no references and are `noexcept nogil`; argument checks and error messages live in the

@@ -1,5 +1,5 @@
 # The shared-memory ring's state words (tokenwire.shm): atomic loads, stores and
-# compare-and-swaps on the aligned 8-byte words of a segment's header pages, and pidfd_getfd.
+# compare-and-swaps on the aligned 8-byte words of a segment's header pages.
 #
 # Included by _core.pyx (the hub). The atomics are the C header include/tokenwire/shmring.h;
 # this file only checks what Python hands it (alignment, bounds) and names the errors.
@@ -8,12 +8,12 @@ cdef extern from "tokenwire/shmring.h" nogil:
     uint64_t tw_shm_load(const uint64_t* word)
     void tw_shm_store(uint64_t* word, uint64_t value)
     int tw_shm_cas(uint64_t* word, uint64_t expect, uint64_t desired)
-    int tw_shm_pidfd_getfd(int pidfd, int targetfd)
     int tw_shm_wait(const uint64_t* word, uint64_t value, int64_t timeout_ns)
 
-from libc.errno cimport errno as _c_errno
-
-from os import strerror as _os_strerror
+# The longest spin `_ShmWords.wait` accepts, in microseconds (a minute); tokenwire.shm checks
+# every spin_us against MAX_SPIN_US.
+cdef double _max_spin_us = 60_000_000.0
+MAX_SPIN_US = _max_spin_us
 
 
 cdef class _ShmWords:
@@ -71,21 +71,14 @@ cdef class _ShmWords:
         """Spin, without the GIL, until word `i` holds `value` or `timeout_us` have passed:
         True if it does. The receiver's low-latency wait for the next message."""
         cdef const uint64_t* w = self._at(i)
-        cdef int64_t ns = <int64_t>(timeout_us * 1000.0) if timeout_us > 0 else 0
+        cdef int64_t ns
         cdef int ok
-        if ns > 60_000_000_000:
-            raise ValueError(f"_ShmWords.wait: {timeout_us} us is more than a minute")
+        # Checked as a double, before the conversion: a double beyond int64 (or NaN) converted
+        # to int64 is undefined behaviour.
+        if not 0.0 <= timeout_us <= _max_spin_us:
+            raise ValueError(f"_ShmWords.wait: timeout_us must be in [0, {_max_spin_us:.0f}] "
+                             f"(a minute), got {timeout_us}")
+        ns = <int64_t>(timeout_us * 1000.0)
         with nogil:
             ok = tw_shm_wait(w, value, ns)
         return ok != 0
-
-
-def _pidfd_getfd(int pidfd, int targetfd):
-    """A close-on-exec duplicate of the descriptor `targetfd` of the process `pidfd` refers to
-    (Linux >= 5.6 pidfd_getfd; OSError with the errno otherwise)."""
-    cdef int fd = tw_shm_pidfd_getfd(pidfd, targetfd)
-    if fd < 0:
-        e = _c_errno
-        raise OSError(e, f"pidfd_getfd: {_os_strerror(e)}")
-    return fd
-

@@ -17,7 +17,7 @@ import struct
 import sys
 from typing import Any, Optional, Tuple
 
-from tokenwire._core import TokenVector, _pidfd_getfd, _ShmWords
+from tokenwire._core import TokenVector, _ShmWords
 from tokenwire.errors import WireFormatError
 
 _MAGIC = b"TWSHM\0\0\2"
@@ -43,9 +43,6 @@ _FREE, _FULL, _WRITING = 0, 1, 2
 _GEN_MASK = (1 << 62) - 1
 _MAX_SLOTS = 1 << 16
 _MAX_SLOT_BYTES = 1 << 30
-# pidfd_getfd hands the segment over without opening a path (Linux >= 5.6, ptrace permission
-# over the sender); otherwise the receiver falls back to /proc/<pid>/fd/<fd> (_open_segment).
-_PIDFD_GETFD = hasattr(os, "pidfd_open")
 
 
 def available() -> bool:
@@ -101,33 +98,19 @@ def create(slots: int, slot_bytes: int) -> Tuple[int, mmap.mmap, bytes]:
     return fd, m, seg_id
 
 
-def _open_segment(pid: int, fd: int, name: str) -> Tuple[int, str]:
-    """A descriptor of the file `fd` of process `pid` names, opened without side effects:
-    ``(descriptor, method)``. The caller checks that it is the segment.
+def _open_segment(pid: int, fd: int, name: str) -> int:
+    """A read-write descriptor of the segment `name`, which the descriptor `fd` of process `pid`
+    is said to hold. The caller checks the rest (owner, mode, seals, size, header).
 
-    pidfd_getfd duplicates the sender's descriptor: no path is opened, and should the pid have
-    been reused the duplicate is some file of another process, which the caller's checks (a
-    sealed memfd holding the segment's random id) refuse. Without it (before Linux 5.6, or no
-    ptrace permission over the sender) /proc/<pid>/fd/<fd> is opened with O_PATH, which opens
-    nothing (no device or FIFO sees an open), the file it names is checked through our own
-    descriptor (its name, a regular file), and only that file is reopened read-write."""
-    pidfd = -1
-    if _PIDFD_GETFD:
-        try:
-            pidfd = os.pidfd_open(pid)
-        except OSError as e:
-            if e.errno != errno.ENOSYS:             # before Linux 5.3: the fallback below
-                raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
-                                       f"{e.strerror}") from None
-    if pidfd >= 0:
-        try:
-            return _pidfd_getfd(pidfd, fd), "pidfd"
-        except OSError as e:
-            if e.errno not in (errno.EPERM, errno.EACCES, errno.ENOSYS):
-                raise OSError(e.errno, f"the segment {name} of pid {pid} is not reachable: "
-                                       f"{e.strerror}") from None
-        finally:
-            os.close(pidfd)
+    Whoever sent the descriptor chose `pid` and `fd`, and may have named any file of any
+    process, the receiver's own included. So nothing here opens, duplicates or closes a
+    descriptor of any file but the segment: /proc/<pid>/fd/<fd> is opened with O_PATH, which
+    gives a handle on the file without opening it (no device or FIFO sees an open) and whose
+    close has no effect either (POSIX locks are released only when a descriptor opened for I/O
+    closes: duplicating a file the receiver holds such a lock on, then closing the duplicate,
+    would drop that lock). The file is checked through that handle, which nobody else can
+    change: its name (/proc/self/fd/<handle>), a regular file. Only then is that same file
+    opened read-write, through the handle."""
     try:
         opath = os.open(f"/proc/{pid}/fd/{fd}", os.O_PATH | os.O_CLOEXEC)
     except OSError as e:
@@ -140,7 +123,7 @@ def _open_segment(pid: int, fd: int, name: str) -> Tuple[int, str]:
                 or not stat.S_ISREG(os.fstat(opath).st_mode):
             raise OSError(errno.ENOENT, f"/proc/{pid}/fd/{fd} is not the segment {name} (it is "
                                         f"{link!r})")
-        return os.open(own, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK), "proc"
+        return os.open(own, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
     finally:
         os.close(opath)
 
@@ -150,7 +133,7 @@ class _Segment:
 
     def __init__(self, pid: int, fd: int, seg_id: bytes) -> None:
         name = _NAME + seg_id.hex()
-        dfd, self.method = _open_segment(pid, fd, name)
+        dfd = _open_segment(pid, fd, name)
         try:
             st = os.fstat(dfd)
             if not stat.S_ISREG(st.st_mode):

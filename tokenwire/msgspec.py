@@ -477,7 +477,10 @@ class Encoder:
         frames = self.encode(obj)
         if prefix != ():
             frames = _prefix_frames(prefix) + frames
-        _send_frames(socket, frames, flags)
+        if self.channel is not None:
+            self.channel.send_frames(socket, frames, flags)   # a send that raises delivers nothing
+        else:
+            _send_frames(socket, frames, flags)
 
     def _enc_hook(self, obj: Any) -> Any:
         return self.hooks.aux_enc_hook(obj, self._local.frames)

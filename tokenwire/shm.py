@@ -19,11 +19,11 @@ How it is kept safe (docs/transport.md, "Shared-memory channel", says what it pr
 * The segment is a sealed ``memfd`` (Linux): it has no name in ``/dev/shm`` and the kernel frees
   it when the last process holding it exits, so a process killed with ``kill -9`` leaks nothing.
   It is mode 0o600 and sealed against shrinking or growing, so a peer cannot truncate it under
-  a reader (which would crash the reader with SIGBUS). A receiver duplicates the sender's
-  descriptor with ``pidfd_getfd`` (no path is opened), or, without ptrace permission over the
-  sender, opens ``/proc/<sender pid>/fd/<fd>`` with ``O_PATH`` (which opens nothing), checks the
-  file and reopens only that one (same user, same host, same pid namespace); it checks the
-  name, owner, mode, seals, size and a random 16-byte segment id before mapping it.
+  a reader (which would crash the reader with SIGBUS). A receiver opens
+  ``/proc/<sender pid>/fd/<fd>`` with ``O_PATH`` (which opens nothing, and whose close releases
+  no lock: the pid and fd come from an unverified message), checks the file and reopens only
+  that one (same user, same host, same pid namespace); it checks the name, owner, mode, seals,
+  size and a random 16-byte segment id before mapping it.
 * Each slot has a header: a state word ``generation << 2 | state`` (a random generation per
   write), a length and the sequence number of the message it holds. The descriptor names slot
   index, generation and length for each buffer. The receiver checks the index against the ring,
@@ -81,16 +81,17 @@ from collections import OrderedDict
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tokenwire import _shmsegment as _seg
-from tokenwire._core import _ShmWords
+from tokenwire._core import MAX_SPIN_US, _ShmWords
 from tokenwire._shmsegment import (_DONE_WORD, _FREE, _FULL, _GEN_MASK, _MAX_SLOT_BYTES,
                                    _MAX_SLOTS, _READER_WORD, _RECORD_WORD, _RECORD_WORDS,
                                    _RECORDS, _SLOT_STATE0, _WORDS_PER_SLOT, _WRITING, _alive,
+                                   _record_word,
                                    _data_offset, _Segment, _state_word, available)
 from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _send_frames,
                                  _signature, _unpickle, dumps_oob, loads_oob, received_buffer)
 
-__all__ = ["SHM_THRESHOLD", "SLOT_BYTES", "SLOTS", "Receiver", "Sender", "available"]
+__all__ = ["MAX_SPIN_US", "SHM_THRESHOLD", "SLOT_BYTES", "SLOTS", "Receiver", "Sender", "available"]
 
 #: Buffers at least this many bytes go through a slot once a receiver has attached (smaller ones
 #: stay in-band, or travel as frames from the transport's ``oob_threshold`` up). Around 8k ids
@@ -113,10 +114,12 @@ _NO_SLOT = (1 << 64) - 1
 _NO_SEGMENT = bytes(16)
 # A whole message in a slot (Sender.send / Receiver.recv): the lengths of its signature,
 # descriptor and pickle, then those bytes. Its doorbell, the zmq message that wakes a receiver
-# blocked on the socket: magic, segment id, sequence, slot, generation, length.
+# blocked on the socket: magic, segment id, sender pid, segment fd (the offer to attach, as in a
+# descriptor: a receiver started in place of one that died maps the segment from it), sequence,
+# slot, generation, length.
 _MSG = struct.Struct("<IIQ")
-_BELL = struct.Struct("<4s16sQQQQ")
-_BELL_MAGIC = b"TWR1"
+_BELL = struct.Struct("<4s16sIIQQQQ")
+_BELL_MAGIC = b"TWR2"
 _MSG_PACK, _BELL_PACK = _MSG.pack, _BELL.pack
 # A protocol-5 pickle starts with these bytes (PROTO 5), a descriptor with _DESC_MAGIC.
 _PICKLE5 = b"\x80\x05"
@@ -135,11 +138,9 @@ class Sender:
 
     def __init__(self, slots: int = SLOTS, slot_bytes: int = SLOT_BYTES, *,
                  threshold: int = SHM_THRESHOLD) -> None:
-        if not 1 <= slots <= _MAX_SLOTS:
-            raise ValueError(f"slots must be in [1, {_MAX_SLOTS}], got {slots}")
-        if not 1 <= slot_bytes <= _MAX_SLOT_BYTES:
-            raise ValueError(f"slot_bytes must be in [1, {_MAX_SLOT_BYTES}], got {slot_bytes}")
-        self.threshold = threshold
+        slots = _count("slots", slots, 1, _MAX_SLOTS)
+        slot_bytes = _count("slot_bytes", slot_bytes, 1, _MAX_SLOT_BYTES)
+        self.threshold = _count("threshold", threshold, 0, 1 << 62)
         self.slots = slots
         self.slot_bytes = (slot_bytes + 63) // 64 * 64
         self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
@@ -154,6 +155,11 @@ class Sender:
         self._pool = b""                         # random bytes for tokens (_random)
         self._pool_at = 0
         self._ring_records = [False] * _RECORDS  # records whose words 2-4 are not zeros
+        # The message being sent: what `cancel` undoes should its send fail (sequence, token,
+        # _unsequenced and stats before it, the slots it wrote), and the record `publish`
+        # writes once the socket took its doorbell (a message in the ring).
+        self._undo: Optional[Tuple[int, int, bool, Tuple[int, int, int], List[int]]] = None
+        self._ring_record: Optional[Tuple[int, int, int, int, int]] = None
         self._fd = -1
         self._map: Optional[mmap.mmap] = None
         self._mv: Optional[memoryview] = None
@@ -259,6 +265,8 @@ class Sender:
         gens[i] = gen
         self._owner[i] = reader
         self._slot_seq[i] = seq
+        if self._undo is not None:
+            self._undo[4].append(i)
         n = raw.nbytes
         words.store(state + 1, n)
         words.store(state + 2, seq)
@@ -280,9 +288,22 @@ class Sender:
                 if dead[owner]:
                     self._slot_seq[i] = 0
                     taken |= self._take_back(i)
-        if taken and dead.get(self.attached(), False):
-            self._words.store(_READER_WORD, 0)       # offer the segment again
+        reader = self.attached()
+        if taken and dead.get(reader, False):
+            self._words.cas(_READER_WORD, reader, 0)     # offer the segment again
         return taken
+
+    def _live_reader(self) -> int:
+        """The attached receiver's pid, or 0 when none is attached or it no longer runs (killed:
+        its unread slots are taken back, and the segment is offered again, so that a receiver
+        started in its place attaches from the next message)."""
+        reader = self.attached()
+        if reader and not _alive(reader):
+            assert self._words is not None
+            self._reclaim_dead()
+            self._words.cas(_READER_WORD, reader, 0)  # unless a new receiver wrote its pid
+            reader = self.attached()
+        return reader
 
     def reclaim(self) -> None:
         """Take back every slot not yet read. A message naming one is then refused as stale
@@ -372,6 +393,7 @@ class Sender:
         in order; `Receiver.take` gives them back. Every descriptor carries a message sequence
         (`dumps` leaves out the descriptor of a message that needs none)."""
         live = self._words is not None
+        self._begin()
         reader = self.attached() if use_slots and live else 0
         seq, token = self._sequenced()
         entries, frames, _ = self._entries(buffers, reader, seq)
@@ -394,8 +416,9 @@ class Sender:
         reader = self.attached()
         if not reader:
             parts = dumps_oob(obj, oob_threshold=oob_threshold)
-            desc, frames = self.place(parts[1:], use_slots=False)
+            desc, frames = self.place(parts[1:], use_slots=False)     # place begins the message
             return self._framed(desc, parts[0], frames, key, sign_buffers)
+        self._begin()
         if sign_buffers:
             frames = dumps_oob(obj, oob_threshold=oob_threshold)
             self.stats["frames"] += len(frames) - 1
@@ -434,24 +457,78 @@ class Sender:
     def send(self, socket: Any, obj: Any, *, key: Optional[bytes] = None,
              oob_threshold: int = OOB_THRESHOLD, flags: int = 0) -> None:
         """Send `obj` for `Receiver.recv` (which also reads what `send_pyobj_oob` sends with
-        this channel): the frames of `message`, without copying them."""
-        _send_frames(socket, self.message(obj, key=key, oob_threshold=oob_threshold), flags)
+        this channel): the frames of `message`, through `send_frames` (a send that raises
+        delivers nothing)."""
+        self.send_frames(socket, self.message(obj, key=key, oob_threshold=oob_threshold), flags)
+
+    def send_frames(self, socket: Any, frames: List[Any], flags: int = 0) -> None:
+        """Send the frames of the last `message`, `dumps` or `place` on a zmq socket as one
+        multipart message (``copy=False``; leading frames such as a ROUTER identity may come
+        first). Exactly once or not at all: when the socket raises (``zmq.Again`` with
+        ``NOBLOCK``, a closed socket, ...) the message is cancelled (`cancel`) before the error
+        propagates, so a receiver never gets it, not even from the ring; once the socket took
+        the frames, a message in the ring is published there (`publish`)."""
+        try:
+            _send_frames(socket, frames, flags)
+        except BaseException:
+            self.cancel()
+            raise
+        self.publish()
+
+    def publish(self) -> None:
+        """The socket took the last `message`'s doorbell: name the message's slot in its
+        record, where a spinning receiver takes it from now on (before, only the doorbell
+        leads to it). `send_frames` calls it; a caller sending `message`'s frames itself calls
+        it after its send. Nothing to do for a message that is not in the ring."""
+        record, self._ring_record = self._ring_record, None
+        self._undo = None
+        if record is not None and self._words is not None:
+            self._record(*record)
+
+    def cancel(self) -> None:
+        """The frames of the last `message`, `dumps` or `place` were not sent: take back the
+        slots they wrote and the sequence number they took (the next message takes it again),
+        so that nothing of that message is delivered or holds a slot. `send_frames` calls it
+        when the socket raises (send_pyobj_oob and tokenwire.msgspec's Encoder.send with a
+        channel send through it). Nothing to do once the message was published or another
+        one begun."""
+        undo, self._undo, self._ring_record = self._undo, None, None
+        if undo is None:
+            return
+        seq, token, unsequenced, stats, slots = undo
+        for i in slots:
+            self._slot_seq[i] = 0
+            self._take_back(i)
+        if self._seq != seq and self._words is not None:
+            self._words.store(_record_word(self._seq), 0)     # its record names it no more
+        self._seq, self._token, self._unsequenced = seq, token, unsequenced
+        self.stats["shm"], self.stats["frames"], self.stats["ring"] = stats
+
+    def _begin(self) -> None:
+        """A new message: what `cancel` needs to undo it. A message neither published nor
+        cancelled before it counts as sent (its frames left some other way)."""
+        st = self.stats
+        self._undo = (self._seq, self._token, self._unsequenced,
+                      (st["shm"], st["frames"], st["ring"]), [])
+        self._ring_record = None
 
     def message(self, obj: Any, *, key: Optional[bytes] = None,
                 oob_threshold: int = OOB_THRESHOLD) -> List[Any]:
         """The frames `send` puts on the socket. When a receiver has attached and every large
         buffer took a slot, the whole message (signature, descriptor, pickle) goes into a slot
-        too, its record names that slot, and the socket carries only a small doorbell: a
-        receiver spinning on the ring takes the message without a wake-up through the socket,
-        a sleeping one is woken by the doorbell. Otherwise the frames of a message with a
-        descriptor. Either way the socket's order is the messages' order: a message right
-        after one without a sequence (`dumps` made it) is never put in the ring, since a
-        receiver that spins could take it before the earlier one arrives; it goes through the
-        socket, and once the receiver is done with it the ring is the next message's
-        shortcut again."""
-        reader = self.attached()
+        too, and the socket carries only a small doorbell; once the socket took it (`publish`)
+        the message's record names that slot: a receiver spinning on the ring takes the
+        message without a wake-up through the socket, a sleeping one is woken by the doorbell.
+        Otherwise the frames of a message with a descriptor. Either way the socket's order is
+        the messages' order: a message right after one without a sequence (`dumps` made it) is
+        never put in the ring, since a receiver that spins could take it before the earlier one
+        arrives; it goes through the socket, and once the receiver is done with it the ring is
+        the next message's shortcut again. A receiver that no longer runs is no receiver: the
+        message offers the segment again (`dumps`), for the one started in its place."""
+        reader = self._live_reader()
         if not reader:
             return self.dumps(obj, oob_threshold=oob_threshold, key=key)
+        self._begin()
         ring = not self._unsequenced
         parts = dumps_oob(obj, oob_threshold=min(oob_threshold, self.threshold))
         seq, token = self._sequenced()
@@ -468,9 +545,31 @@ class Sender:
         if i < 0:
             self._record(seq, token)
             return frames
-        self._record(seq, token, i + 1, gen, n)
+        # The record is written by `publish`, once the socket took the doorbell: a receiver
+        # spinning on it must not take a message whose send may still fail.
+        self._ring_record = (seq, token, i + 1, gen, n)
         self.stats["ring"] += 1
-        return [_BELL_PACK(_BELL_MAGIC, self._id, seq, i, gen, n)]
+        return [_BELL_PACK(_BELL_MAGIC, self._id, self._pid, max(self._fd, 0), seq, i, gen, n)]
+
+
+def _count(name: str, value: Any, lo: int, hi: int) -> int:
+    """`value` as an int in [lo, hi], or TypeError / ValueError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _spin(spin_us: Any) -> float:
+    """`spin_us` as microseconds in [0, MAX_SPIN_US] (a minute), or TypeError / ValueError."""
+    if isinstance(spin_us, bool) or not isinstance(spin_us, (int, float)):
+        raise TypeError(f"spin_us must be a number of microseconds, got "
+                        f"{type(spin_us).__name__}")
+    if not 0 <= spin_us <= MAX_SPIN_US:          # False for NaN as well
+        raise ValueError(f"spin_us must be in [0, {MAX_SPIN_US:.0f}] microseconds (a minute), "
+                         f"got {spin_us}")
+    return float(spin_us)
 
 
 class Receiver:
@@ -483,7 +582,7 @@ class Receiver:
     """
 
     def __init__(self, max_segments: int = 4) -> None:
-        self.max_segments = max_segments
+        self.max_segments = _count("max_segments", max_segments, 1, 1 << 16)
         self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
         self._segments: OrderedDict[bytes, _Segment] = OrderedDict()
         self._refused: OrderedDict[bytes, str] = OrderedDict()
@@ -583,6 +682,7 @@ class Receiver:
         message the sender published there, then blocks on the socket. A doorbell whose
         message was already taken from the ring is dropped."""
         import zmq
+        spin_us = _spin(spin_us)
         while True:
             try:
                 got = socket.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -598,12 +698,13 @@ class Receiver:
             frames = [received_buffer(f) for f in got]
             if len(frames) == 1 and memoryview(frames[0]).nbytes == _BELL.size:
                 bell = bytes(frames[0])
-                magic, seg_id, seq, i, gen, n = _BELL.unpack(bell)
+                magic, seg_id, pid, fd, seq, i, gen, n = _BELL.unpack(bell)
                 if magic == _BELL_MAGIC:
-                    seg = self._segments.get(seg_id)
+                    seg = self._segment(seg_id, pid, fd)   # attaches, as a descriptor's offer
                     if seg is None:
-                        raise WireFormatError("a doorbell names a shared-memory segment this "
-                                              "receiver has not mapped")
+                        reason = self._refused.get(seg_id, "no segment named")
+                        raise WireFormatError(f"a doorbell names a shared-memory segment this "
+                                              f"receiver cannot map ({reason})")
                     if seq <= seg.published:
                         continue                     # taken from the ring already
                     proven = seg.next_message(seq, 0) == (seq, i, gen, n)
@@ -615,6 +716,9 @@ class Receiver:
         (spinning up to `spin_us` for it, without the GIL), or the socket has one (blocking up
         to `timeout_ms`, None: forever). False on timeout. A doorbell on the socket counts as a
         message; `recv` may drop it and wait again."""
+        spin_us = _spin(spin_us)
+        if timeout_ms is not None:
+            timeout_ms = _count("timeout_ms", timeout_ms, 0, 1 << 31)
         if socket.poll(0):
             return True
         ring = self._last

@@ -301,7 +301,10 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
         frames = dumps_oob(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers)
     if prefix or routing:
         frames = [*routing, *prefix, *frames]
-    _send_frames(socket, frames, flags)
+    if channel is not None:
+        channel.send_frames(socket, frames, flags)     # a send that raises delivers nothing
+    else:
+        _send_frames(socket, frames, flags)
 
 
 def _send_frames(socket: Any, frames: List[Any], flags: int = 0) -> None:

@@ -1,5 +1,4 @@
-/* The shared-memory ring's atomics and the segment hand-over (tokenwire.shm, through
- * tokenwire/_shmring.pxi).
+/* The shared-memory ring's atomics (tokenwire.shm, through tokenwire/_shmring.pxi).
  *
  * A slot's state word is an aligned 8-byte word that two processes change: the sender takes a
  * FREE slot and makes it FULL, the receiver (or the sender taking a slot back) makes a FULL slot
@@ -11,25 +10,15 @@
  * compare-and-swap, which its stores of the bytes cannot move ahead of, and publishes FULL with
  * a release store.
  *
- * pidfd_getfd (Linux >= 5.6) duplicates another process's file descriptor without opening any
- * path, so what the receiver holds is exactly the file the sender's descriptor named when the
- * call ran (the caller then checks that it is the segment). Elsewhere it fails with ENOSYS.
- *
  * Linux only in use (tokenwire.shm.available()); the other platforms compile stubs that fail.
  */
 #ifndef TOKENWIRE_SHMRING_H
 #define TOKENWIRE_SHMRING_H
 
-#include <errno.h>
 #include <stdint.h>
 
 #if defined(__linux__)
 #  include <time.h>
-#  include <sys/syscall.h>
-#  include <unistd.h>
-#  ifndef SYS_pidfd_getfd
-#    define SYS_pidfd_getfd 438          /* the same number on every architecture */
-#  endif
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -98,18 +87,6 @@ static inline int tw_shm_wait(const uint64_t *word, uint64_t value, int64_t time
 #else
     (void)timeout_ns;
     return tw_shm_load(word) == value;
-#endif
-}
-
-/* A new descriptor for `targetfd` of the process `pidfd` refers to (close-on-exec), or -1 with
- * errno set (ENOSYS before Linux 5.6, EPERM without ptrace permission over that process). */
-static inline int tw_shm_pidfd_getfd(int pidfd, int targetfd) {
-#if defined(__linux__)
-    return (int)syscall(SYS_pidfd_getfd, pidfd, targetfd, 0);
-#else
-    (void)pidfd; (void)targetfd;
-    errno = ENOSYS;
-    return -1;
 #endif
 }
 
