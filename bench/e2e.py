@@ -77,7 +77,7 @@ from tokenwire import GenerationRequest, shm, token_buffer
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
 from bench.harness import Target, machine, report_targets, stderr_progress
-from tokenwire.transport import _send_frames, dumps_oob, recv_pyobj_oob, send_pyobj_oob
+from tokenwire.transport import dumps_oob, recv_pyobj_oob, send_frames, send_pyobj_oob
 
 MODES = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin")
 SHM_MODES = ("tokenwire-shm", "tokenwire-shm-spin")
@@ -648,7 +648,7 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                     frames = serialize(mode, req, sender)
                     t1 = time.perf_counter()
                     if mode == "tokenwire-oob":
-                        _send_frames(data, frames)       # = send_pyobj_oob's send
+                        send_frames(data, frames)        # = send_pyobj_oob's send
                     elif mode.startswith("tokenwire-shm"):
                         sender.send_frames(data, frames)  # = the channel's send (publishes)
                     else:

@@ -320,10 +320,10 @@ def test_sign_buffers_refuses_a_descriptor_naming_slots(channel, pair):
     naming one (signed by a key holder who did not sign its buffers) is refused."""
     sender, receiver = channel
     attach(pair, sender, receiver)
-    from tokenwire.transport import _signature
+    from tokenwire._oob import signature
     frames = sender.dumps({"ids": ids()})
     assert sender.stats["shm"] == 1
-    sig = _signature(KEY, frames[0] + frames[1], frames[2:], True, channel=True)
+    sig = signature(KEY, frames[0] + frames[1], frames[2:], True, channel=True)
     with pytest.raises(WireFormatError, match="sign_buffers"):
         receiver.loads([sig, *frames], key=KEY, sign_buffers=True)
 
@@ -410,13 +410,14 @@ def _forged(sender, seq: int, entries=(), key=None) -> list:
     """A descriptor naming the sender's segment with sequence `seq` and a made-up token, and a
     pickle: what a process that can reach the socket but not the segment (nor, with `key`, the
     key: it signs with another) could send."""
-    from tokenwire.transport import _signature, dumps_oob
+    from tokenwire._oob import signature
+    from tokenwire.transport import dumps_oob
     head = dumps_oob({"ids": "forged"})[0]
     desc = shm._DESC.pack(shm._DESC_MAGIC, sender._id, os.getpid(), sender.fd, len(entries), 0,
                           seq, 0x5EED) + b"".join(shm._ENTRY.pack(*e) for e in entries)
     if key is None:
         return [desc, head]
-    return [_signature(OTHER_KEY, desc + head, [], False, channel=True), desc, head]
+    return [signature(OTHER_KEY, desc + head, [], False, channel=True), desc, head]
 
 
 @pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])

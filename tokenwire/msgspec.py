@@ -93,7 +93,8 @@ import numpy as np
 from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
 from tokenwire.text import from_base64, to_base64
-from tokenwire.transport import OOB_THRESHOLD, _recv_frames, _send_frames, received_buffer
+from tokenwire._oob import OOB_THRESHOLD
+from tokenwire.transport import received_buffer, recv_frames, send_frames
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -480,7 +481,7 @@ class Encoder:
         if self.channel is not None:
             self.channel.send_frames(socket, frames, flags)   # a send that raises delivers nothing
         else:
-            _send_frames(socket, frames, flags)
+            send_frames(socket, frames, flags)
 
     def _enc_hook(self, obj: Any) -> Any:
         return self.hooks.aux_enc_hook(obj, self._local.frames)
@@ -559,7 +560,7 @@ class Decoder:
             frames = socket.recv_multipart(flags=flags, copy=False)
         else:
             # The leading frames and the main frame as bytes, the buffers as zmq.Frames.
-            frames = _recv_frames(socket, flags, prefix + 1)
+            frames = recv_frames(socket, flags, prefix + 1)
         if prefix == 0:
             return self.decode([received_buffer(f) for f in frames])
         leading, rest = _split_prefix(frames, prefix)

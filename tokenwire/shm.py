@@ -88,8 +88,9 @@ from tokenwire._shmsegment import (_DONE_WORD, _FREE, _FULL, _GEN_MASK, _MAX_SLO
                                    _record_word,
                                    _data_offset, _Segment, _state_word, available)
 from tokenwire.errors import AuthenticationError, WireFormatError
-from tokenwire.transport import (OOB_THRESHOLD, FindClass, _as_key, _is_signature, _send_frames,
-                                 _signature, _unpickle, dumps_oob, loads_oob, received_buffer)
+from tokenwire._oob import (OOB_THRESHOLD, FindClass, as_key, dumps_oob, is_signature, loads_oob,
+                            signature, unpickle)
+from tokenwire.transport import received_buffer, send_frames
 
 __all__ = ["MAX_SPIN_US", "SHM_THRESHOLD", "SLOT_BYTES", "SLOTS", "Receiver", "Sender", "available"]
 
@@ -443,7 +444,7 @@ class Sender:
         self._unsequenced = True
         if key is None:
             return frames
-        frames.insert(0, _signature(_as_key(key), frames[0], frames[1:], sign_buffers))
+        frames.insert(0, signature(as_key(key), frames[0], frames[1:], sign_buffers))
         return frames
 
     @staticmethod
@@ -451,7 +452,7 @@ class Sender:
                 sign_buffers: bool) -> List[Any]:
         if key is None:
             return [desc, head, *frames]
-        sig = _signature(_as_key(key), desc + head, frames, sign_buffers, channel=True)
+        sig = signature(as_key(key), desc + head, frames, sign_buffers, channel=True)
         return [sig, desc, head, *frames]
 
     def send(self, socket: Any, obj: Any, *, key: Optional[bytes] = None,
@@ -469,7 +470,7 @@ class Sender:
         propagates, so a receiver never gets it, not even from the ring; once the socket took
         the frames, a message in the ring is published there (`publish`)."""
         try:
-            _send_frames(socket, frames, flags)
+            send_frames(socket, frames, flags)
         except BaseException:
             self.cancel()
             raise
@@ -639,18 +640,18 @@ class Receiver:
         frames = list(frames)
         views = [memoryview(f) for f in frames]
         if key is not None:
-            if len(views) >= 2 and views[1][:2] == _PICKLE5 and _is_signature(views[0]):
+            if len(views) >= 2 and views[1][:2] == _PICKLE5 and is_signature(views[0]):
                 # No descriptor: a message that took no slot, signed as dumps_oob signs (a
                 # channel message's signature never verifies as such a message's).
                 self.stats["frames"] += len(frames) - 2
                 return loads_oob(frames, key=key, sign_buffers=sign_buffers,
                                  find_class=find_class)
-            if len(views) < 3 or not _is_signature(views[0]):
+            if len(views) < 3 or not is_signature(views[0]):
                 raise AuthenticationError(
                     f"unsigned message: {len(views)} frame(s), a signed channel message has a "
                     f"signature, a descriptor and a pickle frame")
             desc, head, first = views[1].tobytes(), views[2], 3
-            expected = _signature(_as_key(key), desc + head.tobytes(), views[3:], sign_buffers,
+            expected = signature(as_key(key), desc + head.tobytes(), views[3:], sign_buffers,
                                   channel=True)
             if not hmac.compare_digest(views[0].tobytes(), expected):
                 self._refuse(desc)
@@ -665,14 +666,14 @@ class Receiver:
                 # names buffers that are missing and is refused by the unpickler.
                 self.stats["frames"] += len(frames) - 1
                 return loads_oob(frames, find_class=find_class)
-            if views and _is_signature(views[0]):
+            if views and is_signature(views[0]):
                 raise AuthenticationError("the message is signed: pass key= to verify and load it")
             if len(views) < 2:
                 raise WireFormatError(f"a channel message has a descriptor and a pickle frame, "
                                       f"got {len(views)} frame(s)")
             desc, head, first = views[0].tobytes(), views[1], 2
         buffers = self._take(desc, frames[first:], not sign_buffers, key is not None)
-        return _unpickle(head, buffers, find_class)
+        return unpickle(head, buffers, find_class)
 
     def recv(self, socket: Any, *, key: Optional[bytes] = None,
              find_class: Optional[FindClass] = None, spin_us: float = 0) -> Any:
