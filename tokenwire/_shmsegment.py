@@ -17,7 +17,7 @@ import struct
 import sys
 from typing import Any, Optional, Tuple
 
-from tokenwire._core import TokenVector, _ShmWords
+from tokenwire._core import MAX_SPIN_US, TokenVector, _ShmWords
 from tokenwire.errors import WireFormatError
 
 _MAGIC = b"TWSHM\0\0\2"
@@ -252,3 +252,51 @@ class _Segment:
         if not self._release(state, expect):
             raise WireFormatError(f"shared-memory slot {i} was rewritten while it was read")
         return data
+
+
+# -- the channel's frames (tokenwire.shm: _shmsender writes them, _shmreceiver reads them) ----
+
+# Descriptor frame: magic, segment id, sender pid, sender fd, entry count, pad, message sequence,
+# message token; then per buffer in the pickle's order: slot index (NO_SLOT: the next
+# out-of-band frame), generation, length.
+_DESC = struct.Struct("<4s16sIIIIQQ")
+_DESC_MAGIC = b"TWD2"
+_ENTRY = struct.Struct("<QQQ")
+_DESC_PACK, _ENTRY_PACK = _DESC.pack, _ENTRY.pack
+_DESC_UNPACK_FROM, _ENTRY_UNPACK_FROM = _DESC.unpack_from, _ENTRY.unpack_from
+_DESC_SIZE, _ENTRY_SIZE = _DESC.size, _ENTRY.size
+_NO_SLOT = (1 << 64) - 1
+_NO_SEGMENT = bytes(16)
+# A whole message in a slot (Sender.send / Receiver.recv): the lengths of its signature,
+# descriptor and pickle, then those bytes. Its doorbell, the zmq message that wakes a receiver
+# blocked on the socket: magic, segment id, sender pid, segment fd (the offer to attach, as in a
+# descriptor: a receiver started in place of one that died maps the segment from it), sequence,
+# slot, generation, length.
+_MSG = struct.Struct("<IIQ")
+_BELL = struct.Struct("<4s16sIIQQQQ")
+_BELL_MAGIC = b"TWR2"
+_MSG_PACK, _BELL_PACK = _MSG.pack, _BELL.pack
+# A protocol-5 pickle starts with these bytes (PROTO 5), a descriptor with _DESC_MAGIC.
+_PICKLE5 = b"\x80\x05"
+
+
+# -- the channel's arguments, checked before they are used --------------------------------------
+
+def _count(name: str, value: Any, lo: int, hi: int) -> int:
+    """`value` as an int in [lo, hi], or TypeError / ValueError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _spin(spin_us: Any) -> float:
+    """`spin_us` as microseconds in [0, MAX_SPIN_US] (a minute), or TypeError / ValueError."""
+    if isinstance(spin_us, bool) or not isinstance(spin_us, (int, float)):
+        raise TypeError(f"spin_us must be a number of microseconds, got "
+                        f"{type(spin_us).__name__}")
+    if not 0 <= spin_us <= MAX_SPIN_US:          # False for NaN as well
+        raise ValueError(f"spin_us must be in [0, {MAX_SPIN_US:.0f}] microseconds (a minute), "
+                         f"got {spin_us}")
+    return float(spin_us)
