@@ -91,7 +91,7 @@ except ImportError as e:
 import numpy as np
 
 from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
-from tokenwire.errors import WireFormatError
+from tokenwire.errors import WireFormatError, _describe
 from tokenwire.text import from_base64, to_base64
 from tokenwire.transport import OOB_THRESHOLD, _recv_frames, _send_frames, received_buffer
 
@@ -131,7 +131,8 @@ _Ext = msgspec.msgpack.Ext
 
 def _check_ext_code(name: str, code: int) -> int:
     if not isinstance(code, int) or not -128 <= code <= 127:
-        raise ValueError(f"{name} must be an int in [-128, 127] (a msgpack Ext type), got {code!r}")
+        raise ValueError(f"{name} must be an int in [-128, 127] (a msgpack Ext type), "
+                         f"got {_describe(code)}")
     return code
 
 
@@ -209,7 +210,7 @@ class Hooks:
         self.json_array = bool(json_array)
         self.urlsafe = bool(urlsafe)
         if threshold is not None and (not isinstance(threshold, int) or threshold < 0):
-            raise ValueError(f"threshold must be None or an int >= 0, got {threshold!r}")
+            raise ValueError(f"threshold must be None or an int >= 0, got {_describe(threshold)}")
         self.threshold = threshold
         self._next_enc = enc_hook
         self._next_ext = ext_hook
@@ -417,7 +418,7 @@ def _prefix_frames(prefix: Iterable[Any]) -> List[Any]:
 def _check_prefix(prefix: int) -> None:
     if not isinstance(prefix, int) or prefix < 0:
         raise ValueError(f"prefix must be an int >= 0 (the number of leading frames), "
-                         f"got {prefix!r}")
+                         f"got {_describe(prefix)}")
 
 
 def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any]]:

@@ -27,7 +27,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union, cast
 
 from tokenwire._core import TokenVector, _ids_from_int32_bytes, as_tokens, decode, encode
-from tokenwire.errors import WireFormatError
+from tokenwire.errors import WireFormatError, _describe
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -116,7 +116,7 @@ def from_base64(text: Text, *, vocab_size: Optional[int] = None,
 
 def _check_format(format: str) -> None:
     if format not in ("frame", "int32"):
-        raise ValueError(f"format must be 'frame' or 'int32', got {format!r}")
+        raise ValueError(f"format must be 'frame' or 'int32', got {_describe(format)}")
 
 
 def _payload(tokens: Any, codec: str, checksum: bool, format: str) -> Any:
