@@ -206,6 +206,50 @@ def test_overflow_in_range_names_index_and_value() -> None:
         as_tokens(range(0, 2**41, 2**40))
 
 
+#: An id past Python's int-to-text limit (4300 digits, sys.set_int_max_str_digits): repr()
+#: of it raises ValueError, so a message may not quote its digits.
+HUGE = 10**5000
+
+
+class HugeIndex:
+    """An element whose __index__ gives an int too long to print."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+    def __repr__(self) -> str:
+        raise RuntimeError("an element's repr is never needed")
+
+
+@pytest.mark.parametrize(("bad", "text"), [(HUGE, "an int of 16610 bits"),
+                                           (-HUGE, "a negative int of 16610 bits"),
+                                           (2**200, "an int of 201 bits")],
+                         ids=["10**5000", "-10**5000", "2**200"])
+def test_overflow_of_an_int_too_long_to_print_names_its_size(bad: int, text: str) -> None:
+    message = f"token id at index 1 is {text}, outside int32 [-2147483648, 2147483647]"
+    for make in (as_tokens, TokenVector):
+        for src in ([5, bad], (5, bad), iter([5, bad]), [5, HugeIndex(bad)]):
+            with pytest.raises(TokenIdOverflowError) as e:
+                make(src)
+            assert str(e.value) == message
+    with pytest.raises(TokenwireError, match=f"token id at index 0 is {text}, outside int32"):
+        as_tokens(range(bad, bad + 1))
+    with pytest.raises(TokenwireError, match=f"token id at index 1 is {text}, outside int32"):
+        as_tokens(range(5, 2 * bad, bad))                          # [5, 5 + bad]
+
+
+def test_a_range_longer_than_a_ssize_t_is_an_overflow_of_its_first_id_outside_int32() -> None:
+    # len() of the range itself overflows; an id outside int32 comes long before its end
+    with pytest.raises(TokenIdOverflowError,
+                       match=f"token id at index {2**31} is {2**31}, outside int32"):
+        as_tokens(range(2**64))
+    with pytest.raises(TokenIdOverflowError, match=f"token id at index 0 is {-(2**64)}, outside"):
+        as_tokens(range(-(2**64), 0))
+
+
 @pytest.mark.parametrize(
     ("bad", "name"),
     [(1.0, "float"), ("1", "str"), (None, "NoneType"), (True, "bool"), (False, "bool"),
@@ -289,6 +333,8 @@ def test_vocab_size_itself_is_checked() -> None:
     assert as_tokens([INT32_MAX], vocab_size=2**40) == [INT32_MAX]   # larger than int32: no limit
     with pytest.raises(ValueError, match="index 0 is -1"):
         as_tokens([-1], vocab_size=2**40)
+    with pytest.raises(ValueError, match="vocab_size must be positive, got a negative int of"):
+        as_tokens([1], vocab_size=-HUGE)
 
 
 def test_list_mutated_by_an_element_during_conversion() -> None:

@@ -78,6 +78,41 @@ def test_small_and_empty(backend: str, ids: list[int]) -> None:
     assert len(s) % 4 == 0 and from_base64(s) == ids and from_base64(memoryview(s.encode())) == ids
 
 
+def _layouts(raw: bytes) -> dict[str, memoryview]:
+    """memoryviews that hold the bytes `raw` in order, in layouts that are not C-contiguous."""
+    spread = bytes(x for c in raw for x in (c, 0x2A))     # every other byte is "*"
+    layouts = {"strided": memoryview(spread)[::2], "reversed": memoryview(raw[::-1])[::-1]}
+    if len(raw) % 4 == 0 and len(raw) >= 8:             # 4 rows of 2 or more
+        grid = np.frombuffer(raw, np.uint8).reshape(4, -1)
+        layouts["fortran"] = memoryview(np.asfortranarray(grid))
+    for view in layouts.values():
+        assert not view.c_contiguous and view.tobytes() == raw
+    return layouts
+
+
+@pytest.mark.parametrize("urlsafe", [False, True])
+def test_a_memoryview_of_any_layout_reads_as_its_bytes(backend: str, urlsafe: bool) -> None:
+    ids = [0xFBFF_FF, 0x3FFFFFF, 7, 70_000] * 5
+    for codec in ("raw", "auto"):
+        s = to_base64(ids, codec=codec, urlsafe=urlsafe)  # type: ignore[arg-type]
+        for name, view in _layouts(s.encode()).items():
+            assert from_base64(view, urlsafe=urlsafe) == ids, name
+    raw = to_base64(ids, format="int32").encode()
+    for view in _layouts(raw).values():
+        assert from_base64(view, format="int32") == ids
+
+
+def test_bad_text_in_a_strided_memoryview_is_the_same_wire_format_error(backend: str) -> None:
+    for bad, _ in BAD_TEXT[:-2]:                          # the last two are not base64 errors
+        raw = bad.encode("utf-8")
+        with pytest.raises(WireFormatError) as plain:
+            from_base64(raw)
+        for name, view in _layouts(raw).items():
+            with pytest.raises(WireFormatError) as strided:
+                from_base64(view)
+            assert str(strided.value) == str(plain.value), (bad, name)
+
+
 def test_wrong_dtype_and_values_raise_what_encode_raises(backend: str) -> None:
     with pytest.raises(TypeError):
         to_base64(np.array([1.5, 2.0]))

@@ -696,3 +696,113 @@ def test_one_mutable_buffer_named_many_times_is_refused_past_a_bound() -> None:
     with pytest.raises(pickle.UnpicklingError,
                        match="names one mutable buffer of 4096 bytes more than 64"):
         _AllowListed(io.BytesIO(_bytearray_named(65 + 1000, 4096))).load()
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. values a message cannot simply print: an int past Python's int-to-text limit (4300 digits,
+# sys.set_int_max_str_digits), a repr that raises, a repr of a megabyte. Building the message
+# must never fail: the error is the documented one, and its message stays short.
+
+
+class _ReprRaises:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr refused")
+
+
+class _ReprHuge:
+    def __repr__(self) -> str:
+        return "<" + "x" * 10**6 + ">"
+
+
+class _ReprNotText:
+    def __repr__(self) -> str:
+        return 5  # type: ignore[return-value]
+
+
+_UNPRINTABLE = {"10**5000": 10**5000, "-10**5000": -(10**5000), "repr raises": _ReprRaises(),
+                "repr of 1 MB": _ReprHuge(), "repr not text": _ReprNotText()}
+
+
+def _recv_pyobj_oob(prefix: object) -> object:
+    from tokenwire.transport import recv_pyobj_oob
+    # the counts are checked before the socket is touched
+    return recv_pyobj_oob(None, prefix=prefix)  # type: ignore[arg-type]
+
+
+def _decoder_recv(prefix: object) -> object:
+    msgspec_mod = pytest.importorskip("tokenwire.msgspec")
+    return msgspec_mod.Decoder().recv(None, prefix=prefix)  # type: ignore[arg-type]
+
+
+def _negative(v: object) -> object:
+    return -abs(v) if isinstance(v, int) else v
+
+
+def _hooks(**kw: object) -> object:
+    return pytest.importorskip("tokenwire.msgspec").Hooks(**kw)
+
+
+#: Every public call whose error message quotes a value the caller gave: (call, error type).
+_QUOTING_CALLS = {
+    "TokenVector.index": (lambda v: tokenwire.TokenVector([1]).index(v), ValueError),
+    "encode codec": (lambda v: tokenwire.encode([1], codec=v), ValueError),
+    "check_codec": (lambda v: tokenwire.wire.check_codec(v), ValueError),
+    "from_base64 format": (lambda v: tokenwire.from_base64("AAAA", format=v), ValueError),
+    "token_fields": (lambda v: tokenwire.token_fields(v), TypeError),
+    "Hooks ext_code": (lambda v: _hooks(ext_code=v), ValueError),
+    # counts: a huge positive one is valid, a huge negative one is not
+    "Hooks threshold": (lambda v: _hooks(threshold=_negative(v)), ValueError),
+    "Decoder.recv prefix": (lambda v: _decoder_recv(_negative(v)), ValueError),
+    "recv_pyobj_oob prefix": (lambda v: _recv_pyobj_oob(_negative(v)), ValueError),
+    "state key": (lambda v: tokenwire.GenerationRequest.__new__(tokenwire.GenerationRequest)
+                  .__setstate__({"__tokenwire__": 1, v: 1}), WireFormatError),
+    "state version": (lambda v: tokenwire.GenerationRequest.__new__(tokenwire.GenerationRequest)
+                      .__setstate__({"__tokenwire__": v}), WireFormatError),
+}
+
+
+@pytest.mark.parametrize("value", list(_UNPRINTABLE.values()), ids=list(_UNPRINTABLE))
+@pytest.mark.parametrize("call", list(_QUOTING_CALLS), ids=list(_QUOTING_CALLS))
+def test_messages_never_fail_while_being_built(call: str, value: object) -> None:
+    import tokenwire.wire                                        # noqa: F401  (check_codec)
+    fn, error = _QUOTING_CALLS[call]
+    with pytest.raises(error) as info:
+        fn(value)
+    message = str(info.value)
+    assert len(message) < 300, message[:300]
+    if isinstance(value, int):
+        assert "int of 16610 bits" in message, message
+    if isinstance(value, (_ReprRaises, _ReprNotText)):
+        assert f"<{type(value).__name__} object: " in message, message
+
+
+@pytest.mark.parametrize("value", [v for v in _UNPRINTABLE.values() if isinstance(v, int)],
+                         ids=[k for k, v in _UNPRINTABLE.items() if isinstance(v, int)])
+def test_ids_too_long_to_print_raise_the_documented_overflow_everywhere(value: int) -> None:
+    calls = [lambda: tokenwire.as_tokens([1, value]), lambda: tokenwire.TokenVector([value]),
+             lambda: tokenwire.encode([value]), lambda: tokenwire.encode_many([[1], [value]]),
+             lambda: tokenwire.to_base64([value]),
+             lambda: tokenwire.as_tokens(range(value, value + 1)),
+             lambda: tokenwire.as_tokens(x for x in [1, value])]
+    for call in calls:
+        with pytest.raises(tokenwire.errors.TokenIdOverflowError, match="int of 16610 bits"):
+            call()
+
+
+def test_a_value_whose_type_has_no_name_is_still_described() -> None:
+    from tokenwire.errors import _describe
+
+    class BadName(type):
+        @property
+        def __name__(cls) -> str:                     # type: ignore[override]
+            raise RuntimeError("no name")
+
+    class Nameless(metaclass=BadName):
+        def __repr__(self) -> str:
+            raise RuntimeError("repr refused")
+
+    assert _describe(Nameless()) == "<? object: RuntimeError from its repr()>"
+    assert _describe("x" * 100, limit=10) == "'xx...xx'"
+    assert _describe(-(2**128)) == "a negative int of 129 bits"
+    assert _describe(2**128 - 1) == str(2**128 - 1)
+    assert _describe(True) == "True"

@@ -886,6 +886,50 @@ def test_one_buffer_list_for_tokens_and_tensors_over_zmq(codec: str) -> None:
         ctx.term()
 
 
+@pytest.mark.parametrize("codec", ["auto", "raw"])
+def test_aux_ext_hook_keeps_no_frame_once_the_message_is_dropped(codec: str) -> None:
+    """The hook's record of the message it reads (for a buffer named twice) never outlives the
+    message: once the frames and what was decoded from them are dropped, they are freed, the
+    host's tensors included, with no later decode on the thread."""
+    global TW
+    TW = tm.Hooks(codec=codec)  # type: ignore[arg-type]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        ids = tokenwire.as_tokens(np.arange(2_000_000, dtype=np.int32))      # 8 MB of ids
+        embeds = np.ones((8, 1024, 1024), np.float32)                           # 32 MB
+        frames = HostEncoder().encode(HostEngineRequest("r", ids, 2, 0.5, embeds, 1))
+        assert len(frames) == 3
+        frames = [bytes(f) for f in frames]           # as received: frames of their own
+        got = HostDecoder(HostEngineRequest).decode(frames)
+        assert got.prompt_token_ids == ids and np.array_equal(got.prompt_embeds, embeds)
+        del got, frames, ids, embeds
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        TW = tm.Hooks()
+    assert held < 1 << 20, f"{held / 2**20:.1f} MiB still held after the message was dropped"
+
+
+def test_aux_ext_hook_releases_a_message_it_refused() -> None:
+    tensor = bytearray(16 << 20)
+    import weakref
+
+    class Frame(bytearray):                  # a frame whose death can be watched
+        pass
+
+    main = msgspec.msgpack.encode([msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, ref(1, 10))])
+    bufs: List[Any] = [main, Frame(tensor)]
+    watch = weakref.ref(bufs[1])
+    with pytest.raises(WireFormatError, match="has 16777216 bytes, its reference says 10 ids"):
+        msgspec.msgpack.decode(main, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, bufs))
+    del bufs
+    gc.collect()
+    assert watch() is None
+
+
 def test_aux_hooks_reject_a_missing_list_and_bad_references() -> None:
     with pytest.raises(ValueError, match="no buffer list"):
         TW.aux_enc_hook(tokenwire.as_tokens(BIG), None)

@@ -191,6 +191,56 @@ def test_state_version_checks():
     assert vars(req) == {}                           # every refused state left nothing behind
 
 
+class _NoRepr:
+    """A hashable value whose repr fails (a pickle can build one of an allowed class)."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_state_errors_quote_keys_and_versions_that_cannot_be_printed():
+    req = GenerationRequest.__new__(GenerationRequest)
+    with pytest.raises(WireFormatError, match="state version an int of 16610 bits is not"):
+        req.__setstate__({"__tokenwire__": 10**5000, "prompt_token_ids": None})
+    with pytest.raises(WireFormatError,
+                       match=r"state key <_NoRepr object: RuntimeError from its repr\(\)> is not"):
+        req.__setstate__({"__tokenwire__": 1, _NoRepr(): "x"})
+    with pytest.raises(WireFormatError, match="state key a negative int of 16610 bits is not"):
+        req.__setstate__({"__tokenwire__": 1, -(10**5000): "x"})
+    with pytest.raises(WireFormatError) as long:
+        req.__setstate__({"__tokenwire__": 1, "_tokenwire" + "k" * 10**6: "x"})
+    assert str(long.value) == ("GenerationRequest state key "
+                               "'_tokenwirekkkkkkk...kkkkkkkkkkkkkkkkk' names class-level "
+                               "configuration")
+    with pytest.raises(WireFormatError, match="slot state key an int of 16610 bits is not a slot"):
+        req.__setstate__(({"__tokenwire__": 1}, {10**5000: 1}))
+    with pytest.raises(WireFormatError) as kind:
+        _TokenField(TokenVector([1]), "q" * 10**6)
+    assert len(str(kind.value)) < 200
+    assert vars(req) == {}
+
+
+def test_a_token_field_with_an_id_too_long_to_print():
+    # Python refuses to write an int of more than 4300 digits: the field's error names its
+    # size and stays tokenwire's; repr() of the request does not fail either
+    huge = 10**5000
+    message = ("GenerationRequest.prompt_token_ids: token id at index 1 is an int of 16610 bits, "
+               "outside int32 [-2147483648, 2147483647]")
+    with pytest.raises(tokenwire.errors.TokenIdOverflowError) as at_set:
+        GenerationRequest(iter([1, huge]))
+    assert str(at_set.value) == message
+    req = GenerationRequest([1, huge])              # a list is kept as it is, checked when used
+    with pytest.raises(tokenwire.errors.TokenIdOverflowError) as at_use:
+        token_buffer(req, "prompt_token_ids")
+    assert str(at_use.value) == message
+    assert "prompt_token_ids=[1, an int of 16610 bits]" in repr(req)
+    req.prompt_token_ids = [-huge] * 10
+    assert ("prompt_token_ids=<10 ids: [a negative int of 16610 bits, a negative int of 16610 "
+            "bits, ") in repr(req)
+    req.other = [huge]
+    assert "other=[an int of 16610 bits]" in repr(req)
+
+
 # --------------------------------------------------------------------------------------------
 # legacy state: pickles written before tokenwire
 

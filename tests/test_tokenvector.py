@@ -153,6 +153,22 @@ def test_contains_count_index() -> None:
     assert isinstance(tv, Sequence)
 
 
+def test_index_of_a_value_that_cannot_be_printed_names_it_safely() -> None:
+    class NoRepr:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    tv = TokenVector([7, 8])
+    with pytest.raises(ValueError, match="^an int of 16610 bits is not in TokenVector$"):
+        tv.index(10**5000)
+    with pytest.raises(ValueError, match=r"^<NoRepr object: RuntimeError from its repr\(\)> "
+                                         r"is not in TokenVector$"):
+        tv.index(NoRepr())
+    with pytest.raises(ValueError) as long:
+        tv.index("x" * 10**6)
+    assert str(long.value) == f"'{'x' * 17}...{'x' * 17}' is not in TokenVector"
+
+
 def test_repr_is_short_for_huge_vectors() -> None:
     tv = as_tokens(np.arange(128_000, dtype=np.int32))
     r = repr(tv)

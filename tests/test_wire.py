@@ -161,6 +161,25 @@ def test_ids_outside_int32_name_index_value_and_for_encode_many_the_sequence(bad
         tokenwire.encode_many([[1], np.array([bad], dtype=np.int64)])
 
 
+@pytest.mark.parametrize(("bad", "text"), [(10**5000, "an int of 16610 bits"),
+                                           (-(10**5000), "a negative int of 16610 bits")],
+                         ids=["10**5000", "-10**5000"])
+def test_an_id_too_long_to_print_is_named_by_its_size(bad: int, text: str) -> None:
+    # Python refuses to write an int of more than 4300 digits (sys.set_int_max_str_digits):
+    # the message names its size, and the error is still tokenwire's
+    message = f"token id at index 1 is {text}, outside int32 [-2147483648, 2147483647]"
+    with pytest.raises(TokenIdOverflowError) as one:
+        tokenwire.encode([5, bad])
+    assert str(one.value) == message
+    with pytest.raises(TokenIdOverflowError) as many:
+        tokenwire.encode_many([[1], [5, bad]])
+    assert str(many.value) == f"sequence 1: {message}"
+    with pytest.raises(tokenwire.TokenwireError):
+        tokenwire.encode_many([iter([5, bad])], codec="u16")
+    with pytest.raises(ValueError, match=rf"^unknown codec {text} \(expected 'auto'"):
+        tokenwire.encode([1], codec=bad)  # type: ignore[arg-type]
+
+
 def test_encode_many_names_the_sequence_of_any_conversion_error() -> None:
     with pytest.raises(tokenwire.errors.TokenIdTypeError) as info:
         tokenwire.encode_many([[1, 2], [3, "4"]])

@@ -212,8 +212,8 @@ cdef int _acquire_ids(object obj, Py_buffer* view, Py_ssize_t* n, Py_ssize_t* st
         # not integers, and say so the way as_tokens does for any non-integer array.
         dtype = getattr(obj, "dtype", None)
         if dtype is not None and getattr(dtype, "kind", "i") not in "iu":
-            raise TokenIdTypeError(
-                f"token ids must be integers, got an array of dtype {dtype}") from None
+            raise TokenIdTypeError(f"token ids must be integers, got an array of dtype "
+                                   f"{_describe(dtype, text=str)}") from None
         raise
     if view.ndim == 1 and view.itemsize == 0 and view.len == 0 and \
             _parse_int_format(view.format, 4, &swap) != KIND_BAD:
@@ -250,14 +250,9 @@ cdef tuple _shape_of(Py_buffer* view):
 # --------------------------------------------------------------------------------------------
 # Conversions (wrappers: they check, then call a kernel)
 
-cdef str _short_repr(object v):
-    s = repr(v)
-    return s if len(s) <= 40 else s[:18] + "..." + s[len(s) - 18:]
-
-
 cdef object _overflow(Py_ssize_t index, object value):
     return TokenIdOverflowError(
-        f"token id at index {index} is {_short_repr(value)}, "
+        f"token id at index {index} is {_describe(value)}, "
         f"outside int32 [-2147483648, 2147483647]"
     )
 
@@ -393,8 +388,14 @@ cdef TokenVector _from_sequence(object seq):
 
 
 cdef TokenVector _from_range(object r):
-    cdef Py_ssize_t n = len(r)
-    if n == 0:
+    cdef Py_ssize_t n
+    try:
+        count = len(r)
+    except OverflowError:
+        # More than 2**63 - 1 ids: more distinct values than int32 holds, so one is outside it
+        # (found below).
+        count = None
+    if count == 0:
         return tv_alloc(0)
     start, step = r.start, r.step
     # Find the first element outside int32 (if any) before allocating anything.
@@ -402,8 +403,9 @@ cdef TokenVector _from_range(object r):
         raise _overflow(0, start)
     limit = INT32_MAX if step > 0 else INT32_MIN
     first_bad = (limit - start) // step + 1
-    if first_bad < n:
+    if count is None or first_bad < count:
         raise _overflow(first_bad, start + first_bad * step)
+    n = count
     cdef TokenVector tv = tv_alloc(n)
     # With two or more ids in int32 the step fits in 64 bits; with one it is never used (and may
     # be any size: range(5, 6, 10**30) is [5]).
@@ -461,7 +463,7 @@ cdef TokenVector _convert(object obj):
 cdef uint32_t _vocab_limit(object vocab_size) except 0:
     v = operator.index(vocab_size)
     if v <= 0:
-        raise ValueError(f"vocab_size must be positive, got {v}")
+        raise ValueError(f"vocab_size must be positive, got {_describe(v)}")
     return <uint32_t>min(v, 2 ** 31)
 
 

@@ -66,6 +66,7 @@ from tokenwire.errors import (
     TokenIdOverflowError,
     TokenIdTypeError,
     WireFormatError,
+    _describe,
 )
 
 cdef extern from "Python.h":

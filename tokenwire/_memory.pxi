@@ -39,7 +39,7 @@ def gil_release_threshold(nbytes=None):
     if nbytes is not None:
         n = operator.index(nbytes)
         if n < 0:
-            raise ValueError(f"gil_release_threshold must be >= 0 bytes, got {n}")
+            raise ValueError(f"gil_release_threshold must be >= 0 bytes, got {_describe(n)}")
         NOGIL_BYTES = n
     return previous
 

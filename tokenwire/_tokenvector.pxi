@@ -196,7 +196,7 @@ cdef class TokenVector:
         a, b, _ = slice(start, stop).indices(self._len)
         cdef Py_ssize_t i = _tv_find(self, value, a, b) if a < b else -1
         if i < 0:
-            raise ValueError(f"{value!r} is not in TokenVector")
+            raise ValueError(f"{_describe(value)} is not in TokenVector")
         return i
 
     # -- comparison ----------------------------------------------------------------------------

@@ -403,7 +403,7 @@ cdef int _codec_request(object codec) except -1:
                 "codec 'zstd' needs the zstandard package (pip install tokenwire[zstd])"
             )
         return REQUEST_ZSTD
-    raise ValueError(f"unknown codec {codec!r} (expected {_EXPECTED_CODECS})")
+    raise ValueError(f"unknown codec {_describe(codec)} (expected {_EXPECTED_CODECS})")
 
 
 def check_codec(codec):

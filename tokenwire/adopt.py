@@ -23,6 +23,7 @@ import reprlib
 from typing import Any, Callable, ClassVar, Optional, TypeVar
 
 from tokenwire._core import check_codec
+from tokenwire.errors import _describe
 from tokenwire.fields import _MISSING, TokenIds, _all_ints, _TokenField
 from tokenwire.state import (
     _check_no_slot_fields,
@@ -37,7 +38,13 @@ from tokenwire.state import (
 
 __all__ = ["TokenwireMixin", "token_fields"]
 
-_short = reprlib.Repr()
+class _ShortRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        # reprlib writes every digit first: an int of more than 4300 digits would raise
+        return _describe(x, limit=self.maxlong)
+
+
+_short = _ShortRepr()
 _short.maxstring = 60
 _short.maxother = 80
 _short.maxlist = 6
@@ -275,7 +282,7 @@ def token_fields(*names: str, codec: str = "raw",
     (``@dataclass(slots=True)`` is refused)."""
     for name in names:
         if not isinstance(name, str) or not name.isidentifier():
-            raise TypeError(f"token_fields() takes attribute names, got {name!r}")
+            raise TypeError(f"token_fields() takes attribute names, got {_describe(name)}")
     check_codec(codec)
 
     def decorate(cls: _C) -> _C:
@@ -287,15 +294,15 @@ def token_fields(*names: str, codec: str = "raw",
             known = {f.name: f for f in dataclasses.fields(cls)}
             for name in names:
                 if name not in known:
-                    raise TypeError(f"token_fields({cls.__name__}): {name!r} is not a field of "
-                                    f"the dataclass (its fields: {', '.join(known)})")
+                    raise TypeError(f"token_fields({cls.__name__}): {_describe(name)} is not "
+                                    f"a field of the dataclass (its fields: {', '.join(known)})")
                 if known[name].default is not dataclasses.MISSING:
                     defaults[name] = known[name].default
         else:
             for name in names:
                 attr = vars(cls).get(name, _MISSING)
                 if isinstance(attr, dataclasses.Field):
-                    raise TypeError(f"token_fields({cls.__name__}): {name!r} is a "
+                    raise TypeError(f"token_fields({cls.__name__}): {_describe(name)} is a "
                                     f"dataclasses.field(...): write @token_fields above @dataclass")
                 if isinstance(attr, TokenIds):
                     attr = attr.default

@@ -17,6 +17,8 @@ unknown codec name, `vocab_size <= 0`, a negative GIL threshold) are plain Value
 as in msgspec: they are programming mistakes, not bad data.
 """
 
+from typing import Callable
+
 __all__ = [
     "AuthenticationError",
     "ChecksumError",
@@ -60,3 +62,39 @@ class ChecksumError(WireFormatError):
 class AuthenticationError(TokenwireError, ValueError):
     """A signed message failed verification (unsigned, truncated or tampered): nothing was
     unpickled."""
+
+
+#: An int longer than this many bits is described by its size, not its digits: its decimal
+#: text would be longer than a message shows (2**128 has 39 digits), and Python refuses to
+#: write an int of more than 4300 digits at all (sys.set_int_max_str_digits).
+_DESCRIBE_INT_BITS = 128
+
+
+def _describe(value: object, *, limit: int = 40, text: Callable[[object], str] = repr) -> str:
+    """`value` as a message shows it: ``text(value)`` (repr, or str), cut to about `limit`
+    characters in the middle. Never raises, whatever the value: an int of more than 128 bits is
+    "an int of N bits" (or "a negative int of N bits"), a value whose repr fails (or is not
+    text) is named by its type. Every message that quotes a caller's value builds it here."""
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            bits = int.bit_length(value)
+            if bits > _DESCRIBE_INT_BITS:
+                return f"{'a negative' if value < 0 else 'an'} int of {bits} bits"
+        s = text(value)
+        if type(s) is not str:                            # a str subclass may override slicing
+            s = str.__str__(s)
+        if len(s) <= limit:
+            return s
+        half = max(1, (limit - 3) // 2)
+        return s[:half] + "..." + s[len(s) - half:]
+    except Exception as e:
+        how = "str" if text is str else "repr"
+        return f"<{_type_name(value)} object: {_type_name(e)} from its {how}()>"
+
+
+def _type_name(value: object) -> str:
+    try:
+        name = type(value).__name__
+        return name if type(name) is str and len(name) <= 60 else "?"
+    except Exception:
+        return "?"

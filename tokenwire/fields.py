@@ -35,7 +35,7 @@ from typing import Any, Optional, Union, cast
 import numpy as np
 
 from tokenwire._core import TokenVector, _restore_shared, as_tokens, check_codec, decode, encode
-from tokenwire.errors import WireFormatError
+from tokenwire.errors import WireFormatError, _describe
 
 __all__ = ["TokenIds", "token_buffer"]
 
@@ -106,9 +106,11 @@ class _TokenField:
             raise WireFormatError(f"_TokenField needs a TokenVector, got {type(vector).__name__}")
         if type(kind) is str:
             if kind not in _INT_TYPECODES:
-                raise WireFormatError(f"_TokenField kind {kind!r} is not an integer array typecode")
+                raise WireFormatError(f"_TokenField kind {_describe(kind)} is not an integer "
+                                      f"array typecode")
             if not _fits(vector, kind):
-                raise WireFormatError(f"_TokenField: an array({kind!r}) cannot hold every id")
+                raise WireFormatError(f"_TokenField: an array({_describe(kind)}) cannot hold "
+                                      f"every id")
         else:
             kind = kind is True
         self.ids: Any = None
@@ -192,7 +194,7 @@ def _held_from_state(owner: str, name: str, payload: Any, kind: Any) -> _TokenFi
             raise WireFormatError("a frame sent as text must be latin-1 (code points < 256)") from None
         return _TokenField(vector, kind)
     except WireFormatError as exc:
-        raise WireFormatError(f"{owner} state key {name!r}: {exc}") from None
+        raise WireFormatError(f"{owner} state key {_describe(name)}: {exc}") from None
 
 
 def _field_from_state(owner: str, name: str, payload: Any) -> Any:
@@ -218,8 +220,8 @@ def _field_from_state(owner: str, name: str, payload: Any) -> Any:
             return _TokenField(value.vector, value.kind)
         return value
     raise WireFormatError(
-        f"{owner} state key {name!r}: a token field is a TokenVector, a wire frame, a list, "
-        f"a tuple, a value sent as it is or None, got {kind.__name__}"
+        f"{owner} state key {_describe(name)}: a token field is a TokenVector, a wire frame, a "
+        f"list, a tuple, a value sent as it is or None, got {kind.__name__}"
     )
 
 
@@ -460,9 +462,9 @@ class TokenIds:
         ids: Any = value.vector if type(value) is _TokenField else value
         n = len(ids)
         if n <= 6:
-            return repr(list(ids))
-        head = ", ".join(str(ids[i]) for i in range(3))
-        tail = ", ".join(str(ids[i]) for i in range(n - 3, n))
+            return "[" + ", ".join(_describe(ids[i]) for i in range(n)) + "]"
+        head = ", ".join(_describe(ids[i]) for i in range(3))
+        tail = ", ".join(_describe(ids[i]) for i in range(n - 3, n))
         return f"<{n} ids: [{head}, ..., {tail}]>"
 
     # -- pickling ------------------------------------------------------------------------------

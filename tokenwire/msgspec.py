@@ -78,6 +78,7 @@ from __future__ import annotations
 import struct
 import sys
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, \
     Tuple, cast
 
@@ -91,7 +92,7 @@ except ImportError as e:
 import numpy as np
 
 from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
-from tokenwire.errors import WireFormatError
+from tokenwire.errors import WireFormatError, _describe
 from tokenwire.text import from_base64, to_base64
 from tokenwire._oob import OOB_THRESHOLD
 from tokenwire.transport import received_buffer, recv_frames, send_frames
@@ -132,7 +133,8 @@ _Ext = msgspec.msgpack.Ext
 
 def _check_ext_code(name: str, code: int) -> int:
     if not isinstance(code, int) or not -128 <= code <= 127:
-        raise ValueError(f"{name} must be an int in [-128, 127] (a msgpack Ext type), got {code!r}")
+        raise ValueError(f"{name} must be an int in [-128, 127] (a msgpack Ext type), "
+                         f"got {_describe(code)}")
     return code
 
 
@@ -210,12 +212,12 @@ class Hooks:
         self.json_array = bool(json_array)
         self.urlsafe = bool(urlsafe)
         if threshold is not None and (not isinstance(threshold, int) or threshold < 0):
-            raise ValueError(f"threshold must be None or an int >= 0, got {threshold!r}")
+            raise ValueError(f"threshold must be None or an int >= 0, got {_describe(threshold)}")
         self.threshold = threshold
         self._next_enc = enc_hook
         self._next_ext = ext_hook
         self._next_dec = dec_hook
-        self._local = threading.local()          # aux_ext_hook: the message being decoded
+        self._local = threading.local()          # aux_ext_hook: this thread's _AuxRecord
 
     def _frame(self, tv: TokenVector, reference: Optional[int] = None) -> Any:
         """`tv`'s frame, or its list when codec is "auto" and what the message would hold (the
@@ -279,19 +281,28 @@ class Hooks:
         """`ext_hook` for a decoder that keeps the message's frames (``[main, *buffers]``, as
         vLLM's ``MsgpackDecoder.aux_buffers``): ``Ext(buffer_ext_code, reference)`` becomes
         the TokenVector of the buffer it names; other codes go to `ext_hook`. A buffer named
-        twice in one message is read once (the same vector comes back): the hook keeps the
-        vectors of the last `buffers` list it read on this thread, by the identity of the list
-        and of the buffer object, until another list comes. So give each message its own list
-        (as a decoder of received frames does: ``recv_multipart`` returns a new one); a list
-        reused with a buffer object rewritten in place would read the earlier vector.
+        twice in one message is read once (the same vector comes back): the hook knows the
+        `buffers` list it reads on this thread, by the identity of the list and of the buffer
+        object, and the vectors it made from it. So give each message its own list (as a
+        decoder of received frames does: ``recv_multipart`` returns a new one); a list reused
+        with a buffer object rewritten in place would read the earlier vector. The hook lets
+        go of the list when a vector it made from it is dropped, or a reference fails: once
+        the decoded message and its frames are dropped, they are freed.
         A bad reference, or `buffers` None, raises WireFormatError."""
         if code != self.buffer_ext_code:
             return self.ext_hook(code, data)
-        local = self._local
-        if getattr(local, "buffers", _local_unset) is not buffers:
-            local.buffers = buffers
-            local.made = {}
-        return _resolve(self, code, data, buffers, local.made)
+        try:
+            record = self._local.record
+        except AttributeError:
+            record = self._local.record = _AuxRecord()
+        if record.buffers is not buffers:
+            record.buffers = buffers
+            record.made = {}
+        try:
+            return _resolve(self, code, data, buffers, record.made, record.forget)
+        except BaseException:
+            record.release()
+            raise
 
     def dec_hook(self, type_: type, obj: Any) -> Any:
         """msgpack and JSON: a field typed TokenVector accepts what `ext_hook` made, a base64
@@ -328,13 +339,46 @@ class Hooks:
         raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
 
-_local_unset = object()
+_NO_LIST: Any = object()
+
+
+class _VectorRef(weakref.ref[TokenVector]):
+    """A weak reference to a vector aux_ext_hook read from frame `index` of a message."""
+
+    __slots__ = ("index",)
+    index: int
+
+
+class _AuxRecord:
+    """What aux_ext_hook knows, on one thread, of the message it reads: the host's frame list
+    and the vectors made from it (index -> (buffer, _VectorRef)). The vectors are held weakly
+    and the list only until one of them is dropped (`forget`: the message is done with), so
+    the record never keeps a message's frames -- the host's tensors among them -- alive after
+    the message itself."""
+
+    __slots__ = ("buffers", "made", "forget")
+
+    def __init__(self) -> None:
+        self.buffers: Any = _NO_LIST
+        self.made: Dict[int, Tuple[Any, Any]] = {}
+        self.forget = self._forget               # the callback of each _VectorRef, made once
+
+    def _forget(self, ref: _VectorRef) -> None:
+        entry = self.made.get(ref.index)
+        if entry is not None and entry[1] is ref:            # a vector of the current message
+            self.release()
+
+    def release(self) -> None:
+        self.buffers = _NO_LIST
+        self.made = {}
 
 
 def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequence[Any]],
-             made: Dict[int, Tuple[Any, TokenVector]]) -> TokenVector:
+             made: Dict[int, Tuple[Any, Any]],
+             forget: Optional[Callable[[Any], None]] = None) -> TokenVector:
     """The TokenVector an out-of-band reference names in `frames` ([main, *buffers]); `made`
-    holds those already read from this message (index -> (buffer, vector))."""
+    holds those already read from this message (index -> (buffer, vector)), each vector as a
+    _VectorRef calling `forget` when it is dropped, when there is a `forget`."""
     size = len(data)
     if size == _REF.size:
         index, count = _REF.unpack(data)
@@ -360,15 +404,15 @@ def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequenc
             f"{len(frames) - 1} buffer(s) (frames 1..{len(frames) - 1})")
     buf = frames[index]
     seen = made.get(index)
-    if seen is not None and seen[0] is buf:
+    if seen is not None and seen[0] is buf and (
+            tv := seen[1] if forget is None else seen[1]()) is not None:
         # Another reference to a frame already read: the same vector, never a second copy
         # (a message naming one frame many times would otherwise cost its size each time).
-        tv = seen[1]
         if len(tv) != count:
             raise WireFormatError(
                 f"out-of-band frame {index} is referenced with {count} ids, an earlier "
                 f"reference said {len(tv)}")
-        return tv
+        return cast(TokenVector, tv)
     if framed:
         try:
             tv = decode(buf, vocab_size=hooks.vocab_size)
@@ -391,7 +435,12 @@ def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequenc
                 as_tokens(tv, vocab_size=hooks.vocab_size)      # checks, returns tv itself
             except ValueError as e:
                 raise WireFormatError(f"out-of-band frame {index}: {e}") from None
-    made[index] = (buf, tv)
+    if forget is None:
+        made[index] = (buf, tv)
+    else:
+        ref = _VectorRef(tv, forget)
+        ref.index = index
+        made[index] = (buf, ref)
     return tv
 
 
@@ -418,7 +467,7 @@ def _prefix_frames(prefix: Iterable[Any]) -> List[Any]:
 def _check_prefix(prefix: int) -> None:
     if not isinstance(prefix, int) or prefix < 0:
         raise ValueError(f"prefix must be an int >= 0 (the number of leading frames), "
-                         f"got {prefix!r}")
+                         f"got {_describe(prefix)}")
 
 
 def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any]]:

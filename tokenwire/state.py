@@ -32,7 +32,7 @@ import types
 from typing import Any, Optional, cast
 
 from tokenwire._envflag import env_flag
-from tokenwire.errors import WireFormatError
+from tokenwire.errors import WireFormatError, _describe
 from tokenwire.fields import _MISSING, TokenIds, _field_from_state
 
 __all__ = ["STATE_VERSION", "list_on_wire"]
@@ -212,7 +212,7 @@ def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any],
     legacy = version is None
     if not legacy and (type(version) is not int or not 1 <= version <= STATE_VERSION):
         raise WireFormatError(
-            f"{owner} state version {version!r} is not supported "
+            f"{owner} state version {_describe(version)} is not supported "
             f"(this tokenwire reads versions 1..{STATE_VERSION})"
         )
     # Keys keep the state's order, so vars() lists them as the sender's object did.
@@ -233,7 +233,7 @@ def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any],
             continue
         problem = _state_key_problem(config, key, strict)
         if problem is not None:
-            raise WireFormatError(f"{owner} state key {key!r} {problem}")
+            raise WireFormatError(f"{owner} state key {_describe(key)} {problem}")
         if strict and len(accepted) < _ACCEPTED_CACHE_MAX:
             accepted.add(key)
     for name in fields:
@@ -255,7 +255,8 @@ def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any],
             elif key in config.slots or not strict and type(key) is str and not key.startswith(_CONFIG_PREFIX):
                 slot_updates[key] = value
             else:
-                raise WireFormatError(f"{owner} slot state key {key!r} is not a slot of the class")
+                raise WireFormatError(f"{owner} slot state key {_describe(key)} is not a slot "
+                                      f"of the class")
     return updates, slot_updates
 
 

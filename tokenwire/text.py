@@ -27,7 +27,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union, cast
 
 from tokenwire._core import TokenVector, _ids_from_int32_bytes, as_tokens, decode, encode
-from tokenwire.errors import WireFormatError
+from tokenwire.errors import WireFormatError, _describe
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -94,7 +94,9 @@ def to_base64(tokens: Any, *, codec: _Codec = "auto", checksum: bool = False,
 
 def from_base64(text: Text, *, vocab_size: Optional[int] = None,
                 urlsafe: bool = False, format: Format = "frame") -> TokenVector:
-    """The TokenVector held by a `to_base64` string (`str`, or ASCII bytes-like).
+    """The TokenVector held by a `to_base64` string: a `str`, or its ASCII bytes as `bytes`,
+    `bytearray` or a `memoryview` of any layout (strided, reversed or n-d: the bytes it holds in
+    order, copied once when they are not contiguous); any other type is a TypeError.
 
     Raises WireFormatError (a ValueError) naming the position of the first character outside
     the alphabet, a misplaced or excess "=", a length that is not a multiple of 4, a last
@@ -116,7 +118,7 @@ def from_base64(text: Text, *, vocab_size: Optional[int] = None,
 
 def _check_format(format: str) -> None:
     if format not in ("frame", "int32"):
-        raise ValueError(f"format must be 'frame' or 'int32', got {format!r}")
+        raise ValueError(f"format must be 'frame' or 'int32', got {_describe(format)}")
 
 
 def _payload(tokens: Any, codec: str, checksum: bool, format: str) -> Any:
@@ -134,6 +136,10 @@ def _payload(tokens: Any, codec: str, checksum: bool, format: str) -> Any:
 def _frame_bytes(text: Text, urlsafe: bool) -> bytes:
     if not isinstance(text, (str, bytes, bytearray, memoryview)):
         raise TypeError(f"from_base64() takes str or bytes, not {type(text).__name__}")
+    if isinstance(text, memoryview) and not text.c_contiguous:
+        # Neither backend reads a non-contiguous buffer (pybase64 raises BufferError, binascii
+        # TypeError): the text is the bytes the view holds, in order.
+        text = text.tobytes()
     size = text.nbytes if isinstance(text, memoryview) else len(text)
     if size % 4 or urlsafe and _has_standard_only_characters(text):
         # binascii's strict mode lets "AAAA=" through: one rule for both backends, checked here.

@@ -52,7 +52,7 @@ from tokenwire._core import ImmutableBuffer
 from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYTES, FindClass,
                             as_key, check_unsigned, dumps_oob, key_from_env, loads_oob, signature,
                             unpickle, verify)
-from tokenwire.errors import AuthenticationError, WireFormatError
+from tokenwire.errors import AuthenticationError, WireFormatError, _describe
 
 __all__ = ["AuthenticationError", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
@@ -152,7 +152,8 @@ def _bytes_frames(name: str, frames: Iterable[Any]) -> List[Any]:
 def _check_counts(prefix: int, routing: int) -> None:
     for name, n in (("prefix", prefix), ("routing", routing)):
         if not isinstance(n, int) or n < 0:
-            raise ValueError(f"{name} must be an int >= 0 (a number of leading frames), got {n!r}")
+            raise ValueError(f"{name} must be an int >= 0 (a number of leading frames), "
+                             f"got {_describe(n)}")
 
 
 def _leading(frames: List[Any], prefix: int, routing: int) -> int:
