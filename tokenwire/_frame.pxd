@@ -61,8 +61,8 @@ cdef extern from "tokenwire/frame.h" nogil:
     size_t tw_payload_size(unsigned width, uint64_t total) noexcept
     int64_t tw_zstd_frame_size(const uint8_t* p, size_t n, uint64_t payload_len, char* msg,
                                size_t cap) noexcept
-    int tw_decode_pfor(const uint8_t* buf, const tw_layout* L, int32_t* dst, char* msg,
-                       size_t cap) noexcept
+    int tw_decode_pfor(const uint8_t* buf, const tw_layout* L, int32_t** dst,
+                       const size_t* count, char* msg, size_t cap) noexcept
 
 
 # The pfor kernel's CPU probe (include/tokenwire/pfor.h; frame.h includes it).

@@ -254,23 +254,58 @@ cdef TokenVector _decode_one(object source, const uint8_t* payload, FrameLayout*
     return tv
 
 
-cdef TokenVector _pfor_ids(const uint8_t* buf, FrameLayout* L):
-    """Every id of a checked pfor frame (L.total of them; the kernel checks the payload's rules
-    while it decodes, frame.h's tw_decode_pfor): the output is allocated only now, after the
-    frame checks bounded the count by the payload's size (at most 128 ids per byte)."""
+cdef int _pfor_decode(const uint8_t* buf, FrameLayout* L, int32_t** dst,
+                      const size_t* count) except -1:
+    """The ids of a checked pfor frame into its parts (frame.h's tw_decode_pfor: the kernel
+    checks the payload's rules while it decodes); WireFormatError when it breaks one."""
     cdef char msg[TW_MSG_SIZE]
     cdef int r
-    if L.total == 0:
-        return _EMPTY_VECTOR
-    cdef TokenVector tv = tv_alloc(<Py_ssize_t>L.total)
     if _release_gil(<Py_ssize_t>L.total * 4):
         with nogil:
-            r = tw_decode_pfor(buf, L, tv._data, msg, TW_MSG_SIZE)
+            r = tw_decode_pfor(buf, L, dst, count, msg, TW_MSG_SIZE)
     else:
-        r = tw_decode_pfor(buf, L, tv._data, msg, TW_MSG_SIZE)
+        r = tw_decode_pfor(buf, L, dst, count, msg, TW_MSG_SIZE)
     if r != 0:
         raise WireFormatError(_text(msg))
+    return 0
+
+
+cdef TokenVector _pfor_ids(const uint8_t* buf, FrameLayout* L):
+    """Every id of a checked pfor frame, as one vector (L.total ids): the output is allocated
+    only now, after the frame checks bounded the count by the payload's size (at most 128 ids
+    per byte)."""
+    cdef size_t n = <size_t>L.total
+    if n == 0:
+        return _EMPTY_VECTOR
+    cdef TokenVector tv = tv_alloc(<Py_ssize_t>n)
+    cdef int32_t* dst = tv._data
+    _pfor_decode(buf, L, &dst, &n)
     return tv
+
+
+cdef list _pfor_sequences(const uint8_t* buf, FrameLayout* L):
+    """Every sequence of a checked multi-sequence pfor frame, each decoded straight into its own
+    vector (the kernel splits the blocks that run across sequences): the ids take 4·N bytes,
+    with no second copy of them. The counts are the checked copy of the table."""
+    cdef Py_ssize_t k, nseq = <Py_ssize_t>L.nseq
+    cdef list out = [None] * nseq
+    cdef TokenVector tv
+    cdef int32_t** dst = <int32_t**>PyMem_Malloc(max(nseq, 1) * sizeof(int32_t*))
+    cdef size_t* count = <size_t*>PyMem_Malloc(max(nseq, 1) * sizeof(size_t))
+    try:
+        if dst == NULL or count == NULL:
+            raise MemoryError()
+        for k in range(nseq):
+            count[k] = load_le32(L.counts + 4 * k)
+            tv = tv_alloc(<Py_ssize_t>count[k]) if count[k] else _EMPTY_VECTOR
+            dst[k] = tv._data
+            out[k] = tv
+        if L.total:
+            _pfor_decode(buf, L, dst, count)
+        return out
+    finally:
+        PyMem_Free(dst)
+        PyMem_Free(count)
 
 
 cdef inline bint _can_view(object source, const uint8_t* payload, FrameLayout* L) except -1:
@@ -355,16 +390,11 @@ def decode_many(data, *, vocab_size=None):
         _check_frame(buf, view.len, &L, is_immutable_source(data))
         source = data
         if L.codec == CODEC_PFOR:
-            # All ids at once (blocks run across sequences), then each sequence copied out of
-            # them; a single-sequence frame is that vector itself.
-            tv = _pfor_ids(buf, &L)
-            if not (L.flags & FLAG_MULTI):
-                out = [tv]
-                if limit:
-                    _check_vocab(tv, vocab_size, WireFormatError, 0, limit)
-                return out
-            source = tv
-            payload = <const uint8_t*>tv._data
+            out = _pfor_sequences(buf, &L) if L.flags & FLAG_MULTI else [_pfor_ids(buf, &L)]
+            if limit:
+                for k in range(len(out)):
+                    _check_vocab(out[k], vocab_size, WireFormatError, k, limit)
+            return out
         elif L.flags & FLAG_ZSTD:
             source = _zstd_payload(buf, &L)
             payload = <const uint8_t*>PyBytes_AS_STRING(source)

@@ -383,17 +383,20 @@ static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char
     return 0;
 }
 
-/* The ids of a checked pfor frame (tw_check_frame passed) into dst[0..L->total): pfor.h's
- * decoder over the L->payload_len bytes after the length prefix, which judges every block (the
- * payload rules of docs/wire-format.md, "pfor"). 0, or -1 and the message: the kernel's text
- * after "pfor payload is truncated at byte K: " (a block cut short) or "pfor payload is corrupt
- * at byte K: " (any other rule), K the frame offset of the block (or byte) at fault. dst then
- * holds garbage: the caller discards it. Pure C, no allocation: runs without the GIL. */
-static int tw_decode_pfor(const uint8_t *buf, const tw_layout *L, int32_t *dst, char *msg,
-                          size_t cap) {
+/* The ids of a checked pfor frame (tw_check_frame passed) into nparts arrays: part k takes
+ * count[k] ids at dst[k], the counts adding up to L->total (one part of L->total ids, or a
+ * multi-sequence frame's checked table: each sequence decoded straight into its own array).
+ * pfor.h's decoder over the L->payload_len bytes after the length prefix, which judges every
+ * block (the payload rules of docs/wire-format.md, "pfor"). 0, or -1 and the message: the
+ * kernel's text after "pfor payload is truncated at byte K: " (a block cut short) or "pfor
+ * payload is corrupt at byte K: " (any other rule), K the frame offset of the block (or byte) at
+ * fault. The parts then hold garbage: the caller discards them. Pure C, no allocation: runs
+ * without the GIL. */
+static int tw_decode_pfor(const uint8_t *buf, const tw_layout *L, int32_t *const *dst,
+                          const size_t *count, char *msg, size_t cap) {
     twpf_error err;
     const size_t at = L->payload_off + TW_PFOR_LENGTH_SIZE;
-    const int r = twpf_decode(buf + at, L->payload_len, dst, (size_t)L->total, &err);
+    const int r = twpf_decode_parts(buf + at, L->payload_len, dst, count, (size_t)L->total, &err);
     if (r == TWPF_OK) return 0;
     snprintf(msg, cap, "pfor payload is %s at byte %llu: %s",
              r == TWPF_E_TRUNCATED ? "truncated" : "corrupt",
@@ -419,7 +422,9 @@ static int tw_decode_pfor(const uint8_t *buf, const tw_layout *L, int32_t *dst, 
  *   - a content checksum cut short.
  * Window_Size is RFC 8878's: Frame_Content_Size for a single-segment frame, else from the
  * Window_Descriptor. Every rule libzstd releases disagree on that the headers can show is here,
- * so that the answer does not depend on the release. -1 and a message when refused. */
+ * so that the answer on those does not depend on the release (damaged compressed content is
+ * libzstd's to judge: docs/wire-format.md, "Which frames libzstd decides"). -1 and a message
+ * when refused. */
 static int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_len, char *msg,
                                   size_t cap) {
     static const size_t fcs_sizes[4] = {0, 2, 4, 8}, did_sizes[4] = {0, 1, 2, 4};

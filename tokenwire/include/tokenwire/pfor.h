@@ -1161,11 +1161,52 @@ TWBP_INLINE int twpf_decode_block(const uint8_t *src, size_t len, size_t *pp, co
     return TWPF_OK;
 }
 
-/* twpf_decode's body, instantiated three times: with AVX-512 VBMI2 (V512, the high parts spread
- * by vpexpandb), with AVX2 (the run-time AVX2 paths and the popcnt instruction) and without. */
-TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err,
-                                 const int AVX2, const int V512) {
+/* Where decoded ids go: nparts arrays, part k taking count[k] ids at dst[k] (the counts add up
+ * to the payload's n); `k` and `at` (ids written to part k) advance as blocks are decoded. */
+typedef struct {
+    int32_t *const *dst;
+    const size_t *count;
+    size_t k, at;
+} twpf_parts;
+
+/* One block of m ids into the parts: in place when it lies in part k (the common case), else
+ * (a block running across parts: blocks cross sequence boundaries) through a stack buffer,
+ * split from there. Parts that are full, empty ones included, are skipped first. */
+TWBP_INLINE int twpf_decode_to_parts(const uint8_t *src, size_t len, size_t *pp, const unsigned m,
+                                     twpf_parts *o, twpf_error *err, const int AVX2, const int V512) {
+    int32_t tmp[TWPF_BLOCK];
+    int rc;
+    while (o->at == o->count[o->k]) {
+        o->k++;
+        o->at = 0;
+    }
+    if (o->count[o->k] - o->at >= m) {
+        rc = twpf_decode_block(src, len, pp, m, o->dst[o->k] + o->at, err, AVX2, V512);
+        o->at += m;
+        return rc;
+    }
+    if ((rc = twpf_decode_block(src, len, pp, m, tmp, err, AVX2, V512)) != TWPF_OK) return rc;
+    for (size_t i = 0; i < m;) {
+        while (o->at == o->count[o->k]) {
+            o->k++;
+            o->at = 0;
+        }
+        size_t take = o->count[o->k] - o->at;
+        if (take > m - i) take = m - i;
+        memcpy(o->dst[o->k] + o->at, tmp + i, 4 * take);
+        o->at += take;
+        i += take;
+    }
+    return TWPF_OK;
+}
+
+/* twpf_decode_parts' body, instantiated three times: with AVX-512 VBMI2 (V512, the high parts
+ * spread by vpexpandb), with AVX2 (the run-time AVX2 paths and the popcnt instruction) and
+ * without. */
+TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
+                                 size_t n, twpf_error *err, const int AVX2, const int V512) {
     size_t p = 0, s = 0;
+    twpf_parts o = {dst, count, 0, 0};
     int rc;
     if (err) {
         err->msg = NULL;
@@ -1174,8 +1215,8 @@ TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, s
     if (len < twpf_min_size(n))
         TWPF_FAIL(TWPF_E_TRUNCATED, "payload too short for its id count", len);
     for (; s + TWPF_BLOCK <= n; s += TWPF_BLOCK)
-        if ((rc = twpf_decode_block(src, len, &p, TWPF_BLOCK, dst + s, err, AVX2, V512)) != TWPF_OK) return rc;
-    if (s < n && (rc = twpf_decode_block(src, len, &p, (unsigned)(n - s), dst + s, err, AVX2, V512)) != TWPF_OK)
+        if ((rc = twpf_decode_to_parts(src, len, &p, TWPF_BLOCK, &o, err, AVX2, V512)) != TWPF_OK) return rc;
+    if (s < n && (rc = twpf_decode_to_parts(src, len, &p, (unsigned)(n - s), &o, err, AVX2, V512)) != TWPF_OK)
         return rc;
     if (p != len) TWPF_FAIL(TWPF_E_TRAILING, "bytes after the last block", p);
     return TWPF_OK;
@@ -1183,26 +1224,36 @@ TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *dst, s
 
 #if TWPF_AVX2_SHUFFLES
 __attribute__((target("avx2,popcnt")))
-static int twpf_decode_avx2(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
-    return twpf_decode_body(src, len, dst, n, err, 1, 0);
+static int twpf_decode_avx2(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
+                            size_t n, twpf_error *err) {
+    return twpf_decode_body(src, len, dst, count, n, err, 1, 0);
 }
 
 __attribute__((target(TWPF_T512)))
-static int twpf_decode_512(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
-    return twpf_decode_body(src, len, dst, n, err, 1, 1);
+static int twpf_decode_512(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
+                           size_t n, twpf_error *err) {
+    return twpf_decode_body(src, len, dst, count, n, err, 1, 1);
 }
 #endif
 
-/* Decode a payload of len bytes holding n ids (both from a checked header) into dst[0..n).
- * Reads only src[0..len), every field once into a local before use; writes only dst[0..n); on
- * error returns a TWPF_E_* code with err set, dst then holds garbage. Any byte string gives
- * either TWPF_OK or an error, never UB. */
-static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
+/* Decode a payload of len bytes holding n ids (both from a checked header) into parts: part k
+ * gets count[k] ids at dst[k], in order; the counts must add up to n (the caller's checked count
+ * table: a frame's blocks run across its sequences, and each sequence is decoded straight into
+ * its own array). Reads only src[0..len), every field once into a local before use; writes only
+ * the parts' ids (and a 128-id stack buffer); on error returns a TWPF_E_* code with err set, the
+ * parts then hold garbage. Any byte string gives either TWPF_OK or an error, never UB. */
+static int twpf_decode_parts(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
+                             size_t n, twpf_error *err) {
 #if TWPF_AVX2_SHUFFLES
-    if (twpf_have_512) return twpf_decode_512(src, len, dst, n, err);
-    if (twbp_have_avx2) return twpf_decode_avx2(src, len, dst, n, err);
+    if (twpf_have_512) return twpf_decode_512(src, len, dst, count, n, err);
+    if (twbp_have_avx2) return twpf_decode_avx2(src, len, dst, count, n, err);
 #endif
-    return twpf_decode_body(src, len, dst, n, err, 0, 0);
+    return twpf_decode_body(src, len, dst, count, n, err, 0, 0);
+}
+
+/* twpf_decode_parts into one array: dst[0..n). */
+static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
+    return twpf_decode_parts(src, len, &dst, &n, n, err);
 }
 
 #undef TWPF_FAIL

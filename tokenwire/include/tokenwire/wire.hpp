@@ -20,8 +20,8 @@
 // docs/cpp.md). A zstd payload additionally takes its declared size, at most 64x the compressed
 // bytes received, and the decompressor is never given room for more than that size + 1 byte.
 // A pfor frame holds at most 128 ids per payload byte (checked from its length prefix before
-// the 4*N bytes of ids are allocated); decode_many of a multi-sequence one decodes every id
-// into one vector first (its blocks cross sequences) and copies the sequences out of it.
+// the 4*N bytes of ids are allocated; decode_many decodes each sequence into its own vector).
+// The bound per codec: docs/wire-format.md, "Allocation bound".
 #ifndef TOKENWIRE_WIRE_HPP
 #define TOKENWIRE_WIRE_HPP
 
@@ -276,8 +276,10 @@ inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
 // size (at most 128 ids per byte).
 inline std::vector<int32_t> pfor_ids(const uint8_t* buf, const Layout& L) {
     std::vector<int32_t> ids(size_t(L.total));
+    int32_t* dst = ids.data();
+    size_t n = ids.size();
     char msg[TW_MSG_SIZE];
-    if (L.total != 0 && tw_decode_pfor(buf, &L, ids.data(), msg, sizeof msg) != 0) fail(msg);
+    if (n != 0 && tw_decode_pfor(buf, &L, &dst, &n, msg, sizeof msg) != 0) fail(msg);
     return ids;
 }
 
@@ -457,23 +459,30 @@ inline std::vector<std::vector<int32_t>> decode_many(
     const uint32_t limit = vocab_limit(vocab_size);
     const Parsed p = check_frame(data, size);
     const Layout& L = p.L;
-    std::vector<uint8_t> plain;
-    std::vector<int32_t> all;       // pfor: every id, decoded at once (blocks cross sequences)
-    const uint8_t* payload = data + L.payload_off;
+    std::vector<std::vector<int32_t>> out(size_t(L.nseq));
     if (L.codec == kPfor) {
-        all = pfor_ids(data, L);
-        if (!(L.flags & kFlagMulti)) {
-            if (limit) check_vocab(all, limit, *vocab_size, 0);
-            std::vector<std::vector<int32_t>> one(1);
-            one[0] = std::move(all);
-            return one;
+        // Each sequence decoded straight into its own vector (the kernel splits the blocks that
+        // run across sequences): the ids take 4*N bytes, no second copy of them.
+        std::vector<int32_t*> dst(out.size());
+        std::vector<size_t> count(out.size());
+        for (size_t k = 0; k < out.size(); k++) {
+            count[k] = size_t(p.count(k));    // the copy checked: the counts sum to L.total
+            out[k].resize(count[k]);
+            dst[k] = out[k].data();
         }
-        payload = reinterpret_cast<const uint8_t*>(all.data());
-    } else if (L.flags & kFlagZstd) {
+        char msg[TW_MSG_SIZE];
+        if (L.total != 0 && tw_decode_pfor(data, &L, dst.data(), count.data(), msg, sizeof msg) != 0)
+            fail(msg);
+        for (size_t k = 0; limit && k < out.size(); k++)
+            check_vocab(out[k], limit, *vocab_size, int64_t(k));
+        return out;
+    }
+    std::vector<uint8_t> plain;
+    const uint8_t* payload = data + L.payload_off;
+    if (L.flags & kFlagZstd) {
         plain = zstd_payload(data, L);
         payload = plain.data();
     }
-    std::vector<std::vector<int32_t>> out(size_t(L.nseq));
     uint64_t start = 0;
     for (size_t k = 0; k < L.nseq; k++) {
         const size_t n = size_t(p.count(k));      // the copy checked: the counts sum to L.total
