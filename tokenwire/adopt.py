@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import array
 import copy
-import dataclasses
 import functools
 import reprlib
 from typing import Any, Callable, ClassVar, Optional, TypeVar
@@ -279,6 +278,7 @@ def token_fields(*names: str, codec: str = "raw",
     check_codec(codec)
 
     def decorate(cls: _C) -> _C:
+        import dataclasses     # here: it imports inspect and ast, ~10 ms `import tokenwire` skips
         if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
             raise TypeError(f"token_fields({cls.__name__}): instances need a __dict__, "
                             f"the class has __slots__ without one")

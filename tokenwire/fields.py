@@ -32,8 +32,6 @@ import array
 import warnings
 from typing import Any, Optional, Union, cast
 
-import numpy as np
-
 from tokenwire._core import TokenVector, _restore_shared, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError
 
@@ -74,6 +72,7 @@ def _kind_of(value: Any) -> Union[bool, str]:
 def _array_from(vector: TokenVector, typecode: str) -> "array.array[int]":
     """An ``array(typecode)`` of the ids: one allocation and one widening copy in numpy (no
     per-id Python work). The caller has checked that the typecode holds every id."""
+    import numpy as np         # here, not at the top: `import tokenwire` leaves numpy out
     out = array.array(typecode, [0]) * len(vector)
     np.copyto(np.frombuffer(out, np.dtype(typecode)), np.asarray(vector), casting="unsafe")
     return out
@@ -83,6 +82,7 @@ def _fits(vector: TokenVector, typecode: str) -> bool:
     """Whether an ``array(typecode)`` holds every id of `vector`."""
     if not len(vector):
         return True
+    import numpy as np
     info = np.iinfo(np.dtype(typecode))
     ids = np.asarray(vector)
     return bool(info.min <= int(ids.min()) and int(ids.max()) <= info.max)
