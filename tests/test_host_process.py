@@ -67,3 +67,39 @@ def test_the_paths_that_use_numpy_import_it_when_they_run() -> None:
         assert back.ids == array.array("h", [1, 2, 3]) and "numpy" in sys.modules
     """)
     assert out.returncode == 0, out.stderr
+
+
+# -- the shared-memory channel without fcntl (Windows) ----------------------------------------------
+
+
+def test_shm_imports_without_fcntl_and_sends_frames() -> None:
+    # docs/transport.md: "Linux only; elsewhere Sender never offers a segment and every buffer
+    # travels as a frame." Without fcntl no segment can be sealed: the same promise.
+    pytest.importorskip("zmq")
+    out = run("""
+        import sys
+        sys.modules["fcntl"] = None                 # `import fcntl` raises ImportError
+        import zmq
+        from tokenwire import TokenVector, shm
+        from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+        assert "fcntl" not in sys.modules or sys.modules["fcntl"] is None
+        assert shm.available() is False
+        ctx = zmq.Context()
+        pull = ctx.socket(zmq.PULL)
+        port = pull.bind_to_random_port("tcp://127.0.0.1")
+        push = ctx.socket(zmq.PUSH)
+        push.connect(f"tcp://127.0.0.1:{port}")
+        sender, receiver = shm.Sender(), shm.Receiver()
+        ids = TokenVector(range(40_000))
+        for _ in range(3):
+            send_pyobj_oob(push, {"ids": ids}, channel=sender)
+            assert recv_pyobj_oob(pull, channel=receiver) == {"ids": ids}
+            sender.send(push, {"ids": ids})
+            assert receiver.recv(pull) == {"ids": ids}
+        assert sender.stats["shm"] == 0 and sender.stats["ring"] == 0, sender.stats
+        assert sender.stats["frames"] == 6, sender.stats
+        sender.close()
+        print("ok")
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
