@@ -37,7 +37,7 @@ def test_the_subprocess_imports_this_checkout() -> None:
     assert out.stdout.strip() == tokenwire.__file__, out.stderr
 
 
-# -- import side effects ------------------------------------------------------------------------
+# -- import side effects -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("module", ["tokenwire", "tokenwire.transport", "tokenwire.shm",
@@ -69,7 +69,59 @@ def test_the_paths_that_use_numpy_import_it_when_they_run() -> None:
     assert out.returncode == 0, out.stderr
 
 
-# -- the shared-memory channel without fcntl (Windows) ----------------------------------------------
+# -- glibc malloc settling: the switch ---------------------------------------------------------
+
+SETTLING = """
+    import sys
+    from tokenwire import TokenVector
+    from tokenwire._core import _malloc_settled_bytes
+    from tokenwire.memory import malloc_settling
+    print(malloc_settling(), end=" ")
+    {before}
+    v = TokenVector(range(40_000))          # 160 KB: a vector that asks for settling
+    print(_malloc_settled_bytes(), end=" ")
+    {after}
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="settling is a glibc malloc matter")
+@pytest.mark.parametrize("word, on", [("1", True), ("on", True), ("0", False), ("off", False)])
+def test_environment_variable_switches_settling(word: str, on: bool) -> None:
+    out = run(SETTLING.format(before="", after=""), TOKENWIRE_MALLOC_SETTLE=word)
+    assert out.returncode == 0, out.stderr
+    enabled, settled = out.stdout.split()
+    assert enabled == str(on)
+    # on: 4 x 160 KB, rounded up to a power of two; off: glibc's thresholds untouched
+    assert int(settled) == (1 << 20 if on else 0)
+
+
+@pytest.mark.skipif(not GLIBC, reason="settling is a glibc malloc matter")
+def test_settling_is_off_unless_asked_for() -> None:
+    out = run(SETTLING.format(before="", after=""))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "0"]
+
+
+def test_a_bad_environment_word_fails_at_import_naming_the_variable() -> None:
+    out = run("import tokenwire", TOKENWIRE_MALLOC_SETTLE="maybe")
+    assert out.returncode != 0
+    assert "TOKENWIRE_MALLOC_SETTLE='maybe' is not a boolean" in out.stderr
+
+
+@pytest.mark.skipif(not GLIBC, reason="settling is a glibc malloc matter")
+def test_the_function_switches_settling_on_and_off() -> None:
+    out = run(SETTLING.format(
+        before="assert malloc_settling(True) is False and malloc_settling() is True",
+        after="""
+    assert malloc_settling(False) is True and malloc_settling() is False
+    w = TokenVector(range(1_000_000))       # 4 MB: would settle for 16 MiB
+    print(_malloc_settled_bytes())
+    """), TOKENWIRE_MALLOC_SETTLE="0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", str(1 << 20), str(1 << 20)]
+
+
+# -- the shared-memory channel without fcntl (Windows) -----------------------------------------
 
 
 def test_shm_imports_without_fcntl_and_sends_frames() -> None:
