@@ -34,7 +34,7 @@ from tokenwire.state import (
     _to_state,
 )
 
-__all__ = ["TokenwireMixin", "token_fields"]
+__all__: list[str] = []       # TokenwireMixin and token_fields are public as tokenwire.X
 
 _short = reprlib.Repr()
 _short.maxstring = 60

@@ -17,14 +17,13 @@ unknown codec name, `vocab_size <= 0`, a negative GIL threshold) are plain Value
 as in msgspec: they are programming mistakes, not bad data.
 """
 
+# TokenwireError, WireFormatError and TokenIdError, defined here, are public as tokenwire.X
+# (the errors most code catches); this module's public names are the other four.
 __all__ = [
     "AuthenticationError",
     "ChecksumError",
-    "TokenIdError",
     "TokenIdOverflowError",
     "TokenIdTypeError",
-    "TokenwireError",
-    "WireFormatError",
 ]
 
 

@@ -99,7 +99,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BUFFER_EXT_CODE",
     "EXT_CODE",
-    "OOB_THRESHOLD",
     "Decoder",
     "Encoder",
     "Hooks",

@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence
 from tokenwire._core import ImmutableBuffer
 from tokenwire.errors import AuthenticationError, WireFormatError
 
-__all__ = ["AuthenticationError", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
+__all__ = ["KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
            "send_pyobj_oob"]
 
