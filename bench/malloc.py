@@ -24,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+from typing import Any
 
 CHILD = r"""
 import ctypes, gc, json, random, sys
@@ -85,7 +86,7 @@ print(json.dumps({"start": start, "peak": status("VmHWM"), "steady": steady,
 """
 
 
-def run_once(settle: bool, args: argparse.Namespace, seed: int) -> dict:
+def run_once(settle: bool, args: argparse.Namespace, seed: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env.pop("GLIBC_TUNABLES", None)                      # glibc adapts its thresholds itself
     env["TOKENWIRE_MALLOC_SETTLE"] = "1" if settle else "0"
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if sys.platform != "linux":
         print("python -m bench malloc: Linux only (reads /proc/self/status)", file=sys.stderr)
         return 2
-    results: dict[str, list[dict]] = {"on": [], "off": []}
+    results: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
     for k in range(args.runs):
         for mode in ("on", "off"):
             results[mode].append(run_once(mode == "on", args, args.seed + k))
@@ -123,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'settling':>8}  {'settled':>9}  {'peak RSS':>9}  {'steady RSS':>10}  "
           f"{'final RSS':>9}  {'heap':>7}  {'heap free':>9}  {'final heap':>10}")
     for mode, runs in results.items():
-        def med(key: str, sub: str | None = None) -> float:
-            return statistics.median(r[key][sub] if sub else r[key] for r in runs)
+        def med(key: str, sub: str | None = None, runs: list[dict[str, Any]] = runs) -> float:
+            return float(statistics.median(r[key][sub] if sub else r[key] for r in runs))
         settled = max(r["settled"] for r in runs) / 2**20
         heap = (f"{med('glibc_steady', 'heap'):7.1f}  {med('glibc_steady', 'heap_free'):9.1f}  "
                 f"{med('glibc_final', 'heap'):10.1f}" if runs[0]["glibc_steady"] else "")
