@@ -22,6 +22,8 @@ against the tokenwire installed in the environment (`pip install '.[bench]'`)::
                 through the shared-memory channel
   bench_shm     the shared-memory channel by size, and a slot against memcpy (`python -m bench
                 shm`)
+  malloc        RSS of a torch-like process with tokenwire's glibc malloc settling on and off
+                (`python -m bench malloc`)
 """
 
 from __future__ import annotations

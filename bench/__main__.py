@@ -12,6 +12,8 @@
                              whole trip (p50, p99); in-band, out-of-band, shared memory
   python -m bench shm        the shared-memory channel (tokenwire.shm) against in-band and
                              out-of-band frames, by size; a slot against memcpy (--quick)
+  python -m bench malloc     peak and final RSS of a torch-like process, tokenwire's glibc malloc
+                             settling on against off (tokenwire.memory.malloc_settling)
 
 `python -m bench SUBCOMMAND --help` describes a subcommand's options (`codec` names the default
 one explicitly). They measure the tokenwire installed in this environment: install it with the
@@ -39,6 +41,7 @@ SUBCOMMANDS: dict[str, str] = {
     "cpp": "bench.cpp",
     "e2e": "bench.e2e",
     "shm": "bench.bench_shm",
+    "malloc": "bench.malloc",
 }
 
 

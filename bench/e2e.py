@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 
 from tokenwire import GenerationRequest, shm, token_buffer
+from tokenwire.memory import malloc_settling
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
 from bench.harness import Target, machine, report_targets, stderr_progress
@@ -301,6 +302,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
     """Receive (mode, count, warmup) then `warmup + count` requests, time each submit after
     the warm-up, acknowledge each, report."""
     import zmq
+    malloc_settling(True)                       # as docs/adopting.md advises a serving process
     eng = NanobindEngine(engine_path) if engine_path else Engine()
     ctx = zmq.Context()
     data = ctx.socket(zmq.PULL)
@@ -779,6 +781,7 @@ def run_ray(isls: Sequence[int], count: int) -> list[ModeResult]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    malloc_settling(True)                       # the proxy too (docs/adopting.md, section 6)
     p = argparse.ArgumentParser(prog="python -m bench e2e", description=__doc__.split("\n\n")[0])
     p.add_argument("--isl", default="1000,40000,128000", help="comma-separated prompt lengths")
     p.add_argument("--requests", type=int, default=None,

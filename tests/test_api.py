@@ -1,12 +1,13 @@
-"""The public surface: a small sorted top level, submodules for the rest, the names of earlier
-releases still resolving (with a DeprecationWarning), and pickles that name the request module's
-old globals still loading."""
+"""The public surface: a small sorted top level, submodules for the rest, one public path per
+name, and pickles that name the request module's old globals still loading."""
 
 from __future__ import annotations
 
 import pickle
+import importlib
 import pickletools
-import warnings
+import pkgutil
+import types
 from pathlib import Path
 
 import numpy as np
@@ -52,29 +53,31 @@ def test_one_spelling_of_the_project_name() -> None:
     assert "TokenwireMixin" in tokenwire.__all__ and "TokenwireError" in tokenwire.__all__
 
 
-MOVED = {
-    "AuthenticationError": tokenwire.errors.AuthenticationError,
-    "ChecksumError": tokenwire.errors.ChecksumError,
-    "TokenIdOverflowError": tokenwire.errors.TokenIdOverflowError,
-    "TokenIdTypeError": tokenwire.errors.TokenIdTypeError,
-    "CODECS": tokenwire.wire.CODECS,
-    "FrameInfo": tokenwire.wire.FrameInfo,
-    "check_codec": tokenwire.wire.check_codec,
-    "INT_CACHE_SIZE": tokenwire.memory.INT_CACHE_SIZE,
-    "ImmutableBuffer": tokenwire.memory.ImmutableBuffer,
-    "gil_release_threshold": tokenwire.memory.gil_release_threshold,
-    "PICKLE_GLOBALS": tokenwire.unpickle.PICKLE_GLOBALS,
-    "TokenWireMixin": tokenwire.TokenwireMixin,
-}
+def _public_modules() -> list[types.ModuleType]:
+    """tokenwire and each of its submodules whose name has no leading underscore (but cli, the
+    command, and __main__, which runs it)."""
+    names = [m.name for m in pkgutil.iter_modules(tokenwire.__path__)
+             if not m.name.startswith("_") and m.name != "cli"]
+    return [tokenwire, *(importlib.import_module(f"tokenwire.{n}") for n in sorted(names))]
 
 
-@pytest.mark.parametrize("name", sorted(MOVED))
-def test_names_of_earlier_releases_resolve_with_a_deprecation_warning(name: str) -> None:
-    assert name not in tokenwire.__all__
-    with pytest.warns(DeprecationWarning, match=f"tokenwire.{name} is deprecated: use tokenwire"):
-        assert getattr(tokenwire, name) is MOVED[name]
-    with pytest.warns(DeprecationWarning):
-        exec(f"from tokenwire import {name}", {})
+#: Values a module may define apart with the same value by chance (SLOTS and MIN_KEY_BYTES are
+#: both 16, one int object): for them only the same name under two paths is a second path.
+_VALUES = (bool, int, float, str, bytes, tuple, frozenset)
+
+
+def test_each_public_object_has_one_public_path() -> None:
+    # Public paths: the names in `__all__` of tokenwire and of its public submodules (no
+    # re-export is allowed: a name the top level holds is in no submodule's `__all__`).
+    paths: dict[object, list[str]] = {}
+    for module in _public_modules():
+        assert isinstance(getattr(module, "__all__", None), list), \
+            f"{module.__name__} declares no __all__"
+        for name in module.__all__:
+            obj = getattr(module, name)
+            key = (name, type(obj), obj) if isinstance(obj, _VALUES) else ("", id(obj))
+            paths.setdefault(key, []).append(f"{module.__name__}.{name}")
+    assert [p for p in paths.values() if len(p) > 1] == []
 
 
 def test_unknown_top_level_name_is_an_attribute_error() -> None:
@@ -82,38 +85,10 @@ def test_unknown_top_level_name_is_an_attribute_error() -> None:
         tokenwire.TokenWireMixn  # type: ignore[attr-defined]  # noqa: B018
 
 
-def test_old_spelling_of_the_mixin_still_builds_a_class() -> None:
-    with pytest.warns(DeprecationWarning, match="use tokenwire.TokenwireMixin"):
-        from tokenwire.request import TokenWireMixin
-
-    class Req(TokenWireMixin):
-        ids = TokenIds()
-
-    req = Req()
-    req.ids = np.array([1, 2, 3], np.int32)
-    state = req.__getstate__()
-    assert state["__tokenwire__"] == 1 and type(state["ids"]) is TokenVector
-    out = Req.__new__(Req)
-    out.__setstate__(state)
-    assert out.ids == [1, 2, 3] and type(vars(out)["ids"]) is _TokenField
-
-
-def test_request_module_keeps_the_names_it_held() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from tokenwire.request import (  # noqa: F401
-            PICKLE_GLOBALS,
-            STATE_VERSION,
-            GenerationRequest,
-            TokenIds,
-            TokenwireMixin,
-            find_class,
-            list_on_wire,
-            token_buffer,
-            token_fields,
-        )
+def test_request_module_keeps_the_names_pickles_carry() -> None:
     assert tokenwire.request._TokenField is _TokenField
-    assert tokenwire.request.__all__ == ["GenerationRequest"]
+    assert tokenwire.request.GenerationRequest is tokenwire.GenerationRequest
+    assert tokenwire.request.__all__ == []
 
 
 def _globals_named(data: bytes) -> set[tuple[str, str]]:
@@ -137,8 +112,8 @@ def test_field_holder_pickles_of_the_unsplit_module_still_load(protocol: int) ->
     assert ("tokenwire.request", "_TokenField") in _globals_named(data)
     plain, as_tuple = pickle.loads(data)
     assert type(plain) is _TokenField and type(plain.vector) is TokenVector
-    assert plain.vector == BOUNDARY_IDS and plain.as_tuple is False and plain.ids is None
-    assert type(as_tuple) is _TokenField and as_tuple.vector == [7, 8, 9] and as_tuple.as_tuple
+    assert plain.vector == BOUNDARY_IDS and plain.kind is False and plain.ids is None
+    assert type(as_tuple) is _TokenField and as_tuple.vector == [7, 8, 9] and as_tuple.kind is True
 
 
 @pytest.mark.parametrize("protocol", [2, 5])

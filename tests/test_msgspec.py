@@ -337,7 +337,7 @@ def test_threshold_inline_or_buffer_and_zero_copy_both_ways() -> None:
     assert not views(out.prompt_token_ids, mutable[1]) and out.prompt_token_ids == BIG
     assert len(tm.Encoder(threshold=None, codec="raw").encode(req)) == 1
     assert len(tm.Encoder(threshold=0, codec="raw").encode(req)) == 4   # the small one too
-    at = tokenwire.as_tokens(list(range(tm.OOB_THRESHOLD // 4)))
+    at = tokenwire.as_tokens(list(range(tokenwire.transport.OOB_THRESHOLD // 4)))
     assert len(tm.Encoder().encode(at)) == 2 and len(tm.Encoder().encode(at[1:])) == 1
     empty = tm.Encoder(threshold=0, codec="raw").encode(tokenwire.as_tokens([]))
     assert len(empty) == 2 and tm.Decoder().decode(empty) == []

@@ -1125,7 +1125,7 @@ def test_tuple_state_payload_forms():
 
 
 def test_list_on_wire_environment_words(monkeypatch):
-    from tokenwire.state import _env_flag
+    from tokenwire._envflag import env_flag as _env_flag
     for word, expected in (("1", True), ("true", True), ("YES", True), (" on ", True),
                            ("0", False), ("false", False), ("No", False), ("off", False), ("", False)):
         monkeypatch.setenv("TOKENWIRE_LIST_ON_WIRE", word)

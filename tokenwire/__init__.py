@@ -6,21 +6,26 @@ text (``to_base64``, ``from_base64``), request objects (``GenerationRequest``, `
 ``TokenwireMixin``, ``token_fields``, ``token_buffer``, ``list_on_wire``, ``find_class``), and
 the three errors most code catches. The rest lives in submodules:
 
-* tokenwire.errors -- every exception (``ChecksumError``, ``AuthenticationError``,
-  ``TokenIdOverflowError``, ``TokenIdTypeError`` besides the three here);
+* tokenwire.errors -- the other exceptions (``ChecksumError``, ``AuthenticationError``,
+  ``TokenIdOverflowError``, ``TokenIdTypeError``);
 * tokenwire.wire -- ``CODECS``, ``check_codec``, ``FrameInfo``;
 * tokenwire.memory -- ``ImmutableBuffer``, ``is_immutable_source``, ``gil_release_threshold``,
-  ``INT_CACHE_SIZE``;
-* tokenwire.unpickle -- ``PICKLE_GLOBALS`` (and ``find_class``);
-* tokenwire.state -- ``STATE_VERSION`` (and ``list_on_wire``);
-* tokenwire.transport, tokenwire.msgspec, tokenwire.text -- sockets, msgspec hooks, base64.
+  ``malloc_settling``, ``INT_CACHE_SIZE``;
+* tokenwire.unpickle -- ``PICKLE_GLOBALS``;
+* tokenwire.state -- ``STATE_VERSION``;
+* tokenwire.transport, tokenwire.msgspec, tokenwire.shm -- sockets, msgspec hooks, shared memory.
+
+Each public name has one public path: the top level's names are in no submodule's ``__all__``.
+The modules that implement them (tokenwire.fields, tokenwire.adopt, tokenwire.request,
+tokenwire.text) export nothing of their own; tokenwire.request stays importable because pickles
+name ``tokenwire.request.GenerationRequest`` and ``tokenwire.request._TokenField``.
+``import tokenwire`` imports neither numpy nor the optional extras (msgspec, pyzmq, pydantic).
 """
 
 from __future__ import annotations
 
 import importlib as _importlib
 import os as _os
-import warnings as _warnings
 from typing import TYPE_CHECKING, Any
 
 from tokenwire._core import (
@@ -77,37 +82,14 @@ __all__ = [
     "tolist",
 ]
 
-#: Names the top level held before it was made small: old name -> (module, name) of its home.
-#: They still resolve, with a DeprecationWarning naming the new spelling.
-_MOVED = {
-    "AuthenticationError": ("tokenwire.errors", "AuthenticationError"),
-    "ChecksumError": ("tokenwire.errors", "ChecksumError"),
-    "TokenIdOverflowError": ("tokenwire.errors", "TokenIdOverflowError"),
-    "TokenIdTypeError": ("tokenwire.errors", "TokenIdTypeError"),
-    "CODECS": ("tokenwire.wire", "CODECS"),
-    "FrameInfo": ("tokenwire.wire", "FrameInfo"),
-    "check_codec": ("tokenwire.wire", "check_codec"),
-    "INT_CACHE_SIZE": ("tokenwire.memory", "INT_CACHE_SIZE"),
-    "ImmutableBuffer": ("tokenwire.memory", "ImmutableBuffer"),
-    "gil_release_threshold": ("tokenwire.memory", "gil_release_threshold"),
-    "PICKLE_GLOBALS": ("tokenwire.unpickle", "PICKLE_GLOBALS"),
-    "TokenWireMixin": ("tokenwire", "TokenwireMixin"),
-}
-
 #: Submodules reachable as attributes of the package (``tokenwire.msgspec.enc_hook`` after a bare
 #: ``import tokenwire``), imported on first use: ``import tokenwire`` never imports msgspec,
 #: pyzmq or pydantic.
 _SUBMODULES = frozenset({"adopt", "errors", "fields", "memory", "msgspec", "request", "shm",
                          "state", "text", "transport", "unpickle", "wire"})
 
-if not TYPE_CHECKING:      # type checkers see only the names above: the old ones are not API
+if not TYPE_CHECKING:      # type checkers see the submodules through their imports
     def __getattr__(name: str) -> Any:
         if name in _SUBMODULES:
             return _importlib.import_module(f"tokenwire.{name}")
-        try:
-            module, new = _MOVED[name]
-        except KeyError:
-            raise AttributeError(f"module 'tokenwire' has no attribute {name!r}") from None
-        _warnings.warn(f"tokenwire.{name} is deprecated: use {module}.{new}",
-                       DeprecationWarning, stacklevel=2)
-        return getattr(_importlib.import_module(module), new)
+        raise AttributeError(f"module 'tokenwire' has no attribute {name!r}")

@@ -60,6 +60,8 @@ import sys
 from collections.abc import Sequence as _Sequence
 from pickle import PickleBuffer, UnpicklingError as _UnpicklingError
 
+from tokenwire._envflag import env_flag as _env_flag
+
 from tokenwire.errors import (
     ChecksumError,
     TokenIdError,

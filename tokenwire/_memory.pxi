@@ -112,16 +112,30 @@ cdef extern from *:
 #: list: 1.2 MB at 40,000 ids) passed the 1 MiB trim threshold, the heap top went back to the
 #: kernel and the next request faulted its vector in again (63-92 of 200 requests, 40 faults
 #: each, in tests/proxy_faults.py --mode oob --late 3); at 4x the heap is never trimmed there.
+#: The thresholds are process-wide and stay raised: the settling is a switch (malloc_settling(),
+#: TOKENWIRE_MALLOC_SETTLE), so that a host process decides whether tokenwire touches them.
 cdef size_t MALLOC_SETTLE_FACTOR = 4
 cdef size_t MALLOC_SETTLE_MIN = 64 * 1024
 cdef size_t MALLOC_SETTLE_MAX = 32 * 1024 * 1024
 cdef size_t _malloc_settled = 0
+cdef bint _malloc_settling = _env_flag("TOKENWIRE_MALLOC_SETTLE")
+
+
+def malloc_settling(enabled=None):
+    """Whether tokenwire makes glibc's malloc settle before a large vector (see above). With
+    `enabled`, set it and return the previous value; without, return it. Starts from the
+    environment variable TOKENWIRE_MALLOC_SETTLE (read once, at import)."""
+    global _malloc_settling
+    previous = bool(_malloc_settling)
+    if enabled is not None:
+        _malloc_settling = bool(enabled)
+    return previous
 
 
 cdef void malloc_settle(size_t nbytes) noexcept nogil:
     global _malloc_settled
     cdef size_t want = MALLOC_SETTLE_MIN
-    if (not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2
+    if (not _malloc_settling or not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2
             or nbytes * MALLOC_SETTLE_FACTOR <= _malloc_settled):
         return
     if _malloc_settled >= MALLOC_SETTLE_MAX:

@@ -9,13 +9,17 @@ aligned u64 read and written through `_ShmWords` (C atomics, include/tokenwire/s
 from __future__ import annotations
 
 import errno
-import fcntl
 import mmap
 import os
 import stat
 import struct
 import sys
 from typing import Any, Optional, Tuple
+
+try:
+    import fcntl
+except ImportError:                  # not POSIX (Windows): available() is False, no segment
+    fcntl = None  # type: ignore[assignment]
 
 from tokenwire._core import MAX_SPIN_US, TokenVector, _ShmWords
 from tokenwire.errors import WireFormatError

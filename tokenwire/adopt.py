@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import array
 import copy
-import dataclasses
 import functools
 import reprlib
 from typing import Any, Callable, ClassVar, Optional, TypeVar
@@ -36,7 +35,7 @@ from tokenwire.state import (
     _to_state,
 )
 
-__all__ = ["TokenwireMixin", "token_fields"]
+__all__: list[str] = []       # TokenwireMixin and token_fields are public as tokenwire.X
 
 class _ShortRepr(reprlib.Repr):
     def repr_int(self, x: int, level: int) -> str:
@@ -286,6 +285,7 @@ def token_fields(*names: str, codec: str = "raw",
     check_codec(codec)
 
     def decorate(cls: _C) -> _C:
+        import dataclasses     # here: it imports inspect and ast, ~10 ms `import tokenwire` skips
         if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
             raise TypeError(f"token_fields({cls.__name__}): instances need a __dict__, "
                             f"the class has __slots__ without one")

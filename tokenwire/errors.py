@@ -19,14 +19,13 @@ as in msgspec: they are programming mistakes, not bad data.
 
 from typing import Callable
 
+# TokenwireError, WireFormatError and TokenIdError, defined here, are public as tokenwire.X
+# (the errors most code catches); this module's public names are the other four.
 __all__ = [
     "AuthenticationError",
     "ChecksumError",
-    "TokenIdError",
     "TokenIdOverflowError",
     "TokenIdTypeError",
-    "TokenwireError",
-    "WireFormatError",
 ]
 
 

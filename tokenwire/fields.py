@@ -29,15 +29,12 @@ A field's pickled payload is produced (``TokenIds._payload``) and read back
 from __future__ import annotations
 
 import array
-import warnings
 from typing import Any, Optional, Union, cast
-
-import numpy as np
 
 from tokenwire._core import TokenVector, _restore_shared, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError, _describe
 
-__all__ = ["TokenIds", "token_buffer"]
+__all__: list[str] = []       # TokenIds and token_buffer are public as tokenwire.X
 
 #: "No value": an unset field, an attribute absent from a state.
 _MISSING: Any = object()
@@ -74,6 +71,7 @@ def _kind_of(value: Any) -> Union[bool, str]:
 def _array_from(vector: TokenVector, typecode: str) -> "array.array[int]":
     """An ``array(typecode)`` of the ids: one allocation and one widening copy in numpy (no
     per-id Python work). The caller has checked that the typecode holds every id."""
+    import numpy as np         # here, not at the top: `import tokenwire` leaves numpy out
     out = array.array(typecode, [0]) * len(vector)
     np.copyto(np.frombuffer(out, np.dtype(typecode)), np.asarray(vector), casting="unsafe")
     return out
@@ -83,6 +81,7 @@ def _fits(vector: TokenVector, typecode: str) -> bool:
     """Whether an ``array(typecode)`` holds every id of `vector`."""
     if not len(vector):
         return True
+    import numpy as np
     info = np.iinfo(np.dtype(typecode))
     ids = np.asarray(vector)
     return bool(info.min <= int(ids.min()) and int(ids.max()) <= info.max)
@@ -121,11 +120,6 @@ class _TokenField:
         # Made only by its checked constructor (see __reduce__): a pickle's BUILD of a state
         # into one would set `vector` and `kind` past those checks.
         raise WireFormatError("a _TokenField takes no pickled state")
-
-    @property
-    def as_tuple(self) -> bool:
-        """The ids read back as a tuple (the earlier name of ``kind is True``)."""
-        return self.kind is True
 
     def built(self) -> Any:
         """A new list (tuple, array) of the ids; not cached."""
@@ -402,12 +396,6 @@ class TokenIds:
     def _buffer(self, obj: Any) -> Optional[TokenVector]:
         """``token_buffer`` for this field."""
         return self._vector(obj, self._stored(obj))
-
-    def buffer(self, obj: Any) -> Optional[TokenVector]:
-        """Deprecated: ``tokenwire.token_buffer(obj, name)`` is the one hand-off."""
-        warnings.warn("TokenIds.buffer(obj) is deprecated: use tokenwire.token_buffer(obj, "
-                      f"{self.name!r})", DeprecationWarning, stacklevel=2)
-        return self._buffer(obj)
 
     def _stored(self, obj: Any) -> Any:
         """What the instance holds for this field."""

@@ -89,8 +89,6 @@ except ImportError as e:
         f"tokenwire.msgspec needs the msgspec package: pip install 'tokenwire[msgspec]' ({e})"
     ) from e
 
-import numpy as np
-
 from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError, _describe
 from tokenwire.text import from_base64, to_base64
@@ -103,7 +101,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BUFFER_EXT_CODE",
     "EXT_CODE",
-    "OOB_THRESHOLD",
     "Decoder",
     "Encoder",
     "Hooks",
@@ -156,6 +153,7 @@ def _msgpack_list_bytes(tv: TokenVector, at_most: int) -> int:
     low = _msgpack_array_header(n) + n               # every id takes at least one byte
     if low > at_most or n == 0:
         return low
+    import numpy as np         # here, not at the top: importing this module leaves numpy out
     a = np.frombuffer(cast(Any, tv), dtype=np.int32)
     small = int(np.count_nonzero(a < 256))          # one pass: ids >= 256 take 3 bytes or more
     low = _msgpack_array_header(n) + 3 * n - 2 * small

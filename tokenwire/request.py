@@ -12,41 +12,23 @@ never builds the list. The parts, one module each:
 * tokenwire.state -- the pickled state's format, per-class configuration, ``list_on_wire``;
 * tokenwire.unpickle -- ``PICKLE_GLOBALS`` and ``find_class`` for restricted unpicklers.
 
-This module keeps the names it held before that split importable (pickles name
-``tokenwire.request.GenerationRequest`` and ``tokenwire.request._TokenField``; code imports the
-rest from here). See docs/adopting.md for converting an existing request class.
+``GenerationRequest`` is public as ``tokenwire.GenerationRequest``; this module keeps the names
+pickles carry: ``tokenwire.request.GenerationRequest`` and ``tokenwire.request._TokenField``.
+See docs/adopting.md for converting an existing request class.
 """
 
 from __future__ import annotations
 
-import warnings
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from tokenwire._core import TokenVector
+from tokenwire.adopt import TokenwireMixin
+from tokenwire.fields import TokenIds
 
-# Names this module held before the split, re-exported from here (`X as X`); _TokenField is
-# named by pickles (tokenwire.fields pins its pickled name to this module).
-from tokenwire.adopt import TokenwireMixin as TokenwireMixin
-from tokenwire.adopt import token_fields as token_fields
-from tokenwire.fields import TokenIds as TokenIds
-from tokenwire.fields import _TokenField as _TokenField
-from tokenwire.fields import token_buffer as token_buffer
-from tokenwire.state import STATE_VERSION as STATE_VERSION
-from tokenwire.state import list_on_wire as list_on_wire
-from tokenwire.unpickle import PICKLE_GLOBALS as PICKLE_GLOBALS
-from tokenwire.unpickle import find_class as find_class
+# Named by pickles: tokenwire.fields pins the holder's pickled name to this module.
+from tokenwire.fields import _TokenField as _TokenField  # noqa: F401
 
-__all__ = ["GenerationRequest"]
-
-if TYPE_CHECKING:
-    TokenWireMixin = TokenwireMixin
-else:
-    def __getattr__(name: str) -> Any:
-        if name == "TokenWireMixin":
-            warnings.warn("TokenWireMixin is deprecated: use tokenwire.TokenwireMixin",
-                          DeprecationWarning, stacklevel=2)
-            return TokenwireMixin
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__: list[str] = []       # GenerationRequest is public as tokenwire.GenerationRequest
 
 
 class GenerationRequest(TokenwireMixin):

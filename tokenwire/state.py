@@ -35,7 +35,7 @@ from tokenwire._envflag import env_flag
 from tokenwire.errors import WireFormatError, _describe
 from tokenwire.fields import _MISSING, TokenIds, _field_from_state
 
-__all__ = ["STATE_VERSION", "list_on_wire"]
+__all__ = ["STATE_VERSION"]       # list_on_wire is public as tokenwire.list_on_wire
 
 #: Version of the pickled state written by ``TokenwireMixin.__getstate__``.
 STATE_VERSION = 1
@@ -50,11 +50,7 @@ _CONFIG_PREFIX = "_tokenwire"
 # --------------------------------------------------------------------------------------------
 # Rolling upgrades: "list on the wire"
 
-# The one rule for boolean environment variables (shared with setup.py's build switches).
-_env_flag = env_flag
-
-
-_list_on_wire = _env_flag("TOKENWIRE_LIST_ON_WIRE")
+_list_on_wire = env_flag("TOKENWIRE_LIST_ON_WIRE")
 
 
 def list_on_wire(enabled: Optional[bool] = None) -> bool:

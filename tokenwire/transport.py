@@ -54,7 +54,7 @@ from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYT
                             unpickle, verify)
 from tokenwire.errors import AuthenticationError, WireFormatError, _describe
 
-__all__ = ["AuthenticationError", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
+__all__ = ["KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
            "send_pyobj_oob"]
 

@@ -13,7 +13,7 @@ import importlib
 import pickle
 from typing import Any
 
-__all__ = ["PICKLE_GLOBALS", "find_class"]
+__all__ = ["PICKLE_GLOBALS"]      # find_class is public as tokenwire.find_class
 
 #: The globals tokenwire's own objects name in a pickle, at every protocol >= 2: a restricted
 #: unpickler allows these plus the request classes it already trusts. (Protocols 0 and 1 name

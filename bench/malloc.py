@@ -1,0 +1,141 @@
+"""What tokenwire's malloc settling costs a process's memory: peak and final RSS of a torch-like
+allocation pattern, settling on against off (tokenwire.memory.malloc_settling).
+
+    python -m bench malloc                 # 7 fresh processes per mode, the default pattern
+    python -m bench malloc --runs 15 --min-kib 128 --max-kib 4096   # smaller tensors
+
+Each run is a fresh process started with TOKENWIRE_MALLOC_SETTLE=1 or =0 (the two modes
+interleaved, run after run). The process allocates, step after step, a "request" -- a
+TokenVector of --min-ids to --max-ids ids with its list of ids built, as a consumer reads it
+(the first allocation is a request: a worker receives one before its first large free) -- and a
+"tensor" -- a numpy float32 array of --min-kib to --max-kib (1-64 MiB by default, log-uniform
+sizes), written so that its pages are resident; the last --tensors tensors and --requests
+requests stay alive. It reports its peak
+RSS (VmHWM), its RSS at the end of the steps, and its RSS once every array and request is freed;
+also glibc's view (mallinfo2: bytes in the heap, free in it, mmapped). Figures are medians over
+runs, in MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+CHILD = r"""
+import ctypes, gc, json, random, sys
+from math import log2
+import numpy as np
+import tokenwire
+from tokenwire import TokenVector
+from tokenwire._core import _malloc_settled_bytes
+
+seed, steps, n_tensors, n_requests, min_ids, max_ids, min_kib, max_kib = map(int, sys.argv[1:9])
+
+
+def status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024          # kB -> MiB
+
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks",
+                                               "keepcost")]
+
+
+def glibc():
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except AttributeError:
+        return {}
+    fn.restype = Mallinfo2
+    m = fn()
+    return {"heap": m.arena / 2**20, "heap_free": m.fordblks / 2**20, "mmapped": m.hblkhd / 2**20}
+
+
+rng = random.Random(seed)
+tensors, requests = [], []
+start = status("VmRSS")
+for step in range(steps):
+    n = rng.randrange(min_ids, max_ids + 1)
+    ids = np.asarray([rng.randrange(150_000) for _ in range(64)], np.int32)
+    vector = TokenVector(np.resize(ids, n))                   # a vector of its own (tv_alloc)
+    requests.append((vector, vector.tolist()))
+    del requests[:-n_requests]
+    size = int(1024 * 2 ** rng.uniform(log2(min_kib), log2(max_kib))) // 4 * 4
+    tensor = np.empty(size // 4, np.float32)
+    tensor.fill(1.0)                                            # resident, as a written tensor
+    tensors.append(tensor)
+    del tensors[:-n_tensors]
+    del tensor, vector
+steady = status("VmRSS")
+steady_glibc = glibc()
+tensors.clear()
+requests.clear()
+gc.collect()
+print(json.dumps({"start": start, "peak": status("VmHWM"), "steady": steady,
+                  "final": status("VmRSS"), "settled": _malloc_settled_bytes(),
+                  "glibc_steady": steady_glibc, "glibc_final": glibc()}))
+"""
+
+
+def run_once(settle: bool, args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.pop("GLIBC_TUNABLES", None)                      # glibc adapts its thresholds itself
+    env["TOKENWIRE_MALLOC_SETTLE"] = "1" if settle else "0"
+    argv = [str(v) for v in (seed, args.steps, args.tensors, args.requests, args.min_ids,
+                             args.max_ids, args.min_kib, args.max_kib)]
+    out = subprocess.run([sys.executable, "-c", CHILD, *argv], env=env, capture_output=True,
+                         text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench malloc", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=7, help="fresh processes per mode (default 7)")
+    p.add_argument("--steps", type=int, default=200, help="tensor + request steps (default 200)")
+    p.add_argument("--tensors", type=int, default=6, help="tensors alive at once (default 6)")
+    p.add_argument("--requests", type=int, default=8, help="requests alive at once (default 8)")
+    p.add_argument("--min-kib", type=int, default=1024, help="smallest tensor (default 1 MiB)")
+    p.add_argument("--max-kib", type=int, default=65536, help="largest tensor (default 64 MiB)")
+    p.add_argument("--min-ids", type=int, default=40_000)
+    p.add_argument("--max-ids", type=int, default=128_000)
+    p.add_argument("--seed", type=int, default=0, help="run k uses seed + k (same in each mode)")
+    p.add_argument("--json", help="write every run's figures to this file")
+    args = p.parse_args(argv)
+    if sys.platform != "linux":
+        print("python -m bench malloc: Linux only (reads /proc/self/status)", file=sys.stderr)
+        return 2
+    results: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    for k in range(args.runs):
+        for mode in ("on", "off"):
+            results[mode].append(run_once(mode == "on", args, args.seed + k))
+    print(f"{args.runs} fresh processes per mode; {args.steps} steps of a {args.min_kib}-"
+          f"{args.max_kib} KiB tensor and a request of {args.min_ids}-{args.max_ids} ids; "
+          f"{args.tensors} tensors and {args.requests} requests alive (median MiB)")
+    print(f"{'settling':>8}  {'settled':>9}  {'peak RSS':>9}  {'steady RSS':>10}  "
+          f"{'final RSS':>9}  {'heap':>7}  {'heap free':>9}  {'final heap':>10}")
+    for mode, runs in results.items():
+        def med(key: str, sub: str | None = None, runs: list[dict[str, Any]] = runs) -> float:
+            return float(statistics.median(r[key][sub] if sub else r[key] for r in runs))
+        settled = max(r["settled"] for r in runs) / 2**20
+        heap = (f"{med('glibc_steady', 'heap'):7.1f}  {med('glibc_steady', 'heap_free'):9.1f}  "
+                f"{med('glibc_final', 'heap'):10.1f}" if runs[0]["glibc_steady"] else "")
+        print(f"{mode:>8}  {settled:7.1f}Mi  {med('peak'):9.1f}  {med('steady'):10.1f}  "
+              f"{med('final'):9.1f}  {heap}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "runs": results}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
