@@ -52,7 +52,7 @@ from tokenwire._core import ImmutableBuffer
 from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYTES, FindClass,
                             as_key, check_unsigned, dumps_oob, key_from_env, loads_oob, signature,
                             unpickle, verify)
-from tokenwire.errors import AuthenticationError, WireFormatError, _describe
+from tokenwire.errors import WireFormatError, _describe
 
 __all__ = ["KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
