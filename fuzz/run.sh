@@ -7,7 +7,9 @@
 # (fuzz/fuzz_base64.py); each runs for its own SECONDS or the common one, one after the other,
 # against one build. Copies the tracked tree to build/fuzz (or $TOKENWIRE_FUZZ_DIR), builds the
 # extension there with clang and -fsanitize=fuzzer-no-link,address (TOKENWIRE_FUZZ=1,
-# TOKENWIRE_SANITIZE=address), and runs each target under atheris' ASan+libFuzzer runtime.
+# TOKENWIRE_SANITIZE=address), and runs each target under atheris' ASan+libFuzzer runtime
+# (asan_with_fuzzer.so, LD_PRELOAD) with PYTHONMALLOC=malloc, after checking that a planted read
+# past a bytes object in code built the same way is reported (fuzz/asan_selfcheck.c).
 # PYTHON is an interpreter with Cython, numpy, zstandard and atheris installed (atheris built
 # against the same clang: CLANG_BIN=$(command -v clang) pip install atheris; msgspec for the
 # msgspec target, pybase64 for the base64 one). Exits non-zero on any crash, sanitizer report,
@@ -30,12 +32,31 @@ git ls-files -z | xargs -0 tar cf - | tar xf - -C "$dir"
     TOKENWIRE_SANITIZE=address "$py" setup.py -q build_ext --inplace >build.log 2>&1) \
     || { cat "$dir/build.log" >&2; exit 1; }
 runtime=$("$py" -c "import atheris, os; print(os.path.join(atheris.path(), 'asan_with_fuzzer.so'))")
-# detect_leaks=0: CPython keeps memory alive until exit on purpose (see docs/fuzzing.md).
+[[ -f $runtime ]] || { echo "fuzz/run.sh: atheris ships no $runtime" >&2; exit 1; }
 cd "$dir"
+# How every target runs. PYTHONMALLOC=malloc: each bytes object (a frame) is an allocation of
+# its own that ASan guards, not a slot of a pymalloc arena it cannot see into.
+# detect_leaks=0: CPython keeps memory alive until exit on purpose (see docs/fuzzing.md).
+pyrun() {
+  LD_PRELOAD="$runtime" PYTHONMALLOC=malloc PYTHONPATH="$PWD" \
+      ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 "$py" "$@"
+}
+# The proof that memory errors are reported: a read past a 16-byte bytes object, in a library
+# built with the extension's flags and loaded the same way, must end that process with an ASan
+# report (fuzz/asan_selfcheck.c).
+clang -shared -fPIC -fsanitize=fuzzer-no-link,address -g fuzz/asan_selfcheck.c -o asan_selfcheck.so
+if pyrun -c "import ctypes; lib = ctypes.CDLL('./asan_selfcheck.so')
+lib.tw_selfcheck_read_past(b'x' * 16, ctypes.c_size_t(16))" 2>selfcheck.log \
+    || ! grep -q "ERROR: AddressSanitizer: heap-buffer-overflow" selfcheck.log; then
+  cat selfcheck.log >&2
+  echo "fuzz/run.sh: a read past a bytes object went unreported: ASan does not reach the fuzz" \
+       "processes" >&2
+  exit 1
+fi
+echo "== fuzz/run.sh: ASan self-check: a planted read past a bytes object is reported" >&2
 for spec in "${targets[@]}"; do
   name=${spec%%:*}; secs=$seconds
   [[ $spec == *:* ]] && secs=${spec#*:}
   echo "== fuzz/run.sh: $name for $secs s" >&2
-  LD_PRELOAD="$runtime" ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
-      PYTHONPATH="$PWD" "$py" "fuzz/fuzz_$name.py" --seconds "$secs" -- "$@"
+  pyrun "fuzz/fuzz_$name.py" --seconds "$secs" -- "$@"
 done
