@@ -1,0 +1,260 @@
+"""atheris fuzz target for tokenwire.shm.Receiver.loads (not part of pytest).
+
+    python fuzz/fuzz_shm_loads.py --seconds 30              # extra args after -- go to libFuzzer
+
+One process holds a real channel: a `Sender` with its memfd segment (4 slots of 4 KiB; buffers
+of 256 bytes and more take a slot) and a `Receiver` attached to it by a first message, as
+between a proxy and its worker. Each input builds a real message with `Sender.dumps` from fuzzed
+parameters -- two token vectors whose ids land in slots, in frames or in the pickle, signed
+with a key or not, `sign_buffers` or not -- and then damages it from the fuzzer's data: bits
+and bytes and 64-bit fields of the descriptor (slot index, generation, length, count, sequence,
+token), bytes of the pickle, cuts and inserts, frames dropped, repeated, swapped, replaced or
+added, the signature changed, removed or added; frames given as bytes, bytearray, memoryview
+or ImmutableBuffer. Some damaged signed messages are signed again with the key (a peer that
+holds the key but sends garbage), so the checks behind the signature are fuzzed too; some
+inputs replay the previous input's frames (its slots read or taken back since). Then
+``receiver.loads(frames, key=..., sign_buffers=..., find_class=...)``:
+
+* an undamaged message loads to what was sent;
+* otherwise only the errors the channel documents may come out of it (tokenwire.shm's and
+  docs/transport.md: `WireFormatError` for a descriptor that does not match its frames or its
+  slots, `AuthenticationError` for a signature that does not verify, `pickle.UnpicklingError`
+  when the unpickler finds buffers missing or `find_class` refuses a global), and, once the
+  pickle's own bytes were changed and still reached the unpickler, the errors Python's
+  ``pickle.loads`` raises for a corrupt pickle (see its documentation: UnpicklingError,
+  "including but not limited to" AttributeError, EOFError, ImportError, IndexError; here also
+  the other ValueErrors, TypeError, KeyError, OverflowError and struct.error), raised inside
+  the unpickler. Anything else -- another exception, one raised outside the unpickler, a crash,
+  a sanitizer report -- is a finding.
+
+Unpickling goes through ``tokenwire.find_class`` (tokenwire's own globals only), as a worker
+facing untrusted bytes should: a damaged pickle cannot call anything else. A descriptor that
+names another segment makes the receiver try to attach to it; the harness sets the sender pid
+such a descriptor names to its own pid or to one that cannot exist, so the fuzzer never reaches
+into another process on the machine. The ring stays healthy: every input first takes back the
+slots left unread (`Sender.reclaim`), so each message finds free slots.
+
+Run it through fuzz/run.sh (target `shm`), which builds the extension with clang,
+-fsanitize=fuzzer-no-link,address, so the C code under the channel (the shared words, the
+token vector copies, the pickle restore) is instrumented and checked by ASan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import struct
+import sys
+import tempfile
+import traceback
+
+import atheris
+
+with atheris.instrument_imports():
+    import tokenwire
+    import tokenwire._shmsegment
+    import tokenwire.shm
+    import tokenwire.transport
+    from tokenwire import TokenVector
+    from tokenwire.errors import AuthenticationError, WireFormatError
+    from tokenwire.memory import ImmutableBuffer
+
+shm = tokenwire.shm
+KEY = bytes(range(1, 33))
+DESC = shm._DESC                     # header: magic, segment id, pid, fd, count, pad, seq, token
+ENTRY = shm._ENTRY                   # per buffer: slot index, generation, length
+PID_AT = 20                          # offset of the sender pid in the descriptor header
+NO_PID = (1 << 22) + 1               # above pid_max: a pid that cannot exist
+FIND_CLASS = tokenwire.find_class
+# What a corrupt pickle may raise from inside pickle.loads (beyond UnpicklingError).
+PICKLE_ERRORS = (pickle.UnpicklingError, AttributeError, EOFError, ImportError, IndexError,
+                 ValueError, TypeError, KeyError, OverflowError, struct.error)
+
+if not shm.available():
+    sys.exit("fuzz_shm_loads: shared-memory segments need Linux memfd_create")
+
+SENDER = shm.Sender(slots=4, slot_bytes=4096, threshold=256)
+RECEIVER = shm.Receiver()
+RECEIVER.loads(SENDER.dumps({"ids": TokenVector(range(100))}))   # the offer: attach
+assert SENDER.attached() == os.getpid(), "the receiver did not attach"
+SEGMENT_ID = SENDER._id
+
+_stats = {"inputs": 0, "loaded": 0, "slots": 0}
+_previous: list = []
+
+
+@atheris.instrument_func
+def build(fdp: atheris.FuzzedDataProvider):
+    """A real message from fuzzed parameters: (obj, key, sign_buffers, frames)."""
+    obj = {}
+    for name in ("a", "b"):
+        n = fdp.ConsumeIntInRange(0, 1300)          # 1024 ids fill a slot
+        start = fdp.ConsumeIntInRange(-(2**31), 2**31 - 1 - n)
+        obj[name] = TokenVector(range(start, start + n))
+    obj["n"] = fdp.ConsumeIntInRange(0, 2**40)
+    key = KEY if fdp.ConsumeBool() else None
+    sign_buffers = key is not None and fdp.ConsumeIntInRange(0, 7) == 0
+    oob = (0, 64, 1024, tokenwire.transport.OOB_THRESHOLD)[fdp.ConsumeIntInRange(0, 3)]
+    before = SENDER.stats["shm"]
+    frames = SENDER.dumps(obj, oob_threshold=oob, key=key, sign_buffers=sign_buffers)
+    _stats["slots"] += SENDER.stats["shm"] - before
+    return obj, key, sign_buffers, [bytes(memoryview(f)) for f in frames]
+
+
+@atheris.instrument_func
+def edit_bytes(fdp: atheris.FuzzedDataProvider, data: bytes, fields: int) -> bytes:
+    """One edit of a frame: a bit flip, a byte, a 64-bit field at a multiple of 4 (the
+    descriptor's counts and entries), a cut or an insert."""
+    b = bytearray(data)
+    op = fdp.ConsumeIntInRange(0, 4)
+    if op == 0 and b:
+        i = fdp.ConsumeIntInRange(0, len(b) - 1)
+        b[i] ^= 1 << fdp.ConsumeIntInRange(0, 7)
+    elif op == 1 and b:
+        b[fdp.ConsumeIntInRange(0, len(b) - 1)] = fdp.ConsumeIntInRange(0, 255)
+    elif op == 2 and len(b) >= 8 and fields:
+        at = 4 * fdp.ConsumeIntInRange(0, (len(b) - 8) // 4)
+        value = (0, 1, 2**64 - 1, 2**63, fdp.ConsumeIntInRange(0, 2**64 - 1),
+                 fdp.ConsumeIntInRange(0, 8))[fdp.ConsumeIntInRange(0, 5)]
+        struct.pack_into("<Q", b, at, value)
+    elif op == 3:
+        del b[fdp.ConsumeIntInRange(0, len(b)):]
+    else:
+        at = fdp.ConsumeIntInRange(0, len(b))
+        b[at:at] = fdp.ConsumeBytes(fdp.ConsumeIntInRange(1, 24))
+    return bytes(b)
+
+
+def pin_pid(frame: bytes) -> bytes:
+    """A frame the receiver may read as a descriptor of another segment names our own pid or
+    one that cannot exist: an attach attempt never reaches another process."""
+    if len(frame) < PID_AT + 4 or frame[:4] != shm._DESC_MAGIC or frame[4:20] == SEGMENT_ID:
+        return frame
+    pid = struct.unpack_from("<I", frame, PID_AT)[0]
+    if pid in (os.getpid(), NO_PID):
+        return frame
+    b = bytearray(frame)
+    struct.pack_into("<I", b, PID_AT, os.getpid() if pid & 1 else NO_PID)
+    return bytes(b)
+
+
+@atheris.instrument_func
+def damage(fdp: atheris.FuzzedDataProvider, key, sign_buffers, frames):
+    """Fuzzed edits of the message: (frames, whether the pickle's bytes changed)."""
+    signed = key is not None
+    desc_at = 1 if signed else 0
+    has_desc = len(frames) > desc_at and frames[desc_at][:4] == shm._DESC_MAGIC
+    head_at = desc_at + 1 if has_desc else desc_at
+    parts = list(frames)
+    pickle_changed = False
+    for _ in range(fdp.ConsumeIntInRange(1, 4)):
+        what = fdp.ConsumeIntInRange(0, 5)
+        if what <= 1 and has_desc and desc_at < len(parts):      # the descriptor
+            parts[desc_at] = edit_bytes(fdp, parts[desc_at], True)
+        elif what == 2 and head_at < len(parts):                 # the pickle
+            parts[head_at] = edit_bytes(fdp, parts[head_at], False)
+            pickle_changed = True
+        elif what == 3 and parts:                                # any frame's bytes
+            i = fdp.ConsumeIntInRange(0, len(parts) - 1)
+            parts[i] = edit_bytes(fdp, parts[i], True)
+            pickle_changed |= i == head_at
+        elif what == 4:                                          # the frames themselves
+            op = fdp.ConsumeIntInRange(0, 4)
+            if op == 0 and parts:
+                del parts[fdp.ConsumeIntInRange(0, len(parts) - 1)]
+            elif op == 1 and parts:
+                i = fdp.ConsumeIntInRange(0, len(parts) - 1)
+                parts.insert(fdp.ConsumeIntInRange(0, len(parts)), parts[i])
+            elif op == 2 and len(parts) >= 2:
+                i = fdp.ConsumeIntInRange(0, len(parts) - 1)
+                j = fdp.ConsumeIntInRange(0, len(parts) - 1)
+                parts[i], parts[j] = parts[j], parts[i]
+            elif op == 3:
+                parts.insert(fdp.ConsumeIntInRange(0, len(parts)),
+                             fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 80)))
+            else:
+                parts[fdp.ConsumeIntInRange(0, max(len(parts) - 1, 0)):] = []
+            pickle_changed = True                 # any frame may stand where the pickle was
+        else:                                                    # the signature
+            op = fdp.ConsumeIntInRange(0, 2)
+            if op == 0 and signed and parts:
+                parts[0] = edit_bytes(fdp, parts[0], False)
+            elif op == 1 and signed and parts:
+                del parts[0]
+                pickle_changed = True
+            else:
+                parts.insert(0, tokenwire.transport._SIG_MAGIC + fdp.ConsumeBytes(32))
+                pickle_changed = True
+    parts = [pin_pid(p) for p in parts]
+    if signed and fdp.ConsumeBool() and len(parts) >= 3:
+        # Signed again by a key holder: the receiver's checks behind the signature see it.
+        body = parts[1:]
+        parts = [tokenwire.transport._signature(tokenwire.transport._as_key(key),
+                                                body[0] + body[1], body[2:], sign_buffers,
+                                                channel=True), *body]
+    return parts, pickle_changed
+
+
+def as_type(fdp: atheris.FuzzedDataProvider, frames):
+    kind = fdp.ConsumeIntInRange(0, 3)
+    return [(bytes, bytearray, memoryview, ImmutableBuffer)[kind](f) for f in frames]
+
+
+def in_unpickler(e: BaseException) -> bool:
+    """Was `e` raised while unpickling (below tokenwire.transport._unpickle)?"""
+    return any(frame.f_code is tokenwire.transport._unpickle.__code__
+               for frame, _ in traceback.walk_tb(e.__traceback__))
+
+
+@atheris.instrument_func
+def test_one_input(raw: bytes) -> None:
+    _stats["inputs"] += 1
+    count = _stats["inputs"]
+    if count >= 1 << 14 and count & (count - 1) == 0:
+        print(f"tokenwire fuzz: shm {count} inputs, {_stats['loaded']} loaded, "
+              f"{_stats['slots']} buffers through slots", file=sys.stderr, flush=True)
+    fdp = atheris.FuzzedDataProvider(raw)
+    SENDER.reclaim()                              # every slot free again: the ring stays healthy
+    mode = fdp.ConsumeIntInRange(0, 7)
+    if mode == 0 and _previous:                   # the previous input's frames, replayed
+        obj, key, sign_buffers, frames = _previous[0]
+        pristine, pickle_changed = False, True
+    else:
+        obj, key, sign_buffers, frames = build(fdp)
+        pristine = mode == 1
+        if not pristine:
+            frames, pickle_changed = damage(fdp, key, sign_buffers, frames)
+        _previous[:] = [(obj, key, sign_buffers, frames)]
+    if not pristine and fdp.ConsumeIntInRange(0, 15) == 0:
+        key = None if key is not None else KEY    # read with the other choice of key
+    given = as_type(fdp, frames)
+    try:
+        got = RECEIVER.loads(given, key=key, sign_buffers=sign_buffers, find_class=FIND_CLASS)
+    except (WireFormatError, AuthenticationError, pickle.UnpicklingError) as e:
+        assert not pristine, f"an undamaged message was refused: {e!r}"
+        return
+    except PICKLE_ERRORS as e:
+        if pristine or not pickle_changed or not in_unpickler(e):
+            raise
+        return
+    _stats["loaded"] += 1
+    if pristine:
+        assert got == obj, "an undamaged message loaded to something else"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=int, default=30, help="how long to fuzz")
+    p.add_argument("libfuzzer_args", nargs="*", help="extra libFuzzer arguments (after --)")
+    args = p.parse_args()
+    corpus = tempfile.mkdtemp(prefix="tokenwire-fuzz-shm-")
+    argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-max_len=512", "-rss_limit_mb=2048",
+            *args.libfuzzer_args, corpus]
+    atheris.Setup(argv, test_one_input)
+    atheris.Fuzz()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
