@@ -53,6 +53,7 @@ import atheris
 
 with atheris.instrument_imports():
     import tokenwire
+    import tokenwire._oob
     import tokenwire._shmsegment
     import tokenwire.shm
     import tokenwire.transport
@@ -61,9 +62,11 @@ with atheris.instrument_imports():
     from tokenwire.memory import ImmutableBuffer
 
 shm = tokenwire.shm
+seg = tokenwire._shmsegment
+oob = tokenwire._oob
 KEY = bytes(range(1, 33))
-DESC = shm._DESC                     # header: magic, segment id, pid, fd, count, pad, seq, token
-ENTRY = shm._ENTRY                   # per buffer: slot index, generation, length
+DESC = seg._DESC                     # header: magic, segment id, pid, fd, count, pad, seq, token
+ENTRY = seg._ENTRY                   # per buffer: slot index, generation, length
 PID_AT = 20                          # offset of the sender pid in the descriptor header
 NO_PID = (1 << 22) + 1               # above pid_max: a pid that cannot exist
 FIND_CLASS = tokenwire.find_class
@@ -129,7 +132,7 @@ def edit_bytes(fdp: atheris.FuzzedDataProvider, data: bytes, fields: int) -> byt
 def pin_pid(frame: bytes) -> bytes:
     """A frame the receiver may read as a descriptor of another segment names our own pid or
     one that cannot exist: an attach attempt never reaches another process."""
-    if len(frame) < PID_AT + 4 or frame[:4] != shm._DESC_MAGIC or frame[4:20] == SEGMENT_ID:
+    if len(frame) < PID_AT + 4 or frame[:4] != seg._DESC_MAGIC or frame[4:20] == SEGMENT_ID:
         return frame
     pid = struct.unpack_from("<I", frame, PID_AT)[0]
     if pid in (os.getpid(), NO_PID):
@@ -144,7 +147,7 @@ def damage(fdp: atheris.FuzzedDataProvider, key, sign_buffers, frames):
     """Fuzzed edits of the message: (frames, whether the pickle's bytes changed)."""
     signed = key is not None
     desc_at = 1 if signed else 0
-    has_desc = len(frames) > desc_at and frames[desc_at][:4] == shm._DESC_MAGIC
+    has_desc = len(frames) > desc_at and frames[desc_at][:4] == seg._DESC_MAGIC
     head_at = desc_at + 1 if has_desc else desc_at
     parts = list(frames)
     pickle_changed = False
@@ -184,15 +187,14 @@ def damage(fdp: atheris.FuzzedDataProvider, key, sign_buffers, frames):
                 del parts[0]
                 pickle_changed = True
             else:
-                parts.insert(0, tokenwire.transport._SIG_MAGIC + fdp.ConsumeBytes(32))
+                parts.insert(0, oob._SIG_MAGIC + fdp.ConsumeBytes(32))
                 pickle_changed = True
     parts = [pin_pid(p) for p in parts]
     if signed and fdp.ConsumeBool() and len(parts) >= 3:
         # Signed again by a key holder: the receiver's checks behind the signature see it.
         body = parts[1:]
-        parts = [tokenwire.transport._signature(tokenwire.transport._as_key(key),
-                                                body[0] + body[1], body[2:], sign_buffers,
-                                                channel=True), *body]
+        parts = [oob.signature(oob.as_key(key), body[0] + body[1], body[2:], sign_buffers,
+                               channel=True), *body]
     return parts, pickle_changed
 
 
@@ -202,8 +204,8 @@ def as_type(fdp: atheris.FuzzedDataProvider, frames):
 
 
 def in_unpickler(e: BaseException) -> bool:
-    """Was `e` raised while unpickling (below tokenwire.transport._unpickle)?"""
-    return any(frame.f_code is tokenwire.transport._unpickle.__code__
+    """Was `e` raised while unpickling (below tokenwire._oob.unpickle)?"""
+    return any(frame.f_code is oob.unpickle.__code__
                for frame, _ in traceback.walk_tb(e.__traceback__))
 
 
