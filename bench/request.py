@@ -17,10 +17,8 @@ import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, Dict
 
-import numpy as np
-
 import tokenwire
-from tokenwire import GenerationRequest, token_buffer, token_fields
+from tokenwire import GenerationRequest, token_buffer
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
 from bench.examples import after, before, worker_submit

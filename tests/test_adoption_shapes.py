@@ -9,7 +9,6 @@ import copy
 import dataclasses
 import inspect
 import pickle
-import sys
 from array import array
 from typing import Any, Dict, List, Optional, Union
 
@@ -128,7 +127,6 @@ def test_frozen_dataclass_default_none_and_subclass():
     assert back == sub and type(back.__getstate__()["input_ids"]) is TokenVector
 
 
-@pytest.mark.skipif(sys.version_info < (3, 10), reason="dataclass(slots=True) is 3.10+")
 def test_slots_dataclass_is_refused_naming_the_field():
     @dataclasses.dataclass(slots=True)
     class Slotted:

@@ -68,8 +68,8 @@ def test_round_trip_and_same_text_from_both_backends(ids: list[int], codec: str,
 def test_any_integer_array_strided_or_not(arr: np.ndarray) -> None:
     s = to_base64(arr)
     expected = arr.astype(np.int64).tolist()
-    for text in (s, s.encode("ascii"), bytearray(s, "ascii")):
-        assert from_base64(text).tolist() == expected
+    for encoded in (s, s.encode("ascii"), bytearray(s, "ascii")):
+        assert from_base64(encoded).tolist() == expected
 
 
 @pytest.mark.parametrize("ids", [[], [0], list(range(5))])

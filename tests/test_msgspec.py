@@ -521,7 +521,7 @@ def test_one_encoder_and_decoder_shared_by_threads() -> None:
 
     events: list[tuple[str, str]] = []
     # Both threads meet once inside the hook, i.e. each in the middle of a message: the
-    # interleaving is forced, not left to the scheduler (which on 3.9 often ran them apart).
+    # interleaving is forced, not left to the scheduler (which often ran them apart).
     meet = threading.Barrier(2, timeout=30)
     met: set[str] = set()
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+
+import tokenwire
 
 HERE = Path(__file__).parent
 
@@ -14,9 +19,25 @@ pytest.importorskip("mypy")
 pytestmark = pytest.mark.slow
 
 
+def _mypy_env() -> dict[str, str]:
+    """The environment in which mypy finds the tokenwire this test imports. mypy searches
+    directories (the interpreter's sys.path, MYPYPATH), not import hooks: an editable install
+    (`pip install -e .`) puts no directory on sys.path, setuptools' finder maps the name, and mypy
+    would not see the package. Its parent directory goes in MYPYPATH then (not when it is
+    site-packages: mypy refuses that there, and finds an installed package by itself)."""
+    root = Path(tokenwire.__file__).resolve().parent.parent
+    installed = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages(),
+                                             sysconfig.get_path("purelib"),
+                                             sysconfig.get_path("platlib"))}
+    env = dict(os.environ)
+    if root not in installed:
+        env["MYPYPATH"] = os.pathsep.join(filter(None, [str(root), env.get("MYPYPATH")]))
+    return env
+
+
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
-                          cwd=HERE, timeout=600)
+                          cwd=HERE, env=_mypy_env(), timeout=600)
 
 
 def test_stubtest_core() -> None:

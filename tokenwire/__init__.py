@@ -39,6 +39,7 @@ from tokenwire._core import (
     tolist,
 )
 from tokenwire._interop import json_default
+from tokenwire._version import __version__ as __version__
 from tokenwire.adopt import TokenwireMixin, token_fields
 from tokenwire.errors import TokenIdError, TokenwireError, WireFormatError
 from tokenwire.fields import TokenIds, token_buffer
@@ -46,8 +47,6 @@ from tokenwire.request import GenerationRequest
 from tokenwire.state import list_on_wire
 from tokenwire.text import from_base64, to_base64
 from tokenwire.unpickle import find_class
-
-__version__ = "0.1.0"
 
 
 def get_include() -> str:

@@ -22,7 +22,7 @@ AFTER_PATH = ROOT / "examples" / "after" / "serving_requests.py"
 PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
 
 sys.path.insert(0, str(AFTER_PATH.parent))
-import serving_requests as after  # noqa: E402  (pickles name it "serving_requests")
+import serving_requests as after  # noqa: E402, F401  (pickles name it "serving_requests")
 
 
 def _load_before():
