@@ -914,8 +914,8 @@ def test_aux_ext_hook_keeps_no_frame_once_the_message_is_dropped(codec: str) -> 
 
 
 def test_aux_ext_hook_releases_a_message_it_refused() -> None:
-    tensor = bytearray(16 << 20)
     import weakref
+    tensor = bytearray(16 << 20)
 
     class Frame(bytearray):                  # a frame whose death can be watched
         pass
@@ -924,7 +924,7 @@ def test_aux_ext_hook_releases_a_message_it_refused() -> None:
     bufs: List[Any] = [main, Frame(tensor)]
     watch = weakref.ref(bufs[1])
     with pytest.raises(WireFormatError, match="has 16777216 bytes, its reference says 10 ids"):
-        msgspec.msgpack.decode(main, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, bufs))
+        msgspec.msgpack.decode(main, ext_hook=lambda c, d, b=bufs: TW.aux_ext_hook(c, d, b))
     del bufs
     gc.collect()
     assert watch() is None
