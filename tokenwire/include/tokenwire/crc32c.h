@@ -17,7 +17,7 @@
 static uint32_t twcrc_table[8][256];
 static int twcrc_have_hw = 0;       /* set by twcrc_init(), called once at module import */
 
-static void twcrc_init(void) {
+static inline void twcrc_init(void) {
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
@@ -35,7 +35,7 @@ static void twcrc_init(void) {
 }
 
 /* Software path (any byte order: bytes are fed one at a time or as little-endian words). */
-static uint32_t twcrc_sw(uint32_t crc, const uint8_t *p, size_t n) {
+static inline uint32_t twcrc_sw(uint32_t crc, const uint8_t *p, size_t n) {
     while (n && ((uintptr_t)p & 7)) { crc = (crc >> 8) ^ twcrc_table[0][(crc ^ *p++) & 0xFF]; n--; }
     while (n >= 8) {
         uint32_t lo = tw_load_le32(p);
@@ -57,7 +57,7 @@ static uint32_t twcrc_sw(uint32_t crc, const uint8_t *p, size_t n) {
  * streams would be ~3x faster but needs a CRC combine step; not worth it while the checksum is
  * optional and runs at several GB/s already (docs/wire-format.md has the figures). */
 __attribute__((target("sse4.2")))
-static uint32_t twcrc_hw(uint32_t crc, const uint8_t *p, size_t n) {
+static inline uint32_t twcrc_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c = crc;
     while (n && ((uintptr_t)p & 7)) { c = __builtin_ia32_crc32qi((uint32_t)c, *p++); n--; }
     while (n >= 32) {
@@ -83,7 +83,7 @@ static uint32_t twcrc_hw(uint32_t crc, const uint8_t *p, size_t n) {
 #endif
 
 /* CRC-32C of n bytes at p. */
-static uint32_t tw_crc32c(const void *data, size_t n) {
+static inline uint32_t tw_crc32c(const void *data, size_t n) {
     const uint8_t *p = (const uint8_t *)data;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (twcrc_have_hw) return ~twcrc_hw(0xFFFFFFFFu, p, n);
@@ -92,7 +92,7 @@ static uint32_t tw_crc32c(const void *data, size_t n) {
 }
 
 /* Same, forced onto the portable table path (for tests: both paths must agree). */
-static uint32_t tw_crc32c_portable(const void *data, size_t n) {
+static inline uint32_t tw_crc32c_portable(const void *data, size_t n) {
     return ~twcrc_sw(0xFFFFFFFFu, (const uint8_t *)data, n);
 }
 
