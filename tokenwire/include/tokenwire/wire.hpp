@@ -339,7 +339,7 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
     for (size_t k = 0; k < nseq; k++) total += seqs[k].n;
     // raw and pfor hold every int32: no OR needed (and pfor's kernel reads each id once)
     const uint32_t orv = wire == kRaw || wire == kPfor ? 0 : tw_seqs_or(seqs, nseq);
-    tw_frame_plan plan;
+    tw_frame_plan plan{};               // zeroed: GCC cannot see tw_choose_codec set the width
     if (tw_plan_frame(&plan, wire, orv, total, nseq, multi, checksum) != 0)
         codec_error(wire, seqs, nseq, multi);
     std::vector<uint8_t> frame;
