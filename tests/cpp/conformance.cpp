@@ -30,8 +30,9 @@ namespace {
 bool read_exact(void* p, size_t n) { return n == 0 || std::fread(p, 1, n, stdin) == n; }
 
 void answer(const std::string& s) {
-    const uint64_t n = s.size();
-    std::fwrite(&n, 8, 1, stdout);
+    uint8_t n[8];                       // little-endian on every host (s390x: .ci/cross)
+    tw_store_le64(n, s.size());
+    std::fwrite(n, 8, 1, stdout);
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
 }
@@ -131,10 +132,10 @@ std::string serve(uint8_t op, uint8_t codec, bool checksum, std::optional<int64_
 
 int main() {
     for (;;) {
-        uint8_t head[4];
-        int64_t vocab;
-        uint64_t len;
-        if (!read_exact(head, 4) || !read_exact(&vocab, 8) || !read_exact(&len, 8)) return 0;
+        uint8_t head[4], le[16];
+        if (!read_exact(head, 4) || !read_exact(le, 16)) return 0;
+        const int64_t vocab = int64_t(tw_load_le64(le));
+        const uint64_t len = tw_load_le64(le + 8);
         std::vector<uint8_t> data(len);
         if (!read_exact(data.data(), len)) return 1;
         try {

@@ -3,6 +3,8 @@ pybind11 engine (pybind_engine.cpp); the nanobind engine is bench/engine.py.
 
 Compiler: $CXX or g++. Extra flags from $TOKENWIRE_CXXFLAGS (.ci/run's sanitizer build sets
 -fsanitize=address,undefined there). zstd support is compiled in when zstd.h is available.
+$TOKENWIRE_CXX_RUNNER runs the conformance server through a command (.ci/cross: a cross
+compiler as $CXX, -static, and qemu-aarch64-static or qemu-s390x-static as the runner).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def extra_flags() -> list[str]:
 
 
 def have_zstd_header() -> bool:
-    probe = subprocess.run([cxx(), "-E", "-x", "c++", "-"], input="#include <zstd.h>\n",
+    probe = subprocess.run([cxx(), *extra_flags(), "-E", "-x", "c++", "-"],
+                           input="#include <zstd.h>\n",
                            capture_output=True, text=True)
     return probe.returncode == 0
 
@@ -86,8 +89,9 @@ class Conformance:
     def __init__(self, exe: pathlib.Path) -> None:
         env = dict(os.environ)
         env.setdefault("ASAN_OPTIONS", "detect_leaks=1")
-        self.proc = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=env)
+        runner = shlex.split(os.environ.get("TOKENWIRE_CXX_RUNNER", ""))
+        self.proc = subprocess.Popen([*runner, str(exe)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env)
 
     def close(self) -> None:
         assert self.proc.stdin is not None

@@ -19,22 +19,17 @@
 #include <string.h>
 
 #include "byteorder.h"
-
-#if defined(__GNUC__)
-#  define TWBP_INLINE static inline __attribute__((always_inline))
-#else
-#  define TWBP_INLINE static inline
-#endif
+#include "compat.h"
 
 /* Ids are read through memcpy: an int32 buffer may sit at any address (np.frombuffer(b, "i4",
  * offset=1)), and compilers turn this into one (unaligned) load. */
-TWBP_INLINE uint32_t twbp_id(const int32_t *p, size_t i) {
+TW_INLINE uint32_t twbp_id(const int32_t *p, size_t i) {
     uint32_t v;
     memcpy(&v, (const uint8_t *)p + 4 * i, 4);
     return v;
 }
 
-TWBP_INLINE void twbp_store_bytes(uint8_t *p, uint64_t v, size_t n) {
+TW_INLINE void twbp_store_bytes(uint8_t *p, uint64_t v, size_t n) {
 #if TW_HOST_BIG_ENDIAN
     for (size_t k = 0; k < n; k++) p[k] = (uint8_t)(v >> (8 * k));
 #else
@@ -57,7 +52,8 @@ TWBP_INLINE void twbp_store_bytes(uint8_t *p, uint64_t v, size_t n) {
 
 /* Ids [0, n) of a stream of width w that starts at bit s (0..7) of src; src holds exactly the
  * ceil((s + n*w) / 8) bytes the caller checked. Byte-wise, reads nothing past that. */
-static void twbp_unpack_slow(const uint8_t *src, unsigned s, int32_t *dst, size_t n, unsigned w) {
+static inline void twbp_unpack_slow(const uint8_t *src, unsigned s, int32_t *dst, size_t n,
+                                    unsigned w) {
     const uint64_t mask = (1ull << w) - 1;
     uint64_t bit = s;
     for (size_t i = 0; i < n; i++, bit += w) {
@@ -81,7 +77,7 @@ static void twbp_unpack_slow(const uint8_t *src, unsigned s, int32_t *dst, size_
     } while (0)
 
 #define TWBP_DEFINE_UNPACK(W)                                                                  \
-    TWBP_INLINE void twbp_unpack_w##W(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,  \
+    TW_INLINE void twbp_unpack_w##W(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,  \
                                  size_t n) {                                                   \
         size_t i = 0;                                                                          \
         const uint8_t *p = src;                                                                \
@@ -107,7 +103,7 @@ typedef struct {
     unsigned bits;
 } twbp_packer;
 
-static void twbp_pack_slow(twbp_packer *pk, const int32_t *src, size_t n, unsigned w) {
+static inline void twbp_pack_slow(twbp_packer *pk, const int32_t *src, size_t n, unsigned w) {
     uint64_t acc = pk->acc;
     unsigned bits = pk->bits;
     uint8_t *o = pk->out;
@@ -149,7 +145,7 @@ static void twbp_pack_slow(twbp_packer *pk, const int32_t *src, size_t n, unsign
     } while (0)
 
 #define TWBP_DEFINE_PACK(W)                                                                    \
-    TWBP_INLINE void twbp_pack_w##W(twbp_packer *pk, const int32_t *src, size_t n) {                \
+    TW_INLINE void twbp_pack_w##W(twbp_packer *pk, const int32_t *src, size_t n) {                \
         size_t i = 0;                                                                          \
         uint64_t acc = pk->acc;                                                                \
         uint8_t *o = pk->out;                                                                  \
@@ -187,14 +183,14 @@ TWBP_DEFINE_UNPACK(31)
 #include <immintrin.h>
 static int twbp_have_avx2 = 0;
 
-static void twbp_init(void) {
+static inline void twbp_init(void) {
     __builtin_cpu_init();
     twbp_have_avx2 = __builtin_cpu_supports("avx2");
 }
 
 /* Returns how many ids it unpacked (a multiple of 8); the caller finishes the rest. */
 __attribute__((target("avx2")))
-static size_t twbp_unpack_avx2(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,
+static inline size_t twbp_unpack_avx2(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,
                                size_t n, unsigned w) {
     uint8_t shuf[32];
     uint32_t shift[8];
@@ -223,14 +219,14 @@ static size_t twbp_unpack_avx2(const uint8_t *src, size_t srclen, unsigned s, in
     return i;
 }
 #else
-static int twbp_have_avx2 = 0;
-static void twbp_init(void) {}
+static int twbp_have_avx2 = 0;     /* always 0 here; read by pfor.h's x86 paths */
+static inline void twbp_init(void) { twbp_have_avx2 = 0; }
 #endif
 
 /* Unpack n ids of width w (1..31) starting at bit s (0..7) of src, which holds srclen bytes,
  * at least ceil((s + n*w)/8) (checked by the caller). */
 TWBP_CLONES_BMI2
-static void twbp_unpack_scalar(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,
+static inline void twbp_unpack_scalar(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,
                                size_t n, unsigned w) {
     switch (w) {
 #define TWBP_CASE(W) case W: twbp_unpack_w##W(src, srclen, s, dst, n); return;
@@ -241,8 +237,8 @@ static void twbp_unpack_scalar(const uint8_t *src, size_t srclen, unsigned s, in
     }
 }
 
-static void twbp_unpack(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst, size_t n,
-                        unsigned w) {
+static inline void twbp_unpack(const uint8_t *src, size_t srclen, unsigned s, int32_t *dst,
+                               size_t n, unsigned w) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (twbp_have_avx2 && w <= 24 && n >= 8) {
         size_t done = twbp_unpack_avx2(src, srclen, s, dst, n, w);
@@ -258,7 +254,7 @@ static void twbp_unpack(const uint8_t *src, size_t srclen, unsigned s, int32_t *
 
 /* Append n ids (each in [0, 2**w)) to the packer's stream. */
 TWBP_CLONES_BMI2
-static void twbp_pack(twbp_packer *pk, const int32_t *src, size_t n, unsigned w) {
+static inline void twbp_pack(twbp_packer *pk, const int32_t *src, size_t n, unsigned w) {
     switch (w) {
 #define TWBP_CASE(W) case W: twbp_pack_w##W(pk, src, n); return;
         TWBP_FOR_FAST_WIDTHS(TWBP_CASE)
@@ -268,7 +264,7 @@ static void twbp_pack(twbp_packer *pk, const int32_t *src, size_t n, unsigned w)
 }
 
 /* Write the packer's pending bits (zero-padded to a byte). */
-static void twbp_pack_finish(twbp_packer *pk) {
+static inline void twbp_pack_finish(twbp_packer *pk) {
     if (pk->bits) {
         *pk->out++ = (uint8_t)pk->acc;
         pk->acc = 0;
@@ -282,7 +278,7 @@ static void twbp_pack_finish(twbp_packer *pk) {
  * bit length of the largest id. Sixteen independent lanes (four SSE or two AVX2 registers) so the
  * loop is bound by loads, not by the latency of one OR chain. */
 TWBP_CLONES
-static uint32_t twbp_or_all(const int32_t *restrict src, size_t n) {
+static inline uint32_t twbp_or_all(const int32_t *TW_RESTRICT src, size_t n) {
     uint32_t lane[16] = {0};
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -296,7 +292,8 @@ static uint32_t twbp_or_all(const int32_t *restrict src, size_t n) {
 /* twbp_or_all while copying the ids to dst: one read of each id, for callers that must code
  * exactly what they checked (the source may change under them; dst is theirs alone). */
 TWBP_CLONES
-static uint32_t twbp_copy_or_all(int32_t *restrict dst, const int32_t *restrict src, size_t n) {
+static inline uint32_t twbp_copy_or_all(int32_t *TW_RESTRICT dst, const int32_t *TW_RESTRICT src,
+                                        size_t n) {
     uint32_t lane[16] = {0};
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -317,17 +314,19 @@ static uint32_t twbp_copy_or_all(int32_t *restrict dst, const int32_t *restrict 
 
 /* u16 codec: store / load little-endian uint16 ids. */
 TWBP_CLONES
-static void twbp_narrow16(const int32_t *restrict src, size_t n, uint8_t *restrict dst) {
+static inline void twbp_narrow16(const int32_t *TW_RESTRICT src, size_t n,
+                                 uint8_t *TW_RESTRICT dst) {
 #if TW_HOST_BIG_ENDIAN
     for (size_t i = 0; i < n; i++) { uint32_t v = twbp_id(src, i); dst[2 * i] = (uint8_t)v; dst[2 * i + 1] = (uint8_t)(v >> 8); }
 #else
-    uint16_t *restrict d = (uint16_t *)(void *)dst;   /* callers pass 2-aligned dst */
+    uint16_t *TW_RESTRICT d = (uint16_t *)(void *)dst;   /* callers pass 2-aligned dst */
     for (size_t i = 0; i < n; i++) d[i] = (uint16_t)twbp_id(src, i);
 #endif
 }
 
 TWBP_CLONES
-static void twbp_widen16(const uint8_t *restrict src, size_t n, int32_t *restrict dst) {
+static inline void twbp_widen16(const uint8_t *TW_RESTRICT src, size_t n,
+                                int32_t *TW_RESTRICT dst) {
 #if TW_HOST_BIG_ENDIAN
     for (size_t i = 0; i < n; i++) dst[i] = (int32_t)src[2 * i] | ((int32_t)src[2 * i + 1] << 8);
 #else

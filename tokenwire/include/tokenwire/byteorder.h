@@ -12,21 +12,13 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "compat.h"   /* TW_INLINE, tw_bswap16/32/64 */
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #  define TW_HOST_BIG_ENDIAN 1
 #else
 #  define TW_HOST_BIG_ENDIAN 0
 #endif
-
-#if defined(__GNUC__)
-#  define TW_INLINE static inline __attribute__((always_inline))
-#else
-#  define TW_INLINE static inline
-#endif
-
-TW_INLINE uint16_t tw_bswap16(uint16_t x) { return __builtin_bswap16(x); }
-TW_INLINE uint32_t tw_bswap32(uint32_t x) { return __builtin_bswap32(x); }
-TW_INLINE uint64_t tw_bswap64(uint64_t x) { return __builtin_bswap64(x); }
 
 TW_INLINE uint32_t tw_load_le32(const void *p) {
     uint32_t v;

@@ -37,7 +37,7 @@ enum { TW_REQUEST_AUTO = 0x100, TW_REQUEST_ZSTD = 0x101 };
  * about twice as fast (docs/benchmarks.md). */
 enum { TW_ZSTD_LEVEL = 1 };
 
-static unsigned tw_bit_length(uint32_t v) {
+static inline unsigned tw_bit_length(uint32_t v) {
     unsigned w = 0;
     while (v) {
         w++;
@@ -50,7 +50,7 @@ static unsigned tw_bit_length(uint32_t v) {
  * cannot hold them: a negative id (the sign bit of orv) needs min_id < 0; otherwise the largest
  * id is at most max_id exactly when orv is (every max_id is 2**k - 1). A codec of one width
  * uses it; a variable-width one the bit length of orv (that of the largest id), at least 1. */
-static int tw_codec_width(unsigned c, uint32_t orv) {
+static inline int tw_codec_width(unsigned c, uint32_t orv) {
     const tw_codec_info *info = &tw_codecs[c];
     if ((orv >> 31) ? info->min_id >= 0 : (int64_t)orv > info->max_id) return -1;
     if (info->min_width == info->max_width) return (int)info->min_width;
@@ -72,7 +72,7 @@ static int tw_codec_width(unsigned c, uint32_t orv) {
  * the ids, the smallest payload, on a tie the earlier in the table (raw, u16, packed: fastest
  * first); then for TW_REQUEST_AUTO, pfor instead of packed from TW_AUTO_PFOR_MIN_IDS ids on.
  * (TW_REQUEST_ZSTD plans auto's plain fixed-width frame, which tw_plan_zstd may then replace.) */
-static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned *width) {
+static inline int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned *width) {
     if (request < TW_NCODECS) {
         const int w = tw_codec_width(request, orv);
         if (w < 0) return -1;
@@ -102,7 +102,7 @@ static int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsig
 /* The first of n ids at `ids` (any alignment) that `codec` cannot hold, or -1. When found, the
  * message: "codec 'u16' needs ids in [0, 65536); [sequence K: ]id at index I is V" (seq < 0: no
  * sequence part). */
-static int64_t tw_codec_misfit(unsigned codec, const int32_t *ids, size_t n, int64_t seq,
+static inline int64_t tw_codec_misfit(unsigned codec, const int32_t *ids, size_t n, int64_t seq,
                                char *msg, size_t cap) {
     const tw_codec_info *info = &tw_codecs[codec];
     for (size_t i = 0; i < n; i++) {
@@ -120,7 +120,7 @@ static int64_t tw_codec_misfit(unsigned codec, const int32_t *ids, size_t n, int
 }
 
 /* The bitwise OR of every id of `nseq` sequences (its sign bit: some id is negative). */
-static uint32_t tw_seqs_or(const tw_seq *seqs, size_t nseq) {
+static inline uint32_t tw_seqs_or(const tw_seq *seqs, size_t nseq) {
     uint32_t orv = 0;
     for (size_t k = 0; k < nseq; k++)
         if (seqs[k].n) orv |= twbp_or_all(seqs[k].ids, seqs[k].n);
@@ -147,7 +147,7 @@ typedef struct {
  * `multi`: encode_many's frame, even of one sequence). The codec and width as tw_choose_codec
  * says; the payload stored plain (tw_plan_zstd may change that). 0, or -1 when a forced codec
  * cannot hold the ids (then tw_codec_misfit names the first). */
-static int tw_plan_frame(tw_frame_plan *P, unsigned request, uint32_t orv, uint64_t total,
+static inline int tw_plan_frame(tw_frame_plan *P, unsigned request, uint32_t orv, uint64_t total,
                          size_t nseq, int multi, int checksum) {
     const int codec = tw_choose_codec(request, orv, total, &P->width);
     if (codec < 0) return -1;
@@ -173,7 +173,7 @@ static int tw_plan_frame(tw_frame_plan *P, unsigned request, uint32_t orv, uint6
  * `orv`: u16 when it holds every id, else raw. Byte-aligned on purpose: a repeated run of ids
  * is a repeated run of bytes there, which zstd matches; bit-packing shifts each id by a
  * different bit offset and hides most repeats (zstd over packed is larger, and slower). */
-static unsigned tw_zstd_codec(uint32_t orv, unsigned *width) {
+static inline unsigned tw_zstd_codec(uint32_t orv, unsigned *width) {
     const int w = tw_codec_width(TW_CODEC_U16, orv);
     if (w >= 0) {
         *width = (unsigned)w;
@@ -198,7 +198,7 @@ enum {
  * counted (8 + C < P), and a decoder accepts its expansion (Q <= 64 C). When only the
  * expansion fails and `codec` is not already auto's, TW_ZSTD_RETRY: auto's payload is smaller,
  * so its section may pass. */
-static int tw_plan_zstd(tw_frame_plan *P, unsigned codec, unsigned width, size_t clen) {
+static inline int tw_plan_zstd(tw_frame_plan *P, unsigned codec, unsigned width, size_t clen) {
     const size_t qlen = tw_payload_size(width, P->total);
     if (!(clen + TW_ZSTD_LENGTH_SIZE < P->payload_len)) return TW_ZSTD_PLAIN;
     if (qlen > clen * TW_ZSTD_MAX_EXPANSION)
@@ -219,7 +219,7 @@ static int tw_plan_zstd(tw_frame_plan *P, unsigned codec, unsigned width, size_t
  * bytes (the length prefix is written here), else the P bytes of the plain payload. A pfor
  * payload is written from the ids after its length prefix, which then gets its size. Returns
  * the frame's size: P->nbytes, or for pfor what the payload took (at most P->nbytes). */
-static size_t tw_write_frame(uint8_t *out, const tw_frame_plan *P, const tw_seq *seqs,
+static inline size_t tw_write_frame(uint8_t *out, const tw_frame_plan *P, const tw_seq *seqs,
                              size_t nseq, const uint8_t *section) {
     memcpy(out, TW_MAGIC, TW_MAGIC_SIZE);
     out[4] = (uint8_t)TW_WIRE_VERSION;

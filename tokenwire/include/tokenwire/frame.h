@@ -69,7 +69,7 @@ static const tw_codec_info tw_codecs[TW_NCODECS] = {
 #define TW_CODEC_PREFIXED(codec) ((codec) == TW_CODEC_PFOR)
 
 /* The header's codec and width bytes. */
-static int tw_check_codec_width(unsigned codec, unsigned width, char *msg, size_t cap) {
+static inline int tw_check_codec_width(unsigned codec, unsigned width, char *msg, size_t cap) {
     if (codec >= TW_NCODECS) {
         int len = snprintf(msg, cap, "unknown codec %u (known:", codec);
         for (unsigned c = 0; c < TW_NCODECS && len > 0 && (size_t)len < cap; c++)
@@ -131,21 +131,67 @@ typedef struct {
     uint8_t *counts_copy;
 } tw_layout;
 
-__extension__ typedef unsigned __int128 tw_u128;   /* exact sizes of absurd claims, for messages */
+/* Exact sizes of absurd claims, for messages: a count table's sum and the bytes it would take
+ * can pass 2**64 (a sum stays below 2**94, a size below 2**99). Two 64-bit halves, in plain C:
+ * no compiler's 128-bit integer type is needed. */
+typedef struct {
+    uint64_t hi, lo;
+} tw_u128;
 
-/* Decimal text of v (at most 40 digits) at out. */
-static const char *tw_u128_str(tw_u128 v, char out[48]) {
+static inline tw_u128 tw_u128_of(uint64_t v) {
+    tw_u128 r;
+    r.hi = 0;
+    r.lo = v;
+    return r;
+}
+
+static inline tw_u128 tw_u128_add(tw_u128 a, uint64_t b) {
+    a.lo += b;
+    a.hi += a.lo < b;
+    return a;
+}
+
+/* a * m; the product must stay below 2**128 (the callers' values are below 2**99). */
+static inline tw_u128 tw_u128_mul(tw_u128 a, uint32_t m) {
+    const uint64_t p0 = (a.lo & 0xFFFFFFFFu) * m, p1 = (a.lo >> 32) * m;
+    tw_u128 r;
+    r.lo = p0 + (p1 << 32);
+    r.hi = a.hi * m + (p1 >> 32) + (r.lo < p0);
+    return r;
+}
+
+/* *a /= d (d > 0), returning the remainder: long division over 32-bit limbs. */
+static inline uint32_t tw_u128_divmod(tw_u128 *a, uint32_t d) {
+    uint32_t limb[4] = {(uint32_t)(a->hi >> 32), (uint32_t)a->hi, (uint32_t)(a->lo >> 32),
+                        (uint32_t)a->lo};
+    uint64_t rem = 0;
+    for (int k = 0; k < 4; k++) {
+        const uint64_t cur = rem << 32 | limb[k];
+        limb[k] = (uint32_t)(cur / d);
+        rem = cur % d;
+    }
+    a->hi = (uint64_t)limb[0] << 32 | limb[1];
+    a->lo = (uint64_t)limb[2] << 32 | limb[3];
+    return (uint32_t)rem;
+}
+
+static inline tw_u128 tw_u128_div(tw_u128 a, uint32_t d) {
+    (void)tw_u128_divmod(&a, d);
+    return a;
+}
+
+/* Decimal text of v (at most 39 digits) at out. */
+static inline const char *tw_u128_str(tw_u128 v, char out[48]) {
     char *p = out + 47;
     *p = 0;
     do {
-        *--p = (char)('0' + (unsigned)(v % 10));
-        v /= 10;
-    } while (v);
+        *--p = (char)('0' + tw_u128_divmod(&v, 10));
+    } while (v.hi | v.lo);
     return p;
 }
 
 /* repr() of a Python bytes object of n <= 4 bytes, at out (24 bytes suffice). */
-static void tw_bytes_repr(const uint8_t *p, size_t n, char *out) {
+static inline void tw_bytes_repr(const uint8_t *p, size_t n, char *out) {
     int has_single = 0, has_double = 0;
     for (size_t i = 0; i < n; i++) {
         has_single |= p[i] == '\'';
@@ -176,7 +222,8 @@ static void tw_bytes_repr(const uint8_t *p, size_t n, char *out) {
 /* Step 1: magic, header size, version, codec and width, reserved flags, and whether the count
  * table fits in the n bytes present. Sets every field of L but the sums (total, payload_*,
  * stored_len, nbytes). 0, or -1 and a message. */
-static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg, size_t cap) {
+static inline int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg,
+                                  size_t cap) {
     char num[48], rep[24];
     L->counts = NULL;
     L->counts_copy = NULL;
@@ -211,8 +258,9 @@ static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg
         /* The table: `count` uint32 counts, zero-padded to a multiple of 8 bytes. */
         if (count > (n - TW_HEADER_SIZE) / 4 ||
             TW_HEADER_SIZE + (count * 4 + 7) / 8 * 8 > n) {
+            /* (count * 4 + 7) / 8 * 8 = 4 * (count rounded up to even), past 2**64 */
             snprintf(msg, cap, "truncated: count table needs %s bytes, has %llu",
-                     tw_u128_str(((tw_u128)count * 4 + 7) / 8 * 8, num),
+                     tw_u128_str(tw_u128_mul(tw_u128_add(tw_u128_of(count), count & 1), 4), num),
                      (unsigned long long)(n - TW_HEADER_SIZE));
             return -1;
         }
@@ -228,23 +276,24 @@ static int tw_parse_prefix(const uint8_t *buf, size_t n, tw_layout *L, char *msg
 /* Payload bytes of `total` ids at `width` bits each: every fixed-width codec stores `width` bits
  * per id (raw 32, u16 16, packed 1..31), so this holds for all of them (total < 2**58, width <=
  * 32: no overflow). Not for pfor (TW_CODEC_PREFIXED): its size is in the frame. */
-static size_t tw_payload_size(unsigned width, uint64_t total) {
+static inline size_t tw_payload_size(unsigned width, uint64_t total) {
     return (size_t)((total * width + 7) / 8);
 }
 
 /* Step 2: the sum of the counts (read from L->counts only), the table's padding, the size limit
  * and the zstd length prefix. Does not need the payload to be present (nor, for zstd, more than
  * the length prefix: frame_info works on a prefix of a frame). 0, or -1 and a message. */
-static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, size_t cap) {
+static inline int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, size_t cap) {
     char num[48];
     size_t off = TW_HEADER_SIZE;
     /* The exact number of ids: a table holds fewer than 2**62 entries (it is in the buffer),
      * each below 2**32, so the sum stays below 2**94 and never wraps. */
-    tw_u128 total = L->total;
+    tw_u128 total = tw_u128_of(L->total);
     if (L->flags & TW_FLAG_MULTI) {
         const size_t table_len = (size_t)((L->nseq * 4 + 7) / 8 * 8);
-        total = 0;
-        for (uint64_t k = 0; k < L->nseq; k++) total += tw_load_le32(L->counts + 4 * k);
+        total = tw_u128_of(0);
+        for (uint64_t k = 0; k < L->nseq; k++)
+            total = tw_u128_add(total, tw_load_le32(L->counts + 4 * k));
         for (size_t k = TW_HEADER_SIZE + (size_t)L->nseq * 4; k < TW_HEADER_SIZE + table_len; k++)
             if (buf[k] != 0) {
                 snprintf(msg, cap, "nonzero padding byte at offset %llu, after the count table",
@@ -255,18 +304,20 @@ static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, 
     }
     L->payload_off = off;
     const int prefixed = TW_CODEC_PREFIXED(L->codec);
-    if (total >= TW_COUNT_LIMIT) {
+    if (total.hi || total.lo >= TW_COUNT_LIMIT) {
         /* Cannot be in memory; say what it would need (exactly: the product can exceed 2**64;
          * pfor: its length prefix and the fewest bytes N ids take, one per block of 128).
          * Like every "truncated" message, "has" counts the bytes from where the part starts to
          * the end of the buffer (here the payload region, a checksum trailer's place included). */
-        const tw_u128 need = prefixed ? TW_PFOR_LENGTH_SIZE + (total + TWPF_BLOCK - 1) / TWPF_BLOCK
-                                      : (total * L->width + 7) / 8;
+        const tw_u128 need =
+            prefixed ? tw_u128_add(tw_u128_div(tw_u128_add(total, TWPF_BLOCK - 1), TWPF_BLOCK),
+                                   TW_PFOR_LENGTH_SIZE)
+                     : tw_u128_div(tw_u128_add(tw_u128_mul(total, L->width), 7), 8);
         snprintf(msg, cap, "truncated: payload needs %s bytes, has %llu", tw_u128_str(need, num),
                  (unsigned long long)(n - off));
         return -1;
     }
-    L->total = (uint64_t)total;
+    L->total = total.lo;
     if (prefixed) {
         /* The payload's size L (a uint64 before it), bounded as a zstd length is, then against
          * the sizes a pfor payload of N ids can take: at least twpf_min_size(N) (one byte per
@@ -327,7 +378,7 @@ static int tw_parse_rest(const uint8_t *buf, size_t n, tw_layout *L, char *msg, 
 }
 
 /* A packed payload's unused high bits of the last byte must be 0: one frame per content. */
-static int tw_check_padding_bits(const uint8_t *payload, const tw_layout *L, char *msg,
+static inline int tw_check_padding_bits(const uint8_t *payload, const tw_layout *L, char *msg,
                                  size_t cap) {
     if (L->codec == TW_CODEC_PACKED && L->payload_len > 0) {
         const unsigned tail_bits = (unsigned)((L->total * L->width) & 7);
@@ -345,7 +396,7 @@ static int tw_check_padding_bits(const uint8_t *payload, const tw_layout *L, cha
  * trails the frame, the checksum matches (else TW_CHECKSUM_MISMATCH and its message), and a
  * plain packed payload has zero padding bits (a zstd one is checked after decompression).
  * Pure C, no allocation: a caller may run it without the GIL. */
-static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char *msg,
+static inline int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char *msg,
                           size_t cap) {
     const size_t trailer = (L->flags & TW_FLAG_CHECKSUM) ? TW_CHECKSUM_SIZE : 0;
     const size_t have = n - L->payload_off;
@@ -392,8 +443,9 @@ static int tw_check_frame(const uint8_t *buf, size_t n, const tw_layout *L, char
  * payload is corrupt at byte K: " (any other rule), K the frame offset of the block (or byte) at
  * fault. The parts then hold garbage: the caller discards them. Pure C, no allocation: runs
  * without the GIL. */
-static int tw_decode_pfor(const uint8_t *buf, const tw_layout *L, int32_t *const *dst,
-                          const size_t *count, char *msg, size_t cap) {
+static inline int tw_decode_pfor(const uint8_t *buf, const tw_layout *L,
+                                 int32_t *const *dst, const size_t *count, char *msg,
+                                 size_t cap) {
     twpf_error err;
     const size_t at = L->payload_off + TW_PFOR_LENGTH_SIZE;
     const int r = twpf_decode_parts(buf + at, L->payload_len, dst, count, (size_t)L->total, &err);
@@ -425,8 +477,8 @@ static int tw_decode_pfor(const uint8_t *buf, const tw_layout *L, int32_t *const
  * so that the answer on those does not depend on the release (damaged compressed content is
  * libzstd's to judge: docs/wire-format.md, "Which frames libzstd decides"). -1 and a message
  * when refused. */
-static int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_len, char *msg,
-                                  size_t cap) {
+static inline int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t payload_len,
+                                         char *msg, size_t cap) {
     static const size_t fcs_sizes[4] = {0, 2, 4, 8}, did_sizes[4] = {0, 1, 2, 4};
     static const uint8_t magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
     if (n != 0 && memcmp(p, magic, n < 4 ? n : 4) != 0) {    /* p may be null when n is 0 */

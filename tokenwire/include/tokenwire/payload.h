@@ -26,7 +26,7 @@ typedef struct {
  * gathered block by block into a stack buffer, each id read once, and each block encoded from
  * there: a block's bytes depend only on its own ids, so this is the payload of the
  * concatenation. */
-static size_t tw_write_pfor(uint8_t *out, const tw_seq *seqs, size_t nseq) {
+static inline size_t tw_write_pfor(uint8_t *out, const tw_seq *seqs, size_t nseq) {
     size_t nonempty = 0, last = 0;
     for (size_t k = 0; k < nseq; k++)
         if (seqs[k].n) {
@@ -58,7 +58,7 @@ static size_t tw_write_pfor(uint8_t *out, const tw_seq *seqs, size_t nseq) {
 
 /* The payload of `nseq` sequences in `codec` at `width` into out (tw_payload_size bytes; pfor:
  * room for twpf_bound of the ids). Returns the bytes written. */
-static size_t tw_write_payload(uint8_t *out, const tw_seq *seqs, size_t nseq, unsigned codec,
+static inline size_t tw_write_payload(uint8_t *out, const tw_seq *seqs, size_t nseq, unsigned codec,
                                unsigned width) {
     const uint8_t *const start = out;
     switch (codec) {
@@ -114,7 +114,7 @@ static size_t tw_write_payload(uint8_t *out, const tw_seq *seqs, size_t nseq, un
 
 /* Ids [start, start + n) of a checked payload of payload_len bytes into dst. For pfor,
  * `payload` is what tw_decode_pfor made of it: the frame's ids as native int32s. */
-static void tw_read_payload(const uint8_t *payload, size_t payload_len, unsigned codec,
+static inline void tw_read_payload(const uint8_t *payload, size_t payload_len, unsigned codec,
                             unsigned width, uint64_t start, size_t n, int32_t *dst) {
     if (n == 0) return;
     switch (codec) {

@@ -33,7 +33,7 @@
  * vpcompressb), AVX2 (8 at a time by byte shuffles; one AVX2 register per row of 8 ids), SSE2,
  * and plain C (TWPF_PORTABLE, big-endian hosts, non-x86).
  *
- * C99, compiles as C++17 too (restrict is spelled by the includer, as for bitpack.h).
+ * C99 or later, and C++11 or later (compat.h spells restrict, the bit scans and counts).
  */
 #ifndef TOKENWIRE_PFOR_H
 #define TOKENWIRE_PFOR_H
@@ -44,6 +44,7 @@
 
 #include "bitpack.h"
 #include "byteorder.h"
+#include "compat.h"
 
 #define TWPF_BLOCK 128u
 #define TWPF_EXC_FLAG 0x80u   /* header bit: the block has exceptions */
@@ -74,16 +75,8 @@ static inline size_t twpf_min_size(size_t n) {
     return (n + TWPF_BLOCK - 1) / TWPF_BLOCK;
 }
 
-/* Bits set in v; SWAR, so baseline x86-64 (no popcnt instruction) gets no library call. */
-static inline unsigned twpf_popcount64(uint64_t v) {
-    v = v - ((v >> 1) & 0x5555555555555555ull);
-    v = (v & 0x3333333333333333ull) + ((v >> 2) & 0x3333333333333333ull);
-    v = (v + (v >> 4)) & 0x0F0F0F0F0F0F0F0Full;
-    return (unsigned)((v * 0x0101010101010101ull) >> 56);
-}
-
 static inline unsigned twpf_bitlen(uint32_t v) {
-    return v ? 32u - (unsigned)__builtin_clz(v) : 0u;
+    return v ? 32u - tw_clz32(v) : 0u;
 }
 
 /* ---- full blocks: vertical layout ---------------------------------------------------------- */
@@ -130,14 +123,14 @@ static inline void twpf_store_le16(uint8_t *p, uint32_t v) {
 
 #if TWPF_SSE2
 /* Word k of lanes 4h..4h+3 (K full words; k == K is the half word, zero-extended). */
-TWBP_INLINE __m128i twpf_word4(const uint8_t *in, unsigned k, unsigned K, unsigned h) {
+TW_INLINE __m128i twpf_word4(const uint8_t *in, unsigned k, unsigned K, unsigned h) {
     if (k < K) return _mm_loadu_si128((const __m128i *)(const void *)(in + 32 * k + 16 * h));
     return _mm_unpacklo_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(in + 32 * K + 8 * h)), _mm_setzero_si128());
 }
 #endif
 
 /* in: 128 ids, of which the low B bits (1 <= B <= 31) are packed; out: 16*B bytes. */
-TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B) {
+TW_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B) {
     const unsigned K = B / 2;
 #if TWPF_SSE2
     const __m128i vmask = _mm_set1_epi32((int)((1u << B) - 1));
@@ -183,7 +176,7 @@ TWBP_INLINE void twpf_vpack_c(const uint32_t *in, uint8_t *out, const unsigned B
 
 /* in: 16*B bytes; out: 128 ids; returns the OR of the ids (the decoder's canonical-width check
  * without a second pass). */
-TWBP_INLINE uint32_t twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned B) {
+TW_INLINE uint32_t twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsigned B) {
     const uint32_t mask = (1u << B) - 1;
     const unsigned K = B / 2;
 #if TWPF_SSE2
@@ -239,7 +232,7 @@ TWBP_INLINE uint32_t twpf_vunpack_c(const uint8_t *in, int32_t *out, const unsig
     X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
 
 /* Full block at width b (0..32): 16*b bytes (at 32, the ids in order, little-endian). */
-static void twpf_vpack(const uint32_t *in, uint8_t *out, unsigned b) {
+static inline void twpf_vpack(const uint32_t *in, uint8_t *out, unsigned b) {
     switch (b) {
 #define TWPF_CASE(B) case B: twpf_vpack_c(in, out, B); return;
         TWPF_WIDTHS_1_31(TWPF_CASE)
@@ -252,7 +245,7 @@ static void twpf_vpack(const uint32_t *in, uint8_t *out, unsigned b) {
 }
 
 /* Full block at width b (0..32) from 16*b bytes; returns the OR of the 128 ids. */
-static uint32_t twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
+static inline uint32_t twpf_vunpack(const uint8_t *in, int32_t *out, unsigned b) {
     switch (b) {
 #define TWPF_CASE(B) case B: return twpf_vunpack_c(in, out, B);
         TWPF_WIDTHS_1_31(TWPF_CASE)
@@ -296,7 +289,7 @@ static inline void twpf_vpack_avx2_c(const uint32_t *in, uint8_t *out, const uns
 
 /* Full block at width b (0..32), as twpf_vpack. */
 __attribute__((target("avx2")))
-static void twpf_vpack_avx2(const uint32_t *in, uint8_t *out, unsigned b) {
+static inline void twpf_vpack_avx2(const uint32_t *in, uint8_t *out, unsigned b) {
     switch (b) {
 #define TWPF_CASE(B) case B: twpf_vpack_avx2_c(in, out, B); return;
         TWPF_WIDTHS_1_31(TWPF_CASE)
@@ -323,7 +316,7 @@ static void twpf_vpack_avx2(const uint32_t *in, uint8_t *out, unsigned b) {
 
 /* Copy m (1..128) ids of the source to v (zero-filled to 128) and return their OR: the one read
  * of the source, everything after works on the copy. */
-TWBP_INLINE uint32_t twpf_copy_block(uint32_t *restrict v, const int32_t *restrict src, unsigned m) {
+TW_INLINE uint32_t twpf_copy_block(uint32_t *TW_RESTRICT v, const int32_t *TW_RESTRICT src, unsigned m) {
 #if TWPF_SSE2
     if (m == TWPF_BLOCK) {
         __m128i acc = _mm_setzero_si128();
@@ -351,7 +344,7 @@ TWBP_INLINE uint32_t twpf_copy_block(uint32_t *restrict v, const int32_t *restri
 }
 
 /* u[i] = v[i] >> lo (every v[i] < 2**(lo+8)): the top 8 bits of a block's ids. */
-TWBP_INLINE void twpf_narrow(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
+TW_INLINE void twpf_narrow(const uint32_t *TW_RESTRICT v, unsigned lo, uint8_t *TW_RESTRICT u) {
 #if TWPF_SSE2
     const __m128i sh = _mm_cvtsi32_si128((int)lo);
     const __m128i lo8 = _mm_set1_epi32(0xFF);   /* packs saturate signed: keep 0..255 */
@@ -368,7 +361,7 @@ TWBP_INLINE void twpf_narrow(const uint32_t *restrict v, unsigned lo, uint8_t *r
 }
 
 /* cnt[k] = number of u[i] >= 2**k, k in 0..7. */
-TWBP_INLINE void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) {
+TW_INLINE void twpf_counts(const uint8_t *TW_RESTRICT u, unsigned *TW_RESTRICT cnt) {
 #if TWPF_SSE2
     /* per threshold 2**k: u >= 2**k iff max(u, 2**k) == u; byte counters gain at most 8 */
     __m128i x[8];
@@ -395,7 +388,7 @@ TWBP_INLINE void twpf_counts(const uint8_t *restrict u, unsigned *restrict cnt) 
 /* twpf_narrow then twpf_counts with AVX2 (half the steps); the counts come back as 8 uint16
  * lanes, lane k = number of u[i] >= 2**k. */
 __attribute__((target("avx2")))
-static inline __m128i twpf_narrow_counts_avx2(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
+static inline __m128i twpf_narrow_counts_avx2(const uint32_t *TW_RESTRICT v, unsigned lo, uint8_t *TW_RESTRICT u) {
     const __m128i sh = _mm_cvtsi32_si128((int)lo);
     const __m256i lo8 = _mm256_set1_epi32(0xFF);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);   /* undo the in-lane packs */
@@ -445,7 +438,7 @@ static inline unsigned twpf_choose_full_avx2(__m128i cnt, unsigned lo, unsigned 
 #endif
 
 /* Bitmap of u[i] >= t (1 <= t <= 128): bit i of bm[i / 64]. */
-TWBP_INLINE void twpf_bitmap(const uint8_t *restrict u, unsigned t, uint64_t *restrict bm) {
+TW_INLINE void twpf_bitmap(const uint8_t *TW_RESTRICT u, unsigned t, uint64_t *TW_RESTRICT bm) {
 #if TWPF_SSE2
     const __m128i vt = _mm_set1_epi8((char)t);
     uint64_t w[8];
@@ -533,7 +526,7 @@ static const uint64_t twpf_compress8[256] = {
 /* hb[0..e) = u[i] >> t for the bitmap's set bits i in order, 8 ids a step (hb has 8 bytes of
  * room past e). */
 __attribute__((target("avx2,popcnt")))
-static unsigned twpf_highs_avx2(const uint8_t *u, unsigned t, const uint64_t *bm, uint8_t *hb) {
+static inline unsigned twpf_highs_avx2(const uint8_t *u, unsigned t, const uint64_t *bm, uint8_t *hb) {
     const __m128i cnt = _mm_cvtsi32_si128((int)t);
     const __m128i lowmask = _mm_set1_epi8((char)(0xFFu >> t));
     unsigned c = 0;
@@ -557,7 +550,7 @@ static unsigned twpf_highs_avx2(const uint8_t *u, unsigned t, const uint64_t *bm
 #if TWPF_AVX2_SHUFFLES
 /* twpf_copy_block of a full block with AVX2. */
 __attribute__((target("avx2")))
-static inline uint32_t twpf_copy_full_avx2(uint32_t *restrict v, const int32_t *restrict src) {
+static inline uint32_t twpf_copy_full_avx2(uint32_t *TW_RESTRICT v, const int32_t *TW_RESTRICT src) {
     __m256i acc = _mm256_setzero_si256();
     TWPF_UNROLL
     for (unsigned r = 0; r < 16; r++) {
@@ -579,7 +572,7 @@ static inline uint32_t twpf_copy_full_avx2(uint32_t *restrict v, const int32_t *
 /* twpf_narrow_counts_avx2 for a full block with AVX-512: 16 ids narrowed to bytes by one
  * shift and one vpmovdb (v >> lo < 256), each count two mask compares and two popcnts. */
 __attribute__((target(TWPF_T512)))
-static inline __m128i twpf_narrow_counts_512(const uint32_t *restrict v, unsigned lo, uint8_t *restrict u) {
+static inline __m128i twpf_narrow_counts_512(const uint32_t *TW_RESTRICT v, unsigned lo, uint8_t *TW_RESTRICT u) {
     const __m128i sh = _mm_cvtsi32_si128((int)lo);
     __m128i b[8];
     for (unsigned q = 0; q < 8; q++)
@@ -632,7 +625,7 @@ typedef struct {
 
 /* First half of a block: copy m (1..128) ids of src to v (the one read of the source), narrow
  * them to u (v >> lo) and choose the width. */
-TWBP_INLINE void twpf_plan_block(const int32_t *src, unsigned m, uint32_t *v, uint8_t *u, twpf_plan *pl,
+TW_INLINE void twpf_plan_block(const int32_t *src, unsigned m, uint32_t *v, uint8_t *u, twpf_plan *pl,
                                  const int AVX2, const int V512) {
     unsigned cnt[8];
     uint32_t orv;
@@ -699,7 +692,7 @@ TWBP_INLINE void twpf_plan_block(const int32_t *src, unsigned m, uint32_t *v, ui
 }
 
 /* Second half: the block's bytes from v, u and its plan to o; returns the end of what it wrote. */
-TWBP_INLINE uint8_t *twpf_emit_block(const uint32_t *v, const uint8_t *u, unsigned m, const twpf_plan *pl,
+TW_INLINE uint8_t *twpf_emit_block(const uint32_t *v, const uint8_t *u, unsigned m, const twpf_plan *pl,
                                      uint8_t *o, const int AVX2, const int V512) {
     const unsigned b = pl->b, lo = pl->lo;
     const size_t best = pl->best, nbm = (m + 7) / 8;
@@ -757,14 +750,14 @@ TWBP_INLINE uint8_t *twpf_emit_block(const uint32_t *v, const uint8_t *u, unsign
         {
             for (unsigned h = 0; h < 2; h++)
                 for (uint64_t w = bm[h]; w; w &= w - 1)
-                    *o++ = (uint8_t)(u[64 * h + (unsigned)__builtin_ctzll(w)] >> t);
+                    *o++ = (uint8_t)(u[64 * h + tw_ctz64(w)] >> t);
         }
     }
     return o;
 }
 
 /* One block of m (1..128) ids from src to o; returns the end of what it wrote. */
-TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o, const int AVX2,
+TW_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *o, const int AVX2,
                                        const int V512) {
     uint32_t v[TWPF_BLOCK];
     uint8_t u[TWPF_BLOCK];
@@ -777,7 +770,7 @@ TWBP_INLINE uint8_t *twpf_encode_block(const int32_t *src, unsigned m, uint8_t *
  * branches on block i's width (the unrolled packer is chosen by it) find it computed already
  * instead of waiting at the end of the copy -> bit length -> counts -> choice chain (a
  * mispredicted jump then no longer discards the next block's work). Then the last block. */
-TWBP_INLINE size_t twpf_encode_body(const int32_t *src, size_t n, uint8_t *dst, const int AVX2, const int V512) {
+TW_INLINE size_t twpf_encode_body(const int32_t *src, size_t n, uint8_t *dst, const int AVX2, const int V512) {
     uint32_t v[2][TWPF_BLOCK];
     uint8_t u[2][TWPF_BLOCK];
     twpf_plan pl[2];
@@ -797,17 +790,17 @@ TWBP_INLINE size_t twpf_encode_body(const int32_t *src, size_t n, uint8_t *dst, 
 /* Encode n ids into dst (room for twpf_bound(n) bytes); returns the bytes written. */
 #if TWPF_AVX2_SHUFFLES
 __attribute__((target("avx2,popcnt")))
-static size_t twpf_encode_avx2(const int32_t *src, size_t n, uint8_t *dst) {
+static inline size_t twpf_encode_avx2(const int32_t *src, size_t n, uint8_t *dst) {
     return twpf_encode_body(src, n, dst, 1, 0);
 }
 
 __attribute__((target(TWPF_T512)))
-static size_t twpf_encode_512(const int32_t *src, size_t n, uint8_t *dst) {
+static inline size_t twpf_encode_512(const int32_t *src, size_t n, uint8_t *dst) {
     return twpf_encode_body(src, n, dst, 1, 1);
 }
 #endif
 
-static size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
+static inline size_t twpf_encode(const int32_t *src, size_t n, uint8_t *dst) {
 #if TWPF_AVX2_SHUFFLES
     if (twpf_have_512) return twpf_encode_512(src, n, dst);
     if (twbp_have_avx2) return twpf_encode_avx2(src, n, dst);
@@ -839,13 +832,13 @@ static const uint32_t twpf_spread8[256][8] = {
 #undef TWPF_POP8
 
 /* d[i] |= hb[k] << b for the k-th set bit i of the bitmap (bm0: ids 0..63, bm1: 64..127). */
-TWBP_INLINE void twpf_patch_c(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_t bm1, unsigned b) {
+TW_INLINE void twpf_patch_c(int32_t *d, const uint8_t *hb, uint64_t bm0, uint64_t bm1, unsigned b) {
     for (uint64_t w = bm0; w; w &= w - 1) {
-        const unsigned i = (unsigned)__builtin_ctzll(w);
+        const unsigned i = tw_ctz64(w);
         d[i] = (int32_t)((uint32_t)d[i] | (uint32_t)*hb++ << b);
     }
     for (uint64_t w = bm1; w; w &= w - 1) {
-        const unsigned i = 64u + (unsigned)__builtin_ctzll(w);
+        const unsigned i = 64u + tw_ctz64(w);
         d[i] = (int32_t)((uint32_t)d[i] | (uint32_t)*hb++ << b);
     }
 }
@@ -933,7 +926,7 @@ static inline uint32_t twpf_vunpack_avx2_c(const uint8_t *in, int32_t *out, cons
  * 8 readable bytes past them); then *hchk = OR of the high parts (when b > 24), | 0x100 if one
  * was zero. */
 __attribute__((target("avx2,popcnt")))
-static uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
+static inline uint32_t twpf_vunpack_avx2(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
                                   const uint8_t *bmb, unsigned e, uint32_t *hchk) {
     if (hb) {
         switch (b) {
@@ -996,7 +989,7 @@ static inline void twpf_vunpack_512_c(const uint8_t *in, int32_t *out, const uns
 }
 
 __attribute__((target(TWPF_T512)))
-static void twpf_vunpack_512(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
+static inline void twpf_vunpack_512(const uint8_t *in, int32_t *out, unsigned b, const uint8_t *hb,
                              uint64_t bm0, uint64_t bm1, uint32_t *hchk) {
     switch (b) {
 #define TWPF_CASE(B) case B: twpf_vunpack_512_c(in, out, B, hb, bm0, bm1, hchk); return;
@@ -1009,7 +1002,7 @@ static void twpf_vunpack_512(const uint8_t *in, int32_t *out, unsigned b, const 
 
 /* Whether any of hb[0..e) is zero, hb holding nonzero bytes from e on to the next multiple of
  * 16 (the caller fills 16 bytes of 0xFF past e). */
-TWBP_INLINE int twpf_any_zero(const uint8_t *hb, unsigned e) {
+TW_INLINE int twpf_any_zero(const uint8_t *hb, unsigned e) {
 #if TWPF_SSE2
     __m128i z = _mm_setzero_si128();
     for (unsigned k = 0; k < e; k += 16)
@@ -1023,7 +1016,7 @@ TWBP_INLINE int twpf_any_zero(const uint8_t *hb, unsigned e) {
 }
 
 /* Once per process before the first encode or decode (CPU detection; idempotent). */
-static void twpf_init(void) {
+static inline void twpf_init(void) {
     twbp_init();
 #if TWPF_AVX2_SHUFFLES
     twpf_have_512 = twbp_have_avx2 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
@@ -1043,7 +1036,7 @@ static void twpf_init(void) {
 
 /* One block of m ids at *pp into d (m a constant for full blocks, so their sizes and branches
  * fold); moves *pp past it. */
-TWBP_INLINE int twpf_decode_block(const uint8_t *src, size_t len, size_t *pp, const unsigned m, int32_t *d,
+TW_INLINE int twpf_decode_block(const uint8_t *src, size_t len, size_t *pp, const unsigned m, int32_t *d,
                                   twpf_error *err, const int AVX2, const int V512) {
     (void)V512;
     size_t p = *pp;
@@ -1083,8 +1076,8 @@ TWBP_INLINE int twpf_decode_block(const uint8_t *src, size_t len, size_t *pp, co
                 TWPF_FAIL(TWPF_E_POSITION, "exception bitmap marks an id past the block", p);
         }
         p += nbm;
-        e = AVX2 ? (size_t)__builtin_popcountll(bm0) + (size_t)__builtin_popcountll(bm1)
-                 : (size_t)twpf_popcount64(bm0) + twpf_popcount64(bm1);
+        e = AVX2 ? (size_t)tw_popcount64(bm0) + tw_popcount64(bm1)
+                 : (size_t)tw_popcount64_swar(bm0) + tw_popcount64_swar(bm1);
         if (e == 0) TWPF_FAIL(TWPF_E_EXCEPTIONS, "exception flag with an empty bitmap", at);
         if (len - p < e) TWPF_FAIL(TWPF_E_TRUNCATED, "payload ends inside a block's exceptions", at);
 #if TWPF_AVX2_SHUFFLES
@@ -1172,7 +1165,7 @@ typedef struct {
 /* One block of m ids into the parts: in place when it lies in part k (the common case), else
  * (a block running across parts: blocks cross sequence boundaries) through a stack buffer,
  * split from there. Parts that are full, empty ones included, are skipped first. */
-TWBP_INLINE int twpf_decode_to_parts(const uint8_t *src, size_t len, size_t *pp, const unsigned m,
+TW_INLINE int twpf_decode_to_parts(const uint8_t *src, size_t len, size_t *pp, const unsigned m,
                                      twpf_parts *o, twpf_error *err, const int AVX2, const int V512) {
     int32_t tmp[TWPF_BLOCK];
     int rc;
@@ -1203,7 +1196,7 @@ TWBP_INLINE int twpf_decode_to_parts(const uint8_t *src, size_t len, size_t *pp,
 /* twpf_decode_parts' body, instantiated three times: with AVX-512 VBMI2 (V512, the high parts
  * spread by vpexpandb), with AVX2 (the run-time AVX2 paths and the popcnt instruction) and
  * without. */
-TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
+TW_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
                                  size_t n, twpf_error *err, const int AVX2, const int V512) {
     size_t p = 0, s = 0;
     twpf_parts o = {dst, count, 0, 0};
@@ -1224,13 +1217,13 @@ TWBP_INLINE int twpf_decode_body(const uint8_t *src, size_t len, int32_t *const 
 
 #if TWPF_AVX2_SHUFFLES
 __attribute__((target("avx2,popcnt")))
-static int twpf_decode_avx2(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
+static inline int twpf_decode_avx2(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
                             size_t n, twpf_error *err) {
     return twpf_decode_body(src, len, dst, count, n, err, 1, 0);
 }
 
 __attribute__((target(TWPF_T512)))
-static int twpf_decode_512(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
+static inline int twpf_decode_512(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
                            size_t n, twpf_error *err) {
     return twpf_decode_body(src, len, dst, count, n, err, 1, 1);
 }
@@ -1242,7 +1235,7 @@ static int twpf_decode_512(const uint8_t *src, size_t len, int32_t *const *dst, 
  * its own array). Reads only src[0..len), every field once into a local before use; writes only
  * the parts' ids (and a 128-id stack buffer); on error returns a TWPF_E_* code with err set, the
  * parts then hold garbage. Any byte string gives either TWPF_OK or an error, never UB. */
-static int twpf_decode_parts(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
+static inline int twpf_decode_parts(const uint8_t *src, size_t len, int32_t *const *dst, const size_t *count,
                              size_t n, twpf_error *err) {
 #if TWPF_AVX2_SHUFFLES
     if (twpf_have_512) return twpf_decode_512(src, len, dst, count, n, err);
@@ -1252,7 +1245,7 @@ static int twpf_decode_parts(const uint8_t *src, size_t len, int32_t *const *dst
 }
 
 /* twpf_decode_parts into one array: dst[0..n). */
-static int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
+static inline int twpf_decode(const uint8_t *src, size_t len, int32_t *dst, size_t n, twpf_error *err) {
     return twpf_decode_parts(src, len, &dst, &n, n, err);
 }
 

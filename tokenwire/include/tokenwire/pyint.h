@@ -1,4 +1,4 @@
-/* Reading exact Python ints without a function call per element (include after Python.h).
+/* Reading exact Python ints without a function call per element.
  *
  * tw_pyint_small_value handles the common case of a list of token ids: exact `int` objects whose
  * value fits one CPython digit (|value| < 2**30, every real token id). It reads CPython's
@@ -9,6 +9,12 @@
 #ifndef TOKENWIRE_PYINT_H
 #define TOKENWIRE_PYINT_H
 
+/* Python.h comes before any system header (it sets feature macros): first here, and a no-op
+   when the includer has already included it. */
+#ifndef PY_SSIZE_T_CLEAN
+#  define PY_SSIZE_T_CLEAN
+#endif
+#include <Python.h>
 #include <stdint.h>
 
 /* 1 and *out = the value when `o` (an exact int) has a single CPython digit (|value| < 2**30

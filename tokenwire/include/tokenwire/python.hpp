@@ -1,6 +1,6 @@
 // The Python -> std::vector<int32_t> hand-off shared by tokenwire/nanobind.hpp and
-// tokenwire/pybind11.hpp, written against the CPython C API only (include Python.h first; both
-// binding libraries do). Not meant to be included on its own.
+// tokenwire/pybind11.hpp, written against the CPython C API only. It includes Python.h first
+// (before any standard header, as Python requires; a no-op after a binding library's).
 //
 // The rules are as_tokens' (tokenwire/_core.pyx), and so are the error types and messages: every
 // input the fast paths below do not take, and every input they reject, goes to
@@ -19,10 +19,16 @@
 #ifndef TOKENWIRE_PYTHON_HPP
 #define TOKENWIRE_PYTHON_HPP
 
+#ifndef PY_SSIZE_T_CLEAN
+#define PY_SSIZE_T_CLEAN
+#endif
+#include <Python.h>
+
 #include <cstdint>
 #include <cstring>
 #include <new>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include "byteorder.h"

@@ -15,10 +15,28 @@
 #ifndef TOKENWIRE_SHMRING_H
 #define TOKENWIRE_SHMRING_H
 
+/* The wait's clock is POSIX's clock_gettime(CLOCK_MONOTONIC), which a strict C mode (-std=c11,
+ * __STRICT_ANSI__) hides unless a feature macro asks for it. A feature macro only works before
+ * the first system header, so it is defined here only in a strict C mode, when no feature macro
+ * was chosen and no C library header has been included yet (glibc and musl define _FEATURES_H
+ * in the first one): then this header is the first include and POSIX.1-2008 only adds names.
+ * Otherwise the includer chooses; a strict-mode includer that already included system headers
+ * must define _POSIX_C_SOURCE >= 199309L itself (Python.h does: pyconfig.h sets 200809L), and
+ * the #error below says so instead of an implicit declaration. GNU modes and C++ see POSIX by
+ * default. */
+#if defined(__linux__) && defined(__STRICT_ANSI__) && !defined(__cplusplus) && \
+    !defined(_FEATURES_H) && !defined(_POSIX_C_SOURCE) && !defined(_XOPEN_SOURCE) && \
+    !defined(_GNU_SOURCE) && !defined(_DEFAULT_SOURCE)
+#  define _POSIX_C_SOURCE 200809L
+#endif
+
 #include <stdint.h>
 
 #if defined(__linux__)
 #  include <time.h>
+#  if !defined(CLOCK_MONOTONIC)
+#    error "tokenwire/shmring.h needs clock_gettime: define _POSIX_C_SOURCE 200809L"
+#  endif
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)

@@ -37,11 +37,9 @@
 #include <zstd.h>
 #endif
 
-// The kernels are C99 (`restrict`, file-local statics); C++ spells the qualifier __restrict.
-// Some of their helpers go unused in a given translation unit: not worth a warning there.
-#pragma push_macro("restrict")
-#undef restrict
-#define restrict __restrict
+// The kernels are C (file-local statics; compat.h spells restrict for C++). Some of their
+// helpers go unused in a given translation unit, and C-style casts are theirs: not worth a
+// warning in the includer's stricter C++ settings.
 #if defined(__GNUC__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-function"
@@ -53,7 +51,6 @@
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuseless-cast"
 #endif
-#pragma GCC diagnostic ignored "-Wpedantic"
 #endif
 #include "byteorder.h"
 #include "bitpack.h"
@@ -65,7 +62,6 @@
 #if defined(__GNUC__)
 #pragma GCC diagnostic pop
 #endif
-#pragma pop_macro("restrict")
 
 namespace tokenwire {
 
@@ -110,8 +106,6 @@ constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_
 constexpr unsigned kFlagChecksum = TW_FLAG_CHECKSUM, kFlagMulti = TW_FLAG_MULTI,
                    kFlagZstd = TW_FLAG_ZSTD;
 
-__extension__ typedef unsigned __int128 u128;   // exact byte counts of absurd claims, for messages
-
 // The kernels probe the CPU once (AVX2 unpack, SSE4.2 CRC, pfor's paths); C++ guarantees this
 // runs once.
 inline void init_kernels() {
@@ -130,21 +124,19 @@ inline uint32_t load_le32(const uint8_t* p) { return tw_load_le32(p); }
 
 // ---- message formatting (the same text as Python's f-strings) --------------------------------
 
-inline std::string dec(u128 v) {
-    if (v == 0) return "0";
-    char buf[48];
+inline std::string dec(uint64_t v) {
+    char buf[24];
     size_t i = sizeof buf;
-    while (v) {
+    do {
         buf[--i] = char('0' + unsigned(v % 10));
         v /= 10;
-    }
+    } while (v);
     return std::string(buf + i, sizeof buf - i);
 }
-inline std::string dec(uint64_t v) { return dec(u128(v)); }
 inline std::string dec(int64_t v) {
-    return v < 0 ? "-" + dec(u128(0 - uint64_t(v))) : dec(u128(v));
+    return v < 0 ? "-" + dec(0 - uint64_t(v)) : dec(uint64_t(v));
 }
-inline std::string dec(unsigned v) { return dec(u128(v)); }
+inline std::string dec(unsigned v) { return dec(uint64_t(v)); }
 inline std::string dec(int v) { return dec(int64_t(v)); }
 
 [[noreturn]] inline void fail(const std::string& msg) { throw wire_format_error(msg); }
@@ -349,7 +341,7 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
     for (size_t k = 0; k < nseq; k++) total += seqs[k].n;
     // raw and pfor hold every int32: no OR needed (and pfor's kernel reads each id once)
     const uint32_t orv = wire == kRaw || wire == kPfor ? 0 : tw_seqs_or(seqs, nseq);
-    tw_frame_plan plan;
+    tw_frame_plan plan{};               // zeroed: GCC cannot see tw_choose_codec set the width
     if (tw_plan_frame(&plan, wire, orv, total, nseq, multi, checksum) != 0)
         codec_error(wire, seqs, nseq, multi);
     std::vector<uint8_t> frame;
