@@ -19,20 +19,23 @@ import pytest
 import tokenwire
 
 ROOT = Path(__file__).resolve().parent.parent
+# The directory holding the tokenwire these tests import: site-packages for an installed wheel
+# (the checkout's tokenwire/ has no compiled extension then), the checkout for an in-place build.
+IMPORTED_FROM = Path(tokenwire.__file__).resolve().parent.parent
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 
 def run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """`code` in a fresh interpreter that imports this checkout's tokenwire, with `env` set on
+    """`code` in a fresh interpreter that imports the tokenwire under test, with `env` set on
     top of the environment (TOKENWIRE_MALLOC_SETTLE removed unless given)."""
     environ = {k: v for k, v in os.environ.items() if k != "TOKENWIRE_MALLOC_SETTLE"}
-    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), environ.get("PYTHONPATH", "")])
+    environ["PYTHONPATH"] = os.pathsep.join([str(IMPORTED_FROM), environ.get("PYTHONPATH", "")])
     environ.update(env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env=environ, cwd=ROOT / "tests")
 
 
-def test_the_subprocess_imports_this_checkout() -> None:
+def test_the_subprocess_imports_the_tokenwire_under_test() -> None:
     out = run("import tokenwire; print(tokenwire.__file__)")
     assert out.stdout.strip() == tokenwire.__file__, out.stderr
 
