@@ -413,8 +413,9 @@ def _forged(sender, seq: int, entries=(), key=None) -> list:
     from tokenwire._oob import signature
     from tokenwire.transport import dumps_oob
     head = dumps_oob({"ids": "forged"})[0]
-    desc = shm_segment._DESC.pack(shm_segment._DESC_MAGIC, sender._id, os.getpid(), sender.fd, len(entries), 0,
-                          seq, 0x5EED) + b"".join(shm_segment._ENTRY.pack(*e) for e in entries)
+    desc = shm_segment._DESC.pack(shm_segment._DESC_MAGIC, sender._id, os.getpid(), sender.fd,
+                                  len(entries), 0, seq, 0x5EED) + \
+        b"".join(shm_segment._ENTRY.pack(*e) for e in entries)
     if key is None:
         return [desc, head]
     return [signature(OTHER_KEY, desc + head, [], False, channel=True), desc, head]
@@ -616,8 +617,8 @@ def test_a_forged_offer_of_the_receivers_own_file_leaves_it_alone(pair, tmp_path
         fcntl.lockf(f, fcntl.LOCK_EX)
         assert lock_probe(path) == "held"
         seg_id = os.urandom(16)
-        desc = shm_segment._DESC.pack(shm_segment._DESC_MAGIC, seg_id, os.getpid(), f.fileno(), 1, 0, 1, 7) + \
-            shm_segment._ENTRY.pack(0, 1, 4 * N)
+        desc = shm_segment._DESC.pack(shm_segment._DESC_MAGIC, seg_id, os.getpid(), f.fileno(),
+                                      1, 0, 1, 7) + shm_segment._ENTRY.pack(0, 1, 4 * N)
         with pytest.raises(WireFormatError, match="cannot map"):
             if where == "take":
                 receiver.take(desc, [])
@@ -627,8 +628,8 @@ def test_a_forged_offer_of_the_receivers_own_file_leaves_it_alone(pair, tmp_path
                 tm = pytest.importorskip("tokenwire.msgspec")
                 tm.Decoder(channel=receiver).decode([desc, b"\xc0"])
             else:
-                push.send(shm_segment._BELL.pack(shm_segment._BELL_MAGIC, seg_id, os.getpid(), f.fileno(), 1,
-                                         0, 1, 200))
+                push.send(shm_segment._BELL.pack(shm_segment._BELL_MAGIC, seg_id, os.getpid(),
+                                                 f.fileno(), 1, 0, 1, 200))
                 receiver.recv(pull)
         assert "is not the segment" in receiver._refused[seg_id]
         assert lock_probe(path) == "held"
@@ -636,6 +637,8 @@ def test_a_forged_offer_of_the_receivers_own_file_leaves_it_alone(pair, tmp_path
 
 # -- real processes killed mid-message ---------------------------------------------------------
 
+# A worker: argv out, back, and "ring" with a spin in microseconds to read whole messages from
+# the ring (Receiver.recv) instead of recv_pyobj_oob.
 WORKER = textwrap.dedent("""
     import os, sys, time, zmq
     from tokenwire import shm
@@ -644,10 +647,14 @@ WORKER = textwrap.dedent("""
     pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
     push = ctx.socket(zmq.PUSH); push.connect(sys.argv[2])
     receiver = shm.Receiver()
+    ring = sys.argv[3:4] == ["ring"]
     push.send_pyobj(("ready", os.getpid()))
     while True:
         try:
-            msg = recv_pyobj_oob(pull, channel=receiver)
+            if ring:
+                msg = receiver.recv(pull, spin_us=float(sys.argv[4]))
+            else:
+                msg = recv_pyobj_oob(pull, channel=receiver)
         except Exception as e:
             push.send_pyobj(("error", repr(e)))
             continue
@@ -1164,24 +1171,6 @@ def test_a_send_that_raises_delivers_nothing_and_holds_no_slot(pair, channel, un
 
 # -- a worker restarted after kill -9 -----------------------------------------------------------
 
-RING_WORKER = textwrap.dedent("""
-    import os, sys, zmq
-    from tokenwire import shm
-    ctx = zmq.Context()
-    pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
-    push = ctx.socket(zmq.PUSH); push.connect(sys.argv[2])
-    receiver = shm.Receiver()
-    push.send_pyobj(("ready", os.getpid()))
-    while True:
-        try:
-            msg = receiver.recv(pull, spin_us=float(sys.argv[3]))
-        except Exception as e:
-            push.send_pyobj(("error", repr(e)))
-            continue
-        push.send_pyobj(("ok", msg["n"], msg["ids"] == msg["expect"], os.getpid()))
-""")
-
-
 def _wait_event(monitor, event, timeout_ms: int = 30_000) -> None:
     from zmq.utils.monitor import recv_monitor_message
     while True:
@@ -1215,7 +1204,7 @@ def test_a_worker_restarted_after_kill_9_gets_every_message(zmq_ctx, tmp_path, s
 
     try:
         for life in range(2):
-            workers.append(_spawn(RING_WORKER, out, back, str(spin_us)))
+            workers.append(_spawn(WORKER, out, back, "ring", str(spin_us)))
             _wait_event(monitor, zmq.EVENT_ACCEPTED)
             assert pull.recv_pyobj()[0] == "ready"
             got = []
