@@ -46,7 +46,7 @@ MIN_KEY_BYTES = 16
 _MIN_DISTINCT_KEY_BYTES = 8
 
 # The signature frame: a 4-byte marker, then the 32-byte HMAC-SHA256 digest. "TWS2": the HMAC
-# key is SHA-256(key) (a "TWS1" signature used the key itself, where K and K + b"\0" agree).
+# key is SHA-256(key) (see _keyed).
 _SIG_MAGIC = b"TWS2"
 SIGNATURE_BYTES = len(_SIG_MAGIC) + hashlib.sha256().digest_size
 # What the MAC covers starts with this tag, so a signature made for another purpose with the
