@@ -24,6 +24,8 @@ against the tokenwire installed in the environment (`pip install '.[bench]'`)::
                 shm`)
   malloc        RSS of a torch-like process with tokenwire's glibc malloc settling on and off
                 (`python -m bench malloc`)
+  mpi           rank 0 broadcasting each iteration's new requests to MPI ranks (`python -m bench
+                mpi`, under mpiexec)
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@
                              out-of-band frames, by size; a slot against memcpy (--quick)
   python -m bench malloc     peak and final RSS of a torch-like process, tokenwire's glibc malloc
                              settling on against off (tokenwire.memory.malloc_settling)
+  python -m bench mpi        rank 0 broadcasts each iteration's new requests to the other MPI
+                             ranks (comm.bcast, pkl5): plain lists against tokenwire requests
 
 `python -m bench SUBCOMMAND --help` describes a subcommand's options (`codec` names the default
 one explicitly). They measure the tokenwire installed in this environment: install it with the
@@ -42,6 +44,7 @@ SUBCOMMANDS: dict[str, str] = {
     "e2e": "bench.e2e",
     "shm": "bench.bench_shm",
     "malloc": "bench.malloc",
+    "mpi": "bench.mpi",
 }
 
 

@@ -1,0 +1,222 @@
+"""MPI broadcast of each iteration's new requests, as a TP/PP executor's rank 0 sends them.
+
+An executor whose ranks are MPI processes (TensorRT-LLM's PyExecutor is one) has rank 0 take the
+iteration's new requests and broadcast them to every rank; each rank then hands the prompt ids to
+its engine as an int32 vector. This benchmark runs that iteration under `mpiexec -n R`:
+
+  * rank 0 holds a batch of `--requests` request objects of `--isl` ids each (different seeded
+    ids per request);
+  * the iteration (all ranks leave a barrier, then): `bcast` of the batch from rank 0, then every
+    rank, rank 0 included, copies each request's ids into an owned int32 array, what an engine's
+    vector is;
+  * the iteration's time is the slowest rank's (the next iteration needs them all); p50 and p99
+    over `--iters` iterations. After each timed iteration every rank compares the arrays with
+    the ids it expected (outside the timing) and the run fails if one differs.
+
+Rows: a plain request whose ids are a `list[int]` (the baseline: the list is pickled id by id,
+then numpy converts it element by element) against `tokenwire.GenerationRequest` (ids pickled as
+one int32 buffer; the copy is a memcpy of `tokenwire.token_buffer`), each sent with mpi4py's
+`comm.bcast` (pickle protocol 5, buffers in band) and with `mpi4py.util.pkl5` (pickle 5's
+out-of-band buffers sent as separate MPI messages).
+
+MPICH's ranks poll while they wait: with more ranks than cores they compete for the CPU with the
+rank doing the work, so figures at -n 4 on a 2-core machine measure that contention too. The run
+prints the host's load before it starts.
+
+  python -m bench mpi [--ranks 2,4] [--isl 40000] [--requests 8] [--iters 40] [--quick]
+                      [--json PATH] [--check-targets]
+
+Needs mpi4py and an MPI with `mpiexec` (the `mpi` extra: mpi4py and MPICH's wheel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+#: Rows: (request kind, broadcast); the first is the baseline.
+ROWS = [("plain list", "comm.bcast"), ("plain list", "pkl5"),
+        ("tokenwire", "comm.bcast"), ("tokenwire", "pkl5")]
+#: The target, a ratio of the baseline's p50 iteration time to the best tokenwire row's.
+TARGET_RATIO = 10.0
+
+
+class PlainRequest:
+    """A request as serving stacks hold one today: prompt ids as a list, a few scalar fields."""
+
+    def __init__(self, req_id: int, input_token_ids: list[int], max_tokens: int) -> None:
+        self.id = req_id
+        self.input_token_ids = input_token_ids
+        self.sampling_config = {"max_tokens": max_tokens, "temperature": 0.0, "top_k": 1}
+
+
+def expected_ids(isl: int, requests: int) -> list[np.ndarray]:
+    """The batch's ids, the same on every rank (seeded per request)."""
+    from bench.data import token_stream
+    return [token_stream(isl, seed=i).astype(np.int32) for i in range(requests)]
+
+
+def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
+    if kind == "plain list":
+        return [PlainRequest(i, a.tolist(), 64) for i, a in enumerate(ids)]
+    from tokenwire import GenerationRequest
+    return [GenerationRequest(a.tolist(), {"max_tokens": 64}, id=i) for i, a in enumerate(ids)]
+
+
+def to_engine(kind: str) -> Callable[[Any], np.ndarray]:
+    """What a rank does with a received request: its ids as an owned int32 array."""
+    if kind == "plain list":
+        return lambda r: np.array(r.input_token_ids, dtype=np.int32)
+    from tokenwire import token_buffer
+    return lambda r: np.array(token_buffer(r, "prompt_token_ids"), dtype=np.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inside mpiexec: every rank runs rank_main; rank 0 prints one JSON line.
+
+def rank_main(cfg: dict[str, Any]) -> int:
+    from mpi4py import MPI
+    from mpi4py.util import pkl5
+
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    ids = expected_ids(cfg["isl"], cfg["requests"])
+    results: dict[str, Any] = {}
+    wrong = 0
+    for kind, how in ROWS:
+        row = f"{kind}, {how}"
+        bcast = comm.bcast if how == "comm.bcast" else pkl5.Intracomm(comm).bcast
+        batch = make_batch(kind, ids) if rank == 0 else None
+        convert = to_engine(kind)
+        times = []
+        for it in range(cfg["warmup"] + cfg["iters"]):
+            comm.Barrier()
+            t0 = time.perf_counter()
+            got = bcast(batch, root=0)
+            arrays = [convert(r) for r in got]
+            dt = time.perf_counter() - t0
+            if it >= cfg["warmup"]:
+                times.append(dt)
+            if len(arrays) != len(ids) or not all(
+                    a.shape == e.shape and np.array_equal(a, e) for a, e in zip(arrays, ids)):
+                wrong += 1
+            del got, arrays
+        every_rank = comm.gather(times, root=0)
+        if rank == 0:
+            slowest = np.max(np.array(every_rank), axis=0)
+            results[row] = {"p50_ms": float(np.percentile(slowest, 50) * 1e3),
+                            "p99_ms": float(np.percentile(slowest, 99) * 1e3)}
+    wrong_total = comm.allreduce(wrong, op=MPI.SUM)
+    if rank == 0:
+        print("TOKENWIRE-MPI " + json.dumps({"ranks": comm.Get_size(), "rows": results,
+                                              "wrong": wrong_total}), flush=True)
+    return 1 if wrong_total else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The launcher: one mpiexec per rank count.
+
+def find_mpiexec() -> str | None:
+    """The mpiexec beside this interpreter (the mpich wheel's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else shutil.which("mpiexec")
+
+
+def run_ranks(mpiexec: str, ranks: int, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Runs rank_main under `mpiexec -n ranks` and returns rank 0's results. The ranks run in a
+    process group of their own, killed whatever happens here (a timeout, ^C)."""
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "bench.mpi", "--rank-main",
+           json.dumps(cfg)]
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    lines = [ln for ln in out.splitlines() if ln.startswith("TOKENWIRE-MPI ")]
+    if not lines:
+        raise RuntimeError(f"mpiexec -n {ranks} printed no result (exit {proc.returncode}):\n"
+                           f"{err[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[-1].split(" ", 1)[1])
+    result["exit"] = proc.returncode
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench mpi", description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", default="2,4", help="comma-separated rank counts (mpiexec -n)")
+    p.add_argument("--isl", type=int, default=40_000, help="ids per request")
+    p.add_argument("--requests", type=int, default=8, help="requests per iteration")
+    p.add_argument("--iters", type=int, default=40, help="timed iterations per row")
+    p.add_argument("--quick", action="store_true", help="2 ranks, 8 iterations: a smoke test")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--check-targets", action="store_true",
+                   help=f"exit 1 unless the best tokenwire row is >= {TARGET_RATIO:g}x the "
+                        "baseline at every rank count")
+    p.add_argument("--rank-main", metavar="CONFIG", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rank_main:
+        return rank_main(json.loads(args.rank_main))
+
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        print("python -m bench mpi: needs mpi4py (pip install '.[mpi]')", file=sys.stderr)
+        return 2
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        print("python -m bench mpi: no mpiexec beside this Python or on PATH "
+              "(pip install '.[mpi]' brings MPICH's)", file=sys.stderr)
+        return 2
+    ranks = [2] if args.quick else [int(r) for r in args.ranks.split(",")]
+    iters = 8 if args.quick else args.iters
+    cfg = {"isl": args.isl, "requests": args.requests, "iters": iters, "warmup": 2}
+    from bench.harness import machine
+    print(f"# {machine()}")
+    print(f"# load average before the run: {os.getloadavg()[0]:.2f} "
+          f"(mpiexec: {mpiexec}; {args.requests} requests x {args.isl:,} ids per iteration, "
+          f"{iters} iterations per row)")
+    runs = []
+    ok = True
+    for n in ranks:
+        res = run_ranks(mpiexec, n, cfg, timeout=120 + 2.0 * iters * n)
+        runs.append(res)
+        base = res["rows"][f"{ROWS[0][0]}, {ROWS[0][1]}"]["p50_ms"]
+        print(f"\n{n} ranks: iteration time (the slowest rank; bcast + int32 arrays)")
+        print(f"  {'row':<26}{'p50 ms':>10}{'p99 ms':>10}{'x baseline':>12}")
+        for kind, how in ROWS:
+            r = res["rows"][f"{kind}, {how}"]
+            print(f"  {kind + ', ' + how:<26}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}"
+                  f"{base / r['p50_ms']:>11.1f}x")
+        best = min(res["rows"][f"tokenwire, {how}"]["p50_ms"] for how in ("comm.bcast", "pkl5"))
+        ratio = base / best
+        hit = ratio >= TARGET_RATIO
+        print(f"  [{'ok' if hit else 'MISSED'}] best tokenwire row >= {TARGET_RATIO:g}x the "
+              f"baseline: {ratio:.1f}x")
+        ok = ok and hit
+        if res["wrong"] or res["exit"]:
+            print(f"  ids arrived wrong in {res['wrong']} rank-iterations (mpiexec exit "
+                  f"{res['exit']})", file=sys.stderr)
+            return 1
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": cfg, "runs": runs}, indent=1))
+    return 1 if args.check_targets and not ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""MPI ranks, as a TP/PP executor runs them: requests broadcast from rank 0 arrive whole on every
+rank (real `mpiexec`, real MPICH processes), and the MPI benchmark runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mpi4py")
+
+ROOT = Path(__file__).resolve().parent.parent
+RANKS = Path(__file__).resolve().parent / "support" / "mpi_ranks.py"
+
+pytestmark = pytest.mark.integration
+
+
+def mpiexec() -> str:
+    from bench.mpi import find_mpiexec
+    found = find_mpiexec()
+    if found is None:
+        pytest.skip("no mpiexec beside this Python or on PATH (the mpi extra brings MPICH's)")
+    return found
+
+
+def run_ranks(n: int, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`mpiexec -n N python tests/support/mpi_ranks.py`, its process group killed if it hangs."""
+    import tokenwire
+    env = dict(os.environ, PYTHONPATH=str(Path(tokenwire.__file__).resolve().parent.parent))
+    proc = subprocess.Popen([mpiexec(), "-n", str(n), sys.executable, str(RANKS)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_requests_broadcast_from_rank_0_arrive_whole_on_every_rank(n: int) -> None:
+    import tokenwire
+    r = run_ranks(n)
+    lines = sorted(ln for ln in r.stdout.splitlines() if ln.startswith("rank "))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(lines) == n, r.stdout + r.stderr
+    for rank, line in enumerate(lines):
+        assert line.startswith(f"rank {rank}/{n}: 5 requests ok"), line
+        assert str(Path(tokenwire.__file__)) in line          # the tokenwire under test
+
+
+def test_mpi_benchmark_quick(tmp_path: Path) -> None:
+    """`python -m bench mpi --quick`: every row runs under mpiexec, its ids are checked on every
+    rank, and the JSON holds each row's p50 and p99."""
+    import json
+    mpiexec()
+    out_json = tmp_path / "mpi.json"
+    r = subprocess.run([sys.executable, "-m", "bench", "mpi", "--quick", "--iters", "4",
+                        "--json", str(out_json)], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run,) = json.loads(out_json.read_text())["runs"]
+    assert run["ranks"] == 2 and run["wrong"] == 0
+    assert set(run["rows"]) == {"plain list, comm.bcast", "plain list, pkl5",
+                                "tokenwire, comm.bcast", "tokenwire, pkl5"}
+    for row in run["rows"].values():
+        assert row["p99_ms"] >= row["p50_ms"] > 0
