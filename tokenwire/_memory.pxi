@@ -286,14 +286,27 @@ cpdef bint is_immutable_source(object obj):
 
     A read-only flag is not enough (a read-only memoryview of a bytearray still changes), so
     this follows memoryviews and PickleBuffers to the object that owns the memory and accepts
-    `bytes`, `TokenVector` and `ImmutableBuffer` (an explicit promise; see there).
+    `bytes`, `TokenVector` and `ImmutableBuffer` (an explicit promise; see there), and a read-only
+    buffer of Ray's object store (`_is_ray_object_buffer`).
     """
     cdef object t = type(obj)
     while t is memoryview or t is PickleBuffer:
         # memoryview(PickleBuffer(x)).obj is x: both wrappers lead to the owner of the memory.
         obj = (<memoryview>obj).obj if t is memoryview else memoryview(obj).obj
         t = type(obj)
-    return t is bytes or t is TokenVector or t is ImmutableBuffer
+    return t is bytes or t is TokenVector or t is ImmutableBuffer or _is_ray_object_buffer(obj)
+
+
+cdef bint _is_ray_object_buffer(object obj) except -1:
+    """Whether `obj` is a read-only buffer of a Ray object (`ray._raylet.SubBuffer`: what Ray's
+    deserializer hands pickle for an out-of-band buffer). Ray seals an object before any reader
+    can get it and never changes it afterwards (docs/transport.md, Ray), so the ids are viewed in
+    the object store, as numpy arrays are. Ray is looked up, never imported: without it loaded,
+    no object is one of its buffers."""
+    raylet = sys.modules.get("ray._raylet")
+    if raylet is None or type(obj) is not getattr(raylet, "SubBuffer", None):
+        return False
+    return memoryview(obj).readonly
 
 
 cdef inline bint _can_view_ids(object owner, const void* ids) except -1:
