@@ -31,10 +31,10 @@ __all__ = ["KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES", "Find
 
 
 #: Buffers at least this large travel out-of-band; smaller ones are copied into the pickle.
-#: 64 KiB is pyzmq's own threshold below which zero-copy sends are not worth it, and lies below
-#: the measured crossover: send_pyobj_oob + recv_pyobj_oob of a GenerationRequest over ipc,
-#: median per message, in-band against out-of-band: 1k ids 40.5 / 45.5 us, 4k 51.3 / 56.2,
-#: 16k 79.0 / 81.3, 32k 121.8 / 121.5, 64k 186.6 / 174.1, 128k 478 / 386.
+#: 64 KiB (16,384 ids) is pyzmq's own threshold below which zero-copy sends are not worth it,
+#: and about where an out-of-band frame stops costing more than the pickle's copy:
+#: `python -m bench shm` prints in-band against out-of-band by size (docs/transport.md,
+#: "Which path a buffer takes").
 OOB_THRESHOLD = 64 * 1024
 
 #: The environment variable `key_from_env` reads by default (hex-encoded key).
