@@ -101,11 +101,11 @@ def as_key(key: Any) -> bytes:
 
 def signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool,
                channel: bool = False, leading: Sequence[Any] = ()) -> bytes:
-    """The signature frame: HMAC-SHA256(SHA-256(key), DOMAIN || mode || u64 n || u64 len(buffer_i)...
-    || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]), all integers
-    little-endian, mode one byte (1 when the buffers' bytes are covered; 2 and 3 for a
-    `channel` message, whose `head` is its descriptor followed by its pickle; 4 and 5 for a
-    message with `leading` frames, which then come first: u64 k || u64 len(leading_i)... ||
+    """The signature frame: HMAC-SHA256(SHA-256(key), DOMAIN || mode || u64 n
+    || u64 len(buffer_i)... || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]),
+    all integers little-endian, mode one byte (1 when the buffers' bytes are covered; 2 and 3
+    for a `channel` message, whose `head` is its descriptor followed by its pickle; 4 and 5 for
+    a message with `leading` frames, which then come first: u64 k || u64 len(leading_i)... ||
     leading_0 || ... before the rest)."""
     inner_state, outer_state = _keyed(key)
     lens = [len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers]

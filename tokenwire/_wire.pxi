@@ -61,7 +61,8 @@ MAGIC = PyBytes_FromStringAndSize(TW_MAGIC, TW_MAGIC_SIZE)
 CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range(TW_NCODECS)])
 #: Every name `encode`'s `codec=` takes: "auto", the wire codecs, "zstd" (see `check_codec`).
 CODECS = ("auto",) + CODEC_NAMES + ("zstd",)
-_EXPECTED_CODECS = ", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]]) + f" or {CODECS[len(CODECS) - 1]!r}"
+_EXPECTED_CODECS = (", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]])
+                    + f" or {CODECS[len(CODECS) - 1]!r}")
 
 cdef extern from "Python.h":
     # A new bytes object as a raw reference, and its shrinking in place (a pfor frame is
@@ -244,7 +245,7 @@ def decode(data, *, vocab_size=None):
     cdef TokenVector tv
     cdef bint moved = False
     if vocab_size is not None:
-        _vocab_limit(vocab_size)      # a bad argument is reported before the data, as decode_many does
+        _vocab_limit(vocab_size)      # a bad argument is reported before the data (decode_many too)
     L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
@@ -265,7 +266,7 @@ def decode(data, *, vocab_size=None):
             payload = buf + L.payload_off
             if _can_view(data, payload, &L) and L.total > 0:
                 # Hand our buffer to the vector rather than acquiring a second one.
-                moved = True             # the buffer now belongs to tv_take_view (even if it raises)
+                moved = True        # the buffer now belongs to tv_take_view (even if it raises)
                 tv = tv_take_view(&view, <const int32_t*>payload, <Py_ssize_t>L.total)
             else:
                 tv = _decode_one(data, payload, &L, 0, <Py_ssize_t>L.total, False)
@@ -507,7 +508,8 @@ def encode_many(seqs, *, codec="auto", bint checksum=False):
             tv = vectors[k]
             if tv._len > 0xFFFFFFFF:
                 raise TokenIdOverflowError(
-                    f"sequence {k} has {tv._len} ids; a multi-sequence frame holds < 2**32 per sequence"
+                    f"sequence {k} has {tv._len} ids; "
+                    f"a multi-sequence frame holds < 2**32 per sequence"
                 )
             table[k].ids = tv._data
             table[k].n = <size_t>tv._len

@@ -23,8 +23,9 @@ truncated or tampered message, or one whose frames were dropped, added or moved 
 of another length stood. The buffer frames' *contents* are not covered by default: they are raw
 bytes that the signed pickle hands to a type it names (a TokenVector takes them as int32 ids), so
 they cannot run code; changing them (or swapping two buffers of the same length) can only change
-the ids, and their count and sizes are signed. Pass ``sign_buffers=True`` (on both sides) to cover every byte as
-well, at the cost of one SHA-256 pass over the ids, which is what the default avoids.
+the ids, and their count and sizes are signed. Pass ``sign_buffers=True`` (on both sides) to
+cover every byte as well, at the cost of one SHA-256 pass over the ids, which is what the
+default avoids.
 ``find_class=`` additionally restricts which globals the pickle may name (an allow-list, see
 `pickle.Unpickler.find_class`).
 
