@@ -309,8 +309,8 @@ def proxy_serialize_loop(count: int = 3000, isl: int = 40_000) -> None:
     `pickle.dumps(GenerationRequest(list))` in a process whose heap has seen nothing else (the
     list comes straight from Python, as a tokenizer's does), then prints the median time per
     request next to `as_tokens(list)` and `dumps` of a built request measured apart. Run it
-    under `perf stat -e page-faults` (docs/adopting.md, section 6, says why a proxy used to
-    fault and what tokenwire does about it)::
+    under `perf stat -e page-faults` (docs/adopting.md, section 6, says why a proxy can fault on
+    every request and what tokenwire does about it)::
 
         perf stat -e page-faults python -c \\
             "from bench.request import proxy_serialize_loop as f; f()"

@@ -23,11 +23,10 @@ cdef inline int32_t _id_at(const int32_t* p, Py_ssize_t i) noexcept nogil:
 
 #: Inputs at least this many bytes are converted / copied / coded with the GIL released.
 #: Releasing is not free for the caller: if another thread is running Python code when the work
-#: ends, the caller waits for it to give the GIL back, up to the switch interval (5 ms) and more.
-#: Measured here, as_tokens of a 160 KB int32 array beside a busy Python thread, 3000 calls:
-#: releasing from 64 KiB gave p50 1.6 us but a worst call of 9.1 ms (1 in 100 to 1 in 3000 runs);
-#: holding it, a worst call of 44 us. So only work large enough to dwarf such a wait (8 MiB,
-#: about 2M ids) releases it by default; `gil_release_threshold()` tunes it.
+#: ends, the caller waits for it to give the GIL back, up to the switch interval (5 ms by
+#: default) and more: now and then a wait far longer than the work itself for inputs of a few
+#: hundred KB. So only work large enough to dwarf such a wait (8 MiB, about 2M ids) releases it
+#: by default; `gil_release_threshold()` tunes it.
 cdef Py_ssize_t NOGIL_BYTES = 8 * 1024 * 1024
 
 
@@ -96,22 +95,23 @@ cdef extern from *:
 #: (and its heap trim threshold to twice that): a process settles once it has freed its largest
 #: block. A proxy pickling 40,000 ids may never settle: pickle.dumps grows its output to 1.5x
 #: the ids (mmapped), shrinks it to 1x before returning it, and the free of that sets the
-#: threshold just below the next request's 1.5x: 41 faults per request, 3-4x the serialize time
-#: (whether a process falls into that cycle depends on its earlier allocations). So when
+#: threshold just below the next request's 1.5x, so every request faults its blocks in
+#: (`python tests/proxy_faults.py --mode pickle` counts the faults and times the serialize step;
+#: whether a process falls into that cycle depends on the allocations it made first). So when
 #: tokenwire allocates a vector of `nbytes` it first makes glibc settle for blocks of up to
 #: MALLOC_SETTLE_FACTOR * nbytes, rounded up to a power of two:
 #: malloc and free of one untouched block that size, which is glibc's own adaptation, done
 #: before the first request instead of never. At most one per power of two up to glibc's cap on
 #: the threshold (32 MiB), so a handful per process; no-op off glibc, and a no-op for the
 #: thresholds when MALLOC_MMAP_THRESHOLD_ / M_MMAP_THRESHOLD fixes them (glibc then stops adapting).
-#: Why 4 and not 2 (the vector and its pickle's 1.5x): the settled size also sets glibc's trim
-#: threshold (twice it), and a proxy's free heap top holds more than one vector. Beside the
-#: vector lies the request's list (8 bytes per id: 2*nbytes), and a vector sent out-of-band
-#: (copy=False) is freed by pyzmq's garbage-collector thread, which releases the frames of
-#: several requests at once when it runs late. Settled at 2x, such a burst (4 vectors and a
-#: list: 1.2 MB at 40,000 ids) passed the 1 MiB trim threshold, the heap top went back to the
-#: kernel and the next request faulted its vector in again (63-92 of 200 requests, 40 faults
-#: each, in tests/proxy_faults.py --mode oob --late 3); at 4x the heap is never trimmed there.
+#: The factor is 4, above the vector and its pickle's 1.5x, because the settled size also sets
+#: glibc's trim threshold (twice it) and a proxy's free heap top holds more than one vector:
+#: beside the vector lies the request's list (8 bytes per id: 2*nbytes), and a vector sent
+#: out-of-band (copy=False) is freed by pyzmq's garbage-collector thread, which releases the
+#: frames of several requests at once when it runs late. Such a burst (4 vectors and a list:
+#: 1.2 MB at 40,000 ids) stays below the trim threshold a factor of 4 sets, so the heap top is not
+#: given back to the kernel and faulted in again (`TOKENWIRE_MALLOC_SETTLE=1 python
+#: tests/proxy_faults.py --mode oob --late 3`; tests/test_proxy_faults.py checks it).
 #: The thresholds are process-wide and stay raised: the settling is a switch (malloc_settling(),
 #: TOKENWIRE_MALLOC_SETTLE), so that a host process decides whether tokenwire touches them.
 cdef size_t MALLOC_SETTLE_FACTOR = 4

@@ -31,10 +31,10 @@ __all__ = ["KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES", "Find
 
 
 #: Buffers at least this large travel out-of-band; smaller ones are copied into the pickle.
-#: 64 KiB is pyzmq's own threshold below which zero-copy sends are not worth it, and lies below
-#: the measured crossover: send_pyobj_oob + recv_pyobj_oob of a GenerationRequest over ipc,
-#: median per message, in-band against out-of-band: 1k ids 40.5 / 45.5 us, 4k 51.3 / 56.2,
-#: 16k 79.0 / 81.3, 32k 121.8 / 121.5, 64k 186.6 / 174.1, 128k 478 / 386.
+#: 64 KiB (16,384 ids) is pyzmq's own threshold below which zero-copy sends are not worth it,
+#: and about where an out-of-band frame stops costing more than the pickle's copy:
+#: `python -m bench shm` prints in-band against out-of-band by size (docs/transport.md,
+#: "Which path a buffer takes").
 OOB_THRESHOLD = 64 * 1024
 
 #: The environment variable `key_from_env` reads by default (hex-encoded key).
@@ -101,11 +101,11 @@ def as_key(key: Any) -> bytes:
 
 def signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool,
                channel: bool = False, leading: Sequence[Any] = ()) -> bytes:
-    """The signature frame: HMAC-SHA256(SHA-256(key), DOMAIN || mode || u64 n || u64 len(buffer_i)...
-    || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]), all integers
-    little-endian, mode one byte (1 when the buffers' bytes are covered; 2 and 3 for a
-    `channel` message, whose `head` is its descriptor followed by its pickle; 4 and 5 for a
-    message with `leading` frames, which then come first: u64 k || u64 len(leading_i)... ||
+    """The signature frame: HMAC-SHA256(SHA-256(key), DOMAIN || mode || u64 n
+    || u64 len(buffer_i)... || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]),
+    all integers little-endian, mode one byte (1 when the buffers' bytes are covered; 2 and 3
+    for a `channel` message, whose `head` is its descriptor followed by its pickle; 4 and 5 for
+    a message with `leading` frames, which then come first: u64 k || u64 len(leading_i)... ||
     leading_0 || ... before the rest)."""
     inner_state, outer_state = _keyed(key)
     lens = [len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers]

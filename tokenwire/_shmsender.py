@@ -380,7 +380,7 @@ class Sender:
 
     def publish(self) -> None:
         """The socket took the last `message`'s doorbell: name the message's slot in its
-        record, where a spinning receiver takes it from now on (before, only the doorbell
+        record, where a spinning receiver can take it from then on (until then, only the doorbell
         leads to it). `send_frames` calls it; a caller sending `message`'s frames itself calls
         it after its send. Nothing to do for a message that is not in the ring."""
         record, self._ring_record = self._ring_record, None

@@ -6,7 +6,8 @@
 
 from array import array as _pyarray
 
-cdef Py_ssize_t _tv_find(TokenVector self, object value, Py_ssize_t start, Py_ssize_t stop) except -2:
+cdef Py_ssize_t _tv_find(TokenVector self, object value, Py_ssize_t start,
+                         Py_ssize_t stop) except -2:
     """Index of the first `value` in [start, stop), or -1 (also for non-int values)."""
     cdef int64_t v
     cdef Py_ssize_t i
@@ -159,7 +160,8 @@ cdef class TokenVector:
                 f"TokenVector indices must be integers or slices, not {type(key).__name__}"
             ) from None
         except OverflowError:
-            raise IndexError(f"TokenVector index {key} out of range for length {self._len}") from None
+            raise IndexError(
+                f"TokenVector index {key} out of range for length {self._len}") from None
         if i < 0:
             i += self._len
         if i < 0 or i >= self._len:

@@ -8,7 +8,8 @@
 #   * constants and the parsed-frame struct;
 #   * _parse_header / _check_frame: every structural check of an untrusted frame, before
 #     anything is allocated;
-#   * the public functions.
+#   * _zstd.pxi, included: codec="zstd" (decompression of a checked payload, the writer);
+#   * decoding, encoding: the public functions.
 
 from tokenwire._bitpack cimport twbp_copy_or_all, twbp_have_avx2, twbp_init
 from tokenwire._frame cimport (
@@ -25,12 +26,7 @@ from tokenwire._frame cimport (
     TW_REQUEST_AUTO as REQUEST_AUTO,
     TW_REQUEST_ZSTD as REQUEST_ZSTD,
     TW_WIRE_VERSION as WIRE_VERSION,
-    TW_ZSTD_KEPT as ZSTD_KEPT,
-    TW_ZSTD_LENGTH_SIZE as ZSTD_LENGTH_SIZE,
-    TW_ZSTD_LEVEL as ZSTD_LEVEL,
-    TW_ZSTD_RETRY as ZSTD_RETRY,
     tw_check_frame,
-    tw_check_padding_bits,
     tw_codec_misfit,
     tw_codecs,
     tw_decode_pfor,
@@ -38,16 +34,11 @@ from tokenwire._frame cimport (
     tw_layout,
     tw_parse_prefix,
     tw_parse_rest,
-    tw_payload_size,
     tw_plan_frame,
-    tw_plan_zstd,
     tw_read_payload,
     tw_seq,
     tw_seqs_or,
     tw_write_frame,
-    tw_write_payload,
-    tw_zstd_codec,
-    tw_zstd_frame_size,
     twpf_init,
 )
 from tokenwire._crc32c cimport tw_crc32c, tw_crc32c_portable, twcrc_have_hw, twcrc_init
@@ -70,16 +61,10 @@ MAGIC = PyBytes_FromStringAndSize(TW_MAGIC, TW_MAGIC_SIZE)
 CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range(TW_NCODECS)])
 #: Every name `encode`'s `codec=` takes: "auto", the wire codecs, "zstd" (see `check_codec`).
 CODECS = ("auto",) + CODEC_NAMES + ("zstd",)
-_EXPECTED_CODECS = ", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]]) + f" or {CODECS[len(CODECS) - 1]!r}"
-
-import threading
-
-cdef object _zstd_module = None     # zstandard, imported on first use (an optional extra)
-cdef object _zstd_local = threading.local()     # per thread: the reused compressor
+_EXPECTED_CODECS = (", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]])
+                    + f" or {CODECS[len(CODECS) - 1]!r}")
 
 cdef extern from "Python.h":
-    object PyMemoryView_FromMemory(char* mem, Py_ssize_t size, int flags)
-    int PyBUF_READ
     # A new bytes object as a raw reference, and its shrinking in place (a pfor frame is
     # allocated at the most it can take and shrunk to what the payload took).
     PyObject* _tw_bytes_new "PyBytes_FromStringAndSize"(const char* v, Py_ssize_t n) except NULL
@@ -88,30 +73,6 @@ cdef extern from "Python.h":
 # Every empty sequence decode_many returns: an empty vector is immutable, so one object serves
 # all of them and a frame of empty sequences costs one list slot (8 bytes) per 4-byte count.
 cdef TokenVector _EMPTY_VECTOR = TokenVector.__new__(TokenVector)
-
-
-cdef object _zstd():
-    global _zstd_module
-    if _zstd_module is None:
-        try:
-            import zstandard
-        except ImportError:
-            return None
-        _zstd_module = zstandard
-    return _zstd_module
-
-
-cdef object _zstd_compressor():
-    """This thread's compressor for codec="zstd" (level ZSTD_LEVEL of encode.h, content size
-    declared, no zstd checksum). Reused, so that a short frame does not pay for a new
-    compression context; one per thread, as a ZstdCompressor must not run in two threads at
-    once (it releases the GIL while it compresses)."""
-    cctx = getattr(_zstd_local, "cctx", None)
-    if cctx is None:
-        cctx = _zstd().ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True,
-                                      write_checksum=False)
-        _zstd_local.cctx = cctx
-    return cctx
 
 
 # What a frame's header says (frame.h's tw_layout). Its count table is where nothing can change
@@ -174,60 +135,10 @@ cdef int _check_frame(const uint8_t* buf, Py_ssize_t n, FrameLayout* L, bint sta
     return 0
 
 
-cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
-    """The decompressed payload of a checked zstd frame (exactly L.payload_len bytes). Never
-    produces more than L.payload_len + 1 bytes, whatever the zstd frame holds."""
-    zstd = _zstd()
-    if zstd is None:
-        raise WireFormatError(
-            "zstd-compressed frame, but the zstandard package is not installed "
-            "(pip install tokenwire[zstd])"
-        )
-    cdef const uint8_t* section = buf + L.payload_off + ZSTD_LENGTH_SIZE
-    cdef Py_ssize_t clen = <Py_ssize_t>L.stored_len - ZSTD_LENGTH_SIZE
-    cdef Py_ssize_t plen = <Py_ssize_t>L.payload_len
-    cdef char msg[TW_MSG_SIZE]
-    # One read of the section (the frame may be memory another party writes): the walk and
-    # libzstd both read this copy.
-    comp = PyBytes_FromStringAndSize(<const char*>section, clen)
-    # The frame's headers, walked in C (include/tokenwire/frame.h, shared with wire.hpp).
-    cdef Py_ssize_t flen = <Py_ssize_t>tw_zstd_frame_size(
-        <const uint8_t*>PyBytes_AS_STRING(comp), <size_t>clen, <uint64_t>plen, msg, TW_MSG_SIZE)
-    if flen < 0:
-        raise WireFormatError(_text(msg))
-    cdef Py_ssize_t want = plen + 1, got = 0
-    if flen != clen:
-        raise WireFormatError(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
-    try:
-        declared = zstd.frame_content_size(comp)
-    except zstd.ZstdError as e:
-        raise WireFormatError(f"zstd payload is corrupt: {e}") from None
-    if declared != plen:
-        raise WireFormatError(
-            f"zstd payload declares {declared} bytes, the header needs {plen}"
-        )
-    # libzstd compares the real output with the declared size only at the end of the frame, so
-    # the output is capped here: read at most one byte more than the header allows, and stop.
-    chunks = []
-    try:
-        reader = zstd.ZstdDecompressor().stream_reader(comp, read_across_frames=False)
-        while got < want:
-            chunk = reader.read(want - got)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-    except zstd.ZstdError as e:
-        raise WireFormatError(f"zstd payload is corrupt: {e}") from None
-    if got != plen:
-        raise WireFormatError(
-            f"zstd payload decompresses to {'more than ' if got > plen else ''}"
-            f"{min(got, plen)} bytes, the header needs {plen}"
-        )
-    out = b"".join(chunks)
-    if tw_check_padding_bits(<const uint8_t*>PyBytes_AS_STRING(out), L, msg, TW_MSG_SIZE) != 0:
-        raise WireFormatError(_text(msg))
-    return out
+# --------------------------------------------------------------------------------------------
+# zstd (decompression of a checked frame's payload, the codec="zstd" writer)
+
+include "_zstd.pxi"
 
 
 # --------------------------------------------------------------------------------------------
@@ -334,7 +245,7 @@ def decode(data, *, vocab_size=None):
     cdef TokenVector tv
     cdef bint moved = False
     if vocab_size is not None:
-        _vocab_limit(vocab_size)      # a bad argument is reported before the data, as decode_many does
+        _vocab_limit(vocab_size)      # a bad argument is reported before the data (decode_many too)
     L.counts_copy = NULL
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
@@ -355,7 +266,7 @@ def decode(data, *, vocab_size=None):
             payload = buf + L.payload_off
             if _can_view(data, payload, &L) and L.total > 0:
                 # Hand our buffer to the vector rather than acquiring a second one.
-                moved = True             # the buffer now belongs to tv_take_view (even if it raises)
+                moved = True        # the buffer now belongs to tv_take_view (even if it raises)
                 tv = tv_take_view(&view, <const int32_t*>payload, <Py_ssize_t>L.total)
             else:
                 tv = _decode_one(data, payload, &L, 0, <Py_ssize_t>L.total, False)
@@ -508,59 +419,13 @@ cdef bytes _encode_pfor(const tw_seq* seqs, Py_ssize_t nseq, tw_frame_plan* P):
     return frame
 
 
-cdef bytes _encode_zstd(const tw_seq* seqs, Py_ssize_t nseq, tw_frame_plan* P, uint32_t orv):
-    """codec="zstd" by encode.h's rule: zstd over the payload of tw_zstd_codec's codec (u16 or
-    raw), kept when tw_plan_zstd says so; on TW_ZSTD_RETRY zstd over auto's payload (the
-    plan's), else auto's plain frame `P` as planned."""
-    cdef unsigned width = 0
-    cdef unsigned codec = tw_zstd_codec(orv, &width)
-    cctx = _zstd_compressor()
-    if codec == CODEC_RAW and nseq == 1 and not TW_HOST_BIG_ENDIAN:
-        # a single sequence's raw payload is its int32 ids as they are: no copy
-        comp = cctx.compress(PyMemoryView_FromMemory(<char*>seqs[0].ids,
-                                                     <Py_ssize_t>seqs[0].n * 4, PyBUF_READ))
-    else:
-        comp = cctx.compress(_plain_payload(seqs, nseq, codec, width, P.total))
-    cdef int kept = tw_plan_zstd(P, codec, width, <size_t>len(comp))
-    if kept == ZSTD_RETRY:
-        comp = cctx.compress(_plain_payload(seqs, nseq, P.codec, P.width, P.total))
-        kept = tw_plan_zstd(P, P.codec, P.width, <size_t>len(comp))
-    frame = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>P.nbytes)
-    cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(frame)
-    cdef const uint8_t* section = NULL
-    if kept == ZSTD_KEPT:
-        section = <const uint8_t*>PyBytes_AS_STRING(comp)
-        tw_write_frame(out, P, seqs, <size_t>nseq, section)
-    elif _release_gil(<Py_ssize_t>P.nbytes):
-        with nogil:
-            tw_write_frame(out, P, seqs, <size_t>nseq, NULL)
-    else:
-        tw_write_frame(out, P, seqs, <size_t>nseq, NULL)
-    return frame
-
-
-cdef bytes _plain_payload(const tw_seq* seqs, Py_ssize_t nseq, unsigned codec, unsigned width,
-                          uint64_t total):
-    """The plain payload of `codec` at `width` for the ids of `seqs` (`total` of them)."""
-    cdef Py_ssize_t size = <Py_ssize_t>tw_payload_size(width, total)
-    plain = PyBytes_FromStringAndSize(NULL, size)
-    cdef uint8_t* out = <uint8_t*>PyBytes_AS_STRING(plain)
-    if _release_gil(size):
-        with nogil:
-            tw_write_payload(out, seqs, <size_t>nseq, codec, width)
-    else:
-        tw_write_payload(out, seqs, <size_t>nseq, codec, width)
-    return plain
-
-
 def encode(tokens, *, codec="auto", bint checksum=False):
     """Encode token ids (anything `as_tokens` accepts) as one wire frame (`bytes`).
 
     codec: "auto" (the smallest of raw / u16 / packed for these ids, the faster one on a tie),
     "raw" (int32), "u16" (ids in [0, 65536)), "packed" (bit-packed at the width of the largest
-    id; ids >= 0), "pfor" (a bit width per block of 128 ids, the few wider ids patched: about
-    15 % smaller than packed on real tokenizer ids, slower to decode, and as fast to encode
-    only with AVX-512; any int32),
+    id; ids >= 0), "pfor" (a bit width per block of 128 ids, the few wider ids patched; any
+    int32; its size and speed against packed: docs/benchmarks.md, `python -m bench codec --ids`),
     or "zstd" (the ids as u16, or raw when an id does not fit, zstd-compressed at level 1;
     auto's frame when that is not smaller; needs the `zstandard` package).
     checksum: append a CRC-32C of the frame.
@@ -643,7 +508,8 @@ def encode_many(seqs, *, codec="auto", bint checksum=False):
             tv = vectors[k]
             if tv._len > 0xFFFFFFFF:
                 raise TokenIdOverflowError(
-                    f"sequence {k} has {tv._len} ids; a multi-sequence frame holds < 2**32 per sequence"
+                    f"sequence {k} has {tv._len} ids; "
+                    f"a multi-sequence frame holds < 2**32 per sequence"
                 )
             table[k].ids = tv._data
             table[k].n = <size_t>tv._len

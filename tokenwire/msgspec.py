@@ -1,76 +1,8 @@
 """TokenVector as a msgspec value: msgpack Ext hooks, out-of-band frames, JSON hooks.
 
 Needs the optional `msgspec` package (``pip install 'tokenwire[msgspec]'``); importing
-`tokenwire` itself never imports it.
-
-**msgpack hooks.** A TokenVector anywhere in a message (a Struct field, a dict value, a list
-item) is written as one msgpack Ext of type `EXT_CODE` whose payload is a tokenwire frame, and
-read back as a TokenVector, for fields typed ``TokenVector``, ``Optional[TokenVector]`` and in
-untyped positions::
-
-    from tokenwire.msgspec import enc_hook, ext_hook, dec_hook
-    encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
-    decoder = msgspec.msgpack.Decoder(Request, ext_hook=ext_hook, dec_hook=dec_hook)
-
-**Bytes never grow.** The default codec is "auto": u16 when every id is below 65,536, else
-bit-packed at the width of the largest id (one encode pass, one decode pass at about memcpy
-speed). A vector whose Ext would take more bytes than msgpack's list of the same ids (a few
-dozen ids, or ids mostly below 128 with a large one among them) is written as that list: a
-field typed TokenVector reads it back as a TokenVector, an untyped position as a list. So the
-default never sends more bytes than the ``list[int]`` it replaces (real tokenizer ids: 2.13
-bytes per id against msgpack's 2.7-2.8). ``Hooks(codec="raw")`` sends 4 bytes per id and decodes
-without a copy: the message is viewed when `decode` allows it (a raw frame in immutable memory:
-msgspec hands the hook a memoryview of the message, and a message given as `bytes` is viewed
-wherever the ids land; one given as a bytearray is copied once before it is checked).
-`EXT_CODE` (84) lies outside 1-5, the codes vLLM's own encoder uses; `Hooks(ext_code=...,
-codec=...)` makes hooks with another code or codec, and chains your own hooks for every other
-type.
-
-**Out-of-band frames** (the layout of vLLM's ``MsgpackEncoder``): ``Encoder().encode(obj)``
-returns ``[main, *buffers]``; a TokenVector of at least `threshold` bytes is not copied into the
-message but handed over as its own buffer (a frame of the codec; under "raw" a view of its
-memory), referenced from the main frame by an Ext of type `BUFFER_EXT_CODE` holding the
-buffer's index and id count; smaller ones are inline Exts. ``Decoder(T).decode(frames)`` takes
-bytes / memoryviews / ``zmq.Frame`` objects, decodes framed buffers once and views raw ones in
-immutable memory (bytes, `ImmutableBuffer`); `Decoder.recv` receives from a pyzmq socket and
-views the frames read from a tcp or ipc stream (libzmq never rewrites a received message),
-copying once those received over inproc (the sender's own memory). Leading frames (a message
-type, ROUTER identities) pass through with ``prefix``::
-
-    Encoder().send(socket, request, prefix=[b"\x00"])          # [type, main, *buffers]
-    (request_type,), request = Decoder(Request).recv(socket, prefix=1)
-
-**A host with its own buffer list** (vLLM's ``MsgpackEncoder.aux_buffers``): its enc_hook
-calls ``hooks.aux_enc_hook(obj, self.aux_buffers)`` for a TokenVector and its ext_hook
-``hooks.aux_ext_hook(code, data, self.aux_buffers)`` for codes `EXT_CODE` / `BUFFER_EXT_CODE`,
-so one message keeps one buffer list, the ids beside the host's tensors (docs/adopting.md).
-
-**A list[int] field stays a list.** msgspec encodes it as it always did; the fast path is a
-field typed TokenVector, filled with `as_tokens` (the user's choice, made once, where the ids
-come from). The shape of vLLM's engine-core request::
-
-    class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-        request_id: str
-        prompt_token_ids: Optional[TokenVector]       # was Optional[list[int]]
-        sampling_params: Optional[SamplingParams]
-        eos_token_id: Optional[int]
-        arrival_time: float
-        priority: int = 0
-
-    req = EngineCoreRequest("r1", as_tokens(ids), params, 2, time.time())
-    frames = Encoder().encode(req)                     # [main, frame of the ids]
-    req = Decoder(EngineCoreRequest).decode(frames)    # req.prompt_token_ids: a TokenVector
-
-**JSON.** `json_enc_hook` writes a TokenVector as the `to_base64` string of its frame (about 3
-characters per 18-bit id), `Hooks(json_array=True).json_enc_hook` as a plain JSON array of
-ints; `dec_hook` reads a field typed TokenVector from either form. In an untyped position a JSON
-string stays a string (JSON has no tag to say what it is): call `from_base64` on it.
-
-Bad input is treated as `decode` treats it: a damaged Ext payload raises WireFormatError saying
-what is wrong with the frame, a damaged out-of-band reference (wrong size, index outside the
-message, buffer size not matching the id count) raises WireFormatError naming the index and
-sizes, malformed msgpack raises msgspec.DecodeError, a wrong type raises msgspec.ValidationError.
-Nothing is allocated before the sizes are checked against the bytes received.
+`tokenwire` itself never imports it. The guide (hooks, out-of-band frames, a host's own buffer
+list, JSON, bad input) is docs/msgspec.md; each name's reference, docs/api.md.
 """
 
 from __future__ import annotations
