@@ -975,9 +975,10 @@ def test_pfor_decodes_from_mutable_memory_and_names_the_frame_offset() -> None:
 
 
 def test_auto_does_not_pick_pfor() -> None:
-    """auto's rule (docs/wire-format.md) keeps the fixed-width codecs while TW_AUTO_PFOR_MIN_IDS
-    is 2**64 - 1: ids where pfor is much smaller still give packed."""
-    ids = [1] * 100_000 + [70_000]
-    assert len(tokenwire.encode(ids, codec="pfor")) < len(tokenwire.encode(ids, codec="packed")) / 10
-    assert tokenwire.frame_info(tokenwire.encode(ids)).codec == "packed"
-    assert tokenwire.frame_info(tokenwire.encode_many([ids, ids])).codec == "packed"
+    """auto's rule (docs/wire-format.md, "codec=auto") chooses among the fixed-width codecs only:
+    ids where pfor is much smaller still give the smallest fixed-width payload, on any count."""
+    for ids, codec in (([1] * 100_000 + [70_000], "packed"), ([-1] + [1] * 100_000, "raw")):
+        pfor = tokenwire.encode(ids, codec="pfor")
+        assert len(pfor) < len(tokenwire.encode(ids, codec=codec)) / 10
+        assert tokenwire.encode(ids) == tokenwire.encode(ids, codec=codec)
+        assert tokenwire.encode_many([ids, ids]) == tokenwire.encode_many([ids, ids], codec=codec)

@@ -58,20 +58,14 @@ static inline int tw_codec_width(unsigned c, uint32_t orv) {
     return w < info->min_width ? (int)info->min_width : (int)w;
 }
 
-/* Auto writes pfor instead of packed from this many ids on (the one switch of the auto rule:
- * docs/wire-format.md, "codec=auto"). Never, for now: on real ids (docs/benchmarks.md) pfor's
- * frames are 15 % smaller than packed's but take 1.3-1.7x packed's time to encode and 3-3.7x to
- * decode, which pays off only on links slower than ~0.6-0.85 GB/s; auto is the codec for fast
- * links (pfor, like zstd, is asked for). */
-#define TW_AUTO_PFOR_MIN_IDS UINT64_MAX
-
 /* The wire codec (and *width) for ids whose bitwise OR is `orv`, `total` of them (the rule of
  * docs/wire-format.md), read from the codec table alone: a forced codec (a wire id) as asked,
  * or -1 when it cannot hold the ids (tw_codec_misfit names the first that does not fit); any
  * other request (TW_REQUEST_AUTO, TW_REQUEST_ZSTD) auto: of the fixed-width codecs that hold
  * the ids, the smallest payload, on a tie the earlier in the table (raw, u16, packed: fastest
- * first); then for TW_REQUEST_AUTO, pfor instead of packed from TW_AUTO_PFOR_MIN_IDS ids on.
- * (TW_REQUEST_ZSTD plans auto's plain fixed-width frame, which tw_plan_zstd may then replace.) */
+ * first). Auto never gives pfor (a prefixed codec), which is asked for: docs/wire-format.md,
+ * "codec=auto", says why. (TW_REQUEST_ZSTD plans auto's plain fixed-width frame, which
+ * tw_plan_zstd may then replace.) */
 static inline int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total, unsigned *width) {
     if (request < TW_NCODECS) {
         const int w = tw_codec_width(request, orv);
@@ -91,10 +85,6 @@ static inline int tw_choose_codec(unsigned request, uint32_t orv, uint64_t total
             best_size = size;
             *width = (unsigned)w;
         }
-    }
-    if (request == TW_REQUEST_AUTO && best == TW_CODEC_PACKED && total >= TW_AUTO_PFOR_MIN_IDS) {
-        *width = 0;
-        return TW_CODEC_PFOR;
     }
     return best;      /* raw holds every int32 */
 }

@@ -24,9 +24,11 @@
  * [M-8, M] (M the block's bit length) that gives the fewest bytes, the larger b on a tie; a
  * receiver that needs byte-exact canonical form re-encodes and compares.
  *
- * Sizes: a block takes at most 1 + 4m bytes (b = M, no exceptions, is always a candidate), so
- * twpf_bound(n) = 4n + ceil(n/128); a block takes at least 1 byte, so a payload of len bytes
- * holds at most 128*len ids (twpf_min_size). The encoder copies each block of the source to a
+ * Sizes: a block twpf_encode writes takes at most 1 + 4m bytes (b = M, no exceptions, is always
+ * a candidate), so twpf_bound(n) = 4n + ceil(n/128); a block valid at another b can take more
+ * (up to 1 + ceil(31m/8) + ceil(m/8) + m), and a frame whose payload exceeds twpf_bound(n) is
+ * refused from its header (frame.h; the spec's "length bound"). A block takes at least 1 byte,
+ * so a payload of len bytes holds at most 128*len ids (twpf_min_size). The encoder copies each block of the source to a
  * stack buffer once and works from the copy: a source another thread is writing gives some valid
  * encoding of ids it held, never out-of-bounds writes. Paths (twpf_init detects the CPU):
  * AVX-512 VBMI2 (full blocks' high parts spread and gathered 64 at a time by vpexpandb and
