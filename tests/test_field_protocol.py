@@ -186,7 +186,8 @@ def test_state_and_adoption_never_look_into_what_an_instance_stores(module: str)
 
 def test_token_ids_implements_every_method_of_the_protocol() -> None:
     declared = [n for n, v in vars(_FieldProtocol).items() if callable(v) and n[:2] != "__"]
-    assert {"_state_ids", "_held", "_as_is", "_listed", "_deepcopy_into", "summary"} <= set(declared)
+    assert {"_state_ids", "_held", "_as_is", "_listed", "_deepcopy_into",
+            "summary"} <= set(declared)
     assert [n for n in declared if getattr(TokenIds, n) is getattr(_FieldProtocol, n)] == []
     assert isinstance(GenerationRequest.__dict__["prompt_token_ids"], _FieldProtocol)
 

@@ -149,7 +149,8 @@ def _held_from_payload(field: _FieldProtocol, owner: str, name: str, payload: An
         try:
             vector = _restore_shared(payload, decode)
         except UnicodeEncodeError:
-            raise WireFormatError("a frame sent as text must be latin-1 (code points < 256)") from None
+            raise WireFormatError(
+                "a frame sent as text must be latin-1 (code points < 256)") from None
         return field._held(vector, kind)
     except WireFormatError as exc:
         raise WireFormatError(f"{owner} state key {_describe(name)}: {exc}") from None
@@ -164,7 +165,7 @@ def _field_from_payload(field: _FieldProtocol, owner: str, name: str, payload: A
     kind = type(payload)
     if kind in _HELD_KINDS:
         return _held_from_payload(field, owner, name, payload, False)
-    if _marks_held(payload):               # ids that were a tuple, (ids,), or an array, (ids, typecode)
+    if _marks_held(payload):    # ids that were a tuple, (ids,), or an array, (ids, typecode)
         return _held_from_payload(field, owner, name, payload[0],
                                   True if len(payload) == 1 else payload[1])
     if kind is list or kind is tuple:
