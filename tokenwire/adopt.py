@@ -1,7 +1,8 @@
-"""Adopting tokenwire in a request class. A ``TokenIds`` field line adopts its class by itself
-(``TokenIds.__set_name__`` runs ``_adopt``); the ``token_fields`` class decorator converts named
-attributes without touching their lines; the ``TokenwireMixin`` base class adds ``__repr__`` and
-a per-class ``list_on_wire=``.
+"""Adopting tokenwire in a request class. ``_adopt`` is the one hook that adopts a class: a
+``TokenIds`` field line runs it (``TokenIds.__set_name__``, through tokenwire.fields'
+adoption hook, which this module installs), and so does the ``token_fields`` class decorator,
+which converts named attributes without touching their lines; the ``TokenwireMixin`` base class
+adds ``__repr__`` and a per-class ``list_on_wire=``.
 
 Either gives the class ``__getstate__`` / ``__setstate__`` that send each ``TokenIds`` field as
 its buffer (an unread field is never turned into a list on either side) and ``__copy__`` /
@@ -15,7 +16,6 @@ See docs/adopting.md for converting an existing request class.
 
 from __future__ import annotations
 
-import array
 import copy
 import functools
 import reprlib
@@ -23,8 +23,9 @@ from typing import Any, Callable, ClassVar, Optional, TypeVar
 
 from tokenwire._core import check_codec
 from tokenwire.errors import _describe
-from tokenwire.fields import _MISSING, TokenIds, _all_ints, _TokenField
+from tokenwire.fields import TokenIds, _install_adoption_hook
 from tokenwire.state import (
+    _MISSING,
     _check_no_slot_fields,
     _checked_state,
     _config,
@@ -124,31 +125,8 @@ class TokenwireMixin:
         for key, value in self.__dict__.items():
             if key not in keys:
                 new_attrs[key] = copy.deepcopy(value, memo)
-        for name, desc in config.fields:
-            value = self.__dict__.get(name, _MISSING)
-            if value is _MISSING or value is None:
-                if value is None:
-                    new_attrs[name] = None
-                continue
-            if type(value) is _TokenField:
-                try:
-                    desc._vector(self, value)               # a changed list becomes the source
-                except (TypeError, ValueError, OverflowError):
-                    pass
-                value = self.__dict__[name]
-            if type(value) is _TokenField:
-                # itself if owned (immutable), else one memcpy
-                new_attrs[name] = _TokenField(copy.deepcopy(value.vector, memo), value.kind)
-            elif id(value) in memo:
-                new_attrs[name] = memo[id(value)]
-            elif type(value) is tuple and _all_ints(value):
-                new_attrs[name] = value                      # immutable all the way down
-            elif type(value) is list and _all_ints(value):
-                new_attrs[name] = memo[id(value)] = value[:]     # ints are immutable
-            elif type(value) is array.array:
-                new_attrs[name] = memo[id(value)] = value[:]     # a memcpy
-            else:
-                new_attrs[name] = copy.deepcopy(value, memo)
+        for _, field in config.fields:
+            field._deepcopy_into(self, new_attrs, memo)     # shares or memcpys the ids
         for key, value in _slot_values(self, config.slotnames).items():
             object.__setattr__(new, key, copy.deepcopy(value, memo))
         return new
@@ -215,11 +193,13 @@ def _own_method(cls: type, name: str) -> Any:
     return method
 
 
-def _adopt(cls: type, list_on_wire: Optional[bool] = None) -> None:
+def _adopt(cls: type, list_on_wire: Optional[bool] = None, *, built: bool = False) -> None:
     """Give `cls` tokenwire's pickling and copying (idempotent): a ``__getstate__`` /
     ``__setstate__`` it has is wrapped, ``__copy__`` / ``__deepcopy__`` / ``__reduce__`` it has
-    are kept. Run by ``TokenIds.__set_name__`` (the field line adopts its class) and by
-    ``token_fields``."""
+    are kept. The one adoption hook: run by ``TokenIds.__set_name__`` (the field line adopts
+    its class, while the class is being made: its configuration is computed on first use) and
+    by ``token_fields`` (with `built`: the class is complete, its configuration is computed
+    and checked now)."""
     if type(cls).__module__.split(".")[0] == "msgspec":            # StructMeta
         raise TypeError(f"{cls.__name__} is a msgspec.Struct: it pickles its field values, type "
                         f"the field tokenwire.TokenVector instead of using TokenIds "
@@ -245,7 +225,13 @@ def _adopt(cls: type, list_on_wire: Optional[bool] = None) -> None:
             setattr(cls, method, mixin[method])
     if list_on_wire is not None:
         setattr(cls, "_tokenwire_list_on_wire", bool(list_on_wire))
-    _forget_config(cls)        # computed on first use, once the class is complete
+    if built:
+        _reconfigure(cls)
+    else:
+        _forget_config(cls)    # computed on first use, once the class is complete
+
+
+_install_adoption_hook(_adopt)
 
 
 def token_fields(*names: str, codec: str = "raw",
@@ -311,9 +297,8 @@ def token_fields(*names: str, codec: str = "raw",
         for name in names:
             desc = TokenIds(codec=codec, default=defaults.get(name, _MISSING))
             setattr(cls, name, desc)
-            desc.__set_name__(cls, name)
-        _adopt(cls, list_on_wire)
-        _reconfigure(cls)
+            desc._bind(cls, name)
+        _adopt(cls, list_on_wire, built=True)
         return cls
 
     return decorate

@@ -22,22 +22,24 @@ field whose list exists re-reads that list with ``as_tokens`` -- one C pass, abo
 ``TokenVector.tolist()`` -- and keeps the held vector only if it is byte-identical (a memcmp).
 A vector built from a user's list is not kept: it lives as long as the pickling that needed it.
 
-A field's pickled payload is produced (``TokenIds._payload``) and read back
-(``_field_from_state``) here; the state around it is tokenwire.state's.
+``TokenIds`` implements tokenwire.state's field protocol (``_FieldProtocol``): the pickled
+format -- what a field contributes to a state and how it is read back -- is tokenwire.state's,
+which asks the field for its ids (``_state_ids``) and hands it received ids (``_held``); nothing
+outside this module looks into what an instance stores. A field line adopts its class through
+the adoption hook (``_adoption_hook``, tokenwire.adopt's ``_adopt``).
 """
 
 from __future__ import annotations
 
 import array
-from typing import Any, Optional, Union, cast
+import copy
+from typing import Any, Callable, Optional, Union
 
-from tokenwire._core import TokenVector, _restore_shared, as_tokens, check_codec, decode, encode
+from tokenwire._core import TokenVector, as_tokens, check_codec
 from tokenwire.errors import WireFormatError, _describe
+from tokenwire.state import _MISSING, _FieldProtocol
 
 __all__: list[str] = []       # TokenIds and token_buffer are public as tokenwire.X
-
-#: "No value": an unset field, an attribute absent from a state.
-_MISSING: Any = object()
 
 
 # --------------------------------------------------------------------------------------------
@@ -141,18 +143,6 @@ class _TokenField:
         return (_TokenField, (self.vector, self.kind))
 
 
-# --------------------------------------------------------------------------------------------
-# Codec hook: the one place where a field's pickled payload is produced and consumed
-
-
-def _pack_field(codec: str, vector: TokenVector) -> Any:
-    """The pickled payload of one field: for "raw" the vector itself (raw int32, out-of-band at
-    protocol 5), for the compact codecs a wire frame (bytes, decoded by `_field_from_state`)."""
-    if codec == "raw":
-        return vector
-    return encode(vector, codec=cast(Any, codec))
-
-
 def _all_ints(values: Any) -> bool:
     """Every item is an int (bool included, as list[int] allows); the C pass first, it covers
     every list of int32 ids."""
@@ -163,60 +153,32 @@ def _all_ints(values: Any) -> bool:
         return all(isinstance(v, int) for v in values)
 
 
-_HELD_KINDS = (TokenVector, bytes, bytearray, memoryview, str)
-
-#: The key of the one-entry dict that carries a value sent as it is (see TokenIds._payload).
-_AS_IS = "as_is"
-
-
-def _marks_held(payload: Any) -> bool:
-    """`payload` has the shape of a held field's tuple form: ``(ids,)`` or ``(ids, typecode)``."""
-    return (type(payload) is tuple and 1 <= len(payload) <= 2 and type(payload[0]) in _HELD_KINDS
-            and (len(payload) == 1 or type(payload[1]) is str))
+def _fresh(value: Any) -> Any:
+    """`value`, or for tokenwire's holder (as a pickle or a class's own ``__setstate__`` may hand
+    one over) a fresh one, checked as it is made."""
+    if type(value) is _TokenField:
+        return _TokenField(value.vector, value.kind)
+    return value
 
 
-def _held_from_state(owner: str, name: str, payload: Any, kind: Any) -> _TokenField:
-    """A _TokenField from a TokenVector or a wire frame (bytes; a latin-1 str below protocol 3).
-    One frame named by many fields or objects is decoded (a mutable one copied) once:
-    `_restore_shared`."""
-    try:
-        if type(payload) is TokenVector:
-            return _TokenField(payload, kind)
-        try:
-            vector = _restore_shared(payload, decode)
-        except UnicodeEncodeError:
-            raise WireFormatError("a frame sent as text must be latin-1 (code points < 256)") from None
-        return _TokenField(vector, kind)
-    except WireFormatError as exc:
-        raise WireFormatError(f"{owner} state key {_describe(name)}: {exc}") from None
+# --------------------------------------------------------------------------------------------
+# The adoption hook
 
 
-def _field_from_state(owner: str, name: str, payload: Any) -> Any:
-    """What an instance stores for field `name` from its pickled payload: None, a list or tuple
-    (as sent), a _TokenField, or a value sent as it is. Anything else is hostile or damaged:
-    WireFormatError naming the key."""
-    if payload is None:
-        return None
-    kind = type(payload)
-    if kind in _HELD_KINDS:
-        return _held_from_state(owner, name, payload, False)
-    if _marks_held(payload):               # ids that were a tuple, (ids,), or an array, (ids, typecode)
-        return _held_from_state(owner, name, payload[0], True if len(payload) == 1 else payload[1])
-    if kind is list or kind is tuple:
-        # A list-form state (written before tokenwire, or with list_on_wire), or a list or
-        # tuple that is not int32 ids (a nested list, big ints...): kept as it was sent, as
-        # the unmodified class kept it.
-        return payload
-    if kind is dict and len(payload) == 1 and _AS_IS in payload:
-        value = payload[_AS_IS]
-        if type(value) is _TokenField:
-            # tokenwire's holder, as a pickle may build it: a fresh one, checked as it is made
-            return _TokenField(value.vector, value.kind)
-        return value
-    raise WireFormatError(
-        f"{owner} state key {_describe(name)}: a token field is a TokenVector, a wire frame, a "
-        f"list, a tuple, a value sent as it is or None, got {kind.__name__}"
-    )
+def _no_adoption_hook(cls: type, list_on_wire: Optional[bool] = None) -> None:
+    raise RuntimeError("tokenwire.adopt is not imported: `import tokenwire` imports it")
+
+
+#: ``hook(cls, list_on_wire=None)`` gives `cls` tokenwire's pickling and copying: the one way a
+#: class is adopted, by a field line (``TokenIds.__set_name__``) as by ``token_fields``. It is
+#: tokenwire.adopt's ``_adopt``, installed by `_install_adoption_hook` when tokenwire.adopt is
+#: imported -- by ``import tokenwire``, which runs before any module can declare a field.
+_adoption_hook: Callable[..., None] = _no_adoption_hook
+
+
+def _install_adoption_hook(hook: Callable[..., None]) -> None:
+    global _adoption_hook
+    _adoption_hook = hook
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,7 +219,7 @@ def _field_error(exc: Exception, where: str) -> Exception:
     return type(exc)(f"{where}: {exc}")
 
 
-class TokenIds:
+class TokenIds(_FieldProtocol):
     """A token-id field: reads as a ``list[int]`` built lazily from a native int32 buffer.
 
     One line per field, on a plain class or a dataclass -- the line adopts the class (it gets
@@ -310,13 +272,15 @@ class TokenIds:
         self.__doc__ = doc
 
     def __set_name__(self, owner: type, name: str) -> None:
+        self._bind(owner, name)
+        _adoption_hook(owner)          # the line adopts its class
+
+    def _bind(self, owner: type, name: str) -> None:
+        """Name the field `name` and record it among `owner`'s token fields."""
         self.name = name
         names = owner.__dict__.get("_tokenwire_names", ())
         if name not in names:
             setattr(owner, "_tokenwire_names", (*names, name))
-        # The line adopts its class: tokenwire's pickling and copying (tokenwire.adopt).
-        from tokenwire.adopt import _adopt
-        _adopt(owner)
 
     def __repr__(self) -> str:
         return f"TokenIds(name={self.name!r}, codec={self.codec!r})"
@@ -351,7 +315,7 @@ class TokenIds:
             obj.__dict__[self.name] = value       # the very object, as a plain attribute keeps it
         elif type(value) is _TokenField:
             # tokenwire's holder, as a class's own __setstate__ receives it: a fresh, checked one
-            obj.__dict__[self.name] = _TokenField(value.vector, value.kind)
+            obj.__dict__[self.name] = _fresh(value)
         else:
             try:
                 vector = as_tokens(value)
@@ -455,36 +419,56 @@ class TokenIds:
         tail = ", ".join(_describe(ids[i]) for i in range(n - 3, n))
         return f"<{n} ids: [{head}, ..., {tail}]>"
 
-    # -- pickling ------------------------------------------------------------------------------
+    # -- the field protocol (tokenwire.state._FieldProtocol) --------------------------------
 
-    def _payload(self, obj: Any, value: Any) -> Any:
-        """The pickled payload of the stored `value` (current state format): the vector or a
-        frame; ``(payload,)`` for ids that are a tuple, ``(payload, typecode)`` for an
-        ``array.array``. A value that is not int32 ids (a nested list, ids >= 2**31, bools,
-        strings, however it came to be) is sent as the unmodified class sent it: a list or
-        tuple as itself, anything else -- and a tuple that has the shape of the forms above --
-        as ``{"as_is": value}``."""
+    def _state_ids(self, obj: Any, value: Any) -> tuple[Any, Union[bool, str, None]]:
         try:
             vector = self._vector(obj, value)
         except (TypeError, ValueError, OverflowError):
             if type(value) is _TokenField:
-                value = value.ids                          # its list, found changed in place
-            if type(value) is list or type(value) is tuple and not _marks_held(value):
-                return value
-            return {_AS_IS: value}
-        if vector is None:
-            return None
-        payload = _pack_field(self.codec, vector)
-        kind = value.kind if type(value) is _TokenField else _kind_of(value)
-        if kind is False:
-            return payload
-        return (payload,) if kind is True else (payload, kind)
+                return value.ids, None                     # its list, found changed in place
+            return value, None
+        if type(value) is _TokenField:
+            return vector, value.kind
+        return vector, _kind_of(value)
+
+    def _held(self, vector: TokenVector, kind: Any) -> Any:
+        return _TokenField(vector, kind)
+
+    def _as_is(self, value: Any) -> Any:
+        return _fresh(value)
 
     def _listed(self, value: Any) -> Any:
-        """The stored `value` as the unmodified class held it (list form), caching nothing."""
         if type(value) is _TokenField:
             return value.built() if value.ids is None else value.ids
         return value
+
+    def _deepcopy_into(self, obj: Any, attrs: dict[str, Any], memo: dict[int, Any]) -> None:
+        name = self.name
+        value = obj.__dict__.get(name, _MISSING)
+        if value is _MISSING or value is None:
+            if value is None:
+                attrs[name] = None
+            return
+        if type(value) is _TokenField:
+            try:
+                self._vector(obj, value)                   # a changed list becomes the source
+            except (TypeError, ValueError, OverflowError):
+                pass
+            value = obj.__dict__[name]
+        if type(value) is _TokenField:
+            # itself if owned (immutable), else one memcpy
+            attrs[name] = _TokenField(copy.deepcopy(value.vector, memo), value.kind)
+        elif id(value) in memo:
+            attrs[name] = memo[id(value)]
+        elif type(value) is tuple and _all_ints(value):
+            attrs[name] = value                            # immutable all the way down
+        elif type(value) is list and _all_ints(value):
+            attrs[name] = memo[id(value)] = value[:]       # ints are immutable
+        elif type(value) is array.array:
+            attrs[name] = memo[id(value)] = value[:]       # a memcpy
+        else:
+            attrs[name] = copy.deepcopy(value, memo)
 
 
 def token_buffer(obj: Any, name: str) -> Optional[TokenVector]:

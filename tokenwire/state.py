@@ -1,27 +1,35 @@
-"""The pickled state of a class with token fields: its format, the per-class configuration that
-writes and checks it, and the process-wide "list on the wire" switch for rolling upgrades.
+"""The pickled state of a class with token fields: its format -- the state dict and what each
+token field contributes to it -- the protocol a token field answers for it, the per-class
+configuration that writes and checks it, and the process-wide "list on the wire" switch for
+rolling upgrades.
 
 Pickled state (version 1) is a dict::
 
     {"__tokenwire__": 1,                   # state version
-     "<field>": TokenVector | bytes | str | (payload,) | (payload, typecode) | list | tuple
-                | {"as_is": value} | None,
-                                           # one entry per set TokenIds field, under its public
-                                           # name: the vector ("raw"), or a wire frame (bytes;
-                                           # a latin-1 str below protocol 3); ids that were a
-                                           # tuple as a one-item tuple around that payload, an
-                                           # array.array as (payload, its typecode); a list or
-                                           # tuple that is not int32 ids as itself, any other
-                                           # value that is not (or a tuple of the shapes above)
-                                           # as {"as_is": value}
+     "<field>": <field payload>,           # one entry per set token field, under its public name
      "<attr>": value, ...}                 # every other instance attribute, pickled as usual
 
-or ``(that dict, {slot: value})`` when base classes have slots. A ``TokenVector`` pickles as raw
-int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so a pickler with a
-``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart frames, Ray, Dask). A
-state without ``"__tokenwire__"`` is the list form: what the class pickled before tokenwire was
-adopted (a plain ``list[int]`` under the public name or under ``_<field>``), and what
-``list_on_wire`` writes during a rolling upgrade; it loads.
+or ``(that dict, {slot: value})`` when base classes have slots. A field's payload is one of:
+
+* ``None`` -- the field is None;
+* the ids: a ``TokenVector`` (codec "raw"), or a wire frame of the field's codec (``bytes``; a
+  latin-1 ``str`` below protocol 3, which has no bytes opcode);
+* ``(ids,)`` -- ids that were a tuple; ``(ids, typecode)`` -- ids that were an ``array.array``
+  of that integer typecode (the receiver reads back the same kind of container);
+* a list or tuple that is not int32 ids (a nested list, ids >= 2**31, bools, strings...) as
+  itself, as the unmodified class sent it;
+* ``{"as_is": value}`` -- any other value that is not int32 ids, and a tuple that has the shape
+  of the forms above.
+
+A ``TokenVector`` pickles as raw int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so
+a pickler with a ``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart
+frames, Ray, Dask). A state without ``"__tokenwire__"`` is the list form: what the class pickled
+before tokenwire was adopted (a plain ``list[int]`` under the public name or under
+``_<field>``), and what ``list_on_wire`` writes during a rolling upgrade; it loads.
+
+This module writes and reads the format (`_to_state`, `_field_payload`; `_checked_state`,
+`_field_from_payload`); what an instance stores for a field is the field's own business
+(tokenwire.fields), reached only through the methods `_FieldProtocol` declares.
 """
 
 from __future__ import annotations
@@ -29,11 +37,11 @@ from __future__ import annotations
 import copyreg
 import functools
 import types
-from typing import Any, Optional, cast
+from typing import Any, Optional, Union, cast
 
+from tokenwire._core import TokenVector, _restore_shared, decode, encode
 from tokenwire._envflag import env_flag
 from tokenwire.errors import WireFormatError, _describe
-from tokenwire.fields import _MISSING, TokenIds, _field_from_state
 
 __all__ = ["STATE_VERSION"]       # list_on_wire is public as tokenwire.list_on_wire
 
@@ -45,6 +53,132 @@ _VERSION_KEY = "__tokenwire__"
 
 #: Class-level settings live in names starting with this prefix; a pickled state may never set one.
 _CONFIG_PREFIX = "_tokenwire"
+
+#: "No value": an unset field, an attribute absent from a state.
+_MISSING: Any = object()
+
+
+# --------------------------------------------------------------------------------------------
+# The field protocol: what the state format, the per-class configuration, copying and __repr__
+# ask of a token field
+
+
+class _FieldProtocol:
+    """A token field: a class attribute that is an instance of this class is a token field of
+    the classes that resolve its name to it (`_Config`). tokenwire.fields.TokenIds implements
+    it; the state format and tokenwire.adopt use a field through these methods only, never
+    through what an instance stores for it."""
+
+    __slots__ = ()
+
+    #: The attribute name (set when the field is bound to its class).
+    name: str
+    #: How the ids are sent: "raw" (a TokenVector) or a wire codec (a frame).
+    codec: str
+
+    def _state_ids(self, obj: Any, value: Any) -> tuple[Any, Union[bool, str, None]]:
+        """What the state sends for `value`, what `obj` stores for the field (not None):
+        ``(vector, kind)`` for int32 ids -- a TokenVector, and the kind of container they are,
+        False a list, True a tuple, a typecode an ``array.array``; ``(value, None)`` for a value
+        that is not int32 ids, as the unmodified class holds it."""
+        raise NotImplementedError
+
+    def _held(self, vector: TokenVector, kind: Any) -> Any:
+        """What an instance stores for ids received as `vector`, read back as `kind`; a kind
+        that cannot be read back raises WireFormatError."""
+        raise NotImplementedError
+
+    def _as_is(self, value: Any) -> Any:
+        """What an instance stores for a value received as it is."""
+        raise NotImplementedError
+
+    def _listed(self, value: Any) -> Any:
+        """The stored `value` as the unmodified class held it (list form), caching nothing."""
+        raise NotImplementedError
+
+    def _deepcopy_into(self, obj: Any, attrs: dict[str, Any], memo: dict[int, Any]) -> None:
+        """Set the field in `attrs` (a new object's ``__dict__``) to a deep copy of the field
+        of `obj`, as ``copy.deepcopy`` does for a plain attribute; nothing when unset."""
+        raise NotImplementedError
+
+    def summary(self, obj: Any) -> str:
+        """A short description of the field of `obj` for ``__repr__``."""
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------------
+# One field's payload: written by `_field_payload`, read by `_field_from_payload`
+
+#: Types of a payload that is the ids: a vector, or a frame.
+_HELD_KINDS = (TokenVector, bytes, bytearray, memoryview, str)
+
+#: The key of the one-entry dict that carries a value sent as it is.
+_AS_IS = "as_is"
+
+
+def _marks_held(payload: Any) -> bool:
+    """`payload` has the shape of the tuple forms: ``(ids,)`` or ``(ids, typecode)``."""
+    return (type(payload) is tuple and 1 <= len(payload) <= 2 and type(payload[0]) in _HELD_KINDS
+            and (len(payload) == 1 or type(payload[1]) is str))
+
+
+def _field_payload(field: _FieldProtocol, obj: Any, value: Any) -> Any:
+    """The payload of `field` for `value`, what `obj` stores for it."""
+    if value is None:
+        return None
+    ids, kind = field._state_ids(obj, value)
+    if kind is None:                                # not int32 ids: as the unmodified class sent it
+        if type(ids) is list or type(ids) is tuple and not _marks_held(ids):
+            return ids
+        return {_AS_IS: ids}
+    # "raw": the vector itself (raw int32, out-of-band at protocol 5); else a wire frame
+    payload = ids if field.codec == "raw" else encode(ids, codec=cast(Any, field.codec))
+    if kind is False:
+        return payload
+    return (payload,) if kind is True else (payload, kind)
+
+
+def _held_from_payload(field: _FieldProtocol, owner: str, name: str, payload: Any,
+                       kind: Any) -> Any:
+    """What an instance stores for ids sent as a TokenVector or a wire frame (bytes; a latin-1
+    str below protocol 3). One frame named by many fields or objects is decoded (a mutable one
+    copied) once: `_restore_shared`."""
+    try:
+        if type(payload) is TokenVector:
+            return field._held(payload, kind)
+        try:
+            vector = _restore_shared(payload, decode)
+        except UnicodeEncodeError:
+            raise WireFormatError(
+                "a frame sent as text must be latin-1 (code points < 256)") from None
+        return field._held(vector, kind)
+    except WireFormatError as exc:
+        raise WireFormatError(f"{owner} state key {_describe(name)}: {exc}") from None
+
+
+def _field_from_payload(field: _FieldProtocol, owner: str, name: str, payload: Any) -> Any:
+    """What an instance stores for `field` (under `name` in a state of class `owner`) from its
+    payload. Anything that is not a payload is hostile or damaged: WireFormatError naming the
+    key."""
+    if payload is None:
+        return None
+    kind = type(payload)
+    if kind in _HELD_KINDS:
+        return _held_from_payload(field, owner, name, payload, False)
+    if _marks_held(payload):    # ids that were a tuple, (ids,), or an array, (ids, typecode)
+        return _held_from_payload(field, owner, name, payload[0],
+                                  True if len(payload) == 1 else payload[1])
+    if kind is list or kind is tuple:
+        # A list-form state (written before tokenwire, or with list_on_wire), or a list or
+        # tuple that is not int32 ids (a nested list, big ints...): kept as it was sent, as
+        # the unmodified class kept it.
+        return payload
+    if kind is dict and len(payload) == 1 and _AS_IS in payload:
+        return field._as_is(payload[_AS_IS])
+    raise WireFormatError(
+        f"{owner} state key {_describe(name)}: a token field is a TokenVector, a wire frame, a "
+        f"list, a tuple, a value sent as it is or None, got {kind.__name__}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,9 +221,10 @@ class _Config:
         resolved: dict[str, Any] = {}
         for klass in reversed(cls.__mro__):        # later (more derived) classes win
             resolved.update(vars(klass))
-        #: (name, descriptor) of every TokenIds field, base classes' included, base order.
+        #: (name, field) of every token field, base classes' included, base order.
         _check_no_slot_fields(cls)
-        self.fields = tuple((n, a) for n, a in resolved.items() if isinstance(a, TokenIds))
+        self.fields: tuple[tuple[str, _FieldProtocol], ...] = tuple(
+            (n, a) for n, a in resolved.items() if isinstance(a, _FieldProtocol))
         self.keys = frozenset(n for n, _ in self.fields)
         self.fieldmap = dict(self.fields)
         #: Names a pickled state may not set in __dict__: data descriptors (properties,
@@ -172,7 +307,7 @@ def _to_state(obj: Any, config: _Config, attrs: dict[str, Any]) -> dict[str, Any
         elif as_lists:
             state[key] = desc._listed(value)          # the list-form state: a plain list
         else:
-            state[key] = desc._payload(obj, value)
+            state[key] = _field_payload(desc, obj, value)
     return state
 
 
@@ -232,14 +367,14 @@ def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any],
             raise WireFormatError(f"{owner} state key {_describe(key)} {problem}")
         if strict and len(accepted) < _ACCEPTED_CACHE_MAX:
             accepted.add(key)
-    for name in fields:
+    for name, field in fields.items():
         if name in updates:
-            updates[name] = _field_from_state(owner, name, updates[name])
+            updates[name] = _field_from_payload(field, owner, name, updates[name])
     for alias, name in aliases.items():
         if alias in updates:
             value = updates.pop(alias)
             if name and name not in updates:        # the public name wins
-                updates[name] = _field_from_state(owner, name, value)
+                updates[name] = _field_from_payload(fields[name], owner, name, value)
     for name in fields:
         if name not in updates:
             updates[name] = _MISSING                 # absent from the state: unset
@@ -247,7 +382,7 @@ def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any],
     if slots:
         for key, value in slots.items():
             if key in fields:
-                updates[key] = _field_from_state(owner, key, value)
+                updates[key] = _field_from_payload(fields[key], owner, key, value)
             elif key in config.slots or not strict and type(key) is str and not key.startswith(_CONFIG_PREFIX):
                 slot_updates[key] = value
             else:
