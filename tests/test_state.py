@@ -7,6 +7,7 @@ list[int] or a TokenVector, and every refusal names the key."""
 from __future__ import annotations
 
 import copyreg
+import functools
 import io
 import os
 import pickle
@@ -311,6 +312,41 @@ def test_one_predicate_decides_every_key():
     assert "not a string" in _state_key_problem(config, 5)
     assert "class-level configuration" in _state_key_problem(config, "_tokenwire_x")
     assert "class-level attribute" in _state_key_problem(config, "_prompt_token_ids_i32")
+
+
+
+class MethodsRequest(GenerationRequest):
+    @classmethod
+    def make(cls) -> "MethodsRequest":
+        return cls([1])
+
+    @staticmethod
+    def helper() -> int:
+        return 1
+
+    @functools.cached_property
+    def total(self) -> int:
+        return 3
+
+
+def test_state_keys_naming_methods_are_refused() -> None:
+    """{"set_id": 5} in a state would shadow the method with an int on the instance: refused,
+    naming the key, for methods, classmethods, staticmethods and inherited ones alike. A
+    cached_property keeps its value under its own name in __dict__: still allowed."""
+    import pickle
+
+    req = MethodsRequest([1, 2])
+    state = req.__reduce_ex__(5)[2]
+    methods = ["set_id", "make", "helper", "__reduce_ex__"]
+    assert all(callable(getattr(req, n)) for n in methods)
+    for name in methods:
+        fresh = MethodsRequest.__new__(MethodsRequest)
+        with pytest.raises(WireFormatError, match=f"state key {name!r} names a class-level "
+                                                  f"attribute \\(a method"):
+            fresh.__setstate__(dict(state, **{name: 5}))
+    assert req.total == 3                                  # cached in __dict__ as "total"
+    back = pickle.loads(pickle.dumps(req))
+    assert back.total == 3 and "total" in vars(back)
 
 
 # --------------------------------------------------------------------------------------------
