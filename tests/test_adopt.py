@@ -154,7 +154,8 @@ def test_shallow_copy_shares_the_list_like_a_plain_object(wire, read_first):
     assert dup.sampling_params is req.sampling_params
     dup.prompt_token_ids.append(7)
     assert req.prompt_token_ids[-1] == 7
-    assert token_buffer(req, "prompt_token_ids") == ids + [7] and token_buffer(dup, "prompt_token_ids") == ids + [7]
+    assert token_buffer(req, "prompt_token_ids") == ids + [7]
+    assert token_buffer(dup, "prompt_token_ids") == ids + [7]
     dup.prompt_token_ids = [1]                              # rebinding is per object
     assert req.prompt_token_ids == ids + [7]
 
@@ -235,7 +236,8 @@ def test_subclass_inheriting_a_dataclass_token_field_keeps_it():
 def test_subclass_property_is_never_set_from_state():
     obj = DcWithProperty.__new__(DcWithProperty)
     with pytest.raises(WireFormatError, match="state key 'prompt_len' names a class-level"):
-        obj.__setstate__({"__tokenwire__": 1, "rid": "r", "input_ids": [1], "n": 1, "prompt_len": 99})
+        obj.__setstate__({"__tokenwire__": 1, "rid": "r", "input_ids": [1], "n": 1,
+                          "prompt_len": 99})
     assert vars(obj) == {}
     assert roundtrip(DcWithProperty("r", [1, 2], 3)).prompt_len == 2
 
@@ -327,7 +329,8 @@ def test_own_getstate_is_wrapped(cls, source):
     assert "lock" not in state and type(state["ids"]) is TokenVector   # the user's rule, then ours
     for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
         data = pickle.dumps(obj, protocol)
-        assert {g for g in _globals_named(data) if g[0] != __name__} <= set(tokenwire.unpickle.PICKLE_GLOBALS)
+        named = {g for g in _globals_named(data) if g[0] != __name__}
+        assert named <= set(tokenwire.unpickle.PICKLE_GLOBALS)
         out = pickle.loads(data)
         assert type(vars(out)["ids"]) is _TokenField and out.ids == ids
     if cls is OwnBoth:

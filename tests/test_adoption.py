@@ -111,7 +111,8 @@ def test_msgspec_section_as_documented(zmq_ctx):
     text = DOC.read_text()
     assert "input_ids: bytes" not in text
     assert "+    prompt_token_ids: Optional[tokenwire.TokenVector]" in text
-    assert "+Encoder().send(socket, req)" in text and "+req = Decoder(EngineCoreRequest).recv(socket)" in text
+    assert "+Encoder().send(socket, req)" in text
+    assert "+req = Decoder(EngineCoreRequest).recv(socket)" in text
 
     ids = list(range(100_000, 140_000))
     req = EngineCoreRequest("r1", tokenwire.as_tokens(ids), 1.5)
@@ -183,7 +184,8 @@ def test_adoption_is_at_most_three_lines_per_class():
         '+@tokenwire.token_fields("input_ids")',
     ]
     per_class = changed_lines_per_class()
-    assert per_class["ExecutorRequest"] == per_class["TokenizedGenerateReqInput"] == 2  # import + decorator
+    # the import and the decorator
+    assert per_class["ExecutorRequest"] == per_class["TokenizedGenerateReqInput"] == 2
     assert all(n <= 3 for n in per_class.values()), per_class
     assert sum(changed.startswith("+import") for changed in changed) == 1
 
@@ -430,12 +432,14 @@ def test_frozen_dataclass_default_none_and_subclass():
     assert req.output_ids is None and FrozenReq("r", [1], [2]).output_ids == [2]
     params = inspect.signature(FrozenReq).parameters
     assert list(params) == ["rid", "input_ids", "output_ids"]
-    assert params["input_ids"].default is inspect.Parameter.empty and params["output_ids"].default is None
+    assert params["input_ids"].default is inspect.Parameter.empty
+    assert params["output_ids"].default is None
     out = roundtrip(req)
     assert out == req and hash(out) == hash(req) and type(out.input_ids) is tuple
     with pytest.raises(dataclasses.FrozenInstanceError):
         out.input_ids = [1]
-    sub = EmbeddingReq("r", "t", [5, 6], None, SamplingParams(), False, -1, 0, False, None, None, True)
+    sub = EmbeddingReq("r", "t", [5, 6], None, SamplingParams(), False, -1, 0, False, None, None,
+                       True)
     back = roundtrip(sub)
     assert back == sub and type(back.__getstate__()["input_ids"]) is TokenVector
 
@@ -469,7 +473,8 @@ def test_token_fields_below_dataclass_keeps_defaults_and_refuses_field_lines():
         output_ids: Optional[List[int]] = None
 
     params = inspect.signature(Below).parameters
-    assert params["input_ids"].default is inspect.Parameter.empty and params["output_ids"].default is None
+    assert params["input_ids"].default is inspect.Parameter.empty
+    assert params["output_ids"].default is None
     req = Below("r", [1, 2])
     assert req.output_ids is None and type(req.__getstate__()["input_ids"]) is TokenVector
     with pytest.raises(TypeError, match=r"'output_ids' is a dataclasses\.field\(\.\.\.\): write "
@@ -538,7 +543,8 @@ def test_ints_that_are_not_int32_travel_as_the_list(value, protocol):
         out = roundtrip(req, protocol)
         got = getattr(out, name)
         assert got == value and [type(v) for v in got] == [type(v) for v in value]
-        with pytest.raises((OverflowError, TypeError), match=f"{type(req).__name__}.{name}: token id at index"):
+        with pytest.raises((OverflowError, TypeError),
+                           match=f"{type(req).__name__}.{name}: token id at index"):
             token_buffer(out, name)            # the hand-off still says which field
 
 
@@ -571,7 +577,7 @@ odd_values = st.one_of(
     st.lists(scalars, max_size=6).map(tuple),
     st.lists(ids_like, max_size=4),                            # a batch of prompts
     st.lists(ids_like.map(tuple), max_size=4).map(tuple),
-    st.tuples(st.binary(max_size=4)),                          # the shapes of tokenwire's tuple forms
+    st.tuples(st.binary(max_size=4)),                  # the shapes of tokenwire's tuple forms
     st.tuples(st.text(max_size=4), st.sampled_from("qbZ")),
     ids_like.map(lambda v: array("q", v)),
     st.lists(st.integers(-2**63, 2**63 - 1), max_size=4).map(lambda v: array("q", v)),
@@ -653,7 +659,8 @@ def test_array_field_with_a_compact_codec_pickles_below_protocol_3_without_codec
             return tokenwire.find_class(module, name, allow=allow)
 
     out = U(io.BytesIO(data)).load()
-    assert type(out.ids) is array and out.ids.typecode == "q" and out.ids.tolist() == list(range(100))
+    assert type(out.ids) is array and out.ids.typecode == "q"
+    assert out.ids.tolist() == list(range(100))
 
 
 # --------------------------------------------------------------------------------------------

@@ -55,7 +55,8 @@ def test_unset_fields_read_none():
     assert roundtrip(req).prompt_token_ids is None
     req.prompt_token_ids = [1]
     del req.prompt_token_ids                    # unset, as a plain attribute: AttributeError
-    with pytest.raises(AttributeError, match="'GenerationRequest' object has no attribute 'prompt_token_ids'"):
+    with pytest.raises(AttributeError,
+                       match="'GenerationRequest' object has no attribute 'prompt_token_ids'"):
         req.prompt_token_ids
     with pytest.raises(AttributeError):
         del req.prompt_token_ids
@@ -244,11 +245,14 @@ def test_received_list_changed_to_non_int32_travels_as_that_list(extra):
     assert req._prompt_token_ids_i32 is None                # no longer held as a buffer, no raise
     for protocol in PROTOCOLS:
         out = roundtrip(req, protocol)
-        assert out.prompt_token_ids == [1, 2, extra] and type(out.prompt_token_ids[2]) is type(extra)
+        assert out.prompt_token_ids == [1, 2, extra]
+        assert type(out.prompt_token_ids[2]) is type(extra)
     deep = copy.deepcopy(req)
-    assert deep.prompt_token_ids == [1, 2, extra] and deep.prompt_token_ids is not req.prompt_token_ids
+    assert deep.prompt_token_ids == [1, 2, extra]
+    assert deep.prompt_token_ids is not req.prompt_token_ids
     assert type(vars(req)["prompt_token_ids"]) is list        # the list is the source now
-    with pytest.raises((OverflowError, TypeError), match=r"GenerationRequest\.prompt_token_ids: token id at index 2"):
+    with pytest.raises((OverflowError, TypeError),
+                       match=r"GenerationRequest\.prompt_token_ids: token id at index 2"):
         token_buffer(req, "prompt_token_ids")
 
 
@@ -359,5 +363,6 @@ def test_compact_frames_below_protocol_3_name_no_codecs_global(protocol):
 def test_frame_as_text_must_be_latin1():
     state = Compact().__getstate__()
     state["ids"] = "\u0100" + tokenwire.encode([1]).decode("latin-1")
-    with pytest.raises(WireFormatError, match="Compact state key 'ids': a frame sent as text must be latin-1"):
+    with pytest.raises(WireFormatError,
+                       match="Compact state key 'ids': a frame sent as text must be latin-1"):
         Compact().__setstate__(state)

@@ -279,7 +279,8 @@ def test_crafted_pickles_and_setstate_never_crash() -> None:
         from tokenwire import _core
         crafted = eval(sys.argv[1])
         attempts = {name: (lambda p=p: pickle.loads(p)) for name, p in crafted.items()}
-        attempts["FrameInfo().__setstate_cython__(())"] = lambda: _core.FrameInfo().__setstate_cython__(())
+        attempts["FrameInfo().__setstate_cython__(())"] = (
+            lambda: _core.FrameInfo().__setstate_cython__(()))
         attempts["FrameInfo().__reduce_cython__()"] = lambda: _core.FrameInfo().__reduce_cython__()
         attempts["FrameInfo().__reduce__()"] = lambda: _core.FrameInfo().__reduce__()
         for name, fn in attempts.items():
@@ -371,8 +372,10 @@ def test_restricted_unpickle_copies_a_mutable_source_once(craft) -> None:
     assert peak < 2 * len(data) + 2 * _SOURCE, f"{peak} bytes traced for a {len(data)}-byte pickle"
     if isinstance(out[0], GenerationRequest):
         vectors = [v for r in out for v in (r.prompt_token_ids, r.query_token_ids)]
-        assert all(type(v) is list for v in vectors[::2]) and all(type(v) is tuple for v in vectors[1::2])
-        assert len(vectors[0]) == _SOURCE // 4 and not any(vectors[0]) and vectors[1] == tuple(vectors[0])
+        assert all(type(v) is list for v in vectors[::2])
+        assert all(type(v) is tuple for v in vectors[1::2])
+        assert len(vectors[0]) == _SOURCE // 4 and not any(vectors[0])
+        assert vectors[1] == tuple(vectors[0])
     else:
         assert all(v is out[0] for v in out) and len(out[0]) == _SOURCE // 4 and not any(out[0])
 
@@ -578,7 +581,8 @@ def test_zero_copy_decode_releases_its_buffer_when_allocation_fails() -> None:
                 finally:
                     _testcapi.remove_mem_hooks()
                 out = None
-                assert sys.getrefcount(data) == base, (fn.__name__, start, sys.getrefcount(data) - base)
+                assert sys.getrefcount(data) == base, (
+                    fn.__name__, start, sys.getrefcount(data) - base)
             assert failures >= 2, (fn.__name__, failures)
         print("ok")
     """

@@ -39,7 +39,8 @@ def test_roundtrip_any_source_read_or_unread(ids, kind, read, protocol):
     assert (out.sampling_params, out.id, out.streaming) == ({"max_tokens": 8}, 7, False)
 
 
-@pytest.mark.parametrize("ids", [[], [0], BOUNDARY_IDS, big_ids()], ids=["empty", "one", "boundary", "128k"])
+@pytest.mark.parametrize("ids", [[], [0], BOUNDARY_IDS, big_ids()],
+                         ids=["empty", "one", "boundary", "128k"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_roundtrip_edges(ids, protocol):
     out = roundtrip(GenerationRequest(ids), protocol)
@@ -58,7 +59,8 @@ def test_repickling_unread_request_never_materializes():
         hop = roundtrip(worker_side, protocol)
         assert not PROMPT.is_materialized(worker_side)
         assert not PROMPT.is_materialized(hop)
-        assert token_buffer(hop, "prompt_token_ids") == token_buffer(worker_side, "prompt_token_ids")
+        assert (token_buffer(hop, "prompt_token_ids")
+                == token_buffer(worker_side, "prompt_token_ids"))
     copy.copy(worker_side), copy.deepcopy(worker_side), repr(worker_side), worker_side.prompt_len
     assert not PROMPT.is_materialized(worker_side)
     assert worker_side.prompt_token_ids == ids

@@ -117,7 +117,8 @@ def test_tuple_state_payload_forms():
     req = fresh()
     req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": (TokenVector([1, 2]),)})
     assert req.prompt_token_ids == (1, 2)
-    with pytest.raises(WireFormatError, match="state key 'prompt_token_ids': .*kind 'z' is not an integer array typecode"):
+    with pytest.raises(WireFormatError, match="state key 'prompt_token_ids': .*kind 'z' is not "
+                                              "an integer array typecode"):
         fresh().__setstate__({"__tokenwire__": 1, "prompt_token_ids": (TokenVector([1]), "z")})
     previous = tokenwire.list_on_wire(True)
     try:
@@ -226,7 +227,8 @@ def test_legacy_state_public_name_wins_and_missing_fields_are_unset():
 def test_list_on_wire_environment_words(monkeypatch):
     from tokenwire._envflag import env_flag as _env_flag
     for word, expected in (("1", True), ("true", True), ("YES", True), (" on ", True),
-                           ("0", False), ("false", False), ("No", False), ("off", False), ("", False)):
+                           ("0", False), ("false", False), ("No", False), ("off", False),
+                           ("", False)):
         monkeypatch.setenv("TOKENWIRE_LIST_ON_WIRE", word)
         assert _env_flag("TOKENWIRE_LIST_ON_WIRE") is expected, word
     monkeypatch.setenv("TOKENWIRE_LIST_ON_WIRE", "maybe")
@@ -258,7 +260,8 @@ def test_state_version_checks():
     req = GenerationRequest.__new__(GenerationRequest)
     with pytest.raises(WireFormatError, match="state version 2 is not supported"):
         req.__setstate__({"__tokenwire__": 2, "prompt_token_ids": None})
-    with pytest.raises(WireFormatError, match="key 'prompt_token_ids': a token field is a TokenVector"):
+    with pytest.raises(WireFormatError,
+                       match="key 'prompt_token_ids': a token field is a TokenVector"):
         req.__setstate__({"__tokenwire__": 1, "prompt_token_ids": 5})
     assert isinstance(WireFormatError("x"), ValueError)
     with pytest.raises(WireFormatError, match="state key 5 is not a string"):
@@ -295,7 +298,8 @@ def test_state_errors_quote_keys_and_versions_that_cannot_be_printed():
     assert vars(req) == {}
 
 
-@pytest.mark.parametrize("key", ["__reduce_ex__", "__class__", "__dict__", "__init__", "__weakref__"])
+@pytest.mark.parametrize("key", ["__reduce_ex__", "__class__", "__dict__", "__init__",
+                                 "__weakref__"])
 def test_special_names_the_class_defines_are_refused(key):
     req = fresh()
     with pytest.raises(WireFormatError,
@@ -449,7 +453,8 @@ _values = st.one_of(
 _dicts = st.dictionaries(_keys, _values, max_size=6)
 
 
-@given(state=st.one_of(_dicts, st.tuples(st.one_of(st.none(), _dicts), st.one_of(st.none(), _dicts))))
+@given(state=st.one_of(_dicts, st.tuples(st.one_of(st.none(), _dicts),
+                                         st.one_of(st.none(), _dicts))))
 def test_any_state_either_refused_or_sane(state):
     req = fresh()
     try:

@@ -36,6 +36,6 @@ class StructReq(msgspec.Struct):
 
     rid: str
     input_text: str
-    input_ids: Union[array, TokenVector]     # was: array; upgraded proxies fill it with as_tokens(...)
+    input_ids: Union[array, TokenVector]     # upgraded proxies fill it with as_tokens(...)
     sampling_params: Dict[str, Any]
     return_logprob: bool = False
