@@ -10,6 +10,11 @@ TOKENWIRE_STRICT_SKIPS=1; TOKENWIRE_STRICT_SKIPS=0 turns it off) every skip fail
 its reason is listed in TOKENWIRE_EXPECTED_SKIPS: comma-separated entries, each the name of a
 package the environment leaves out on purpose (a skip "could not import 'ray'" matches `ray`) or
 text the skip reason contains. .ci/pythons lists what its reduced install leaves out.
+
+Without an optional package (tests/support/extras.py lists them) a test that needs it skips:
+through a module-level pytest.importorskip, or, for a test that imports it without one, a
+ModuleNotFoundError of that package is reported as a skip naming it. hypothesis is optional
+too: its profiles are registered when it is installed.
 """
 
 from __future__ import annotations
@@ -20,23 +25,28 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from support.extras import missing_optional, skip_reason
 
 # bench/ (the benchmarks, not installed) is imported from the clone's root by the tests that use
 # it. Appended, not prepended: the checkout's tokenwire/ (sources without the compiled extension)
 # must not shadow the installed package.
 sys.path.append(str(Path(__file__).resolve().parent.parent))
 
-settings.register_profile("dev", max_examples=60, deadline=None)
-settings.register_profile(
-    "ci",
-    max_examples=400,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.load_profile(
-    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
-)
+try:
+    from hypothesis import HealthCheck, settings
+except ModuleNotFoundError:             # the modules that use it skip without it
+    pass
+else:
+    settings.register_profile("dev", max_examples=60, deadline=None)
+    settings.register_profile(
+        "ci",
+        max_examples=400,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    settings.load_profile(
+        os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+    )
 
 
 @pytest.fixture
@@ -49,7 +59,19 @@ def zmq_ctx():
 
 
 # --------------------------------------------------------------------------------------------
-# skips fail in CI unless expected
+# a missing optional package is a skip; skips fail in CI unless expected
+
+
+def _skip_missing_optional(report: pytest.TestReport | pytest.CollectReport,
+                           excinfo: pytest.ExceptionInfo[BaseException] | None,
+                           path: str, lineno: int) -> None:
+    """Report a failure whose cause is a missing optional package as a skip naming it."""
+    if not report.failed or excinfo is None:
+        return
+    package = missing_optional(excinfo.value)
+    if package is not None:
+        report.outcome = "skipped"
+        report.longrepr = (path, lineno, f"Skipped: {skip_reason(package)}")
 
 
 def _strict_skips() -> bool:
@@ -91,10 +113,19 @@ def _fail_unexpected_skip(report: pytest.TestReport | pytest.CollectReport) -> N
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
-    _fail_unexpected_skip(outcome.get_result())
+    report = outcome.get_result()
+    if call.when in ("setup", "call"):
+        path, lineno, _ = report.location
+        _skip_missing_optional(report, call.excinfo, path, (lineno or 0) + 1)
+    _fail_unexpected_skip(report)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
     outcome = yield                     # a module-level importorskip skips the whole module
-    _fail_unexpected_skip(outcome.get_result())
+    report = outcome.get_result()
+    call = getattr(report, "call", None)                # pytest keeps the collect call here
+    _skip_missing_optional(report, call and call.excinfo, str(collector.path), 1)
+    if report.skipped:
+        report.result = []
+    _fail_unexpected_skip(report)

@@ -1,5 +1,9 @@
-"""Hostile input and hostile callers: decompression bombs, crafted pickles, writers
-racing with a call, misaligned buffers, allocation per input byte, and the suspected defects.
+"""Hostile input and hostile callers: zstd frames that would inflate past their declared size,
+headers that claim more than a frame holds, crafted pickles (of tokenwire's extension types, and
+one mutable source named many times under a restricted unpickler), buffers written by another
+thread during a call, failing allocations, and values an error message cannot simply print.
+Valid input at the edges of what is accepted is tests/test_valid_edge_inputs.py; refused
+request states are tests/test_state.py.
 
 Anything that could take the interpreter down (a crash, hundreds of MB) runs in a subprocess, so
 that a regression is a failed test and not a dead pytest.
@@ -7,6 +11,8 @@ that a regression is a failed test and not a dead pytest.
 
 from __future__ import annotations
 
+import functools
+import gc
 import io
 import pickle
 import struct
@@ -23,10 +29,13 @@ import pytest
 
 import tokenwire
 import tokenwire.memory
+import tokenwire.wire
 from tokenwire import WireFormatError
+from tokenwire.request import GenerationRequest
 
 # Subprocesses, peak-RSS measurements and racing threads: `pytest -m "not slow"` skips them.
 pytestmark = pytest.mark.slow
+
 
 ZSTD_BLOCK = 128 * 1024
 
@@ -39,8 +48,8 @@ def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent)
 
 
-# ---------------------------------------------------------------------------------------------
-# 1. zstd decompression bomb
+# --------------------------------------------------------------------------------------------
+# zstd frames that would inflate past their declared size
 
 
 def zstd_rle_bomb(blocks: int) -> bytes:
@@ -98,7 +107,6 @@ def test_compressed_blocks_are_cut_off_one_byte_past_the_declared_size() -> None
         tracemalloc.stop()
     assert peak < 4 * declared + 2**20, peak
 
-
 BOMB_PATHS = {
     "decode": "tokenwire.decode(data)",
     "decode_many": "tokenwire.decode_many(data)",
@@ -146,8 +154,75 @@ def test_zstd_bomb_peak_memory_stays_small(path: str, tmp_path: Path) -> None:
     assert "refused:" in r.stdout and "zstd payload" in r.stdout + r.stderr
 
 
-# ---------------------------------------------------------------------------------------------
-# 2. pickling extension types
+# --------------------------------------------------------------------------------------------
+# headers that claim more than the frame holds: allocation stays bounded by the input
+
+
+def _peak_traced(fn) -> int:  # type: ignore[no-untyped-def]
+    tracemalloc.start()
+    try:
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    del out
+    return peak
+
+
+def test_decode_many_of_empty_sequences_allocates_one_list_slot_each() -> None:
+    frame = tokenwire.encode_many([[]] * 1_000_000)                   # 4 MB
+    peak = _peak_traced(lambda: tokenwire.decode_many(frame))
+    assert peak <= 2 * len(frame) + 4096, f"{peak / len(frame):.1f} bytes per input byte"
+    out = tokenwire.decode_many(frame)
+    assert len(out) == 1_000_000 and all(len(v) == 0 for v in out[:10])
+
+
+def test_decode_many_allocation_bound_per_input_byte() -> None:
+    # The worst case per count-table entry: one id each, packed at width 1 (docs/wire-format.md:
+    # at most 26 bytes per input byte: a 64-byte vector, its storage, a list slot per 4.1 bytes).
+    frame = tokenwire.encode_many([[1]] * 200_000, codec="packed")
+    peak = _peak_traced(lambda: tokenwire.decode_many(frame))
+    assert peak <= 26 * len(frame), f"{peak / len(frame):.1f} bytes per input byte"
+
+
+def test_pfor_allocation_is_bounded_by_its_payload() -> None:
+    """A pfor frame holds at most 128 ids per payload byte (width-0 blocks): its claimed count
+    is checked against the length prefix before the ids are allocated, so a decoder allocates
+    at most 512 bytes of ids per payload byte; a larger claim is refused without allocating."""
+    blocks = 10_000
+    frame = tokenwire.encode([0] * (128 * blocks), codec="pfor")          # one byte per block
+    assert len(frame) == 24 + blocks
+    peak = _peak_traced(lambda: tokenwire.decode(frame))
+    assert peak <= 512 * blocks + 4096, f"{peak / blocks:.1f} bytes per payload byte"
+    claim = bytearray(frame)
+    claim[8:16] = (128 * blocks + 1).to_bytes(8, "little")               # one id too many
+    peak = _peak_traced(lambda: pytest.raises(WireFormatError, tokenwire.decode, bytes(claim)))
+    assert peak < 64 * 1024, peak
+    with pytest.raises(WireFormatError, match=r"^pfor payload of 10000 bytes cannot hold 1280001 "):
+        tokenwire.frame_info(bytes(claim))
+    # several sequences: each decoded straight into its own vector, the 4 bytes an id and no
+    # second copy (the sequences' lengths put block boundaries inside sequences and across them)
+    many = tokenwire.encode_many([[0] * 64_001] * 20, codec="pfor")
+    peak = _peak_traced(lambda: tokenwire.decode_many(many))
+    assert peak <= 4 * 64_001 * 20 + 20 * 200 + 4096, f"{peak / (4 * 64_001 * 20):.2f} x the ids"
+    assert [len(v) for v in tokenwire.decode_many(many)] == [64_001] * 20
+
+
+def test_count_table_total_is_exact_and_checked_before_allocating() -> None:
+    """Ruled out for real buffers (a wrap needs a table of 2**32 entries, 16 GiB); the sum is
+    128-bit anyway. A table of maximal counts gives the exact size needed."""
+    nseq = 1000
+    table = struct.pack(f"<{nseq}I", *([0xFFFFFFFF] * nseq))
+    frame = b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x02, nseq) + table
+    need = nseq * 0xFFFFFFFF * 4
+    info = tokenwire.frame_info(frame)                  # reads no payload: reports the sizes
+    assert sum(info.counts) == nseq * 0xFFFFFFFF and info.nbytes == len(frame) + need
+    with pytest.raises(WireFormatError, match=f"truncated: payload needs {need} bytes, has 0"):
+        tokenwire.decode_many(frame)
+
+
+# --------------------------------------------------------------------------------------------
+# crafted pickles of tokenwire's extension types
 
 
 def _extension_types() -> list[type]:
@@ -167,7 +242,6 @@ def test_no_extension_type_has_generated_pickle_helpers() -> None:
 
 
 def test_only_token_vector_pickles() -> None:
-    import pickle
     info = tokenwire.frame_info(tokenwire.encode([1, 2, 3]))
     for obj in (info, tokenwire.memory.ImmutableBuffer(b"abcd")):
         for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
@@ -179,9 +253,6 @@ def test_only_token_vector_pickles() -> None:
     fn, args = tokenwire.as_tokens([1, 2]).__reduce_ex__(2)
     assert fn is tokenwire._core._restore_token_vector and args == ("\1\0\0\0\2\0\0\0",)
 
-
-# Pickles that name nothing but tokenwire's own globals (and copyreg's reconstructor), built
-# opcode by opcode. Each must end in an exception; none may crash the interpreter.
 CRAFTED_PICKLES = {
     # __pyx_unpickle_FrameInfo(FrameInfo, <checksum>, ()) -- the generated helper itself
     "unpickle helper": b"ctokenwire._core\n__pyx_unpickle_FrameInfo\n(ctokenwire._core\n"
@@ -208,7 +279,8 @@ def test_crafted_pickles_and_setstate_never_crash() -> None:
         from tokenwire import _core
         crafted = eval(sys.argv[1])
         attempts = {name: (lambda p=p: pickle.loads(p)) for name, p in crafted.items()}
-        attempts["FrameInfo().__setstate_cython__(())"] = lambda: _core.FrameInfo().__setstate_cython__(())
+        attempts["FrameInfo().__setstate_cython__(())"] = (
+            lambda: _core.FrameInfo().__setstate_cython__(()))
         attempts["FrameInfo().__reduce_cython__()"] = lambda: _core.FrameInfo().__reduce_cython__()
         attempts["FrameInfo().__reduce__()"] = lambda: _core.FrameInfo().__reduce__()
         for name, fn in attempts.items():
@@ -226,8 +298,139 @@ def test_crafted_pickles_and_setstate_never_crash() -> None:
     assert not [line for line in lines if line.endswith("RETURNED")], r.stdout
 
 
-# ---------------------------------------------------------------------------------------------
-# 4. concurrent writers
+# --------------------------------------------------------------------------------------------
+# crafted pickles under a restricted unpickler: a pickle naming one source many times (its
+# memo makes that cost a few bytes a time) gets one vector, so memory stays within a constant
+# factor of the pickle, and one mutable source named past a bound is refused
+
+_REFS = 30
+
+_SOURCE = 1 << 20                                        # 1 MiB of ids
+
+_GLOBAL = b"\x8c\x0ftokenwire._core\x8c\x15_restore_token_vector\x93\x94"   # memo 0
+
+
+def _in_band_bytearray() -> tuple[bytes, list[object]]:
+    """BYTEARRAY8 once (memo 1), then restored _REFS times (6 bytes each)."""
+    first = _GLOBAL + b"\x96" + struct.pack("<Q", _SOURCE) + bytes(_SOURCE) + b"\x94\x85R"
+    again = b"h\x00h\x01\x85R" * (_REFS - 1)
+    return b"\x80\x05](" + first + again + b"e.", []
+
+
+def _out_of_band_view() -> tuple[bytes, list[object]]:
+    """One out-of-band buffer over writable memory, made read-only once (memo 1), restored
+    _REFS times."""
+    first = _GLOBAL + b"\x97\x98\x94\x85R"
+    again = b"h\x00h\x01\x85R" * (_REFS - 1)
+    return b"\x80\x05](" + first + again + b"e.", [bytearray(_SOURCE)]
+
+
+def _out_of_band_fresh_views() -> tuple[bytes, list[object]]:
+    """The buffer itself memoized (memo 1): each restore makes a new read-only view of it."""
+    first = _GLOBAL + b"0\x97\x940"                     # both memoized, then popped
+    again = b"h\x00h\x01\x98\x85R" * _REFS
+    return b"\x80\x05](" + first + again + b"e.", [bytearray(_SOURCE)]
+
+
+def _request_states() -> tuple[bytes, list[object]]:
+    """_REFS requests whose states name one bytearray frame (pickle memoizes it)."""
+
+    frame = bytearray(tokenwire.encode(np.zeros(_SOURCE // 4, np.int32), codec="raw"))
+    fn, args, state = GenerationRequest([1]).__reduce_ex__(5)[:3]
+
+    class Shared:
+        __class__ = property(lambda self: GenerationRequest)    # what pickle checks of __newobj__
+
+        def __reduce_ex__(self, protocol: object) -> object:
+            return fn, args, dict(state, prompt_token_ids=frame, query_token_ids=(frame,))
+
+    return pickle.dumps([Shared() for _ in range(_REFS)], protocol=5), []
+
+
+@pytest.mark.parametrize("craft", [_in_band_bytearray, _out_of_band_view,
+                                   _out_of_band_fresh_views, _request_states])
+def test_restricted_unpickle_copies_a_mutable_source_once(craft) -> None:
+    data, buffers = craft()
+    assert len(data) < _SOURCE + 200 * _REFS
+    allow = {("tokenwire.request", "GenerationRequest"), ("copyreg", "__newobj__")}
+    find = functools.partial(tokenwire.find_class, allow=allow)
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> object:
+            return find(module, name)
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        out = Restricted(io.BytesIO(data), buffers=buffers).load()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert len(out) == _REFS
+    assert peak < 2 * len(data) + 2 * _SOURCE, f"{peak} bytes traced for a {len(data)}-byte pickle"
+    if isinstance(out[0], GenerationRequest):
+        vectors = [v for r in out for v in (r.prompt_token_ids, r.query_token_ids)]
+        assert all(type(v) is list for v in vectors[::2])
+        assert all(type(v) is tuple for v in vectors[1::2])
+        assert len(vectors[0]) == _SOURCE // 4 and not any(vectors[0])
+        assert vectors[1] == tuple(vectors[0])
+    else:
+        assert all(v is out[0] for v in out) and len(out[0]) == _SOURCE // 4 and not any(out[0])
+
+
+def test_a_restored_vector_never_shows_a_later_write() -> None:
+    """The source is copied, and a source written since a vector was made from it gives a new
+    vector; the same unchanged memory gives the same one."""
+    from tokenwire._core import _restore_token_vector
+    source = bytearray(b"\0\0\0\0\1\0\0\0")
+    view = memoryview(source).toreadonly()
+    first = _restore_token_vector(view)
+    assert _restore_token_vector(memoryview(source).toreadonly()) is first
+    source[0] = 7
+    assert list(first) == [0, 1]
+    second = _restore_token_vector(view)
+    assert list(second) == [7, 1] and list(first) == [0, 1]
+    assert _restore_token_vector(source) is second
+    third = _restore_token_vector(bytearray(b"\7\0\0\0\1\0\0\0"))   # another object: a copy
+    assert list(third) == [7, 1]
+    # Text (protocols 0-2) is immutable: one vector per str object, the same error as before.
+    text = "\1\0\0\0\2\0\0\0"
+    assert _restore_token_vector(text) is _restore_token_vector(text)
+    with pytest.raises(tokenwire.TokenIdError, match="code point above 255"):
+        _restore_token_vector("\u0100abc")
+
+
+def _bytearray_named(refs: int, nbytes: int) -> bytes:
+    """A protocol-5 pickle naming only the allowed restore function: one BYTEARRAY8 of `nbytes`,
+    restored `refs` times through the memo (5 bytes per reference)."""
+    out = bytearray(b"\x80\x05")
+    out += b"\x8c\x0ftokenwire._core\x94\x8c\x15_restore_token_vector\x94\x93\x94"   # memo 2
+    out += b"\x96" + nbytes.to_bytes(8, "little") + b"\x01" * nbytes + b"\x94"     # memo 3
+    out += b"\x85\x94("                                                             # memo 4
+    out += b"h\x02h\x04R" * refs
+    return bytes(out + b"l.")
+
+
+class _AllowListed(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        return tokenwire.find_class(module, name)
+
+
+def test_one_mutable_buffer_named_many_times_is_refused_past_a_bound() -> None:
+    # Each repeat of a mutable source costs a full comparison (its bytes may have changed since):
+    # 50,000 references to one 8 MiB bytearray took 12 s. tokenwire never names one buffer twice,
+    # so past a small bound the pickle is refused.
+    few = _AllowListed(io.BytesIO(_bytearray_named(64, 4096))).load()
+    assert len({id(v) for v in few}) == 1 and few[0].tolist() == [0x01010101] * 1024
+    with pytest.raises(pickle.UnpicklingError,
+                       match="names one mutable buffer of 4096 bytes more than 64"):
+        _AllowListed(io.BytesIO(_bytearray_named(65 + 1000, 4096))).load()
+
+
+# --------------------------------------------------------------------------------------------
+# buffers written by another thread while a call reads them without the GIL
 
 
 class Flipper:
@@ -351,104 +554,15 @@ def test_decode_many_race_never_reads_past_the_payload(gil_always_released: None
     print(outcomes)
 
 
-# ---------------------------------------------------------------------------------------------
-# 5. misaligned int32 buffers
-
-
-@pytest.mark.parametrize("codec", ["auto", "raw", "u16", "packed", "zstd", "pfor"])
-def test_encode_misaligned_int32_buffers(codec: str) -> None:
-    if codec == "zstd":
-        pytest.importorskip("zstandard")
-    ids = [(i * 37) % 60_000 for i in range(1001)]
-    blob = b"x" + np.array(ids, dtype=np.int32).tobytes()
-    sources = {
-        "ndarray at offset 1": np.frombuffer(blob, "i4", offset=1),
-        "memoryview of bytes at offset 1": memoryview(blob)[1:].cast("i"),   # immutable: no copy
-    }
-    for name, src in sources.items():
-        assert np.asarray(src).ctypes.data % 4 != 0, name
-        assert tokenwire.decode(tokenwire.encode(src, codec=codec)).tolist() == ids, name
-        assert tokenwire.as_tokens(src).tolist() == ids, name
-        assert tokenwire.tolist(src) == ids, name
-
-
-# ---------------------------------------------------------------------------------------------
-# 6. decode_many: allocation per input byte
-
-
-def _peak_traced(fn) -> int:  # type: ignore[no-untyped-def]
-    tracemalloc.start()
-    try:
-        out = fn()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    del out
-    return peak
-
-
-def test_decode_many_of_empty_sequences_allocates_one_list_slot_each() -> None:
-    frame = tokenwire.encode_many([[]] * 1_000_000)                   # 4 MB
-    peak = _peak_traced(lambda: tokenwire.decode_many(frame))
-    assert peak <= 2 * len(frame) + 4096, f"{peak / len(frame):.1f} bytes per input byte"
-    out = tokenwire.decode_many(frame)
-    assert len(out) == 1_000_000 and all(len(v) == 0 for v in out[:10])
-
-
-def test_decode_many_allocation_bound_per_input_byte() -> None:
-    # The worst case per count-table entry: one id each, packed at width 1 (docs/wire-format.md:
-    # at most 26 bytes per input byte: a 64-byte vector, its storage, a list slot per 4.1 bytes).
-    frame = tokenwire.encode_many([[1]] * 200_000, codec="packed")
-    peak = _peak_traced(lambda: tokenwire.decode_many(frame))
-    assert peak <= 26 * len(frame), f"{peak / len(frame):.1f} bytes per input byte"
-
-
-def test_pfor_allocation_is_bounded_by_its_payload() -> None:
-    """A pfor frame holds at most 128 ids per payload byte (width-0 blocks): its claimed count
-    is checked against the length prefix before the ids are allocated, so a decoder allocates
-    at most 512 bytes of ids per payload byte; a larger claim is refused without allocating."""
-    blocks = 10_000
-    frame = tokenwire.encode([0] * (128 * blocks), codec="pfor")          # one byte per block
-    assert len(frame) == 24 + blocks
-    peak = _peak_traced(lambda: tokenwire.decode(frame))
-    assert peak <= 512 * blocks + 4096, f"{peak / blocks:.1f} bytes per payload byte"
-    claim = bytearray(frame)
-    claim[8:16] = (128 * blocks + 1).to_bytes(8, "little")               # one id too many
-    peak = _peak_traced(lambda: pytest.raises(WireFormatError, tokenwire.decode, bytes(claim)))
-    assert peak < 64 * 1024, peak
-    with pytest.raises(WireFormatError, match=r"^pfor payload of 10000 bytes cannot hold 1280001 "):
-        tokenwire.frame_info(bytes(claim))
-    # several sequences: each decoded straight into its own vector, the 4 bytes an id and no
-    # second copy (the sequences' lengths put block boundaries inside sequences and across them)
-    many = tokenwire.encode_many([[0] * 64_001] * 20, codec="pfor")
-    peak = _peak_traced(lambda: tokenwire.decode_many(many))
-    assert peak <= 4 * 64_001 * 20 + 20 * 200 + 4096, f"{peak / (4 * 64_001 * 20):.2f} x the ids"
-    assert [len(v) for v in tokenwire.decode_many(many)] == [64_001] * 20
-
-
-# ---------------------------------------------------------------------------------------------
-# 7. valid input that used to be rejected
-
-
-def test_huge_steps() -> None:
-    assert tokenwire.as_tokens(range(5, 6, 10**30)) == [5]
-    assert tokenwire.as_tokens(range(5, 4, -(10**30))) == [5]
-    assert tokenwire.as_tokens(range(5, 6, 10**30)).tolist() == list(range(5, 6, 10**30))
-    tv = tokenwire.as_tokens([10, 20, 30])
-    for step in (10**20, -(10**20), 2**63, -(2**63)):
-        assert tv[::step].tolist() == [10, 20, 30][::step]
-    assert tv[1::10**20].tolist() == [20]
-    assert tv[5::10**20].tolist() == []
-
-
-# ---------------------------------------------------------------------------------------------
-# 8. suspected defects, confirmed or ruled out
+# --------------------------------------------------------------------------------------------
+# failing allocations
 
 
 def test_zero_copy_decode_releases_its_buffer_when_allocation_fails() -> None:
-    """Confirmed for decode_many / zstd decode (the vector creation after acquiring the buffer
-    could fail and leak it), ruled out for decode; tv_take_view now owns the buffer even when it
-    raises. Every allocation in turn is made to fail (_testcapi.set_nomemory)."""
+    """A zero-copy decode (decode, decode_many) hands the input's buffer to the vectors it
+    makes; when any allocation after the buffer is acquired fails, the buffer is released all
+    the same. Every allocation in turn is made to fail (_testcapi.set_nomemory) and the input's
+    reference count must come back to where it started."""
     pytest.importorskip("_testcapi")
     code = """
         import sys, _testcapi, tokenwire
@@ -467,7 +581,8 @@ def test_zero_copy_decode_releases_its_buffer_when_allocation_fails() -> None:
                 finally:
                     _testcapi.remove_mem_hooks()
                 out = None
-                assert sys.getrefcount(data) == base, (fn.__name__, start, sys.getrefcount(data) - base)
+                assert sys.getrefcount(data) == base, (
+                    fn.__name__, start, sys.getrefcount(data) - base)
             assert failures >= 2, (fn.__name__, failures)
         print("ok")
     """
@@ -475,235 +590,11 @@ def test_zero_copy_decode_releases_its_buffer_when_allocation_fails() -> None:
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
-def test_type_error_inside_index_is_chained_with_the_index() -> None:
-    class Broken:
-        def __index__(self) -> int:
-            raise TypeError("no index for you")
-
-    with pytest.raises(TypeError, match=r"token id at index 2: Broken.__index__ raised "
-                                        r"TypeError: no index for you") as info:
-        tokenwire.as_tokens([1, 2, Broken()])
-    assert isinstance(info.value.__cause__, TypeError)
-    assert str(info.value.__cause__) == "no index for you"
-    with pytest.raises(TypeError, match="token id at index 1 must be an int, got float"):
-        tokenwire.as_tokens([1, 1.5])
-
-
-def test_count_table_total_is_exact_and_checked_before_allocating() -> None:
-    """Ruled out for real buffers (a wrap needs a table of 2**32 entries, 16 GiB); the sum is
-    128-bit anyway. A table of maximal counts gives the exact size needed."""
-    nseq = 1000
-    table = struct.pack(f"<{nseq}I", *([0xFFFFFFFF] * nseq))
-    frame = b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x02, nseq) + table
-    need = nseq * 0xFFFFFFFF * 4
-    info = tokenwire.frame_info(frame)                  # reads no payload: reports the sizes
-    assert sum(info.counts) == nseq * 0xFFFFFFFF and info.nbytes == len(frame) + need
-    with pytest.raises(WireFormatError, match=f"truncated: payload needs {need} bytes, has 0"):
-        tokenwire.decode_many(frame)
-
-
-# ---------------------------------------------------------------------------------------------
-# Nothing the caller passed is modified
-
-
-def test_inputs_are_not_modified() -> None:
-    arr = np.arange(1000, dtype=np.int32)
-    frame = bytearray(tokenwire.encode(arr, codec="packed", checksum=True))
-    before_arr, before_frame = arr.copy(), bytes(frame)
-    for codec in ("auto", "raw", "u16", "packed"):
-        tokenwire.encode(arr, codec=codec)
-    tokenwire.decode(frame)
-    tokenwire.decode_many(frame)
-    assert np.array_equal(arr, before_arr) and bytes(frame) == before_frame
-
-
-
-# ---------------------------------------------------------------------------------------------
-# Restricted unpickling: a pickle naming one source many times (its memo makes that cost a few
-# bytes a time) gets one vector, so memory stays within a constant factor of the pickle.
-
-# 30 pickled objects (60 references for the request states: below the 64 repeats a mutable
-# source may have, see test_one_mutable_buffer_named_many_times_is_refused_past_a_bound): one
-# copy each would be 30-60 MiB, one copy in all is 1 MiB.
-_REFS = 30
-_SOURCE = 1 << 20                                        # 1 MiB of ids
-_GLOBAL = b"\x8c\x0ftokenwire._core\x8c\x15_restore_token_vector\x93\x94"   # memo 0
-
-
-def _in_band_bytearray() -> tuple[bytes, list[object]]:
-    """BYTEARRAY8 once (memo 1), then restored _REFS times (6 bytes each)."""
-    first = _GLOBAL + b"\x96" + struct.pack("<Q", _SOURCE) + bytes(_SOURCE) + b"\x94\x85R"
-    again = b"h\x00h\x01\x85R" * (_REFS - 1)
-    return b"\x80\x05](" + first + again + b"e.", []
-
-
-def _out_of_band_view() -> tuple[bytes, list[object]]:
-    """One out-of-band buffer over writable memory, made read-only once (memo 1), restored
-    _REFS times."""
-    first = _GLOBAL + b"\x97\x98\x94\x85R"
-    again = b"h\x00h\x01\x85R" * (_REFS - 1)
-    return b"\x80\x05](" + first + again + b"e.", [bytearray(_SOURCE)]
-
-
-def _out_of_band_fresh_views() -> tuple[bytes, list[object]]:
-    """The buffer itself memoized (memo 1): each restore makes a new read-only view of it."""
-    first = _GLOBAL + b"0\x97\x940"                     # both memoized, then popped
-    again = b"h\x00h\x01\x98\x85R" * _REFS
-    return b"\x80\x05](" + first + again + b"e.", [bytearray(_SOURCE)]
-
-
-def _request_states() -> tuple[bytes, list[object]]:
-    """_REFS requests whose states name one bytearray frame (pickle memoizes it)."""
-    import pickle
-
-    from tokenwire.request import GenerationRequest
-    frame = bytearray(tokenwire.encode(np.zeros(_SOURCE // 4, np.int32), codec="raw"))
-    fn, args, state = GenerationRequest([1]).__reduce_ex__(5)[:3]
-
-    class Shared:
-        __class__ = property(lambda self: GenerationRequest)    # what pickle checks of __newobj__
-
-        def __reduce_ex__(self, protocol: object) -> object:
-            return fn, args, dict(state, prompt_token_ids=frame, query_token_ids=(frame,))
-
-    return pickle.dumps([Shared() for _ in range(_REFS)], protocol=5), []
-
-
-@pytest.mark.parametrize("craft", [_in_band_bytearray, _out_of_band_view,
-                                   _out_of_band_fresh_views, _request_states])
-def test_restricted_unpickle_copies_a_mutable_source_once(craft) -> None:
-    import functools
-    import gc
-    import io
-    import pickle
-
-    from tokenwire.request import GenerationRequest
-    data, buffers = craft()
-    assert len(data) < _SOURCE + 200 * _REFS
-    allow = {("tokenwire.request", "GenerationRequest"), ("copyreg", "__newobj__")}
-    find = functools.partial(tokenwire.find_class, allow=allow)
-
-    class Restricted(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> object:
-            return find(module, name)
-
-    gc.collect()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        out = Restricted(io.BytesIO(data), buffers=buffers).load()
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    assert len(out) == _REFS
-    assert peak < 2 * len(data) + 2 * _SOURCE, f"{peak} bytes traced for a {len(data)}-byte pickle"
-    if isinstance(out[0], GenerationRequest):
-        vectors = [v for r in out for v in (r.prompt_token_ids, r.query_token_ids)]
-        assert all(type(v) is list for v in vectors[::2]) and all(type(v) is tuple for v in vectors[1::2])
-        assert len(vectors[0]) == _SOURCE // 4 and not any(vectors[0]) and vectors[1] == tuple(vectors[0])
-    else:
-        assert all(v is out[0] for v in out) and len(out[0]) == _SOURCE // 4 and not any(out[0])
-
-
-def test_a_restored_vector_never_shows_a_later_write() -> None:
-    """The source is copied, and a source written since a vector was made from it gives a new
-    vector; the same unchanged memory gives the same one."""
-    from tokenwire._core import _restore_token_vector
-    source = bytearray(b"\0\0\0\0\1\0\0\0")
-    view = memoryview(source).toreadonly()
-    first = _restore_token_vector(view)
-    assert _restore_token_vector(memoryview(source).toreadonly()) is first
-    source[0] = 7
-    assert list(first) == [0, 1]
-    second = _restore_token_vector(view)
-    assert list(second) == [7, 1] and list(first) == [0, 1]
-    assert _restore_token_vector(source) is second
-    third = _restore_token_vector(bytearray(b"\7\0\0\0\1\0\0\0"))   # another object: a copy
-    assert list(third) == [7, 1]
-    # Text (protocols 0-2) is immutable: one vector per str object, the same error as before.
-    text = "\1\0\0\0\2\0\0\0"
-    assert _restore_token_vector(text) is _restore_token_vector(text)
-    with pytest.raises(tokenwire.TokenIdError, match="code point above 255"):
-        _restore_token_vector("\u0100abc")
-
-
-# ---------------------------------------------------------------------------------------------
-# A pickled request state may not shadow a method
-
-
-import functools  # noqa: E402
-
-from tokenwire import GenerationRequest  # noqa: E402
-
-
-class MethodsRequest(GenerationRequest):
-    @classmethod
-    def make(cls) -> "MethodsRequest":
-        return cls([1])
-
-    @staticmethod
-    def helper() -> int:
-        return 1
-
-    @functools.cached_property
-    def total(self) -> int:
-        return 3
-
-
-def test_state_keys_naming_methods_are_refused() -> None:
-    """{"set_id": 5} in a state would shadow the method with an int on the instance: refused,
-    naming the key, for methods, classmethods, staticmethods and inherited ones alike. A
-    cached_property keeps its value under its own name in __dict__: still allowed."""
-    import pickle
-
-    req = MethodsRequest([1, 2])
-    state = req.__reduce_ex__(5)[2]
-    methods = ["set_id", "make", "helper", "__reduce_ex__"]
-    assert all(callable(getattr(req, n)) for n in methods)
-    for name in methods:
-        fresh = MethodsRequest.__new__(MethodsRequest)
-        with pytest.raises(WireFormatError, match=f"state key {name!r} names a class-level "
-                                                  f"attribute \\(a method"):
-            fresh.__setstate__(dict(state, **{name: 5}))
-    assert req.total == 3                                  # cached in __dict__ as "total"
-    back = pickle.loads(pickle.dumps(req))
-    assert back.total == 3 and "total" in vars(back)
-
-
-# -- one mutable buffer named many times: bounded comparisons, not only bounded memory ---------
-
-def _bytearray_named(refs: int, nbytes: int) -> bytes:
-    """A protocol-5 pickle naming only the allowed restore function: one BYTEARRAY8 of `nbytes`,
-    restored `refs` times through the memo (5 bytes per reference)."""
-    out = bytearray(b"\x80\x05")
-    out += b"\x8c\x0ftokenwire._core\x94\x8c\x15_restore_token_vector\x94\x93\x94"   # memo 2
-    out += b"\x96" + nbytes.to_bytes(8, "little") + b"\x01" * nbytes + b"\x94"     # memo 3
-    out += b"\x85\x94("                                                             # memo 4
-    out += b"h\x02h\x04R" * refs
-    return bytes(out + b"l.")
-
-
-class _AllowListed(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> object:
-        return tokenwire.find_class(module, name)
-
-
-def test_one_mutable_buffer_named_many_times_is_refused_past_a_bound() -> None:
-    # Each repeat of a mutable source costs a full comparison (its bytes may have changed since):
-    # 50,000 references to one 8 MiB bytearray took 12 s. tokenwire never names one buffer twice,
-    # so past a small bound the pickle is refused.
-    few = _AllowListed(io.BytesIO(_bytearray_named(64, 4096))).load()
-    assert len({id(v) for v in few}) == 1 and few[0].tolist() == [0x01010101] * 1024
-    with pytest.raises(pickle.UnpicklingError,
-                       match="names one mutable buffer of 4096 bytes more than 64"):
-        _AllowListed(io.BytesIO(_bytearray_named(65 + 1000, 4096))).load()
-
-
-# ---------------------------------------------------------------------------------------------
-# 9. values a message cannot simply print: an int past Python's int-to-text limit (4300 digits,
-# sys.set_int_max_str_digits), a repr that raises, a repr of a megabyte. Building the message
-# must never fail: the error is the documented one, and its message stays short.
+# --------------------------------------------------------------------------------------------
+# values a message cannot simply print: an int past Python's int-to-text limit (4300 digits,
+# sys.set_int_max_str_digits), a repr that raises, a repr of a megabyte, an __index__ that
+# raises. Building the message must never fail: the error is the documented one, and its
+# message stays short.
 
 
 class _ReprRaises:
@@ -719,7 +610,6 @@ class _ReprHuge:
 class _ReprNotText:
     def __repr__(self) -> str:
         return 5  # type: ignore[return-value]
-
 
 _UNPRINTABLE = {"10**5000": 10**5000, "-10**5000": -(10**5000), "repr raises": _ReprRaises(),
                 "repr of 1 MB": _ReprHuge(), "repr not text": _ReprNotText()}
@@ -743,8 +633,6 @@ def _negative(v: object) -> object:
 def _hooks(**kw: object) -> object:
     return pytest.importorskip("tokenwire.msgspec").Hooks(**kw)
 
-
-#: Every public call whose error message quotes a value the caller gave: (call, error type).
 _QUOTING_CALLS = {
     "TokenVector.index": (lambda v: tokenwire.TokenVector([1]).index(v), ValueError),
     "encode codec": (lambda v: tokenwire.encode([1], codec=v), ValueError),
@@ -766,7 +654,6 @@ _QUOTING_CALLS = {
 @pytest.mark.parametrize("value", list(_UNPRINTABLE.values()), ids=list(_UNPRINTABLE))
 @pytest.mark.parametrize("call", list(_QUOTING_CALLS), ids=list(_QUOTING_CALLS))
 def test_messages_never_fail_while_being_built(call: str, value: object) -> None:
-    import tokenwire.wire                                        # noqa: F401  (check_codec)
     fn, error = _QUOTING_CALLS[call]
     with pytest.raises(error) as info:
         fn(value)
@@ -808,3 +695,17 @@ def test_a_value_whose_type_has_no_name_is_still_described() -> None:
     assert _describe(-(2**128)) == "a negative int of 129 bits"
     assert _describe(2**128 - 1) == str(2**128 - 1)
     assert _describe(True) == "True"
+
+
+def test_type_error_inside_index_is_chained_with_the_index() -> None:
+    class Broken:
+        def __index__(self) -> int:
+            raise TypeError("no index for you")
+
+    with pytest.raises(TypeError, match=r"token id at index 2: Broken.__index__ raised "
+                                        r"TypeError: no index for you") as info:
+        tokenwire.as_tokens([1, 2, Broken()])
+    assert isinstance(info.value.__cause__, TypeError)
+    assert str(info.value.__cause__) == "no index for you"
+    with pytest.raises(TypeError, match="token id at index 1 must be an int, got float"):
+        tokenwire.as_tokens([1, 1.5])

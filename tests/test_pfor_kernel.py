@@ -6,9 +6,11 @@ every payload with a bit-by-bit reader of the spec, pins the byte layout (except
 high bytes included), hits every decoder error with a hand-made payload, runs a seeded fuzz loop
 over mangled payloads and races the encoder against a writer thread. Here it is compiled with
 gcc under AddressSanitizer + UndefinedBehaviorSanitizer (every read past the payload or write
-past the ids aborts it) once per path: the best the CPU has (AVX-512 VBMI2, else AVX2, else
-SSE2), AVX2 (noavx512), SSE2 (noavx2) and plain C (-DTWPF_PORTABLE); once more at -O3 without
-them; and the header is compiled as C++17 on its own.
+past the ids aborts it) and run once per path: the best the CPU has (AVX-512 VBMI2, else AVX2,
+else SSE2), AVX2 (noavx512) and SSE2 (noavx2) from one build (the program picks its path at
+run time), plain C (-DTWPF_PORTABLE) from a second; once more at -O3 without them; and the
+header is compiled as C++17 on its own. Each build is made once per test run (module-scoped
+fixtures), since a sanitizer build takes most of a test's time.
 """
 
 from __future__ import annotations
@@ -55,12 +57,26 @@ def _run(exe: pathlib.Path, seed: int, iterations: int, *extra: str) -> str:
     return proc.stdout
 
 
+SANITIZE = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer"]
+
+
+@pytest.fixture(scope="module")
+def sanitized_exe(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The program under the sanitizers, with every run-time path the CPU has."""
+    return _build(tmp_path_factory.mktemp("pfor") / "pfor_test_asan", SANITIZE)
+
+
+@pytest.fixture(scope="module")
+def portable_exe(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The program under the sanitizers with the plain C paths only (-DTWPF_PORTABLE)."""
+    return _build(tmp_path_factory.mktemp("pfor") / "pfor_test_portable",
+                  [*SANITIZE, "-DTWPF_PORTABLE"])
+
+
 @pytest.mark.parametrize("seed", [1, 20240229])
-def test_kernel_under_sanitizers(tmp_path: pathlib.Path, seed: int) -> None:
-    exe = _build(tmp_path / "pfor_test_asan",
-                 ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                  "-fno-omit-frame-pointer"])
-    out = _run(exe, seed, 10_000)
+def test_kernel_under_sanitizers(sanitized_exe: pathlib.Path, seed: int) -> None:
+    out = _run(sanitized_exe, seed, 10_000)
     # the fuzz loop reached every outcome (the program checks it too; shown here on failure)
     assert all(not line.endswith(": 0") for line in out.splitlines() if "outcome" in line), out
 
@@ -69,32 +85,25 @@ def test_kernel_optimized(tmp_path: pathlib.Path) -> None:
     _run(_build(tmp_path / "pfor_test_o3", ["-O3", "-march=native"]), 3, 5_000)
 
 
-def test_kernel_avx2_paths(tmp_path: pathlib.Path) -> None:
+def test_kernel_avx2_paths(sanitized_exe: pathlib.Path) -> None:
     """The run-time AVX-512 VBMI2 paths switched off: the AVX2 unpack with the shuffle patch,
     the AVX2 gather of high parts and width counts (what a CPU without AVX-512 runs), under the
     sanitizers. On a CPU without AVX2 this covers the SSE2 paths once more."""
-    exe = _build(tmp_path / "pfor_test_avx2",
-                 ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
-    out = _run(exe, 7, 3_000, "noavx512")
+    out = _run(sanitized_exe, 7, 3_000, "noavx512")
     assert out.splitlines()[0] in ("paths: avx2", "paths: sse2"), out
 
 
-def test_kernel_sse2_paths(tmp_path: pathlib.Path) -> None:
+def test_kernel_sse2_paths(sanitized_exe: pathlib.Path) -> None:
     """The run-time AVX2 and AVX-512 paths switched off: the SSE2 unpack, patch and width
     counts a CPU without AVX2 runs, under the sanitizers."""
-    exe = _build(tmp_path / "pfor_test_sse2",
-                 ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"])
-    out = _run(exe, 5, 3_000, "noavx2")
+    out = _run(sanitized_exe, 5, 3_000, "noavx2")
     assert out.splitlines()[0] == "paths: sse2", out
 
 
-def test_kernel_portable_paths(tmp_path: pathlib.Path) -> None:
+def test_kernel_portable_paths(portable_exe: pathlib.Path) -> None:
     """The plain C paths (big-endian hosts, non-x86) against the same checks and the spec's
     bit-by-bit reader, under the sanitizers."""
-    exe = _build(tmp_path / "pfor_test_portable",
-                 ["-O1", "-DTWPF_PORTABLE", "-fsanitize=address,undefined",
-                  "-fno-sanitize-recover=all"])
-    out = _run(exe, 11, 3_000)
+    out = _run(portable_exe, 11, 3_000)
     assert out.splitlines()[0] == "paths: portable", out
 
 

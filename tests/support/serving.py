@@ -10,16 +10,16 @@ deployment where both sides name the module the same), `before` as `serving_requ
 from __future__ import annotations
 
 import importlib.util
-import pickle
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from support.requests import PROTOCOLS, roundtrip  # noqa: F401  (the serving tests use both)
+
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE_PATH = ROOT / "examples" / "before" / "serving_requests.py"
 AFTER_PATH = ROOT / "examples" / "after" / "serving_requests.py"
-PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
 
 sys.path.insert(0, str(AFTER_PATH.parent))
 import serving_requests as after  # noqa: E402, F401  (pickles name it "serving_requests")
@@ -50,7 +50,3 @@ def tokenized(mod, ids, *rest):
     return mod.TokenizedGenerateReqInput(
         "rid-1", "hello", ids, None, mod.SamplingParams(temperature=0.5), True, -1, 5, None,
         False, *rest)
-
-
-def roundtrip(obj, protocol=5):
-    return pickle.loads(pickle.dumps(obj, protocol=protocol))
