@@ -155,6 +155,30 @@ def test_refuses_what_as_tokens_refuses_with_its_error(ext: ModuleType, name: st
     assert _error(lambda: ext.to_vector_bytes(make())) == expected
 
 
+# Around as_tokens' loop boundaries (pyint.h: TW_PYINT_PREFETCH = 16 items prefetched ahead, a
+# tail without): lists shorter than, equal to and longer than the prefetch distance.
+@pytest.mark.parametrize("n", [1, 2, 16, 17, 33])
+def test_every_position_of_a_list_is_as_tokens(ext: ModuleType, n: int) -> None:
+    """The hand-off runs as_tokens' loop: an item that loop does not take (an int subclass, a
+    numpy scalar, an int of two digits, a bool, an int outside int32, a non-int), wherever it
+    falls, gives as_tokens' ids or as_tokens' error (type and message, naming its index)."""
+    base = list(range(100_000, 100_000 + n))
+    specials = (2**31 - 1, -(2**31), 2**30, -(2**30) - 1, IntSub(7), np.int64(9),
+                True, 2**31, -(2**31) - 1, 2**100, None, 1.5)
+    for k in range(n):
+        for special in specials:
+            ids = base[:k] + [special] + base[k + 1:]
+            for seq in (ids, tuple(ids)):
+                try:
+                    expected: object = tokenwire.as_tokens(seq).tolist()
+                except (TypeError, OverflowError) as e:
+                    assert _error(lambda: ext.to_vector_bytes(seq)) == (type(e), str(e))
+                    assert f"index {k} " in str(e) or f"index {k}:" in str(e)
+                    continue
+                assert via_to_vector(ext)(seq) == expected == base[:k] + [int(special)] + \
+                    base[k + 1:]
+
+
 @pytest.mark.parametrize("vocab", [0, -1, -5, 3, 4, 151_936, 2**40])
 @pytest.mark.parametrize("ids", [[1, 2, 3], [0, 3, -1], np.array([1, 2, 3], dtype=np.int64),
                                  np.array([3, 2, 1], dtype=np.int32)], ids=repr)

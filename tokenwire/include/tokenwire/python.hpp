@@ -176,13 +176,10 @@ inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
         PyObject** items = PySequence_Fast_ITEMS(obj);
         if (!resize(out, size_t(n))) return false;
-        int32_t* dst = out.data();
-        Py_ssize_t i = 0;
-        for (; i < n; i++) {
-            PyObject* o = items[i];
-            if (!(PyLong_CheckExact(o) && tw_pyint_small_value(o, dst + i))) break;
-        }
-        done = i == n;
+        // as_tokens' own loop (tokenwire/pyint.h). Where it stops, as_tokens' slow path would
+        // take the item (an int subclass, a numpy scalar, a big int, a bool, a non-int): the
+        // whole sequence goes to as_tokens, whose one loop converts it or raises its error.
+        done = tw_pyints_small_values(items, n, out.data()) == n;
     } else if (PyObject_CheckBuffer(obj) && !PyBytes_Check(obj) && !PyByteArray_Check(obj)) {
         Py_buffer view;
         if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) == 0) {
