@@ -4,7 +4,7 @@ Every encoder and decoder of an ISL is measured in one process, interleaved roun
 figures are medians with the interquartile range as spread. Ids are a seeded Zipf stream over a
 shuffled 151,936-id vocabulary (Qwen2/3), so "packed" runs at 18 bits; the u16 row uses the same
 generator over a 32,000-id vocabulary (Llama 2). `--tokenizer FILE` tokenizes local text with a
-real tokenizer instead; `--ids FILE` reads real ids written by bench/codec_v2_ids.py (raw
+real tokenizer instead; `--ids FILE` reads real ids written by bench/pfor_ids.py (raw
 little-endian int32), repeated up to each ISL. Integer codecs from PyPI are peers (the bench
 extra: pyfastpfor's SIMD-FastPFor, libstreamvbyte, pcodec; rows only for those installed),
 beside tokenwire's pfor. Each peer starts from its natural input (a list for pickle/msgpack of
@@ -358,7 +358,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                    help="ids from a real tokenizer (a `tokenizers` tokenizer.json) on local text")
     p.add_argument("--text", metavar="FILE", help="the text for --tokenizer (default: stdlib sources)")
     p.add_argument("--ids", metavar="I32_FILE",
-                   help="real ids: a raw little-endian int32 file (bench/codec_v2_ids.py writes "
+                   help="real ids: a raw little-endian int32 file (bench/pfor_ids.py writes "
                         "them), repeated up to each ISL")
     p.add_argument("--plot", metavar="PNG", help="also draw time and size against ISL")
 

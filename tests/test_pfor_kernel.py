@@ -1,4 +1,4 @@
-"""The codec v2 kernel (tokenwire/include/tokenwire/pfor.h) through its C test program.
+"""The pfor kernel (tokenwire/include/tokenwire/pfor.h) through its C test program.
 
 tests/c/pfor_test.c round-trips ids of every width 0..32 (negative ids included) at block
 boundaries, checks every block's width against the encoder rule written from the spec, reads

@@ -10,6 +10,8 @@ file per concept, all compiled into this one module (kernels compute, wrappers c
   * _tokenvector.pxi  -- TokenVector, an immutable native int32 sequence (buffer protocol);
   * _restore.pxi      -- token data restored from a pickle (one rule for a repeated source);
   * _wire.pxi         -- the wire codec (encode / decode / encode_many / decode_many);
+  * _zstd.pxi         -- zstd: the optional zstandard module, compressing and decompressing
+                         payloads (included by _wire.pxi);
   * _inspect.pxi      -- frame_info, and which kernels this CPU runs;
   * _shmring.pxi      -- the shared-memory ring's atomic state words.
 C-level concepts have one .pxd each (_byteorder, _bitpack, _crc32c, _frame, _pyint) over the C

@@ -1,5 +1,5 @@
 """Two request classes as serving stacks write them: examples/before/ holds them unmodified,
-examples/after/ after adopting tokenwire (tests/test_serving_classes.py checks the two files
+examples/after/ after adopting tokenwire (tests/test_adoption.py checks the two files
 differ by at most three lines per class; here one import and one decorator per class).
 
 `ExecutorRequest` follows the plain-class executor request of TensorRT-LLM's LLM API

@@ -1,4 +1,4 @@
-/* Tests of the codec v2 kernel (tokenwire/pfor.h): round trips, the byte layout, every decoder
+/* Tests of the pfor kernel (tokenwire/pfor.h): round trips, the byte layout, every decoder
  * error, a seeded fuzz loop over mangled payloads and an encoder racing a writer.
  *
  *   pfor_test [SEED] [FUZZ_ITERATIONS] [noavx2 | noavx512]

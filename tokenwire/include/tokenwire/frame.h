@@ -53,7 +53,7 @@ typedef struct {
 } tw_codec_info;
 
 /* In table order, which is also auto's tie-break order among the fixed-width codecs (fastest to
- * decode first). pfor (codec v2: a width per block of 128 ids, exceptions patched; pfor.h) has
+ * decode first). pfor (a width per block of 128 ids, exceptions patched; pfor.h) has
  * no single width: its width byte is 0 and its payload size is in the frame (a length prefix). */
 enum { TW_CODEC_RAW = 0, TW_CODEC_U16 = 1, TW_CODEC_PACKED = 2, TW_CODEC_PFOR = 3, TW_NCODECS = 4 };
 

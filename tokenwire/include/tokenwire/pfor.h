@@ -1,4 +1,4 @@
-/* Codec v2 kernel ("pfor"): per-block bit width with patched exceptions (PFor), for int32 ids.
+/* The pfor kernel: per-block bit width with patched exceptions (PFor), for int32 ids.
  *
  * Byte layout (specified in docs/wire-format.md, "pfor"; design notes: docs/pfor.md). Ids are
  * coded as their 32-bit two's-complement patterns (uint32), so any int32 round-trips; a negative

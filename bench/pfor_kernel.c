@@ -1,13 +1,13 @@
-/* Codec v2 kernel benchmark: bytes per id, encode and decode time as multiples of memcpy of the
+/* pfor kernel benchmark: bytes per id, encode and decode time as multiples of memcpy of the
  * int32 ids, for the packed codec (bitpack.h, every id at the width of the largest) and pfor
  * (pfor.h), on the same ids, side by side in one run (median of repeats, interleaved).
  *
- *   gcc -O3 -std=c99 -I tokenwire/include bench/codec_v2_kernel.c -o /tmp/cv2 -lm && \
- *       /tmp/cv2 [--repeats R] [--paths avx2|sse2] FILE.i32...
+ *   gcc -O3 -std=c99 -I tokenwire/include bench/pfor_kernel.c -o /tmp/pfor_kernel -lm && \
+ *       /tmp/pfor_kernel [--repeats R] [--paths avx2|sse2] FILE.i32...
  *
- * FILE.i32: raw little-endian int32 ids (bench/codec_v2_ids.py writes real tokenizer ids); the
+ * FILE.i32: raw little-endian int32 ids (bench/pfor_ids.py writes real tokenizer ids); the
  * special name "zipf" (with vocab 151936) gives a synthetic stream like
- * tokenwire.benchmarks.data.token_stream (Zipf 1.2 ranks through a shuffled vocabulary; a
+ * bench.data.token_stream (Zipf 1.2 ranks through a shuffled vocabulary; a
  * different generator, so the same distribution, not the same ids). Sizes: 1k, 8k, 40k, 128k ids
  * (the first n of the file). Packed encode here includes its OR scan and defensive copy, as
  * tokenwire's encoder does. pfor takes the best paths the CPU has (twpf_init: AVX-512 VBMI2,

