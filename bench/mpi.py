@@ -11,7 +11,9 @@ its engine as an int32 vector. This benchmark runs that iteration under `mpiexec
     vector is;
   * the iteration's time is the slowest rank's (the next iteration needs them all); p50 and p99
     over `--iters` iterations. After each timed iteration every rank compares the arrays with
-    the ids it expected (outside the timing) and the run fails if one differs.
+    the ids it expected (outside the timing) and the run fails if one differs;
+  * then where an iteration goes, stage by stage (`stage_times`): pickle.dumps, MPI's Bcast of
+    the pickle's bytes, pickle.loads, the copies into int32 arrays.
 
 Rows: a plain request whose ids are a `list[int]` (the baseline: the list is pickled id by id,
 then numpy converts it element by element) against `tokenwire.GenerationRequest` (ids pickled as
@@ -121,11 +123,49 @@ def rank_main(cfg: dict[str, Any]) -> int:
             slowest = np.max(np.array(every_rank), axis=0)
             results[row] = {"p50_ms": float(np.percentile(slowest, 50) * 1e3),
                             "p99_ms": float(np.percentile(slowest, 99) * 1e3)}
+    stages = {kind: stage_times(comm, kind, ids, cfg["iters"]) for kind in ("plain list",
+                                                                            "tokenwire")}
     wrong_total = comm.allreduce(wrong, op=MPI.SUM)
     if rank == 0:
         print("TOKENWIRE-MPI " + json.dumps({"ranks": comm.Get_size(), "rows": results,
-                                              "wrong": wrong_total}), flush=True)
+                                              "stages": stages, "wrong": wrong_total}),
+              flush=True)
     return 1 if wrong_total else 0
+
+
+def stage_times(comm: Any, kind: str, ids: list[np.ndarray], iters: int) -> dict[str, float]:
+    """Where an iteration goes, stage by stage, each after a barrier (median ms): rank 0's
+    pickle.dumps of the batch, then, timed on rank 1, MPI's Bcast of the pickle's bytes from
+    rank 0, pickle.loads of them and the copies into int32 arrays."""
+    from mpi4py import MPI
+
+    batch = make_batch(kind, ids)
+    convert = to_engine(kind)
+    data = pickle.dumps(batch, protocol=5)
+    buf = bytearray(len(data)) if comm.Get_rank() else bytearray(data)
+    times: dict[str, list[float]] = {"dumps": [], "Bcast": [], "loads": [], "copies": []}
+    for _ in range(iters):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if comm.Get_rank() == 0:
+            pickle.dumps(batch, protocol=5)
+        t1 = time.perf_counter()
+        comm.Barrier()
+        t2 = time.perf_counter()
+        comm.Bcast([buf, MPI.BYTE], root=0)
+        t3 = time.perf_counter()
+        got = pickle.loads(buf)
+        t4 = time.perf_counter()
+        for r in got:
+            convert(r)
+        t5 = time.perf_counter()
+        for name, dt in zip(times, (t1 - t0, t3 - t2, t4 - t3, t5 - t4)):
+            times[name].append(dt)
+    every = comm.gather(times, root=0)
+    if comm.Get_rank() != 0 or not every or len(every) < 2:
+        return {}
+    seen = dict(every[1], dumps=every[0]["dumps"])
+    return {name: float(np.median(seen[name]) * 1e3) for name in times}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  [{'ok' if hit else 'MISSED'}] best tokenwire row >= {TARGET_RATIO:g}x the "
               f"baseline: {ratio:.1f}x")
         ok = ok and hit
+        for kind, st in res["stages"].items():
+            print(f"  stages, {kind:<11} (median ms): "
+                  + ", ".join(f"{name} {ms:.2f}" for name, ms in st.items()))
         if res["wrong"] or res["exit"]:
             print(f"  ids arrived wrong in {res['wrong']} rank-iterations (mpiexec exit "
                   f"{res['exit']})", file=sys.stderr)
