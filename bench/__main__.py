@@ -14,6 +14,8 @@
                              out-of-band frames, by size; a slot against memcpy (--quick)
   python -m bench malloc     peak and final RSS of a torch-like process, tokenwire's glibc malloc
                              settling on against off (tokenwire.memory.malloc_settling)
+  python -m bench net        proxy and worker in two network namespaces over TCP (rate-limited
+                             with tbf): plain lists, in-band, out-of-band raw and coded
   python -m bench mpi        rank 0 broadcasts each iteration's new requests to the other MPI
                              ranks (comm.bcast, pkl5): plain lists against tokenwire requests
 
@@ -45,6 +47,7 @@ SUBCOMMANDS: dict[str, str] = {
     "shm": "bench.bench_shm",
     "malloc": "bench.malloc",
     "mpi": "bench.mpi",
+    "net": "bench.net",
 }
 
 

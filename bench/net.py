@@ -1,0 +1,357 @@
+"""Across hosts, for real: a proxy and a worker in two network namespaces, over TCP.
+
+The benchmark makes two network namespaces joined by a veth pair (10.77.0.1 and 10.77.0.2),
+optionally rate-limited on both ends with a token bucket (`tc qdisc ... tbf rate R burst 32kb`:
+a small burst, or tbf lets a whole request through at line rate), starts a worker in one and
+a proxy in the other, and removes both namespaces when it ends, also on ^C or SIGTERM, and
+sweeps namespaces an earlier killed run left behind. Root (CAP_NET_ADMIN) and `ip` / `tc`
+(iproute2) are needed.
+
+One request at a time: the proxy builds a request of `--isl` ids (a fresh `list[int]`, as a
+tokenizer returns them, outside the timing), serializes and sends it over a zmq PAIR socket on
+tcp://; the worker receives it, copies its ids into an int32 array (its engine's vector) and
+answers with a CRC-32 of them; the trip is the proxy's clock from the start of serializing to the
+answer. Rows:
+
+  baseline        a request with a plain `list[int]` field, `send_pyobj`
+  tokenwire       `tokenwire.GenerationRequest`, `send_pyobj` (ids in band, raw int32)
+  oob <codec>     `GenerationRequest` through `tokenwire.transport.send_pyobj_oob(codec=...)`:
+                  the ids as their own frame, raw or coded with the wire codec (packed, pfor,
+                  zstd, auto); `oob default` lets the transport pick from the endpoint
+
+Ids: seeded realistic ids (bench.data) or, with `--ids FILE`, real tokenizer ids (a raw int32
+file, e.g. from bench/pfor_ids.py), repeated up to `--isl`. The rows take turns a few requests at
+a time; p50 and p99 of the trip, the bytes each request put on the wire, and ×baseline.
+
+  python -m bench net [--rate 1gbit,unshaped] [--isl 40000] [--requests 60] [--ids FILE]
+                      [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PREFIX = "twbench"
+ADDR_PROXY, ADDR_WORKER, PORT = "10.77.0.1", "10.77.0.2", 5591
+CODECS = ("raw", "packed", "pfor", "zstd", "auto")
+BLOCK = 4       # requests per turn of a row
+
+
+# ---------------------------------------------------------------------------------------------
+# Network namespaces
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+def sweep_stale() -> None:
+    """Removes the namespaces of earlier runs whose process is gone (a run killed with SIGKILL
+    cannot clean up after itself; the names carry the pid that made them)."""
+    listed = _ip("netns", "list", check=False).stdout.split("\n")
+    for line in listed:
+        name = line.split(" ")[0]
+        if not name.startswith(PREFIX + "-"):
+            continue
+        try:
+            pid = int(name.split("-")[2])
+            os.kill(pid, 0)
+        except (IndexError, ValueError, ProcessLookupError):
+            _ip("netns", "del", name, check=False)
+        except PermissionError:
+            pass
+
+
+class NetnsPair:
+    """Two namespaces joined by a veth pair, removed by `close()` (idempotent; registered with
+    atexit and run by SIGTERM's handler too)."""
+
+    def __init__(self, rate: str | None) -> None:
+        self.proxy = f"{PREFIX}-p-{os.getpid()}"
+        self.worker = f"{PREFIX}-w-{os.getpid()}"
+        self.rate = rate
+        self.closed = False
+        sweep_stale()
+        atexit.register(self.close)
+        try:
+            for ns in (self.proxy, self.worker):
+                _ip("netns", "add", ns)
+            _ip("link", "add", "twv-p", "netns", self.proxy, "type", "veth", "peer", "name",
+                "twv-w", "netns", self.worker)
+            for ns, dev, addr in ((self.proxy, "twv-p", ADDR_PROXY),
+                                  (self.worker, "twv-w", ADDR_WORKER)):
+                _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+                _ip("-n", ns, "link", "set", dev, "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+                if rate:
+                    subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev,
+                                    "root", "tbf", "rate", rate, "burst", "32kb", "latency",
+                                    "400ms"], check=True, capture_output=True, text=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def exec_prefix(self, ns: str) -> list[str]:
+        return ["ip", "netns", "exec", ns]
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for ns in (self.proxy, self.worker):
+            _ip("netns", "del", ns, check=False)
+
+
+def namespaces_usable() -> str | None:
+    """None when this process can make network namespaces, else why not."""
+    if sys.platform != "linux":
+        return "network namespaces are Linux's"
+    if os.geteuid() != 0:
+        return "network namespaces need root (CAP_NET_ADMIN)"
+    for tool in ("ip", "tc"):
+        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+            return f"`{tool}` (iproute2) is not installed"
+    probe = f"{PREFIX}-probe-{os.getpid()}"
+    r = _ip("netns", "add", probe, check=False)
+    _ip("netns", "del", probe, check=False)
+    return None if r.returncode == 0 else f"`ip netns add` failed: {r.stderr.strip()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The two processes
+
+class PlainRequest:
+    """The baseline: a request with a plain `list[int]` field."""
+
+    def __init__(self, req_id: int, prompt_token_ids: list[int]) -> None:
+        self.id = req_id
+        self.prompt_token_ids = prompt_token_ids
+        self.sampling_params = {"max_tokens": 64}
+
+
+def recv_while_parent_lives(sock: Any, parent: int) -> bytes:
+    """The next message; exits the process once its parent is no longer `parent`, the launcher
+    (`ip netns exec` execs, so the launcher is the parent; given by pid, so that a launcher gone
+    before this process started counts too): a launcher killed with SIGKILL leaves no worker or
+    proxy behind."""
+    import zmq
+    while True:
+        if os.getppid() != parent:
+            os._exit(3)
+        if sock.poll(500, zmq.POLLIN):
+            return bytes(sock.recv())
+
+
+def worker_main(endpoint: str, parent: int) -> int:
+    """Receives requests until an empty message; answers each with the CRC-32 of its ids."""
+    import zmq
+
+    from tokenwire import GenerationRequest, token_buffer
+    from tokenwire.transport import recv_pyobj_oob
+
+    sock: Any = zmq.Context.instance().socket(zmq.PAIR)
+    sock.bind(endpoint)
+    while True:
+        kind = recv_while_parent_lives(sock, parent)
+        if kind == b"":
+            return 0
+        req = recv_pyobj_oob(sock) if kind == b"oob" else sock.recv_pyobj()
+        if isinstance(req, GenerationRequest):
+            ids = np.array(token_buffer(req, "prompt_token_ids"), dtype=np.int32)
+        else:
+            ids = np.array(req.prompt_token_ids, dtype=np.int32)
+        sock.send(zlib.crc32(ids.tobytes()).to_bytes(4, "little"))
+
+
+def load_ids(path: str | None, isl: int) -> np.ndarray:
+    if path is None:
+        from bench.data import token_stream
+        return np.asarray(token_stream(isl), dtype=np.int32)
+    ids = np.fromfile(path, dtype="<i4")
+    if ids.size == 0:
+        raise SystemExit(f"python -m bench net: {path} holds no ids")
+    return np.resize(ids, isl).astype(np.int32)
+
+
+def tx_bytes(dev: str) -> int:
+    """The bytes the proxy's end of the veth pair has sent (IP packets: the request's frames
+    with zmq's and TCP/IP's headers, and the ACKs of the answer). `ip netns exec` mounts the
+    namespace's own sysfs, so this is the proxy namespace's device."""
+    with open(f"/sys/class/net/{dev}/statistics/tx_bytes") as f:
+        return int(f.read())
+
+
+def proxy_main(cfg: dict[str, Any]) -> int:
+    """Runs every row against the worker and prints one JSON line with the trips."""
+    import zmq
+
+    from tokenwire import GenerationRequest
+    from tokenwire.transport import send_pyobj_oob
+
+    parent = cfg["launcher"]
+    ids = load_ids(cfg["ids"], cfg["isl"])
+    want = zlib.crc32(ids.tobytes()).to_bytes(4, "little")
+    sock: Any = zmq.Context.instance().socket(zmq.PAIR)
+    sock.connect(cfg["endpoint"])
+
+    def send(row: str, req_id: int) -> None:
+        lst = ids.tolist()
+        if row == "baseline":
+            sock.send(b"pyobj", zmq.SNDMORE)
+            sock.send_pyobj(PlainRequest(req_id, lst))
+            return
+        req = GenerationRequest(lst, {"max_tokens": 64}, id=req_id)
+        if row == "tokenwire":
+            sock.send(b"pyobj", zmq.SNDMORE)
+            sock.send_pyobj(req)
+            return
+        codec = row.split(" ", 1)[1]
+        sock.send(b"oob", zmq.SNDMORE)
+        if codec == "default" or not cfg["codec_arg"]:     # without codec=, raw is all it sends
+            send_pyobj_oob(sock, req)
+        else:
+            send_pyobj_oob(sock, req, codec=codec)
+
+    rows = cfg["rows"]
+    trips: dict[str, list[float]] = {r: [] for r in rows}
+    wire: dict[str, list[int]] = {r: [] for r in rows}
+    wrong = 0
+    total = cfg["warmup"] + cfg["requests"]
+    for start in range(0, total, BLOCK):
+        for row in rows:
+            for i in range(start, min(start + BLOCK, total)):
+                before = tx_bytes(cfg["dev"])
+                t0 = time.perf_counter()
+                send(row, i)
+                got = recv_while_parent_lives(sock, parent)
+                dt = time.perf_counter() - t0
+                wrong += got != want
+                if i >= cfg["warmup"]:
+                    trips[row].append(dt)
+                    wire[row].append(tx_bytes(cfg["dev"]) - before)
+    sock.send(b"")
+    sock.close(linger=1000)
+    out = {row: {"p50_ms": float(np.percentile(t, 50) * 1e3),
+                 "p99_ms": float(np.percentile(t, 99) * 1e3),
+                 "wire_bytes": int(np.median(wire[row]))} for row, t in trips.items()}
+    print("TOKENWIRE-NET " + json.dumps({"rows": out, "wrong": int(wrong)}), flush=True)
+    return 1 if wrong else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The launcher
+
+def transport_codecs() -> tuple[str, ...]:
+    """The codecs send_pyobj_oob takes (`codec=`), from its signature: none where it has none."""
+    import inspect
+
+    from tokenwire.transport import send_pyobj_oob
+    return CODECS if "codec" in inspect.signature(send_pyobj_oob).parameters else ()
+
+
+def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One namespace pair (rate-limited to `rate`, or not), the worker and the proxy in it."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    pair = NetnsPair(rate)
+    worker = None
+    try:
+        endpoint = f"tcp://{ADDR_WORKER}:{PORT}"
+        worker = subprocess.Popen(
+            pair.exec_prefix(pair.worker) + [sys.executable, "-m", "bench.net", "--worker",
+                                             endpoint, "--launcher", str(os.getpid())],
+            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True)
+        proxy = subprocess.run(
+            pair.exec_prefix(pair.proxy) + [sys.executable, "-m", "bench.net", "--proxy",
+                                            json.dumps(dict(cfg, endpoint=endpoint, dev="twv-p",
+                                                            launcher=os.getpid()))],
+            env=env, capture_output=True, text=True, timeout=timeout)
+        lines = [ln for ln in proxy.stdout.splitlines() if ln.startswith("TOKENWIRE-NET ")]
+        if not lines:
+            raise RuntimeError(f"the proxy printed no result (exit {proxy.returncode}):\n"
+                               f"{proxy.stderr[-3000:]}")
+        result: dict[str, Any] = json.loads(lines[-1].split(" ", 1)[1])
+        result["exit"] = proxy.returncode
+        return result
+    finally:
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        pair.close()
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)        # unwinds through run_pair's cleanup
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench net", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rate", default="1gbit,2500mbit,unshaped",
+                   help="comma-separated tbf rates (tc's units), 'unshaped' for none")
+    p.add_argument("--isl", type=int, default=40_000, help="ids per request")
+    p.add_argument("--requests", type=int, default=60, help="timed requests per row")
+    p.add_argument("--ids", metavar="FILE", help="real ids: a raw little-endian int32 file")
+    p.add_argument("--quick", action="store_true", help="unshaped only, 8 requests a row")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--worker", metavar="ENDPOINT", help=argparse.SUPPRESS)
+    p.add_argument("--proxy", metavar="CONFIG", help=argparse.SUPPRESS)
+    p.add_argument("--launcher", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        return worker_main(args.worker, args.launcher)
+    if args.proxy:
+        return proxy_main(json.loads(args.proxy))
+
+    why = namespaces_usable()
+    if why is not None:
+        print(f"python -m bench net: {why}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
+    rates = ["unshaped"] if args.quick else args.rate.split(",")
+    codecs = transport_codecs()
+    rows = ["baseline", "tokenwire", "oob raw"] + [f"oob {c}" for c in codecs if c != "raw"]
+    if codecs:
+        rows.append("oob default")
+    cfg = {"isl": args.isl, "requests": 8 if args.quick else args.requests, "warmup": BLOCK,
+           "ids": args.ids, "rows": rows, "codec_arg": bool(codecs)}
+    from bench.harness import machine
+    print(f"# {machine()}")
+    print(f"# load average before the run: {os.getloadavg()[0]:.2f}; {args.isl:,} ids a request "
+          f"({'real ids from ' + args.ids if args.ids else 'seeded ids'}), "
+          f"{cfg['requests']} timed requests a row")
+    runs = {}
+    for rate in rates:
+        res = run_pair(None if rate == "unshaped" else rate, cfg,
+                       timeout=120 + 0.5 * len(rows) * (cfg["requests"] + BLOCK))
+        runs[rate] = res
+        base = res["rows"]["baseline"]["p50_ms"]
+        print(f"\n{rate}: trip (serialize -> worker's int32 ids -> answer), bytes on the wire")
+        print(f"  {'row':<16}{'p50 ms':>9}{'p99 ms':>9}{'wire KB':>10}{'x baseline':>12}")
+        for row in rows:
+            r = res["rows"][row]
+            print(f"  {row:<16}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
+                  f"{r['wire_bytes'] / 1e3:>10.1f}{base / r['p50_ms']:>11.1f}x")
+        if res["wrong"] or res["exit"]:
+            print(f"  ids arrived wrong in {res['wrong']} requests (proxy exit {res['exit']})",
+                  file=sys.stderr)
+            return 1
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": cfg, "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
