@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import pickle
 from functools import lru_cache
-from typing import Any, Iterable, List, Optional
+from typing import Any, Iterable, List, Optional, cast
 
 from tokenwire import _oob
 from tokenwire._core import ImmutableBuffer, TokenVector, check_codec, decode, encode
@@ -126,10 +126,10 @@ def _encode_ids(codec: str) -> Optional[EncodeIds]:
 
 def _make_encoder(codec: str) -> EncodeIds:
     def encode_ids(buf: pickle.PickleBuffer) -> Optional[bytes]:
-        tv = memoryview(buf).obj             # the object whose memory the pickler hands over
+        tv: Any = memoryview(buf).obj        # the object whose memory the pickler hands over
         if type(tv) is not TokenVector:
             return None
-        return encode(tv, codec=codec, checksum=True)
+        return encode(tv, codec=cast(Any, codec), checksum=True)
     return encode_ids
 
 
