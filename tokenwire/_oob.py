@@ -5,11 +5,15 @@ buffers as frames of their own, optionally signed, and back (no transport is imp
 public home, which re-exports them). The names below without a leading underscore are this
 layer's declared interface for the transports built on it -- the pyzmq functions in
 tokenwire.transport, the shared-memory channel (tokenwire.shm) and tokenwire.msgspec -- and for a
-new one: `as_key` (a key checked), `signature` / `verify` / `is_signature` (the signature frame,
-docs/transport.md "Signed messages: the format"), `check_unsigned` and `unpickle` (the pickle
-loaded with its buffers, `find_class` restricting its globals). A transport moves the frames
-these functions make and take, and decides which received frames may be viewed
-(tokenwire.transport.received_buffer for zmq).
+new one: `as_key` (a key checked), `signature` / `sign_frames` / `verify` / `is_signature` (the
+signature frame, docs/transport.md "Signed messages: the format"), `check_unsigned`,
+`codec_kinds` / `load` (the codec header, docs/transport.md "Encoded token frames: the format")
+and `unpickle` (the pickle loaded with its buffers, `find_class` restricting its globals). A
+transport moves the frames these functions make and take, and decides which received frames may
+be viewed (tokenwire.transport.received_buffer for zmq).
+
+This layer runs no codec itself (it imports no native code): `dumps_oob` takes an `encode_ids`
+function, `loads_oob` / `load` a `decode_ids` one; tokenwire.transport plugs in the wire codec.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import struct
 from functools import lru_cache
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
-from tokenwire.errors import AuthenticationError
+from tokenwire.errors import AuthenticationError, TokenwireError, WireFormatError
 
-__all__ = ["KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES", "FindClass", "as_key",
-           "check_unsigned", "dumps_oob", "is_signature", "key_from_env", "loads_oob",
+__all__ = ["CODEC_HEADER_MAGIC", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
+           "DecodeIds", "EncodeIds", "FindClass", "as_key", "check_unsigned", "codec_kinds",
+           "dumps_oob", "is_signature", "key_from_env", "load", "loads_oob", "sign_frames",
            "signature", "unpickle", "verify"]
 
 
@@ -59,9 +64,28 @@ _PREFIX = {False: _DOMAIN + b"\0", True: _DOMAIN + b"\1"}
 _CHANNEL_PREFIX = {False: _DOMAIN + b"\2", True: _DOMAIN + b"\3"}
 # A message with leading frames (`prefix=`, signed with it) signs under modes 4 and 5.
 _LEADING_PREFIX = {False: _DOMAIN + b"\4", True: _DOMAIN + b"\5"}
+# A message with a codec header (encoded token frames) signs under modes 6 and 7.
+_CODEC_PREFIX = {False: _DOMAIN + b"\6", True: _DOMAIN + b"\7"}
 _LENGTHS = [struct.Struct(f"<{n + 1}Q") for n in range(9)]     # count + n lengths
 
+#: The codec header, the frame in front of the pickle of a message whose token-id buffers are
+#: encoded (docs/transport.md, "Encoded token frames: the format"), starts with these bytes: a
+#: pickle that names a global no tokenwire defines, so a receiver that predates the header and
+#: unpickles it as the message's pickle fails naming it (AttributeError "Can't get attribute
+#: 'encoded_token_frames__upgrade_tokenwire_to_read'", or a restricted unpickler's refusal of
+#: that global) instead of taking encoded frames for raw ids. A protocol-5 pickle starts with
+#: b"\x80\x05", so the two never look alike.
+CODEC_HEADER_MAGIC = b"ctokenwire._oob\nencoded_token_frames__upgrade_tokenwire_to_read\n."
+# After the magic: u32 n, the number of buffer frames, then one byte per buffer frame.
+_COUNT = struct.Struct("<I")
+_RAW, _FRAMED = 0, 1                     # a buffer as the pickle gave it; a tokenwire wire frame
+
 FindClass = Callable[[str, str], Any]
+#: `dumps_oob`'s `encode_ids`: the frame to send for an out-of-band buffer when it is token ids
+#: to encode, None to send it raw.
+EncodeIds = Callable[[pickle.PickleBuffer], Optional[Any]]
+#: `loads_oob`'s `decode_ids`: the ids of an encoded frame (raises WireFormatError when bad).
+DecodeIds = Callable[[Any], Any]
 
 
 @lru_cache(maxsize=16)
@@ -100,20 +124,34 @@ def as_key(key: Any) -> bytes:
 
 
 def signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool,
-               channel: bool = False, leading: Sequence[Any] = ()) -> bytes:
+               channel: bool = False, leading: Sequence[Any] = (),
+               header: Optional[Any] = None) -> bytes:
     """The signature frame: HMAC-SHA256(SHA-256(key), DOMAIN || mode || u64 n
     || u64 len(buffer_i)... || u64 len(pickle) || pickle [|| buffer_0 || ... when sign_buffers]),
     all integers little-endian, mode one byte (1 when the buffers' bytes are covered; 2 and 3
     for a `channel` message, whose `head` is its descriptor followed by its pickle; 4 and 5 for
     a message with `leading` frames, which then come first: u64 k || u64 len(leading_i)... ||
-    leading_0 || ... before the rest)."""
+    leading_0 || ... before the rest; 6 and 7 for a message with a codec `header`: u64 k ||
+    u64 len(leading_i)... || leading_0 || ... || u64 len(header) || header before the rest, k
+    possibly 0)."""
     inner_state, outer_state = _keyed(key)
     lens = [len(b) if type(b) is bytes else memoryview(b).nbytes for b in buffers]
     lens.append(len(head) if type(head) is bytes else memoryview(head).nbytes)
     n = len(lens)
     fmt = _LENGTHS[n] if n < len(_LENGTHS) else struct.Struct(f"<{n + 1}Q")
     inner = inner_state.copy()
-    if leading:
+    if header is not None:
+        if channel:
+            raise ValueError("a channel message cannot have a codec header")
+        sizes = [memoryview(f).nbytes for f in leading]
+        inner.update(_CODEC_PREFIX[sign_buffers]
+                     + struct.pack(f"<{len(sizes) + 1}Q", len(sizes), *sizes))
+        for f in leading:
+            inner.update(f)
+        inner.update(struct.pack("<Q", memoryview(header).nbytes))
+        inner.update(header)
+        inner.update(fmt.pack(n - 1, *lens))
+    elif leading:
         if channel:
             raise ValueError("a channel message cannot have signed leading frames")
         sizes = [memoryview(f).nbytes for f in leading]
@@ -155,23 +193,100 @@ def key_from_env(name: str = KEY_ENV) -> bytes:
 
 
 def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
-              sign_buffers: bool = False) -> List[Any]:
+              sign_buffers: bool = False, encode_ids: Optional[EncodeIds] = None) -> List[Any]:
     """``[pickle, buffer, ...]``: `obj` pickled at protocol 5, followed by the raw views of its
     out-of-band buffers (``memoryview``s of the objects' own memory: no copy is made). With
-    `key`, a signature frame comes first: ``[signature, pickle, buffer, ...]``."""
-    buffers: List[memoryview] = []
+    `key`, a signature frame comes first: ``[signature, pickle, buffer, ...]``.
+
+    `encode_ids(buffer)` may replace an out-of-band buffer by an encoded frame (it returns the
+    frame, or None to send the buffer raw); when it replaced any, a codec header naming which
+    frames are encoded comes in front of the pickle: ``[signature?, header, pickle, ...]``."""
+    buffers: List[Any] = []
+    kinds = bytearray()
 
     def out_of_band(buf: pickle.PickleBuffer) -> bool:
         raw = buf.raw()
         if raw.nbytes < oob_threshold:
             return True                  # a true value keeps the buffer in-band
+        if encode_ids is not None:
+            frame = encode_ids(buf)
+            if frame is not None:
+                buffers.append(frame)
+                kinds.append(_FRAMED)
+                return False
         buffers.append(raw)
+        kinds.append(_RAW)
         return False
 
     head = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+    frames = [head, *buffers]
+    if _FRAMED in kinds:
+        frames.insert(0, CODEC_HEADER_MAGIC + _COUNT.pack(len(kinds)) + bytes(kinds))
     if key is None:
-        return [head, *buffers]
-    return [signature(as_key(key), head, buffers, sign_buffers), head, *buffers]
+        return frames
+    return [sign_frames(as_key(key), frames, sign_buffers), *frames]
+
+
+def sign_frames(key: bytes, frames: Sequence[Any], sign_buffers: bool,
+                leading: Sequence[Any] = ()) -> bytes:
+    """The signature frame of ``[header?, pickle, buffer, ...]`` (what `dumps_oob` makes
+    without a key), after the `leading` frames; `key` checked by the caller (`as_key`)."""
+    if _has_header(frames):
+        return signature(key, frames[1], frames[2:], sign_buffers, leading=leading,
+                         header=frames[0])
+    return signature(key, frames[0], frames[1:], sign_buffers, leading=leading)
+
+
+def _has_header(frames: Sequence[Any]) -> bool:
+    return len(frames) > 0 and memoryview(frames[0])[:len(CODEC_HEADER_MAGIC)] == \
+        CODEC_HEADER_MAGIC
+
+
+def codec_kinds(frames: Sequence[Any]) -> Optional[bytes]:
+    """For ``[header?, pickle, buffer, ...]`` (a message after its signature): None when
+    ``frames[0]`` is the pickle, else the codec header's kind of each buffer frame (0 raw, 1 a
+    tokenwire frame), checked against the frames that follow (WireFormatError)."""
+    if not _has_header(frames):
+        return None
+    header = memoryview(frames[0])
+    body = header[len(CODEC_HEADER_MAGIC):]
+    buffers = len(frames) - 2
+    if body.nbytes < _COUNT.size:
+        raise WireFormatError(
+            f"codec header of {header.nbytes} bytes: truncated (the frame count is missing)")
+    (n,) = _COUNT.unpack_from(body)
+    if n != buffers or body.nbytes != _COUNT.size + n:
+        raise WireFormatError(
+            f"codec header names {n} buffer frame(s) in {header.nbytes} bytes; the message has "
+            f"{max(buffers, 0)} after its pickle (a header of {len(CODEC_HEADER_MAGIC)} + "
+            f"{_COUNT.size} + 1 per frame bytes)")
+    kinds = body[_COUNT.size:].tobytes()
+    bad = kinds.translate(None, bytes((_RAW, _FRAMED)))
+    if bad:
+        raise WireFormatError(f"codec header: buffer frame {kinds.index(bad[0]) + 1} has kind "
+                              f"{bad[0]}, expected {_RAW} (raw) or {_FRAMED} (tokenwire frame)")
+    return kinds
+
+
+def load(head: Any, buffers: Sequence[Any], kinds: Optional[bytes],
+         find_class: Optional[FindClass], decode_ids: Optional[DecodeIds]) -> Any:
+    """The object of a message: its pickle `head`, its `buffers` and their `kinds`
+    (`codec_kinds`). Every encoded buffer is decoded by `decode_ids` before anything is
+    unpickled, so a bad frame (WireFormatError naming it) leaves nothing half-built."""
+    if kinds is not None and _FRAMED in kinds:
+        if decode_ids is None:
+            raise WireFormatError(
+                "the message holds encoded token-id frames (a codec header): load it with "
+                "tokenwire.transport.loads_oob or recv_pyobj_oob")
+        decoded = list(buffers)
+        for i, kind in enumerate(kinds):
+            if kind == _FRAMED:
+                try:
+                    decoded[i] = decode_ids(buffers[i])
+                except TokenwireError as e:
+                    raise WireFormatError(f"encoded token frame {i + 1}: {e}") from None
+        buffers = decoded
+    return unpickle(head, buffers, find_class)
 
 
 def verify(frames: Sequence[Any], key: bytes, sign_buffers: bool,
@@ -186,7 +301,7 @@ def verify(frames: Sequence[Any], key: bytes, sign_buffers: bool,
             f"unsigned message: the first frame ({first.nbytes} bytes) is not a tokenwire "
             f"signature ({SIGNATURE_BYTES} bytes starting with {_SIG_MAGIC!r})")
     sig = first.tobytes()
-    expected = signature(key, frames[1], frames[2:], sign_buffers, leading=leading)
+    expected = sign_frames(key, frames[1:], sign_buffers, leading)
     if not hmac.compare_digest(sig, expected):
         raise AuthenticationError(
             f"bad signature: the message ({len(frames) - 1} frames after the signature) was not "
@@ -219,17 +334,23 @@ def unpickle(head: Any, buffers: Sequence[Any], find_class: Optional[FindClass])
 
 
 def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffers: bool = False,
-              find_class: Optional[FindClass] = None) -> Any:
+              find_class: Optional[FindClass] = None,
+              decode_ids: Optional[DecodeIds] = None) -> Any:
     """The object `dumps_oob` produced: ``frames[0]`` is the pickle, the rest its buffers (any
     bytes-like objects; read-only ones are viewed without copying). With `key`, ``frames[0]``
     must be a valid signature over the rest, checked before anything is unpickled
     (`AuthenticationError` otherwise). `find_class(module, name)` restricts the globals the
-    pickle may load (see `pickle.Unpickler.find_class`)."""
+    pickle may load (see `pickle.Unpickler.find_class`). A message with a codec header needs
+    `decode_ids` (see `load`)."""
     frames = list(frames)
     if not frames:
         raise ValueError("loads_oob() needs at least one frame (the pickle)")
     if key is None:
         check_unsigned(frames)
+    else:
+        verify(frames, as_key(key), sign_buffers)
+        frames = frames[1:]
+    kinds = codec_kinds(frames)
+    if kinds is None:
         return unpickle(frames[0], frames[1:], find_class)
-    verify(frames, as_key(key), sign_buffers)
-    return unpickle(frames[1], frames[2:], find_class)
+    return load(frames[1], frames[2:], kinds, find_class, decode_ids)

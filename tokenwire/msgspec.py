@@ -25,7 +25,7 @@ from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError, _describe
 from tokenwire.text import from_base64, to_base64
 from tokenwire._oob import OOB_THRESHOLD
-from tokenwire.transport import received_buffer, recv_frames, send_frames
+from tokenwire.transport import received_buffer, recv_frames, send_frames, socket_codec
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -418,18 +418,29 @@ class Encoder:
     ``threshold=None`` keeps everything inline. The buffer is a frame of `codec` (default
     "auto": encoded once, never larger than msgpack's list of the ids; see `Hooks`), or with
     ``codec="raw"`` a zero-copy view of the vector's memory (keep the vector alive until the
-    frames are sent). `channel` (a `tokenwire.shm.Sender`): the buffers go through its
+    frames are sent). ``codec=None`` decides per message where it goes: `send` sends the
+    buffers raw over ipc:// and inproc:// and compact over tcp://
+    (`tokenwire.transport.socket_codec`), `encode` (no socket) raw; inline Exts are "auto".
+    `channel` (a `tokenwire.shm.Sender`): the buffers go through its
     shared-memory slots when they can, and the message is ``[descriptor, main, *frames]``.
     Other keywords: see `Hooks`.
     """
 
     def __init__(self, *, threshold: Optional[int] = OOB_THRESHOLD, ext_code: int = EXT_CODE,
-                 buffer_ext_code: int = BUFFER_EXT_CODE, codec: _Codec = "auto",
+                 buffer_ext_code: int = BUFFER_EXT_CODE, codec: Optional[_Codec] = "auto",
                  checksum: bool = False, enc_hook: Optional[Callable[[Any], Any]] = None,
                  channel: Any = None) -> None:
         self.channel = channel
-        self.hooks = Hooks(ext_code=ext_code, codec=codec, checksum=checksum, enc_hook=enc_hook,
-                           threshold=threshold, buffer_ext_code=buffer_ext_code)
+        self.codec = codec
+        self.hooks = Hooks(ext_code=ext_code, codec="auto" if codec is None else codec,
+                           checksum=checksum, enc_hook=enc_hook, threshold=threshold,
+                           buffer_ext_code=buffer_ext_code)
+        # codec=None: the out-of-band buffers' hooks, by the codec a message's socket picks.
+        self._by_codec: Dict[str, Hooks] = {}
+        self._hook_args: Dict[str, Any] = dict(ext_code=ext_code, checksum=checksum,
+                                               enc_hook=enc_hook,
+                                               threshold=threshold,
+                                               buffer_ext_code=buffer_ext_code)
         self.buffer_ext_code = buffer_ext_code
         self.threshold = threshold
         self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
@@ -437,14 +448,19 @@ class Encoder:
 
     def encode(self, obj: Any) -> List[Any]:
         """``[main, *buffers]``: `main` is `bytes`, each buffer a frame (`bytes`) or, under
-        codec "raw", a memoryview of a TokenVector."""
+        codec "raw" (and None), a memoryview of a TokenVector."""
+        return self._encode(obj, "raw")
+
+    def _encode(self, obj: Any, oob_codec: str) -> List[Any]:
         frames: List[Any] = [b""]
         local = self._local
         local.frames = frames
+        local.oob = None if self.codec is not None else self._oob_hooks(oob_codec)
         try:
             frames[0] = self._encoder.encode(obj)
         finally:
             local.frames = None
+            local.oob = None
         if self.channel is not None:
             desc, rest = self.channel.place(frames[1:])
             return [desc, frames[0], *rest]
@@ -453,8 +469,12 @@ class Encoder:
     def send(self, socket: Any, obj: Any, flags: int = 0, *, prefix: Iterable[Any] = ()) -> None:
         """Send `obj` on a pyzmq socket as one multipart message (``copy=False``), after the
         `prefix` frames (a message type, a ROUTER identity: ``[*prefix, main, *buffers]``),
-        which `Decoder.recv(socket, prefix=len(prefix))` hands back."""
-        frames = self.encode(obj)
+        which `Decoder.recv(socket, prefix=len(prefix))` hands back. Under ``codec=None`` the
+        buffers are raw or compact by the socket's endpoint (a `channel`: raw)."""
+        if self.codec is None and self.channel is None:
+            frames = self._encode(obj, socket_codec(socket))
+        else:
+            frames = self.encode(obj)
         if prefix != ():
             frames = _prefix_frames(prefix) + frames
         if self.channel is not None:
@@ -462,8 +482,19 @@ class Encoder:
         else:
             send_frames(socket, frames, flags)
 
+    def _oob_hooks(self, codec: str) -> Hooks:
+        hooks = self._by_codec.get(codec)
+        if hooks is None:
+            hooks = self._by_codec[codec] = Hooks(codec=cast(Any, codec), **self._hook_args)
+        return hooks
+
     def _enc_hook(self, obj: Any) -> Any:
-        return self.hooks.aux_enc_hook(obj, self._local.frames)
+        local = self._local
+        oob = local.oob
+        if oob is not None and type(obj) is TokenVector and self.threshold is not None \
+                and obj.nbytes >= self.threshold:
+            return oob.aux_enc_hook(obj, local.frames)
+        return self.hooks.aux_enc_hook(obj, local.frames)
 
 
 def _is_buffer(obj: Any) -> bool:

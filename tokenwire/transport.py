@@ -37,6 +37,14 @@ plain one with them): a signed message cannot be replayed under another message 
 `routing` frames are not covered: a ROUTER identity is consumed by the sending ROUTER and
 written by the receiving one, so no party could sign the frame the other sees.
 
+Codecs. Token ids cross a network 2-4x smaller encoded: ``codec=`` ("raw", "packed", "pfor",
+"zstd", "auto", ...) encodes each out-of-band TokenVector buffer as a tokenwire wire frame
+(other buffers go raw), marked in a codec header in front of the pickle; the receiver reads
+the header and needs no argument. The default, None, sends raw where the bytes stay on the host
+and compact where they cross a network: `send_pyobj_oob` looks at the socket's last endpoint
+(ipc://, inproc:// raw; tcp:// and the other network transports `NETWORK_CODEC`; an endpoint it
+cannot tell, raw), `dumps_oob` (no socket) sends raw. docs/transport.md, "Codecs".
+
 pyzmq stays optional: this module never imports it; the zmq functions only call methods of the
 socket they are given. The out-of-band layer itself (the pickle and its frames, keys, the
 signature) is transport-neutral and lives in tokenwire._oob; this module is its pyzmq glue and
@@ -47,22 +55,134 @@ glue's declared names, which the shared-memory channel and tokenwire.msgspec sen
 from __future__ import annotations
 
 import pickle
-from typing import Any, Iterable, List, Optional
+from functools import lru_cache
+from typing import Any, Iterable, List, Optional, cast
 
-from tokenwire._core import ImmutableBuffer
-from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYTES, FindClass,
-                            as_key, check_unsigned, dumps_oob, key_from_env, loads_oob, signature,
-                            unpickle, verify)
+from tokenwire import _oob
+from tokenwire._core import ImmutableBuffer, TokenVector, check_codec, decode, encode
+from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYTES, EncodeIds,
+                            FindClass, as_key, check_unsigned, codec_kinds, key_from_env, load,
+                            sign_frames, verify)
 from tokenwire.errors import WireFormatError, _describe
 
 __all__ = ["KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
            "send_pyobj_oob"]
 
+#: The compact codec token ids take where they cross a network (codec=None over tcp://): pfor,
+#: the smallest of the fast codecs on real tokenizer ids (docs/transport.md, "Codecs").
+NETWORK_CODEC = "pfor"
+
+# Endpoint schemes whose bytes stay on the host: raw ids, viewed where they land.
+_LOCAL_SCHEMES = frozenset({"ipc", "inproc"})
+# Endpoint schemes that cross a network: compact ids.
+_NETWORK_SCHEMES = frozenset({"tcp", "udp", "pgm", "epgm", "norm", "ws", "wss", "tipc"})
+# ZMQ_LAST_ENDPOINT: the number, not zmq.LAST_ENDPOINT (this module never imports pyzmq).
+_ZMQ_LAST_ENDPOINT = 32
+
+
+def _oob_codec(codec: Optional[str]) -> Optional[str]:
+    """`codec` checked: None (decided by the endpoint) or a codec name (ValueError else)."""
+    if codec is None:
+        return None
+    if not isinstance(codec, str):
+        raise TypeError(f"codec must be None or a codec name, got {type(codec).__name__}")
+    return check_codec(codec)
+
+
+@lru_cache(maxsize=64)
+def endpoint_codec(endpoint: Any) -> str:
+    """The codec for token ids sent to `endpoint` (a zmq endpoint, str or bytes): "raw" for
+    ipc:// and inproc:// (the bytes stay on the host), `NETWORK_CODEC` for tcp:// and the other
+    network transports, "raw" for an endpoint it cannot tell (empty: the socket is neither
+    bound nor connected; an unknown scheme), since raw is always readable and never costs
+    CPU."""
+    text = endpoint.decode("utf-8", "replace") if isinstance(endpoint, bytes) else str(endpoint)
+    scheme = text.partition("://")[0].lower() if "://" in text else ""
+    return NETWORK_CODEC if scheme in _NETWORK_SCHEMES else "raw"
+
+
+def socket_codec(socket: Any) -> str:
+    """The codec codec=None picks for `socket`: `endpoint_codec` of its ``LAST_ENDPOINT``,
+    which libzmq sets at each bind (the resolved address: ``tcp://0.0.0.0:5555``) and each
+    connect (as given: ``tcp://worker:5555``) and never clears (not on unbind or disconnect).
+    A socket with several endpoints is judged by the last one it bound or connected: pass
+    ``codec=`` when they differ. A socket without the option (not a pyzmq socket) is "raw"."""
+    try:
+        endpoint = socket.getsockopt(_ZMQ_LAST_ENDPOINT)
+    except Exception:              # not a zmq socket, a closed one: nothing to tell from
+        return "raw"
+    return endpoint_codec(endpoint)
+
+
+def _encode_ids(codec: str) -> Optional[EncodeIds]:
+    """`dumps_oob`'s `encode_ids` for `codec` ("raw": none). Only TokenVector buffers are
+    encoded (other buffers -- ndarrays, bytes -- go raw), with a CRC-32C checksum: a damaged
+    compact frame is refused rather than read as other ids."""
+    if codec == "raw":
+        return None
+    return _ENCODERS[codec]
+
+
+def _make_encoder(codec: str) -> EncodeIds:
+    def encode_ids(buf: pickle.PickleBuffer) -> Optional[bytes]:
+        tv: Any = memoryview(buf).obj        # the object whose memory the pickler hands over
+        if type(tv) is not TokenVector:
+            return None
+        return encode(tv, codec=cast(Any, codec), checksum=True)
+    return encode_ids
+
+
+_ENCODERS = {c: _make_encoder(c) for c in ("auto", "u16", "packed", "pfor", "zstd")}
+
+
+def _lazy_encoder(socket: Any) -> EncodeIds:
+    """`encode_ids` that asks the socket for its endpoint at the first TokenVector buffer (a
+    message without one never pays for the look-up)."""
+    chosen: List[Optional[EncodeIds]] = []
+
+    def encode_ids(buf: pickle.PickleBuffer) -> Optional[bytes]:
+        if not chosen:
+            chosen.append(_encode_ids(socket_codec(socket)))
+        enc = chosen[0]
+        return None if enc is None else enc(buf)
+    return encode_ids
+
+
+def _decode_ids(frame: Any) -> TokenVector:
+    return decode(frame)
+
+
+def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
+              sign_buffers: bool = False, codec: Optional[str] = None) -> List[Any]:
+    """``[pickle, buffer, ...]``: `obj` pickled at protocol 5, followed by the raw views of its
+    out-of-band buffers (``memoryview``s of the objects' own memory: no copy is made). With
+    `key`, a signature frame comes first: ``[signature, pickle, buffer, ...]``. With a `codec`
+    other than "raw" (None: raw, there being no socket to judge by), each TokenVector buffer
+    is a wire frame of that codec and a codec header comes before the pickle:
+    ``[signature?, header, pickle, ...]``; other buffers stay raw."""
+    codec = _oob_codec(codec)
+    return _oob.dumps_oob(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers,
+                          encode_ids=None if codec is None else _encode_ids(codec))
+
+
+def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffers: bool = False,
+              find_class: Optional[FindClass] = None) -> Any:
+    """The object `dumps_oob` produced: ``frames[0]`` is the pickle, the rest its buffers (any
+    bytes-like objects; read-only ones are viewed without copying). With `key`, ``frames[0]``
+    must be a valid signature over the rest, checked before anything is unpickled
+    (`AuthenticationError` otherwise). `find_class(module, name)` restricts the globals the
+    pickle may load (see `pickle.Unpickler.find_class`). Encoded token frames (a codec header)
+    are decoded before anything is unpickled: a damaged one raises WireFormatError."""
+    return _oob.loads_oob(frames, key=key, sign_buffers=sign_buffers, find_class=find_class,
+                          decode_ids=_decode_ids)
+
+
 def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
                    oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
                    sign_buffers: bool = False, channel: Any = None,
-                   prefix: Iterable[Any] = (), routing: Iterable[Any] = ()) -> None:
+                   prefix: Iterable[Any] = (), routing: Iterable[Any] = (),
+                   codec: Optional[str] = None) -> None:
     """Send `obj` on a pyzmq socket as one multipart message: the protocol-5 pickle, then each
     out-of-band buffer as a frame sent with ``copy=False`` (libzmq reads the object's memory;
     the frames keep it alive until the send completes). With `key`, a signature frame first.
@@ -75,26 +195,37 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
     identity) are never signed: the sending ROUTER consumes them and the receiving ROUTER
     prepends the identity of the peer it came from, so neither side could sign what the other
     sees. `channel` with `key` takes no `prefix` (ValueError).
+
+    `codec`: how TokenVector buffers travel. None (the default) decides by the socket's last
+    endpoint (`socket_codec`): raw over ipc:// and inproc://, `NETWORK_CODEC` over tcp://;
+    a name forces that codec ("raw" never encodes). A `channel` is one host's shared memory:
+    it takes codec None or "raw" only (ValueError).
     The counterpart of ``socket.send_pyobj``; receive with `recv_pyobj_oob`."""
+    codec = _oob_codec(codec)
+    encode_ids = _lazy_encoder(socket) if codec is None else _encode_ids(codec)
     if channel is None and prefix == () and routing == ():
         # The common call: no leading frames to check (a small message's costs are fixed ones).
-        send_frames(socket, dumps_oob(obj, oob_threshold=oob_threshold, key=key,
-                                       sign_buffers=sign_buffers), flags)
+        send_frames(socket, _oob.dumps_oob(obj, oob_threshold=oob_threshold, key=key,
+                                           sign_buffers=sign_buffers, encode_ids=encode_ids),
+                    flags)
         return
+    if channel is not None and codec not in (None, "raw"):
+        raise ValueError(f"send_pyobj_oob: channel= sends the ids through one host's shared "
+                         f"memory, raw: codec must be None or 'raw', got {codec!r}")
     prefix = _bytes_frames("prefix", prefix)
     routing = _bytes_frames("routing", routing)
     if prefix and key is not None:
         if channel is not None:
             raise ValueError("send_pyobj_oob: prefix= with key= and channel= is not supported "
                              "(the channel's signature does not cover leading frames)")
-        frames = dumps_oob(obj, oob_threshold=oob_threshold)
-        frames.insert(0, signature(as_key(key), frames[0], frames[1:], sign_buffers,
-                                    leading=prefix))
+        frames = _oob.dumps_oob(obj, oob_threshold=oob_threshold, encode_ids=encode_ids)
+        frames.insert(0, sign_frames(as_key(key), frames, sign_buffers, leading=prefix))
     elif channel is not None:
         frames = channel.dumps(obj, oob_threshold=oob_threshold, key=key,
                                sign_buffers=sign_buffers)
     else:
-        frames = dumps_oob(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers)
+        frames = _oob.dumps_oob(obj, oob_threshold=oob_threshold, key=key,
+                                sign_buffers=sign_buffers, encode_ids=encode_ids)
     if prefix or routing:
         frames = [*routing, *prefix, *frames]
     if channel is not None:
@@ -203,7 +334,10 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
 
     With `routing` and/or `prefix` (numbers of leading frames: ``[*routing, *prefix, ...]``, see
     `send_pyobj_oob`) returns ``(leading, obj)``, `leading` those frames as `bytes`; with `key`
-    the `prefix` frames are verified with the message, the `routing` ones are not."""
+    the `prefix` frames are verified with the message, the `routing` ones are not.
+
+    Encoded token frames (a codec header, whatever codec the sender chose) are decoded before
+    anything is unpickled; a damaged one raises WireFormatError naming it."""
     if channel is None and key is None and find_class is None and prefix == 0 and routing == 0:
         # The common call: a message sent in-band is one frame, loaded as recv_pyobj loads it.
         frames = recv_frames(socket, flags, 1)
@@ -227,8 +361,7 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
                                  "supported")
             views = [_view(f) for f in rest]
             verify(views, as_key(key), sign_buffers, leading=leading[routing:])
-            return leading, unpickle(views[1], [received_buffer(f) for f in rest[2:]],
-                                      find_class)
+            return leading, _load(rest, views, 1, find_class)
         return leading, _recv_rest(rest, key, sign_buffers, find_class, channel)
     return _recv_rest(frames, key, sign_buffers, find_class, channel)
 
@@ -243,6 +376,16 @@ def _recv_rest(frames: List[Any], key: Optional[bytes], sign_buffers: bool,
     views = [_view(f) for f in frames]
     if key is None:
         check_unsigned(views)
-        return unpickle(views[0], [received_buffer(f) for f in frames[1:]], find_class)
+        return _load(frames, views, 0, find_class)
     verify(views, as_key(key), sign_buffers)
-    return unpickle(views[1], [received_buffer(f) for f in frames[2:]], find_class)
+    return _load(frames, views, 1, find_class)
+
+
+def _load(frames: List[Any], views: List[Any], start: int,
+          find_class: Optional[FindClass]) -> Any:
+    """The object of ``frames[start:]`` (``[header?, pickle, buffer, ...]``, verified or
+    checked unsigned), its buffers as `received_buffer` hands them over."""
+    kinds = codec_kinds(views[start:])
+    head = start + (kinds is not None)
+    return load(views[head], [received_buffer(f) for f in frames[head + 1:]], kinds, find_class,
+                _decode_ids)
