@@ -218,7 +218,7 @@ def proxy_main(cfg: dict[str, Any]) -> int:
             return
         codec = row.split(" ", 1)[1]
         sock.send(b"oob", zmq.SNDMORE)
-        if codec == "default" or not cfg["codec_arg"]:     # without codec=, raw is all it sends
+        if codec == "default":
             send_pyobj_oob(sock, req)
         else:
             send_pyobj_oob(sock, req, codec=codec)
@@ -251,14 +251,6 @@ def proxy_main(cfg: dict[str, Any]) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # The launcher
-
-def transport_codecs() -> tuple[str, ...]:
-    """The codecs send_pyobj_oob takes (`codec=`), from its signature: none where it has none."""
-    import inspect
-
-    from tokenwire.transport import send_pyobj_oob
-    return CODECS if "codec" in inspect.signature(send_pyobj_oob).parameters else ()
-
 
 def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One namespace pair (rate-limited to `rate`, or not), the worker and the proxy in it."""
@@ -321,12 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _terminate)
     rates = ["unshaped"] if args.quick else args.rate.split(",")
-    codecs = transport_codecs()
-    rows = ["baseline", "tokenwire", "oob raw"] + [f"oob {c}" for c in codecs if c != "raw"]
-    if codecs:
-        rows.append("oob default")
+    rows = ["baseline", "tokenwire"] + [f"oob {c}" for c in CODECS] + ["oob default"]
     cfg = {"isl": args.isl, "requests": 8 if args.quick else args.requests, "warmup": BLOCK,
-           "ids": args.ids, "rows": rows, "codec_arg": bool(codecs)}
+           "ids": args.ids, "rows": rows}
     from bench.harness import machine
     print(f"# {machine()}")
     print(f"# load average before the run: {os.getloadavg()[0]:.2f}; {args.isl:,} ids a request "

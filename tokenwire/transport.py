@@ -65,9 +65,9 @@ from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYT
                             sign_frames, verify)
 from tokenwire.errors import WireFormatError, _describe
 
-__all__ = ["KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
+__all__ = ["KEY_ENV", "MIN_KEY_BYTES", "NETWORK_CODEC", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
-           "send_pyobj_oob"]
+           "send_pyobj_oob", "socket_codec"]
 
 #: The compact codec token ids take where they cross a network (codec=None over tcp://): pfor,
 #: the smallest of the fast codecs on real tokenizer ids (docs/transport.md, "Codecs").
