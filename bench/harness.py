@@ -10,9 +10,12 @@ the median.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -98,6 +101,47 @@ def machine() -> str:
     return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}; "
             f"Python {platform.python_version()}, numpy {numpy.__version__}, "
             f"tokenwire {tokenwire.__version__}")
+
+
+def clone_env() -> dict[str, str]:
+    """This environment with the clone's root first on PYTHONPATH: processes a benchmark starts
+    through another program (mpiexec, ip netns exec) find bench/ from any directory (bench's
+    __init__ still puts the installed tokenwire first)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """Kills the process group `proc` leads (started with start_new_session) if it still runs."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def run_group(cmd: Sequence[str], *, env: dict[str, str] | None = None,
+              timeout: float) -> subprocess.CompletedProcess[str]:
+    """Runs `cmd` in a process group of its own, its output captured; the whole group is killed
+    whatever happens here (a timeout, ^C, SIGTERM turned into SystemExit)."""
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        kill_group(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def tagged_result(run: subprocess.CompletedProcess[str], tag: str, what: str) -> dict[str, Any]:
+    """The JSON a benchmark's child printed on its last line starting with `tag`, with the
+    child's exit status as "exit"; RuntimeError with the end of its stderr when there is none."""
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith(tag + " ")]
+    if not lines:
+        raise RuntimeError(f"{what} printed no result (exit {run.returncode}):\n"
+                           f"{run.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[-1].split(" ", 1)[1])
+    result["exit"] = run.returncode
+    return result
 
 
 def stderr_progress(msg: str) -> None:

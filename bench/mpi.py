@@ -38,8 +38,6 @@ import json
 import os
 import pickle
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -180,26 +178,10 @@ def find_mpiexec() -> str | None:
 def run_ranks(mpiexec: str, ranks: int, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Runs rank_main under `mpiexec -n ranks` and returns rank 0's results. The ranks run in a
     process group of their own, killed whatever happens here (a timeout, ^C)."""
-    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "bench.mpi", "--rank-main",
-           json.dumps(cfg)]
-    root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    lines = [ln for ln in out.splitlines() if ln.startswith("TOKENWIRE-MPI ")]
-    if not lines:
-        raise RuntimeError(f"mpiexec -n {ranks} printed no result (exit {proc.returncode}):\n"
-                           f"{err[-3000:]}")
-    result: dict[str, Any] = json.loads(lines[-1].split(" ", 1)[1])
-    result["exit"] = proc.returncode
-    return result
+    from bench.harness import clone_env, run_group, tagged_result
+    run = run_group([mpiexec, "-n", str(ranks), sys.executable, "-m", "bench.mpi",
+                     "--rank-main", json.dumps(cfg)], env=clone_env(), timeout=timeout)
+    return tagged_result(run, "TOKENWIRE-MPI", f"mpiexec -n {ranks}")
 
 
 def main(argv: list[str] | None = None) -> int:

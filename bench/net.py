@@ -254,9 +254,8 @@ def proxy_main(cfg: dict[str, Any]) -> int:
 
 def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One namespace pair (rate-limited to `rate`, or not), the worker and the proxy in it."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    from bench.harness import clone_env, kill_group, run_group, tagged_result
+    env = clone_env()
     pair = NetnsPair(rate)
     worker = None
     try:
@@ -266,22 +265,15 @@ def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str,
                                              endpoint, "--launcher", str(os.getpid())],
             env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             text=True)
-        proxy = subprocess.run(
+        proxy = run_group(
             pair.exec_prefix(pair.proxy) + [sys.executable, "-m", "bench.net", "--proxy",
                                             json.dumps(dict(cfg, endpoint=endpoint, dev="twv-p",
                                                             launcher=os.getpid()))],
-            env=env, capture_output=True, text=True, timeout=timeout)
-        lines = [ln for ln in proxy.stdout.splitlines() if ln.startswith("TOKENWIRE-NET ")]
-        if not lines:
-            raise RuntimeError(f"the proxy printed no result (exit {proxy.returncode}):\n"
-                               f"{proxy.stderr[-3000:]}")
-        result: dict[str, Any] = json.loads(lines[-1].split(" ", 1)[1])
-        result["exit"] = proxy.returncode
-        return result
+            env=env, timeout=timeout)
+        return tagged_result(proxy, "TOKENWIRE-NET", "the proxy")
     finally:
-        if worker is not None and worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
+        if worker is not None:
+            kill_group(worker)
         pair.close()
 
 

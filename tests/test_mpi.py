@@ -4,7 +4,6 @@ rank (real `mpiexec`, real MPICH processes), and the MPI benchmark runs."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,17 +29,10 @@ def mpiexec() -> str:
 def run_ranks(n: int, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """`mpiexec -n N python tests/support/mpi_ranks.py`, its process group killed if it hangs."""
     import tokenwire
+    from bench.harness import run_group
     env = dict(os.environ, PYTHONPATH=str(Path(tokenwire.__file__).resolve().parent.parent))
-    proc = subprocess.Popen([mpiexec(), "-n", str(n), sys.executable, str(RANKS)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_group([mpiexec(), "-n", str(n), sys.executable, str(RANKS)], env=env,
+                     timeout=timeout)
 
 
 @pytest.mark.parametrize("n", [2, 3])

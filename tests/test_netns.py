@@ -61,10 +61,16 @@ def test_every_row_crosses_the_namespaces_whole_over_tcp(tmp_path: Path) -> None
     run = json.loads(out_json.read_text())["runs"]["unshaped"]
     assert run["wrong"] == 0 and run["exit"] == 0
     rows = run["rows"]
-    assert {"baseline", "tokenwire", "oob raw"} <= set(rows)
-    for row in rows.values():
+    assert set(rows) == {"baseline", "tokenwire", "oob default"} | {
+        f"oob {c}" for c in ("raw", "packed", "pfor", "zstd", "auto")}
+    for name, row in rows.items():
         assert row["p99_ms"] >= row["p50_ms"] > 0
-        assert row["wire_bytes"] > 20_000 * 2          # the ids crossed the veth pair
+        assert row["wire_bytes"] > 20_000, name           # the ids crossed the veth pair
+    for name in ("tokenwire", "oob raw"):                  # raw int32 ids: 4 bytes each
+        assert rows[name]["wire_bytes"] >= 20_000 * 4, name
+    # Coded ids reach the wire compact; codec=None over tcp:// is the network codec's size.
+    for name in ("oob packed", "oob pfor", "oob zstd", "oob auto", "oob default"):
+        assert rows[name]["wire_bytes"] < 0.7 * rows["oob raw"]["wire_bytes"], name
     assert namespaces_of(proc.pid) == [] and bench_processes() == []
 
 

@@ -140,25 +140,18 @@ def signature(key: bytes, head: Any, buffers: Sequence[Any], sign_buffers: bool,
     n = len(lens)
     fmt = _LENGTHS[n] if n < len(_LENGTHS) else struct.Struct(f"<{n + 1}Q")
     inner = inner_state.copy()
-    if header is not None:
+    if header is not None or leading:
         if channel:
-            raise ValueError("a channel message cannot have a codec header")
+            raise ValueError("a channel message cannot have " + (
+                "a codec header" if header is not None else "signed leading frames"))
         sizes = [memoryview(f).nbytes for f in leading]
-        inner.update(_CODEC_PREFIX[sign_buffers]
+        inner.update((_LEADING_PREFIX if header is None else _CODEC_PREFIX)[sign_buffers]
                      + struct.pack(f"<{len(sizes) + 1}Q", len(sizes), *sizes))
         for f in leading:
             inner.update(f)
-        inner.update(struct.pack("<Q", memoryview(header).nbytes))
-        inner.update(header)
-        inner.update(fmt.pack(n - 1, *lens))
-    elif leading:
-        if channel:
-            raise ValueError("a channel message cannot have signed leading frames")
-        sizes = [memoryview(f).nbytes for f in leading]
-        inner.update(_LEADING_PREFIX[sign_buffers]
-                     + struct.pack(f"<{len(sizes) + 1}Q", len(sizes), *sizes))
-        for f in leading:
-            inner.update(f)
+        if header is not None:
+            inner.update(struct.pack("<Q", memoryview(header).nbytes))
+            inner.update(header)
         inner.update(fmt.pack(n - 1, *lens))
     else:
         inner.update((_CHANNEL_PREFIX if channel else _PREFIX)[sign_buffers]
