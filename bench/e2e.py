@@ -51,7 +51,9 @@ Every run ends with a correctness check: a CRC-32 of the int32 ids the worker bu
 (warm-up included), against the ids the proxy sent, and for the tokenwire-shm rows that every
 request whose ids reach the threshold took a slot (none fell back to a frame).
 
-`--ray` runs the same exchange actor to actor through a local Ray cluster.
+`--ray` runs the same exchange actor to actor through a local Ray cluster; `--ray-nodes 2`
+through a two-node one on this machine (two raylets and object stores), the proxy actor on one
+node and the worker actor on the other.
 """
 
 from __future__ import annotations
@@ -739,7 +741,11 @@ class _RayProxy:
                 "send_us": send, "correct": crcs == expected}
 
 
-def run_ray(isls: Sequence[int], count: int) -> list[ModeResult]:
+def run_ray(isls: Sequence[int], count: int, nodes: int = 1) -> list[ModeResult]:
+    """Actor to actor through Ray: a local one-node cluster, or with `nodes=2` a two-node one on
+    this machine (two raylets, each with its own object store; ray.cluster_utils.Cluster), the
+    proxy actor on one node and the worker actor on the other, so every request is moved from
+    one store to the other."""
     import logging
 
     import ray
@@ -747,6 +753,8 @@ def run_ray(isls: Sequence[int], count: int) -> list[ModeResult]:
     import bench
 
     started = not ray.is_initialized()
+    cluster = None
+    store = 256 * 1024**2
     if started:
         # Ray puts the driver's working directory on every worker's sys.path; run from a source
         # checkout, its tokenwire/ (no compiled extension) would shadow the installed package.
@@ -754,27 +762,43 @@ def run_ray(isls: Sequence[int], count: int) -> list[ModeResult]:
         cwd = os.getcwd()
         os.chdir(tempfile.gettempdir())
         try:
-            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2,
-                     logging_level=logging.ERROR, log_to_driver=False,
+            address = None
+            if nodes == 2:
+                from ray.cluster_utils import Cluster
+                cluster = Cluster(initialize_head=True, head_node_args={
+                    "num_cpus": 1, "resources": {"tw_proxy": 1}, "object_store_memory": store,
+                    "include_dashboard": False})
+                cluster.add_node(num_cpus=1, resources={"tw_worker": 1},
+                                 object_store_memory=store)
+                address = cluster.address
+            local: dict[str, Any] = {} if address else {
+                "num_cpus": 2, "include_dashboard": False, "object_store_memory": store}
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
                      runtime_env={"py_modules": [bench],
-                                  "excludes": ["engine_src", "results", "__pycache__"]})
+                                  "excludes": ["engine_src", "results", "__pycache__"]}, **local)
         finally:
             os.chdir(cwd)
     try:
-        worker_cls: Any = ray.remote(_RayWorker)
-        proxy_cls: Any = ray.remote(_RayProxy)
+        two = nodes == 2 and cluster is not None
+        worker_cls: Any = ray.remote(num_cpus=0, resources={"tw_worker": 1} if two else {})(
+            _RayWorker)
+        proxy_cls: Any = ray.remote(num_cpus=0, resources={"tw_proxy": 1} if two else {})(
+            _RayProxy)
         worker, proxy = worker_cls.remote(), proxy_cls.remote()
+        label = "ray-2node" if two else "ray"
         out = []
         for isl in isls:
             for mode in RAY_MODES:
-                stderr_progress(f"e2e ray: ISL {isl:,}, {mode}")
+                stderr_progress(f"e2e {label}: ISL {isl:,}, {mode}")
                 r = ray.get(proxy.run.remote(worker, mode, isl, count))
-                out.append(ModeResult("ray", mode, isl, count, r["latency_us"], r["gil_us"],
+                out.append(ModeResult(label, mode, isl, count, r["latency_us"], r["gil_us"],
                                       r["send_us"], r["correct"]))
         return out
     finally:
         if started:
             ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()  # type: ignore[no-untyped-call]
 
 
 # --------------------------------------------------------------------------------------------
@@ -788,6 +812,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="requests per mode and ISL (default 60; 12 with --quick)")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--ray", action="store_true", help="also run actor to actor through Ray")
+    p.add_argument("--ray-nodes", type=int, choices=(1, 2), default=1,
+                   help="with --ray: 2 runs a two-node Ray cluster on this machine, the proxy "
+                        "actor on one node and the worker actor on the other")
     p.add_argument("--quick", action="store_true", help="ISL 1k/40k, 12 requests: a smoke test")
     p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
                    help="where the worker's ids end: the numpy stand-in, or a C++ Request built "
@@ -809,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
           f"receive+unpickle+token prep+request ctor; trip = proxy serialize+transport+submit\n")
     results = run_zmq(isls, count, args.transport, engine_path, gil_monitor=args.gil_monitor)
     if args.ray:
-        results += run_ray(isls, count)
+        results += run_ray(isls, count, args.ray_nodes)
     print("", file=sys.stderr)
     print_table(results)
     passes = [us for r in results for us in r.gc_us]

@@ -182,13 +182,19 @@ def test_shm_suite_quick() -> None:
     assert "x one memcpy" in r.stdout
 
 
-def test_e2e_through_ray() -> None:
-    """Ray's workers get bench/ shipped as a module (runtime_env py_modules)."""
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_e2e_through_ray(nodes: int) -> None:
+    """Ray's workers get bench/ shipped as a module (runtime_env py_modules); with two nodes the
+    proxy and worker actors sit on different raylets and the ids still arrive whole."""
     pytest.importorskip("ray")
     pytest.importorskip("zmq")
-    r = run_bench("e2e", "--isl", "2000", "--requests", "4", "--ray", timeout=900)
+    r = run_bench("e2e", "--isl", "2000", "--requests", "4", "--ray", "--ray-nodes", str(nodes),
+                  timeout=900)
     assert r.returncode == 0, r.stderr
-    assert "ray " in r.stdout and "correctness: tokens received == tokens sent" in r.stdout
+    label = "ray-2node " if nodes == 2 else "ray "
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith(label)]
+    assert len(rows) == 2 and all(ln.rstrip().endswith("yes") for ln in rows), r.stdout
+    assert "correctness: tokens received == tokens sent" in r.stdout
 
 
 @pytest.mark.slow
