@@ -76,8 +76,13 @@ def test_bit_flips_are_refused_when_checksummed(codec: str) -> None:
 @pytest.mark.parametrize("codec", CODECS)
 @given(data=st.data())
 def test_damaged_frames_give_ids_or_wire_format_error(codec: str, data: st.DataObject) -> None:
-    ids = data.draw(ids_for_codec(codec, max_size=200))
-    frame = tokenwire.encode(ids, codec=codec, checksum=data.draw(st.booleans()))  # type: ignore[arg-type]
+    checksum = data.draw(st.booleans())
+    if data.draw(st.booleans()):
+        seqs = data.draw(st.lists(ids_for_codec(codec, max_size=60), max_size=5))
+        frame = tokenwire.encode_many(seqs, codec=codec, checksum=checksum)  # type: ignore[arg-type]
+    else:
+        ids = data.draw(ids_for_codec(codec, max_size=200))
+        frame = tokenwire.encode(ids, codec=codec, checksum=checksum)  # type: ignore[arg-type]
     harness.check_damage(frame, DrawChooser(data.draw))
 
 
