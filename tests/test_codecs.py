@@ -79,10 +79,10 @@ def test_damaged_frames_give_ids_or_wire_format_error(codec: str, data: st.DataO
     checksum = data.draw(st.booleans())
     if data.draw(st.booleans()):
         seqs = data.draw(st.lists(ids_for_codec(codec, max_size=60), max_size=5))
-        frame = tokenwire.encode_many(seqs, codec=codec, checksum=checksum)  # type: ignore[arg-type]
+        frame = tokenwire.encode_many(seqs, codec=codec, checksum=checksum)
     else:
         ids = data.draw(ids_for_codec(codec, max_size=200))
-        frame = tokenwire.encode(ids, codec=codec, checksum=checksum)  # type: ignore[arg-type]
+        frame = tokenwire.encode(ids, codec=codec, checksum=checksum)
     harness.check_damage(frame, DrawChooser(data.draw))
 
 

@@ -39,7 +39,7 @@ WIRE_CODECS = {spec.name: spec for spec in tokenwire.wire.CODEC_TABLE}
 
 
 def _seqs(out: object) -> list[list[int]]:
-    return [v.tolist() for v in out]  # type: ignore[attr-defined]
+    return [v.tolist() for v in out]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,7 +60,7 @@ def _check_header(codec: str, frame: bytes, counts: tuple[int, ...], checksum: b
 
 def check_round_trip(codec: str, ids: list[int], checksum: bool) -> bytes:
     """`ids` through encode(codec=) and back through decode, decode_many and frame_info."""
-    frame = tokenwire.encode(ids, codec=codec, checksum=checksum)  # type: ignore[arg-type]
+    frame = tokenwire.encode(ids, codec=codec, checksum=checksum)
     out = tokenwire.decode(frame)
     assert type(out) is tokenwire.TokenVector and out.tolist() == ids
     assert _seqs(tokenwire.decode_many(frame)) == [ids]
@@ -70,7 +70,7 @@ def check_round_trip(codec: str, ids: list[int], checksum: bool) -> bytes:
 
 def check_round_trip_many(codec: str, seqs: list[list[int]], checksum: bool) -> bytes:
     """`seqs` through encode_many(codec=) and back through decode_many and frame_info."""
-    frame = tokenwire.encode_many(seqs, codec=codec, checksum=checksum)  # type: ignore[arg-type]
+    frame = tokenwire.encode_many(seqs, codec=codec, checksum=checksum)
     assert _seqs(tokenwire.decode_many(frame)) == seqs
     _check_header(codec, frame, tuple(len(s) for s in seqs), checksum, multi=True)
     return frame
@@ -83,8 +83,8 @@ def check_round_trip_many(codec: str, seqs: list[list[int]], checksum: bool) -> 
 def outside_ids(codec: str) -> list[tuple[int, type[Exception], str, str]]:
     """The ids just outside `codec`'s range, each with what a forced codec raises for it: the
     class, and the start of the message of encode([lo, id]) and of encode_many([[lo], [lo, id]]).
-    Inside int32 that is the codec's misfit (a TokenIdError, a ValueError, naming the codec and its range, then
-    the sequence); outside int32, what every codec says of such an id."""
+    Inside int32 that is the codec's misfit (a TokenIdError, so a ValueError, naming the codec
+    and its range, then the sequence); outside int32, what every codec says of such an id."""
     lo, hi = CODEC_RANGES[codec]
     cases = []
     for bad in (lo - 1, hi + 1):
@@ -113,9 +113,9 @@ def check_bounds(codec: str) -> None:
     check_round_trip(codec, [lo, hi, lo], checksum=False)
     check_round_trip_many(codec, [[hi], [lo]], checksum=True)
     for bad, error, one, many in outside_ids(codec):
-        e = _raised(lambda: tokenwire.encode([lo, bad], codec=codec))  # type: ignore[arg-type]
+        e = _raised(lambda: tokenwire.encode([lo, bad], codec=codec))
         assert type(e) is error and str(e).startswith(one), (codec, bad, e)
-        e = _raised(lambda: tokenwire.encode_many([[lo], [lo, bad]], codec=codec))  # type: ignore[arg-type]
+        e = _raised(lambda: tokenwire.encode_many([[lo], [lo, bad]], codec=codec))
         assert type(e) is error and str(e).startswith(many), (codec, bad, e)
 
 
@@ -138,9 +138,9 @@ def sample_frames(codec: str) -> Iterator[tuple[bytes, list[list[int]], bool]]:
     """Valid frames of `codec`: (frame, its sequences, checksummed), one and many sequences."""
     ids = sample_ids(codec)
     for checksum in (False, True):
-        yield tokenwire.encode(ids, codec=codec, checksum=checksum), [ids], checksum  # type: ignore[arg-type]
+        yield tokenwire.encode(ids, codec=codec, checksum=checksum), [ids], checksum
         seqs = [ids[:130], [], ids[130:]]
-        yield tokenwire.encode_many(seqs, codec=codec, checksum=checksum), seqs, checksum  # type: ignore[arg-type]
+        yield tokenwire.encode_many(seqs, codec=codec, checksum=checksum), seqs, checksum
 
 
 def _outcome(frame: bytes) -> list[list[int]] | None:
@@ -206,10 +206,10 @@ def check_cpp_round_trip(cpp: Any, codec: str, seqs: list[list[int]], multi: boo
     """C++ encodes `seqs` with `codec` to the frame Python writes (zstd: the same ids where the
     libzstd releases differ), decodes Python's frame to the same ids, and both agree on it."""
     if multi:
-        frame = tokenwire.encode_many(seqs, codec=codec, checksum=checksum)  # type: ignore[arg-type]
+        frame = tokenwire.encode_many(seqs, codec=codec, checksum=checksum)
         assert_same_frame(cpp, cpp.encode_many(seqs, codec, checksum), frame)
     else:
-        frame = tokenwire.encode(seqs[0], codec=codec, checksum=checksum)  # type: ignore[arg-type]
+        frame = tokenwire.encode(seqs[0], codec=codec, checksum=checksum)
         assert_same_frame(cpp, cpp.encode(seqs[0], codec, checksum), frame)
     assert cpp.decode_many(frame)[0] == seqs
     assert_agree(cpp, frame)
@@ -229,9 +229,9 @@ def check_cpp_misfit(cpp: Any, codec: str) -> None:
     for bad, error, _, _ in outside_ids(codec):
         if error is not TokenIdError:
             continue
-        py = _raised(lambda: tokenwire.encode([lo, bad], codec=codec))  # type: ignore[arg-type]
+        py = _raised(lambda: tokenwire.encode([lo, bad], codec=codec))
         cc = _raised(lambda: cpp.encode([lo, bad], codec))
-        assert (cc.kind, cc.message) == ("invalid", str(py))  # type: ignore[attr-defined]
-        py = _raised(lambda: tokenwire.encode_many([[lo], [lo, bad]], codec=codec))  # type: ignore[arg-type]
+        assert (cc.kind, cc.message) == ("invalid", str(py))
+        py = _raised(lambda: tokenwire.encode_many([[lo], [lo, bad]], codec=codec))
         cc = _raised(lambda: cpp.encode_many([[lo], [lo, bad]], codec))
-        assert (cc.kind, cc.message) == ("invalid", str(py))  # type: ignore[attr-defined]
+        assert (cc.kind, cc.message) == ("invalid", str(py))
