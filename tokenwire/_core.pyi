@@ -2,7 +2,7 @@
 
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, Literal, SupportsIndex, final, overload
+from typing import Any, Final, Literal, NamedTuple, SupportsIndex, final, overload
 
 from typing_extensions import Buffer, Self, disjoint_base
 
@@ -79,6 +79,17 @@ def _restore_shared(data: Buffer | str, make: Callable[[Any], TokenVector]) -> T
 _Codec = Literal["auto", "raw", "u16", "packed", "pfor", "zstd"]
 
 MAGIC: Final[bytes]
+
+class CodecSpec(NamedTuple):
+    name: str
+    wire_id: int
+    min_width: int
+    max_width: int
+    min_id: int
+    max_id: int
+    id_range: str
+
+CODEC_TABLE: Final[tuple[CodecSpec, ...]]
 CODEC_NAMES: Final[tuple[str, ...]]
 CODECS: Final[tuple[str, ...]]
 CRC32C_HARDWARE: Final[bool]

@@ -57,8 +57,21 @@ twpf_init()
 
 #: The 4 magic bytes every frame starts with ("TWIR", "tokenwire"; frame.h's TW_MAGIC).
 MAGIC = PyBytes_FromStringAndSize(TW_MAGIC, TW_MAGIC_SIZE)
-#: Wire codec names by id, read from the codec table (include/tokenwire/frame.h).
-CODEC_NAMES = tuple([(<bytes>tw_codecs[_c].name).decode("ascii") for _c in range(TW_NCODECS)])
+from collections import namedtuple as _namedtuple
+
+#: One record of the codec table (include/tokenwire/frame.h's tw_codecs): the codec's name, its
+#: wire id (the header's codec byte), the widths its frames may declare (0..0: pfor, whose
+#: payload size is in the frame), the ids it holds, and that range as its messages print it.
+CodecSpec = _namedtuple("CodecSpec", ["name", "wire_id", "min_width", "max_width", "min_id",
+                                      "max_id", "id_range"])
+#: The codec table itself, one CodecSpec per wire codec in wire-id order.
+CODEC_TABLE = tuple([
+    CodecSpec((<bytes>tw_codecs[_c].name).decode("ascii"), _c, tw_codecs[_c].min_width,
+              tw_codecs[_c].max_width, tw_codecs[_c].min_id, tw_codecs[_c].max_id,
+              (<bytes>tw_codecs[_c].id_range).decode("ascii"))
+    for _c in range(TW_NCODECS)])
+#: Wire codec names by id, read from the codec table.
+CODEC_NAMES = tuple([_spec.name for _spec in CODEC_TABLE])
 #: Every name `encode`'s `codec=` takes: "auto", the wire codecs, "zstd" (see `check_codec`).
 CODECS = ("auto",) + CODEC_NAMES + ("zstd",)
 _EXPECTED_CODECS = (", ".join([repr(c) for c in CODECS[:len(CODECS) - 1]])

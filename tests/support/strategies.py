@@ -134,13 +134,11 @@ except ImportError:  # pragma: no cover - the extra is optional
     _HAS_ZSTD = False
 CODECS = [c for c in tokenwire.wire.CODECS if c != "zstd" or _HAS_ZSTD]
 
-#: Ids a given codec can hold: u16 needs [0, 65536), packed needs >= 0 (pfor holds any int32).
+#: Ids a given codec can hold, from the codec table (tokenwire.wire.CODEC_TABLE: u16 holds
+#: [0, 65536), packed ids >= 0); "auto" and "zstd" hold every int32.
 CODEC_RANGES = {
-    "raw": (INT32_MIN, INT32_MAX),
-    "u16": (0, 2**16 - 1),
-    "packed": (0, INT32_MAX),
-    "pfor": (INT32_MIN, INT32_MAX),
     "auto": (INT32_MIN, INT32_MAX),
+    **{spec.name: (spec.min_id, spec.max_id) for spec in tokenwire.wire.CODEC_TABLE},
     "zstd": (INT32_MIN, INT32_MAX),
 }
 

@@ -79,7 +79,16 @@ class checksum_error : public wire_format_error {
     using wire_format_error::wire_format_error;
 };
 
-enum class Codec { Auto, Raw, U16, Packed, Zstd, Pfor };
+// A wire codec's value is its wire id (frame.h's codec table); Auto and Zstd are the encoder's
+// requests that are not wire codecs (encode.h). encode_frame passes the value on as it is.
+enum class Codec : unsigned {
+    Auto = TW_REQUEST_AUTO,
+    Raw = TW_CODEC_RAW,
+    U16 = TW_CODEC_U16,
+    Packed = TW_CODEC_PACKED,
+    Zstd = TW_REQUEST_ZSTD,
+    Pfor = TW_CODEC_PFOR,
+};
 
 struct FrameInfo {
     int version;
@@ -101,8 +110,7 @@ namespace {
 
 constexpr unsigned kVersion = TW_WIRE_VERSION;
 constexpr size_t kZstdLengthSize = TW_ZSTD_LENGTH_SIZE;
-constexpr unsigned kRaw = TW_CODEC_RAW, kU16 = TW_CODEC_U16, kPacked = TW_CODEC_PACKED,
-                   kPfor = TW_CODEC_PFOR;
+constexpr unsigned kRaw = TW_CODEC_RAW, kPfor = TW_CODEC_PFOR;
 constexpr unsigned kFlagChecksum = TW_FLAG_CHECKSUM, kFlagMulti = TW_FLAG_MULTI,
                    kFlagZstd = TW_FLAG_ZSTD;
 
@@ -331,12 +339,10 @@ inline std::vector<uint8_t> encode_frame(const Seq* seqs, size_t nseq, bool mult
             "codec 'zstd' needs zstd support compiled in (define TOKENWIRE_WITH_ZSTD and link "
             "-lzstd)");
 #endif
-    const unsigned wire = request == Codec::Raw      ? unsigned(kRaw)
-                          : request == Codec::U16    ? unsigned(kU16)
-                          : request == Codec::Packed ? unsigned(kPacked)
-                          : request == Codec::Pfor   ? unsigned(kPfor)
-                          : request == Codec::Zstd   ? unsigned(TW_REQUEST_ZSTD)
-                                                     : unsigned(TW_REQUEST_AUTO);
+    // the request as encode.h takes it: a wire id or TW_REQUEST_ZSTD; any other value is auto
+    const unsigned given = static_cast<unsigned>(request);
+    const unsigned wire =
+        given < TW_NCODECS || given == TW_REQUEST_ZSTD ? given : unsigned(TW_REQUEST_AUTO);
     uint64_t total = 0;
     for (size_t k = 0; k < nseq; k++) total += seqs[k].n;
     // raw and pfor hold every int32: no OR needed (and pfor's kernel reads each id once)
