@@ -854,7 +854,7 @@ class TestZstdCodecChoice:
 
 
 # ---------------------------------------------------------------------------------------------
-# pfor (codec 3): every block shape through encode / decode and encode_many / decode_many
+# pfor: every block shape through encode / decode and encode_many / decode_many
 
 
 @st.composite

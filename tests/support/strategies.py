@@ -53,7 +53,8 @@ def int_arrays(draw: st.DrawFn, max_size: int = 200) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# Request layer (tests/test_request.py, tests/test_transports.py)
+# Request layer (tests/test_fields.py, test_state.py, test_adopt.py, test_request.py,
+# test_transports.py)
 
 #: How a caller may hand token ids to a TokenIds field.
 ID_SOURCES = ["list", "tuple", "ndarray_int32", "ndarray_int64", "token_vector"]
