@@ -36,6 +36,9 @@ timed submits.
                  Receiver.recv): the worker spins up to SHM_SPIN_US on the ring for the next
                  message (without the GIL, one core busy) instead of sleeping on the socket;
                  the socket carries a small doorbell that wakes a worker no longer spinning
+  floor          what no path avoids, at the same pacing: the proxy's `as_tokens` of the fresh
+                 list and a 1-byte message; the worker's copy of the ids into an owned int32
+                 array. Every row's trip is also shown as x floor (`trip x floor`)
 
 Each path is the one the transport picks by size: ids below the out-of-band threshold (64 KiB,
 16k ids) stay in the pickle in tokenwire-oob, ids below the shared-memory threshold (32 KiB, 8k
@@ -75,7 +78,7 @@ from typing import Any
 
 import numpy as np
 
-from tokenwire import GenerationRequest, shm, token_buffer
+from tokenwire import GenerationRequest, as_tokens, shm, token_buffer
 from tokenwire.memory import malloc_settling
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
@@ -88,6 +91,14 @@ SHM_MODES = ("tokenwire-shm", "tokenwire-shm-spin")
 #: longer than the proxy's gap between an ack and its next request (building the request).
 SHM_SPIN_US = 5000.0
 TOKENWIRE_MODES = MODES[1:]
+#: The floor row: what no path can avoid, measured at the same pacing in the same run. The proxy
+#: converts the fresh list to int32 (`as_tokens`: the one pass over the ids) and sends a 1-byte
+#: message; the worker receives it and copies `isl` int32 ids into an owned array (the engine's
+#: vector: the one copy the worker cannot avoid). Its trip is the floor every row's is shown
+#: against (x floor).
+FLOOR = "floor"
+#: The rows run_zmq measures by default: every mode, then the floor.
+ZMQ_MODES = MODES + (FLOOR,)
 #: Untimed requests at the start of every row (CRC-checked all the same): more than the
 #: shared-memory ring's slots, so each slot's pages are touched before the timing starts.
 WARMUP = shm.SLOTS + 4
@@ -99,6 +110,8 @@ RAY_MODES = ("baseline", "tokenwire")
 def make_request(mode: str, ids: np.ndarray, i: int) -> Any:
     """What the proxy holds: the ids arrive from the tokenizer as a list[int]."""
     lst = ids.tolist()
+    if mode == FLOOR:
+        return lst
     params = SamplingParams()
     if mode == "baseline":
         return PlainGenerationRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
@@ -290,6 +303,8 @@ class GilMonitor:
 
 
 def _receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
+    if mode == FLOOR:
+        return sock.recv()                      # the 1-byte message
     if mode == "tokenwire-shm-spin":
         return receiver.recv(sock)              # the ring (poll spun for it), or the socket
     if mode == "tokenwire-shm":
@@ -327,6 +342,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
             if ctl is None:
                 break
             mode, count, warmup = ctl["mode"], ctl["count"], ctl["warmup"]
+            floor_ids = np.zeros(ctl.get("isl", 0), dtype=np.int32)
             windows, prep, ctor, crcs, fallbacks = [], [], [], [], 0
             slots_before = receiver.stats["shm"]
             keep: Any = None
@@ -339,9 +355,9 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
                 t0 = time.perf_counter()
                 req = _receive(data, mode, receiver)
                 ta = time.perf_counter()
-                source = token_source(req)
+                source = floor_ids if mode == FLOOR else token_source(req)
                 tb = time.perf_counter()
-                vec = eng.build(req, source)
+                vec = np.array(source) if mode == FLOOR else eng.build(req, source)
                 t1 = time.perf_counter()
                 results.send_pyobj(None)        # ack: the proxy may send the next request
                 if k >= warmup:
@@ -438,8 +454,9 @@ def print_table(results: Sequence[ModeResult]) -> None:
           f"{'prep p50':>10}{'ctor p50':>11}"
           f"{'GIL p50':>10}{'p99':>11}{'proxy ser. p50':>16}{'transit p50':>13}{'trip p50':>11}"
           f"{'p99':>11}"
-          f"  {'vs baseline: submit':>20}{'GIL':>9}{'trip':>8}  ok")
+          f"  {'vs baseline: submit':>20}{'GIL':>9}{'trip':>8}{'trip x floor':>14}  ok")
     base = {(r.transport, r.isl): r for r in results if r.mode == "baseline"}
+    floor = {(r.transport, r.isl): r for r in results if r.mode == FLOOR and r.trip_us}
     for r in results:
         b = base[(r.transport, r.isl)]
         rs = b.p(b.latency_us, 50) / r.p(r.latency_us, 50)
@@ -449,13 +466,15 @@ def print_table(results: Sequence[ModeResult]) -> None:
         else:
             gil_vs = ('>=' if bound else '') + format(rg, '.1f') + "x"
         rt = f"{b.p(b.trip_us, 50) / r.p(r.trip_us, 50):.1f}x" if r.trip_us else "n/a"
+        f = floor.get((r.transport, r.isl))
+        rf = f"{r.p(r.trip_us, 50) / f.p(f.trip_us, 50):.2f}x" if f and r.trip_us else "n/a"
         print(f"{r.transport:<10}{r.isl:>9,}  {r.mode:<15}{r.p(r.latency_us, 50):>9.1f}µs"
               f"{r.p(r.latency_us, 99):>9.1f}µs{_us(r, r.prep_us):>10}{_us(r, r.ctor_us):>11}"
               f"{_gil_cell(r, 50):>10}{_gil_cell(r, 99):>11}"
               f"{r.p(r.send_us, 50):>14.1f}µs"
               f"{(format(r.p(r.transit_us, 50), '.1f') + 'µs') if r.trip_us else 'n/a':>13}"
               f"{_trip_cell(r, 50):>11}{_trip_cell(r, 99):>11}"
-              f"  {rs:>19.1f}x{gil_vs:>9}{rt:>8}  {'yes' if r.correct else 'NO'}")
+              f"  {rs:>19.1f}x{gil_vs:>9}{rt:>8}{rf:>14}  {'yes' if r.correct else 'NO'}")
 
 
 def summary(r: ModeResult) -> dict[str, float]:
@@ -553,7 +572,23 @@ def targets_for(engine: str) -> list[Target]:
         out += [Target(f"{mode}: worker submit >= 10x lower than the baseline's",
                        _lower(mode, "latency_us"), lambda v: v >= 10, _times),
                 _gil_target(mode)]
-    return out
+    return out + [_floor_target()]
+
+
+def _floor_target() -> Target:
+    """The best tokenwire row's whole trip at 40k within 1.5x the floor row's (same run)."""
+    def value(f: E2EFigures) -> float:
+        floor = f.row(FLOOR)
+        best = min(f.row(m).p(f.row(m).trip_us, 50) for m in TOKENWIRE_MODES
+                   if (m, "zmq", 40_000) in f.rows)
+        return best / floor.p(floor.trip_us, 50)
+
+    def shown(f: E2EFigures, v: float) -> str:
+        best = min((m for m in TOKENWIRE_MODES if (m, "zmq", 40_000) in f.rows),
+                   key=lambda m: f.row(m).p(f.row(m).trip_us, 50))
+        return f"{v:.2f}x ({best})"
+    return Target("best tokenwire row: whole trip <= 1.5x the floor's (1-byte trip + as_tokens "
+                  "+ the worker's copy)", value, lambda v: v <= 1.5, shown)
 
 
 def check_targets(results: Sequence[ModeResult]) -> bool:
@@ -575,6 +610,9 @@ def check_targets(results: Sequence[ModeResult]) -> bool:
 def serialize(mode: str, req: Any, sender: shm.Sender) -> list[Any]:
     """The proxy's side of a send: the frames of one message, what send_pyobj /
     send_pyobj_oob put on the socket (with channel=, the ids are written into a slot here)."""
+    if mode == FLOOR:
+        as_tokens(req)                            # the list's one unavoidable pass
+        return [b"\x00"]
     if mode == "tokenwire-shm-spin":
         return sender.message(req)                # = sender.send(...): a doorbell, or frames
     if mode == "tokenwire-shm":
@@ -585,7 +623,7 @@ def serialize(mode: str, req: Any, sender: shm.Sender) -> list[Any]:
 
 
 def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
-            engine_path: str | None = None, modes: Sequence[str] = MODES,
+            engine_path: str | None = None, modes: Sequence[str] = ZMQ_MODES,
             warmup: int = WARMUP, gil_monitor: bool = True) -> list[ModeResult]:
     import zmq
 
@@ -645,7 +683,7 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                 starts = []
                 slots_before = sender.stats["shm"]
                 send_pyobj_oob(data, {"mode": mode, "count": end - first - n_warm,
-                                      "warmup": n_warm}, channel=sender)
+                                      "warmup": n_warm, "isl": isl}, channel=sender)
                 for i in range(first, end):
                     req = make_request(mode, streams[i], i)
                     t0 = time.perf_counter()
@@ -680,7 +718,10 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                 slots = sender.stats["shm"] - slots_before
                 want = (end - first if mode in SHM_MODES and sender.attached()
                         and 4 * isl >= sender.threshold else 0)
-                res.correct &= (report["crcs"] == expected[first:end]
+                # (The floor's worker copies zeros: it was sent no ids to check.)
+                want_crcs = ([crc(np.zeros(isl, np.int32))] * (end - first) if mode == FLOOR
+                             else expected[first:end])
+                res.correct &= (report["crcs"] == want_crcs
                                 and report["fallbacks"] == 0 and report["slots"] == slots == want)
             out += rows.values()
         send_pyobj_oob(data, None, channel=sender)

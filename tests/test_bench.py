@@ -151,12 +151,16 @@ def test_e2e_quick_is_correct(tmp_path: Path) -> None:
     out_json = tmp_path / "e2e.json"
     r = run_bench("e2e", "--quick", "--requests", "6", "--json", str(out_json))
     assert r.returncode == 0, r.stderr
-    modes = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin")
+    modes = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin",
+             "floor")
     for mode in modes:
         assert f" {mode} " in r.stdout
     assert "correctness: tokens received == tokens sent" in r.stdout
     header = next(line for line in r.stdout.splitlines() if line.startswith("transport"))
-    assert "trip p50        p99" in header
+    assert "trip p50        p99" in header and "trip x floor" in header
+    floor = [ln for ln in r.stdout.splitlines() if ln.startswith("zmq") and " floor " in ln]
+    assert len(floor) == 2 and all("1.00x  yes" in ln for ln in floor), floor
+    assert "whole trip <= 1.5x the floor's" in r.stdout
     rows = json.loads(out_json.read_text())["results"]
     assert {(row["mode"], row["isl"]) for row in rows} == {
         (mode, isl) for mode in modes for isl in (1000, 40_000)}
