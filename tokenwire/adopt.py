@@ -271,7 +271,7 @@ def token_fields(*names: str, codec: str = "raw",
     check_codec(codec)
 
     def decorate(cls: _C) -> _C:
-        import dataclasses     # here: it imports inspect and ast, ~10 ms `import tokenwire` skips
+        import dataclasses     # here: it imports inspect and ast, which `import tokenwire` skips
         if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
             raise TypeError(f"token_fields({cls.__name__}): instances need a __dict__, "
                             f"the class has __slots__ without one")

@@ -186,8 +186,8 @@ def _install_adoption_hook(hook: Callable[..., None]) -> None:
 
 
 # Python >= 3.14 evaluates annotations on demand (annotationlib). Looked up once: a failed import
-# is not cached, and retrying it on every read of a field on its class searched sys.path each
-# time (~90 us).
+# is not cached, and retrying it on every read of a field on its class would search sys.path
+# each time.
 try:
     import annotationlib as _annotationlib  # type: ignore[import-not-found, unused-ignore]
 except ImportError:

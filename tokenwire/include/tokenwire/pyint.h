@@ -43,9 +43,10 @@ TW_INLINE int tw_pyint_small_value(PyObject *o, int32_t *out) {
 #ifndef TW_PYINT_PREFETCH
 /* How many items ahead tw_pyints_small_values prefetches the int object. The loop is bound by
    loading each object's header. Objects laid out in order (a fresh list in a fresh process) are
-   streamed by the hardware prefetcher, and there the software prefetch costs ~3% (40k ids:
-   33.3 us against 32.5); scattered objects (pymalloc pools reused in a long-running process,
-   lists joined from older pieces) are not, and there it saves ~20% (43 us against 55). */
+   streamed by the hardware prefetcher, and there the software prefetch costs a few percent;
+   scattered objects (pymalloc pools reused in a long-running process, lists joined from older
+   pieces) are not, and there it saves more (as_tokens(list) is timed by `python -m bench
+   core`; docs/benchmarks.md). */
 #  define TW_PYINT_PREFETCH 16
 #endif
 
