@@ -271,6 +271,14 @@ inline std::vector<uint8_t> zstd_payload(const uint8_t* buf, const Layout& L) {
 #endif
 }
 
+// The frame's plain payload: in the frame itself, or for a zstd frame decompressed into `plain`.
+inline const uint8_t* plain_payload(const uint8_t* data, const Layout& L,
+                                    std::vector<uint8_t>& plain) {
+    if (!(L.flags & kFlagZstd)) return data + L.payload_off;
+    plain = zstd_payload(data, L);
+    return plain.data();
+}
+
 // Every id of a checked pfor frame (frame.h's tw_decode_pfor: the kernel judges the payload's
 // rules while it decodes). Allocated only now: the frame checks bound the count by the payload's
 // size (at most 128 ids per byte).
@@ -438,11 +446,7 @@ inline std::vector<int32_t> decode(const uint8_t* data, size_t size,
         return ids;
     }
     std::vector<uint8_t> plain;
-    const uint8_t* payload = data + L.payload_off;
-    if (L.flags & kFlagZstd) {
-        plain = zstd_payload(data, L);
-        payload = plain.data();
-    }
+    const uint8_t* payload = plain_payload(data, L, plain);
     std::vector<int32_t> ids(size_t(L.total));
     read_payload(payload, L, 0, ids.size(), ids.data());
     if (limit) check_vocab(ids, limit, *vocab_size, -1);
@@ -476,11 +480,7 @@ inline std::vector<std::vector<int32_t>> decode_many(
         return out;
     }
     std::vector<uint8_t> plain;
-    const uint8_t* payload = data + L.payload_off;
-    if (L.flags & kFlagZstd) {
-        plain = zstd_payload(data, L);
-        payload = plain.data();
-    }
+    const uint8_t* payload = plain_payload(data, L, plain);
     uint64_t start = 0;
     for (size_t k = 0; k < L.nseq; k++) {
         const size_t n = size_t(p.count(k));      // the copy checked: the counts sum to L.total
