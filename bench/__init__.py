@@ -20,6 +20,7 @@ against the tokenwire installed in the environment (`pip install '.[bench]'`)::
   cpp, engine   the C++ hand-off, in a nanobind engine stand-in built from engine_src/
   e2e           proxy process -> worker process over pyzmq (and Ray), in-band, out-of-band and
                 through the shared-memory channel
+  load          proxy -> worker under load: closed loop and Poisson arrivals (`python -m bench load`)
   bench_shm     the shared-memory channel by size, and a slot against memcpy (`python -m bench
                 shm`)
   malloc        RSS of a torch-like process with tokenwire's glibc malloc settling on and off

@@ -10,6 +10,7 @@
   python -m bench cpp        the C++ hand-off (to_vector, C++ decode) against memcpy and nanobind
   python -m bench e2e        proxy -> worker over pyzmq (and Ray): submit latency, GIL held,
                              whole trip (p50, p99); in-band, out-of-band, shared memory
+  python -m bench load       proxy -> worker under load: requests/s, CPU/request, p50/p99 latency
   python -m bench shm        the shared-memory channel (tokenwire.shm) against in-band and
                              out-of-band frames, by size; a slot against memcpy (--quick)
   python -m bench malloc     peak and final RSS of a torch-like process, tokenwire's glibc malloc
@@ -44,6 +45,7 @@ SUBCOMMANDS: dict[str, str] = {
     "upstream": "bench.upstream",
     "cpp": "bench.cpp",
     "e2e": "bench.e2e",
+    "load": "bench.load",
     "shm": "bench.bench_shm",
     "malloc": "bench.malloc",
     "mpi": "bench.mpi",

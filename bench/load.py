@@ -1,0 +1,564 @@
+"""Under load: one proxy process pushes requests to one worker process over a zmq ipc:// PUSH/PULL
+pair as fast as a bound on in-flight requests allows, and at Poisson rates below that.
+
+The worker receives each message (bench.e2e's `_receive`), hands every request's ids to the
+engine as an int32 array (bench.e2e's `native_ids`), checks them against the ids the proxy sent
+and acknowledges the request's id on a second socket. The proxy (this process) builds each
+request from a `list[int]` the tokenizer already returned (a pool of seeded streams per ISL,
+bench.e2e's `make_request`), serializes it (bench.e2e's `serialize`) and sends it.
+
+  closed loop  the proxy keeps WINDOW requests in flight for `--seconds`: requests/s at
+               saturation, CPU µs per request of each process (its process CPU time over the
+               phase -- zmq's I/O threads included -- divided by the requests acknowledged) and
+               latency p50/p99 (from the start of building a request to its ack arriving, both
+               read in the proxy: one clock)
+  open loop    Poisson arrivals at fractions of the row's saturation: latency p50/p99 (from each
+               request's scheduled arrival, so a proxy that falls behind is charged for it)
+               against offered load
+
+Rows: baseline (a plain-list request, send_pyobj), tokenwire (GenerationRequest, send_pyobj),
+tokenwire-oob (send_pyobj_oob), tokenwire-shm (send_pyobj_oob with channel=, Linux; the ring has a
+slot for every request in flight) and tokenwire-oob-batch8 (8 GenerationRequests per message, as
+SGLang's scheduler receives lists, out-of-band; figures per request).
+
+Correctness: the worker compares every request's int32 ids with the ids of the stream the proxy
+built it from (the same seeded pool, rebuilt in the worker); the comparison's own CPU time
+(thread CPU time around it) is subtracted from the worker's CPU per request. A row whose ids
+arrived wrong is named on stderr and the run exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import resource
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tokenwire import shm
+from tokenwire.memory import malloc_settling
+from tokenwire.transport import recv_pyobj_oob, send_frames, send_pyobj_oob
+from bench.data import token_stream
+from bench.e2e import _receive, make_request, native_ids, serialize
+from bench.harness import Target, machine, report_targets, stderr_progress
+
+#: row -> (bench.e2e's mode for its serialize / receive, requests per message)
+ROWS: dict[str, tuple[str, int]] = {
+    "baseline": ("baseline", 1),
+    "tokenwire": ("tokenwire", 1),
+    "tokenwire-oob": ("tokenwire-oob", 1),
+    "tokenwire-shm": ("tokenwire-shm", 1),
+    "tokenwire-oob-batch8": ("tokenwire-oob", 8),
+}
+#: Requests in flight at most in the closed loop.
+WINDOW = 64
+#: Distinct id streams per ISL the proxy's requests cycle through.
+POOL = 8
+FRACTIONS = (0.25, 0.5, 0.75, 0.9)
+#: Untimed closed-loop seconds before each row's measurements (caches, allocators, the ring).
+WARMUP_S = 0.2
+#: The open loop's in-flight bound: far above a stable queue, a guard against memory growth.
+OPEN_CAP = 16 * WINDOW
+TARGET_ISL = 40_000
+
+
+def pool(isl: int) -> list[np.ndarray]:
+    return [token_stream(isl, seed=7000 + 1000 * isl + k) for k in range(POOL)]
+
+
+class _Listed:
+    """A stream the tokenizer already returned as a list: make_request's `ids.tolist()` hands
+    it over without building it again inside the timed loop."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        self.ids: list[int] = ids.tolist()
+
+    def tolist(self) -> list[int]:
+        return self.ids
+
+
+def _send(sock: Any, mode: str, obj: Any, sender: shm.Sender) -> None:
+    """bench.e2e's send of `serialize`'s frames, for any mode."""
+    frames = serialize(mode, obj, sender)
+    if mode == "tokenwire-oob":
+        send_frames(sock, frames)
+    elif mode == "tokenwire-shm":
+        sender.send_frames(sock, frames)
+    else:
+        sock.send_multipart(frames)
+
+
+def _cpu_s() -> float:
+    """This process's CPU time, every thread (zmq's I/O threads too), user + system."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+# --------------------------------------------------------------------------------------------
+# Worker process
+
+
+def worker_main(data_addr: str, ack_addr: str, parent: int) -> None:
+    """Idle: wait for a row's set-up on the channel. In a row: requests (acked by id), "begin"
+    (CPU snapshot), "end" (report CPU, requests, wrong ones) and "done" (back to idle)."""
+    import zmq
+    malloc_settling(True)
+    ctx = zmq.Context()
+    data = ctx.socket(zmq.PULL)
+    data.connect(data_addr)
+    acks = ctx.socket(zmq.PUSH)
+    acks.connect(ack_addr)
+    receiver = shm.Receiver()
+    expected: list[np.ndarray] = []
+    isl = -1
+    try:
+        while True:
+            while not data.poll(1000):
+                if os.getppid() != parent:          # the proxy is gone: so are we
+                    return
+            ctl = recv_pyobj_oob(data, channel=receiver)
+            if ctl is None:
+                return
+            if ctl["op"] == "attach":
+                acks.send_pyobj(None)
+                continue
+            mode = ctl["mode"]
+            if ctl["isl"] != isl:
+                isl, expected = ctl["isl"], pool(ctl["isl"])
+            cpu0 = thread0 = check_s = 0.0
+            count = bad = 0
+            acks.send_pyobj(None)                   # set up
+            while True:
+                while not data.poll(1000):
+                    if os.getppid() != parent:
+                        return
+                msg = _receive(data, mode, receiver)
+                if msg is None:                     # the proxy closes mid-row
+                    return
+                if isinstance(msg, dict):
+                    if msg["op"] == "begin":
+                        cpu0, thread0 = _cpu_s(), time.thread_time()
+                        check_s, count, bad = 0.0, 0, 0
+                    elif msg["op"] == "end":
+                        acks.send_pyobj({"cpu_s": _cpu_s() - cpu0 - check_s, "requests": count,
+                                         "thread_s": time.thread_time() - thread0 - check_s,
+                                         "bad": bad, "check_s": check_s})
+                    else:
+                        break
+                    continue
+                reqs = msg if isinstance(msg, list) else [msg]
+                ids = np.empty(len(reqs), dtype=np.int64)
+                for k, req in enumerate(reqs):
+                    vec = native_ids(req)
+                    t = time.thread_time()
+                    if not np.array_equal(vec, expected[req.id % POOL]):
+                        bad += 1
+                    check_s += time.thread_time() - t
+                    ids[k] = req.id
+                acks.send(ids.tobytes(), copy=True)
+                count += len(reqs)
+    finally:
+        receiver.close()
+        data.close(0)
+        acks.close(0)
+        ctx.term()
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class OpenPoint:
+    fraction: float
+    offered_rps: float
+    achieved_rps: float
+    requests: int
+    p50_us: float
+    p99_us: float
+
+
+@dataclass
+class LoadRow:
+    row: str
+    isl: int
+    seconds: float
+    requests: int = 0
+    rps: float = 0.0
+    proxy_cpu_us: float = 0.0
+    worker_cpu_us: float = 0.0
+    proxy_main_us: float = 0.0           # of which the main thread's (the rest: zmq's I/O)
+    worker_main_us: float = 0.0
+    p50_us: float = 0.0
+    p99_us: float = 0.0
+    wrong: int = 0
+    shm_slots: int = 0
+    shm_frames: int = 0
+    open_loop: list[OpenPoint] = field(default_factory=list)
+
+    @property
+    def correct(self) -> bool:
+        return self.wrong == 0
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+# --------------------------------------------------------------------------------------------
+# Proxy
+
+
+class Proxy:
+    """This process's side: the sockets, the shared-memory Sender and the worker process."""
+
+    def __init__(self) -> None:
+        import zmq
+        self.zmq = zmq
+        # A slot for every request in flight (a server sizes its ring for its window).
+        self.sender = shm.Sender(slots=WINDOW + 16)
+        self.ctx = zmq.Context()
+        self.data = self.ctx.socket(zmq.PUSH)
+        self.acks = self.ctx.socket(zmq.PULL)
+        self.tmp = tempfile.mkdtemp(prefix="tokenwire-load-")
+        data_addr, ack_addr = f"ipc://{self.tmp}/data", f"ipc://{self.tmp}/acks"
+        self.data.bind(data_addr)
+        self.acks.bind(ack_addr)
+        self.proc = mp.get_context("spawn").Process(
+            target=worker_main, args=(data_addr, ack_addr, os.getpid()), daemon=True)
+        self.starts: dict[int, float] = {}
+        self.lat_us: list[float] = []
+        self.next_id = 0
+        self.proc.start()
+        try:
+            send_pyobj_oob(self.data, {"op": "attach"}, channel=self.sender)
+            self._reply(120_000)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            if self.proc.is_alive():
+                send_pyobj_oob(self.data, None, self.zmq.NOBLOCK, channel=self.sender)
+                self.proc.join(5)
+        except self.zmq.Again:
+            pass
+        finally:
+            if self.proc.is_alive():
+                self.proc.terminate()
+                self.proc.join(5)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+            self.data.close(0)
+            self.acks.close(0)
+            self.ctx.term()
+            self.sender.close()
+            for name in ("data", "acks"):
+                try:
+                    os.unlink(os.path.join(self.tmp, name))
+                except OSError:
+                    pass
+            os.rmdir(self.tmp)
+
+    def _reply(self, timeout_ms: int = 60_000) -> Any:
+        if not self.acks.poll(timeout_ms):
+            raise RuntimeError("the worker process stopped answering")
+        return self.acks.recv_pyobj()
+
+    def _drain(self, block: bool) -> None:
+        """Take the acks that have arrived (at least one with `block`)."""
+        zmq, acks, starts, lat = self.zmq, self.acks, self.starts, self.lat_us
+        if block and not acks.poll(60_000):
+            raise RuntimeError("the worker process stopped answering")
+        while True:
+            try:
+                msg = acks.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            now = time.perf_counter()
+            for i in np.frombuffer(msg, dtype=np.int64).tolist():
+                lat.append((now - starts.pop(i)) * 1e6)
+
+    def _message(self, mode: str, batch: int, lists: list[_Listed], at: float) -> None:
+        reqs = []
+        for _ in range(batch):
+            i = self.next_id
+            self.next_id += 1
+            self.starts[i] = at
+            reqs.append(make_request(mode, lists[i % POOL], i))   # type: ignore[arg-type]
+        _send(self.data, mode, reqs if batch > 1 else reqs[0], self.sender)
+
+    def phase(self, row: str, lists: list[_Listed], seconds: float,
+              rate: float | None) -> tuple[int, float, tuple[float, float], dict[str, Any]]:
+        """One phase: closed loop (`rate` None) or Poisson arrivals at `rate` requests/s.
+        (requests, wall s, proxy CPU s (process, main thread), the worker's report); latencies
+        in self.lat_us."""
+        mode, batch = ROWS[row]
+        _send(self.data, mode, {"op": "begin"}, self.sender)
+        self.lat_us = []
+        pc, rng = time.perf_counter, random.Random(len(lists) * 7919 + int(rate or 0))
+        starts = self.starts
+        cpu0, thread0, t0 = time.process_time(), time.thread_time(), pc()
+        end = t0 + seconds
+        if rate is None:
+            while pc() < end:
+                while len(starts) + batch <= WINDOW:
+                    self._message(mode, batch, lists, pc())
+                self._drain(block=True)
+        else:
+            t_next = t0 + rng.expovariate(rate / batch)
+            while t_next < end:
+                now = pc()
+                if now >= t_next and len(starts) + batch <= OPEN_CAP:
+                    self._message(mode, batch, lists, t_next)
+                    t_next += rng.expovariate(rate / batch)
+                    continue
+                if self.acks.poll(0):
+                    self._drain(block=False)
+                elif len(starts) + batch > OPEN_CAP:
+                    self._drain(block=True)
+                elif t_next - now >= 2e-3:
+                    if self.acks.poll(int((t_next - now) * 1e3) - 1):
+                        self._drain(block=False)
+                else:
+                    time.sleep(max(0.0, t_next - now - 60e-6))
+        while starts:
+            self._drain(block=True)
+        wall = pc() - t0
+        cpu = (time.process_time() - cpu0, time.thread_time() - thread0)
+        _send(self.data, mode, {"op": "end"}, self.sender)
+        report = self._reply()
+        return report["requests"], wall, cpu, report
+
+    def run_row(self, row: str, isl: int, lists: list[_Listed], seconds: float,
+                fractions: Sequence[float]) -> LoadRow:
+        mode, batch = ROWS[row]
+        send_pyobj_oob(self.data, {"op": "row", "mode": mode, "isl": isl}, channel=self.sender)
+        self._reply()
+        res = LoadRow(row, isl, seconds)
+        try:
+            stderr_progress(f"load: ISL {isl:,}, {row}: warm-up")
+            n, _, _, rep = self.phase(row, lists, WARMUP_S, None)
+            res.wrong += rep["bad"]
+            stderr_progress(f"load: ISL {isl:,}, {row}: closed loop")
+            shm0 = dict(self.sender.stats)
+            n, wall, cpu, rep = self.phase(row, lists, seconds, None)
+            res.shm_slots = self.sender.stats["shm"] - shm0["shm"]
+            res.shm_frames = self.sender.stats["frames"] - shm0["frames"]
+            res.wrong += rep["bad"]
+            res.requests, res.rps = n, n / wall
+            res.proxy_cpu_us, res.worker_cpu_us = cpu[0] / n * 1e6, rep["cpu_s"] / n * 1e6
+            res.proxy_main_us, res.worker_main_us = cpu[1] / n * 1e6, rep["thread_s"] / n * 1e6
+            res.p50_us, res.p99_us = _pct(self.lat_us, 50), _pct(self.lat_us, 99)
+            for frac in fractions:
+                stderr_progress(f"load: ISL {isl:,}, {row}: open loop at {frac:g} x saturation")
+                n, wall, _, rep = self.phase(row, lists, seconds, frac * res.rps)
+                res.wrong += rep["bad"]
+                res.open_loop.append(OpenPoint(frac, frac * res.rps, n / wall, n,
+                                               _pct(self.lat_us, 50), _pct(self.lat_us, 99)))
+        finally:
+            _send(self.data, mode, {"op": "done"}, self.sender)
+        return res
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def _best(rows: Sequence[LoadRow], isl: int, key: Callable[[LoadRow], float]) -> LoadRow:
+    return max((r for r in rows if r.isl == isl and r.row != "baseline"), key=key)
+
+
+class LoadFigures:
+    """What the targets read: the rows of one run at TARGET_ISL (KeyError when not measured)."""
+
+    def __init__(self, rows: Sequence[LoadRow]) -> None:
+        self.rows = [r for r in rows if r.isl == TARGET_ISL]
+        if not any(r.row == "baseline" for r in self.rows) or len(self.rows) < 2:
+            raise KeyError(TARGET_ISL)
+        self.base = next(r for r in self.rows if r.row == "baseline")
+
+    def best(self, key: Callable[[LoadRow], float]) -> LoadRow:
+        return _best(self.rows, TARGET_ISL, key)
+
+
+def _targets() -> list[Target]:
+    def rps(f: LoadFigures) -> float:
+        return f.best(lambda r: r.rps).rps / f.base.rps
+
+    def worker(f: LoadFigures) -> float:
+        return f.base.worker_cpu_us / f.best(lambda r: -r.worker_cpu_us).worker_cpu_us
+
+    def proxy(f: LoadFigures) -> float:
+        return f.base.proxy_cpu_us / f.best(lambda r: -r.proxy_cpu_us).proxy_cpu_us
+
+    def half(f: LoadFigures) -> OpenPoint:
+        best = f.best(lambda r: r.rps)
+        for p in best.open_loop:
+            if p.fraction == 0.5:
+                return p
+        raise KeyError(0.5)
+
+    def shown(what: str, key: Callable[[LoadRow], float],
+              unit: Callable[[LoadRow], str]) -> Callable[[Any, float], str]:
+        def f(fig: Any, v: float) -> str:
+            b = fig.best(key)
+            return f"{v:.1f}x ({b.row}: {unit(b)} vs baseline {unit(fig.base)}; {what})"
+        return f
+
+    return [
+        Target(f"ISL {TARGET_ISL:,}: best tokenwire row >= 20x the baseline's requests/s", rps,
+               lambda v: v >= 20, shown("closed loop", lambda r: r.rps,
+                                        lambda r: f"{r.rps:,.0f} req/s")),
+        Target(f"ISL {TARGET_ISL:,}: worker CPU per request >= 25x lower", worker,
+               lambda v: v >= 25, shown("closed loop", lambda r: -r.worker_cpu_us,
+                                        lambda r: f"{r.worker_cpu_us:,.1f} µs")),
+        Target(f"ISL {TARGET_ISL:,}: proxy CPU per request >= 8x lower", proxy,
+               lambda v: v >= 8, shown("closed loop", lambda r: -r.proxy_cpu_us,
+                                       lambda r: f"{r.proxy_cpu_us:,.1f} µs")),
+        Target(f"ISL {TARGET_ISL:,}: open loop at 0.5x the best row's saturation, p99 <= 3x p50",
+               lambda f: half(f).p99_us / half(f).p50_us, lambda v: v <= 3,
+               lambda f, v: (f"{v:.1f}x ({f.best(lambda r: r.rps).row}: p99 "
+                             f"{half(f).p99_us:,.0f} µs, p50 {half(f).p50_us:,.0f} µs)")),
+    ]
+
+
+def print_table(rows: Sequence[LoadRow]) -> None:
+    base = {r.isl: r for r in rows if r.row == "baseline"}
+    fracs = sorted({p.fraction for r in rows for p in r.open_loop})
+    print(f"{'ISL':>8}  {'row':<21}{'req/s':>9}{'x':>7}{'proxy CPU':>11}{'x':>7}"
+          f"{'worker CPU':>12}{'x':>7}{'p50':>10}{'p99':>10}"
+          + "".join(f"{f'open {f:g}: p50':>16}{'p99':>9}" for f in fracs) + "  ok")
+    for r in rows:
+        b = base.get(r.isl, r)
+        opened = {p.fraction: p for p in r.open_loop}
+        cells = "".join(
+            f"{opened[f].p50_us:>14,.0f}µs{opened[f].p99_us:>7,.0f}µs" if f in opened
+            else f"{'':>16}{'':>9}" for f in fracs)
+        print(f"{r.isl:>8,}  {r.row:<21}{r.rps:>9,.0f}{r.rps / b.rps:>6.1f}x"
+              f"{r.proxy_cpu_us:>9,.1f}µs{b.proxy_cpu_us / r.proxy_cpu_us:>6.1f}x"
+              f"{r.worker_cpu_us:>10,.1f}µs{b.worker_cpu_us / r.worker_cpu_us:>6.1f}x"
+              f"{r.p50_us:>8,.0f}µs{r.p99_us:>8,.0f}µs{cells}  {'yes' if r.correct else 'NO'}")
+
+
+def plot(rows: Sequence[LoadRow], path: str) -> None:
+    """Latency (p50 solid, p99 dashed) against achieved throughput, one panel per ISL."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    isls = sorted({r.isl for r in rows})
+    fig, axes = plt.subplots(1, len(isls), figsize=(5.5 * len(isls), 4.5), squeeze=False)
+    for ax, isl in zip(axes[0], isls):
+        for k, r in enumerate(x for x in rows if x.isl == isl):
+            pts = [(p.achieved_rps, p.p50_us, p.p99_us) for p in r.open_loop]
+            pts.append((r.rps, r.p50_us, r.p99_us))
+            xs = [p[0] for p in pts]
+            color = f"C{k}"
+            ax.plot(xs, [p[1] / 1e3 for p in pts], "o-", color=color, label=f"{r.row} p50")
+            ax.plot(xs, [p[2] / 1e3 for p in pts], "x--", color=color, label=f"{r.row} p99")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("throughput (requests/s); last point: closed loop")
+        ax.set_ylabel("latency (ms)")
+        ax.set_title(f"ISL {isl:,}: proxy -> worker, zmq ipc://")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][-1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)          # runs the finally blocks: the worker, the segment
+
+
+def main(argv: list[str] | None = None) -> int:
+    malloc_settling(True)
+    p = argparse.ArgumentParser(prog="python -m bench load", description=__doc__.split("\n\n")[0])
+    p.add_argument("--isl", default="1000,8000,40000,128000",
+                   help="comma-separated prompt lengths")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="duration of the closed loop and of each open-loop fraction (default 1.5; "
+                        "1 with --quick)")
+    p.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows")
+    p.add_argument("--quick", action="store_true",
+                   help="ISL 1k/40k, 1 s, the closed loop and the open loop at 0.5: a smoke test")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--plot", metavar="PNG", help="latency (p50, p99) against throughput per row")
+    p.add_argument("--check-targets", action="store_true",
+                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
+    args = p.parse_args(argv)
+    isls = [1000, 40_000] if args.quick else [int(x) for x in args.isl.split(",") if x]
+    seconds = args.seconds or (1.0 if args.quick else 1.5)
+    fractions = (0.5,) if args.quick else FRACTIONS
+    names = [x for x in args.rows.split(",") if x]
+    unknown = [x for x in names if x not in ROWS]
+    if unknown:
+        p.error(f"unknown rows {unknown} (choose from {', '.join(ROWS)})")
+    if "tokenwire-shm" in names and not shm.available():
+        names.remove("tokenwire-shm")
+        stderr_progress("tokenwire-shm: no shared-memory channel on this platform; row skipped")
+    signal.signal(signal.SIGTERM, _terminate)
+    print(f"# tokenwire load — {machine()}")
+    print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; proxy -> worker over "
+          f"zmq ipc://, closed loop {WINDOW} requests in flight for {seconds:g} s, open loop "
+          f"(Poisson) at {', '.join(f'{f:g}' for f in fractions)} x each row's saturation; CPU = "
+          f"process CPU time / requests; latency = request built -> ack\n")
+    rows: list[LoadRow] = []
+    proxy = Proxy()
+    try:
+        if "tokenwire-shm" in names and not proxy.sender.attached():
+            stderr_progress("tokenwire-shm: the worker could not map the segment: its ids "
+                            "travel as out-of-band frames")
+        for isl in isls:
+            lists = [_Listed(ids) for ids in pool(isl)]
+            for name in names:
+                rows.append(proxy.run_row(name, isl, lists, seconds, fractions))
+    finally:
+        proxy.close()
+    print("", file=sys.stderr)
+    print_table(rows)
+    print("\nx = ratio to the baseline (requests/s: row / baseline; CPU: baseline / row); "
+          "open f = Poisson arrivals at f x the row's closed-loop requests/s")
+    print("\nCPU per request in the main threads (the rest of each process's: zmq's I/O thread):")
+    for r in rows:
+        print(f"  {r.isl:>8,}  {r.row:<21} proxy {r.proxy_main_us:>9,.1f}µs of "
+              f"{r.proxy_cpu_us:>9,.1f}µs   worker {r.worker_main_us:>9,.1f}µs of "
+              f"{r.worker_cpu_us:>9,.1f}µs")
+    try:
+        targets_ok = report_targets(LoadFigures(rows), _targets(),
+                                    f"Targets (this run, ISL {TARGET_ISL:,}):")
+    except KeyError:
+        targets_ok = True
+    wrong = [r for r in rows if not r.correct]
+    for r in wrong:
+        print(f"bench load: ids arrived wrong in row {r.row} at ISL {r.isl:,} "
+              f"({r.wrong} request(s))", file=sys.stderr)
+    print(f"\ncorrectness: tokens received {'!=' if wrong else '=='} tokens sent "
+          f"(every request checked by the worker)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine(), "loadavg": os.getloadavg(), "window": WINDOW,
+                       "seconds": seconds,
+                       "rows": [{**asdict(r), "correct": r.correct} for r in rows]}, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+        print(f"wrote {args.plot}")
+    return 1 if wrong or (args.check_targets and not targets_ok) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""`python -m bench load --quick`: the proxy -> worker path under load, run as a real subprocess
+from the clone's root against the installed tokenwire."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_bench import run_bench
+
+pytest.importorskip("zmq")
+
+# A real worker process and sockets: `pytest -m "not integration"` skips it.
+pytestmark = pytest.mark.integration
+
+
+def test_load_quick(tmp_path: Path) -> None:
+    out = tmp_path / "load.json"
+    r = run_bench("load", "--quick", "--json", str(out), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    rows = doc["rows"]
+    assert {row["isl"] for row in rows} == {1000, 40_000}
+    assert {"baseline", "tokenwire", "tokenwire-oob", "tokenwire-oob-batch8"} <= {
+        row["row"] for row in rows}
+    for row in rows:
+        name = f"{row['row']} at ISL {row['isl']}"
+        assert row["correct"] and row["wrong"] == 0, name      # the worker checked every id
+        assert row["requests"] > 0 and row["rps"] > 0, name
+        assert row["proxy_cpu_us"] > 0 and row["worker_cpu_us"] > 0, name
+        assert row["p99_us"] >= row["p50_us"] > 0, name
+        assert row["open_loop"], name
+        for point in row["open_loop"]:
+            assert point["requests"] > 0 and point["p99_us"] >= point["p50_us"] > 0, name
+    assert "correctness: tokens received == tokens sent" in r.stdout
