@@ -344,6 +344,5 @@ def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffer
         verify(frames, as_key(key), sign_buffers)
         frames = frames[1:]
     kinds = codec_kinds(frames)
-    if kinds is None:
-        return unpickle(frames[0], frames[1:], find_class)
-    return load(frames[1], frames[2:], kinds, find_class, decode_ids)
+    head = int(kinds is not None)                  # the pickle follows the codec header, if any
+    return load(frames[head], frames[head + 1:], kinds, find_class, decode_ids)

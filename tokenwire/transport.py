@@ -59,7 +59,7 @@ from functools import lru_cache
 from typing import Any, Iterable, List, Optional, cast
 
 from tokenwire import _oob
-from tokenwire._core import ImmutableBuffer, TokenVector, check_codec, decode, encode
+from tokenwire._core import CODECS, ImmutableBuffer, TokenVector, check_codec, decode, encode
 from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYTES, EncodeIds,
                             FindClass, as_key, check_unsigned, codec_kinds, key_from_env, load,
                             sign_frames, verify)
@@ -73,9 +73,8 @@ __all__ = ["KEY_ENV", "MIN_KEY_BYTES", "NETWORK_CODEC", "OOB_THRESHOLD", "SIGNAT
 #: the smallest of the fast codecs on real tokenizer ids (docs/transport.md, "Codecs").
 NETWORK_CODEC = "pfor"
 
-# Endpoint schemes whose bytes stay on the host: raw ids, viewed where they land.
-_LOCAL_SCHEMES = frozenset({"ipc", "inproc"})
-# Endpoint schemes that cross a network: compact ids.
+# Endpoint schemes that cross a network: compact ids (any other scheme -- ipc://, inproc:// --
+# keeps its bytes on the host: raw ids, viewed where they land).
 _NETWORK_SCHEMES = frozenset({"tcp", "udp", "pgm", "epgm", "norm", "ws", "wss", "tipc"})
 # ZMQ_LAST_ENDPOINT: the number, not zmq.LAST_ENDPOINT (this module never imports pyzmq).
 _ZMQ_LAST_ENDPOINT = 32
@@ -115,15 +114,6 @@ def socket_codec(socket: Any) -> str:
     return endpoint_codec(endpoint)
 
 
-def _encode_ids(codec: str) -> Optional[EncodeIds]:
-    """`dumps_oob`'s `encode_ids` for `codec` ("raw": none). Only TokenVector buffers are
-    encoded (other buffers -- ndarrays, bytes -- go raw), with a CRC-32C checksum: a damaged
-    compact frame is refused rather than read as other ids."""
-    if codec == "raw":
-        return None
-    return _ENCODERS[codec]
-
-
 def _make_encoder(codec: str) -> EncodeIds:
     def encode_ids(buf: pickle.PickleBuffer) -> Optional[bytes]:
         tv: Any = memoryview(buf).obj        # the object whose memory the pickler hands over
@@ -133,7 +123,11 @@ def _make_encoder(codec: str) -> EncodeIds:
     return encode_ids
 
 
-_ENCODERS = {c: _make_encoder(c) for c in ("auto", "u16", "packed", "pfor", "zstd")}
+# `dumps_oob`'s `encode_ids` by codec name, from the codec table ("raw": none, so `.get` gives
+# None). Only TokenVector buffers are encoded (other buffers -- ndarrays, bytes -- go raw), with
+# a CRC-32C checksum: a damaged compact frame is refused rather than read as other ids.
+_ENCODERS = {c: _make_encoder(c) for c in CODECS if c != "raw"}
+_encode_ids = _ENCODERS.get
 
 
 def _lazy_encoder(socket: Any) -> EncodeIds:
@@ -147,10 +141,6 @@ def _lazy_encoder(socket: Any) -> EncodeIds:
         enc = chosen[0]
         return None if enc is None else enc(buf)
     return encode_ids
-
-
-def _decode_ids(frame: Any) -> TokenVector:
-    return decode(frame)
 
 
 def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
@@ -175,7 +165,7 @@ def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffer
     pickle may load (see `pickle.Unpickler.find_class`). Encoded token frames (a codec header)
     are decoded before anything is unpickled: a damaged one raises WireFormatError."""
     return _oob.loads_oob(frames, key=key, sign_buffers=sign_buffers, find_class=find_class,
-                          decode_ids=_decode_ids)
+                          decode_ids=decode)
 
 
 def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
@@ -388,4 +378,4 @@ def _load(frames: List[Any], views: List[Any], start: int,
     kinds = codec_kinds(views[start:])
     head = start + (kinds is not None)
     return load(views[head], [received_buffer(f) for f in frames[head + 1:]], kinds, find_class,
-                _decode_ids)
+                decode)
