@@ -342,7 +342,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
             if ctl is None:
                 break
             mode, count, warmup = ctl["mode"], ctl["count"], ctl["warmup"]
-            floor_ids = np.zeros(ctl.get("isl", 0), dtype=np.int32)
+            floor_ids = np.zeros(ctl["isl"] if mode == FLOOR else 0, dtype=np.int32)
             windows, prep, ctor, crcs, fallbacks = [], [], [], [], 0
             slots_before = receiver.stats["shm"]
             keep: Any = None

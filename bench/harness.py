@@ -107,9 +107,17 @@ def clone_env() -> dict[str, str]:
     """This environment with the clone's root first on PYTHONPATH: processes a benchmark starts
     through another program (mpiexec, ip netns exec) find bench/ from any directory (bench's
     __init__ still puts the installed tokenwire first)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from bench import ROOT
     return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+        p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p))
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM raises SystemExit in the main thread, so a benchmark's finally blocks run (its
+    process groups killed, its segments and namespaces removed) as they do on ^C."""
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, terminate)
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:

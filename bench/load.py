@@ -36,7 +36,6 @@ import multiprocessing as mp
 import os
 import random
 import resource
-import signal
 import sys
 import tempfile
 import time
@@ -51,7 +50,7 @@ from tokenwire.memory import malloc_settling
 from tokenwire.transport import recv_pyobj_oob, send_frames, send_pyobj_oob
 from bench.data import token_stream
 from bench.e2e import _receive, make_request, native_ids, serialize
-from bench.harness import Target, machine, report_targets, stderr_progress
+from bench.harness import Target, exit_on_sigterm, machine, report_targets, stderr_progress
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
 ROWS: dict[str, tuple[str, int]] = {
@@ -481,10 +480,6 @@ def plot(rows: Sequence[LoadRow], path: str) -> None:
     plt.close(fig)
 
 
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)          # runs the finally blocks: the worker, the segment
-
-
 def main(argv: list[str] | None = None) -> int:
     malloc_settling(True)
     p = argparse.ArgumentParser(prog="python -m bench load", description=__doc__.split("\n\n")[0])
@@ -511,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tokenwire-shm" in names and not shm.available():
         names.remove("tokenwire-shm")
         stderr_progress("tokenwire-shm: no shared-memory channel on this platform; row skipped")
-    signal.signal(signal.SIGTERM, _terminate)
+    exit_on_sigterm()                       # the finally blocks stop the worker, close the segment
     print(f"# tokenwire load — {machine()}")
     print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; proxy -> worker over "
           f"zmq ipc://, closed loop {WINDOW} requests in flight for {seconds:g} s, open loop "

@@ -45,6 +45,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from bench.harness import clone_env, exit_on_sigterm, machine, run_group, tagged_result
+
 #: Rows: (request kind, broadcast); the first is the baseline.
 ROWS = [("plain list", "comm.bcast"), ("plain list", "pkl5"),
         ("tokenwire", "comm.bcast"), ("tokenwire", "pkl5")]
@@ -178,7 +180,6 @@ def find_mpiexec() -> str | None:
 def run_ranks(mpiexec: str, ranks: int, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Runs rank_main under `mpiexec -n ranks` and returns rank 0's results. The ranks run in a
     process group of their own, killed whatever happens here (a timeout, ^C)."""
-    from bench.harness import clone_env, run_group, tagged_result
     run = run_group([mpiexec, "-n", str(ranks), sys.executable, "-m", "bench.mpi",
                      "--rank-main", json.dumps(cfg)], env=clone_env(), timeout=timeout)
     return tagged_result(run, "TOKENWIRE-MPI", f"mpiexec -n {ranks}")
@@ -210,10 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m bench mpi: no mpiexec beside this Python or on PATH "
               "(pip install '.[mpi]' brings MPICH's)", file=sys.stderr)
         return 2
+    exit_on_sigterm()               # run_group's finally kills the mpiexec group
     ranks = [2] if args.quick else [int(r) for r in args.ranks.split(",")]
     iters = 8 if args.quick else args.iters
     cfg = {"isl": args.isl, "requests": args.requests, "iters": iters, "warmup": 2}
-    from bench.harness import machine
     print(f"# {machine()}")
     print(f"# load average before the run: {os.getloadavg()[0]:.2f} "
           f"(mpiexec: {mpiexec}; {args.requests} requests x {args.isl:,} ids per iteration, "

@@ -33,7 +33,7 @@ import argparse
 import atexit
 import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -42,6 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bench.harness import (clone_env, exit_on_sigterm, kill_group, machine, run_group,
+                           tagged_result)
 
 PREFIX = "twbench"
 ADDR_PROXY, ADDR_WORKER, PORT = "10.77.0.1", "10.77.0.2", 5591
@@ -80,7 +83,6 @@ class NetnsPair:
     def __init__(self, rate: str | None) -> None:
         self.proxy = f"{PREFIX}-p-{os.getpid()}"
         self.worker = f"{PREFIX}-w-{os.getpid()}"
-        self.rate = rate
         self.closed = False
         sweep_stale()
         atexit.register(self.close)
@@ -120,7 +122,7 @@ def namespaces_usable() -> str | None:
     if os.geteuid() != 0:
         return "network namespaces need root (CAP_NET_ADMIN)"
     for tool in ("ip", "tc"):
-        if subprocess.run(["which", tool], capture_output=True).returncode != 0:
+        if shutil.which(tool) is None:
             return f"`{tool}` (iproute2) is not installed"
     probe = f"{PREFIX}-probe-{os.getpid()}"
     r = _ip("netns", "add", probe, check=False)
@@ -205,8 +207,7 @@ def proxy_main(cfg: dict[str, Any]) -> int:
     sock: Any = zmq.Context.instance().socket(zmq.PAIR)
     sock.connect(cfg["endpoint"])
 
-    def send(row: str, req_id: int) -> None:
-        lst = ids.tolist()
+    def send(row: str, req_id: int, lst: list[int]) -> None:
         if row == "baseline":
             sock.send(b"pyobj", zmq.SNDMORE)
             sock.send_pyobj(PlainRequest(req_id, lst))
@@ -232,8 +233,9 @@ def proxy_main(cfg: dict[str, Any]) -> int:
         for row in rows:
             for i in range(start, min(start + BLOCK, total)):
                 before = tx_bytes(cfg["dev"])
+                lst = ids.tolist()          # the tokenizer's fresh list, built outside the timing
                 t0 = time.perf_counter()
-                send(row, i)
+                send(row, i, lst)
                 got = recv_while_parent_lives(sock, parent)
                 dt = time.perf_counter() - t0
                 wrong += got != want
@@ -254,7 +256,6 @@ def proxy_main(cfg: dict[str, Any]) -> int:
 
 def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One namespace pair (rate-limited to `rate`, or not), the worker and the proxy in it."""
-    from bench.harness import clone_env, kill_group, run_group, tagged_result
     env = clone_env()
     pair = NetnsPair(rate)
     worker = None
@@ -263,7 +264,7 @@ def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str,
         worker = subprocess.Popen(
             pair.exec_prefix(pair.worker) + [sys.executable, "-m", "bench.net", "--worker",
                                              endpoint, "--launcher", str(os.getpid())],
-            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=None,
             text=True)
         proxy = run_group(
             pair.exec_prefix(pair.proxy) + [sys.executable, "-m", "bench.net", "--proxy",
@@ -275,10 +276,6 @@ def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str,
         if worker is not None:
             kill_group(worker)
         pair.close()
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)        # unwinds through run_pair's cleanup
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,12 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         print(f"python -m bench net: {why}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminate)
+    exit_on_sigterm()                     # unwinds through run_pair's cleanup
     rates = ["unshaped"] if args.quick else args.rate.split(",")
     rows = ["baseline", "tokenwire"] + [f"oob {c}" for c in CODECS] + ["oob default"]
     cfg = {"isl": args.isl, "requests": 8 if args.quick else args.requests, "warmup": BLOCK,
            "ids": args.ids, "rows": rows}
-    from bench.harness import machine
     print(f"# {machine()}")
     print(f"# load average before the run: {os.getloadavg()[0]:.2f}; {args.isl:,} ids a request "
           f"({'real ids from ' + args.ids if args.ids else 'seeded ids'}), "
