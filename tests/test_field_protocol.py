@@ -153,7 +153,7 @@ def test_nothing_in_the_request_layer_imports_tokenwire_modules_at_run_time() ->
                 obj.ids = (7, 8, 9)
             for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
                 back = pickle.loads(pickle.dumps(obj, protocol=protocol))
-            copy.copy(back), copy.deepcopy(back), repr(back)
+                copy.copy(back), copy.deepcopy(back), repr(back)
         previous = tokenwire.list_on_wire(True)
         try:
             pickle.loads(pickle.dumps(_Line()))

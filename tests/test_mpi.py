@@ -12,7 +12,8 @@ import pytest
 
 pytest.importorskip("mpi4py")
 
-ROOT = Path(__file__).resolve().parent.parent
+from test_bench import run_bench  # noqa: E402
+
 RANKS = Path(__file__).resolve().parent / "support" / "mpi_ranks.py"
 
 pytestmark = pytest.mark.integration
@@ -53,9 +54,7 @@ def test_mpi_benchmark_quick(tmp_path: Path) -> None:
     import json
     mpiexec()
     out_json = tmp_path / "mpi.json"
-    r = subprocess.run([sys.executable, "-m", "bench", "mpi", "--quick", "--iters", "4",
-                        "--json", str(out_json)], capture_output=True, text=True, timeout=300,
-                       cwd=ROOT)
+    r = run_bench("mpi", "--quick", "--iters", "4", "--json", str(out_json), timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = json.loads(out_json.read_text())["runs"]
     assert run["ranks"] == 2 and run["wrong"] == 0

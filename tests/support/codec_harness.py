@@ -157,7 +157,7 @@ def check_truncations(frame: bytes) -> None:
         assert _outcome(frame[:n]) is None, f"a frame cut to {n} of {len(frame)} bytes decoded"
 
 
-def check_bit_flips(frame: bytes, seqs: list[list[int]], checksum: bool) -> None:
+def check_bit_flips(frame: bytes, checksum: bool) -> None:
     """Every single-bit flip of a valid frame: a checksummed frame is refused with a
     WireFormatError; any other decodes to ids or is refused, never anything else."""
     for i in range(len(frame)):

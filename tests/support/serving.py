@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from support.requests import PROTOCOLS, roundtrip  # noqa: F401  (the serving tests use both)
+from support.requests import PROTOCOLS  # noqa: F401  (the serving tests import it from here)
 
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE_PATH = ROOT / "examples" / "before" / "serving_requests.py"
