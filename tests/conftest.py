@@ -23,9 +23,13 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from support.extras import missing_optional, skip_reason
+
+if TYPE_CHECKING:
+    from support.cpp_harness import Conformance
 
 # bench/ (the benchmarks, not installed) is imported from the clone's root by the tests that use
 # it. Appended, not prepended: the checkout's tokenwire/ (sources without the compiled extension)
@@ -47,6 +51,26 @@ else:
     settings.load_profile(
         os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
     )
+
+
+@pytest.fixture(scope="session")
+def cpp_build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's C++ test programs are compiled (a compiler is required)."""
+    from support.cpp_harness import require_compiler
+
+    require_compiler()
+    return tmp_path_factory.mktemp("cpp-conformance")
+
+
+@pytest.fixture(scope="session")
+def cpp(cpp_build_dir: Path) -> Iterator[Conformance]:
+    """The conformance server (tests/cpp/conformance.cpp), compiled once and shared by every
+    module that compares the C++ header with the extension (test_cpp_wire, test_codecs)."""
+    from support.cpp_harness import Conformance, compile_conformance, have_zstd_header
+
+    server = Conformance(compile_conformance(cpp_build_dir, zstd=have_zstd_header()))
+    yield server
+    server.close()
 
 
 @pytest.fixture

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import ast
 import pathlib
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import test_wire_fixtures
 import tokenwire
 import tokenwire.wire
 from support import codec_harness as harness
@@ -90,8 +88,8 @@ def test_damaged_frames_give_ids_or_wire_format_error(codec: str, data: st.DataO
 
 
 # ---------------------------------------------------------------------------------------------
-# Golden frames: each codec's share of tests/fixtures/manifest.json, checked by
-# tests/test_wire_fixtures.py's own check
+# Golden frames: each codec's share of tests/fixtures/manifest.json, checked as
+# tests/test_wire_fixtures.py checks every frame (harness.check_golden_frame)
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -99,21 +97,11 @@ def test_golden_frames_decode(codec: str) -> None:
     names = harness.golden_fixtures(codec)
     assert names, f"no golden frame of codec {codec!r} (tests/fixtures/make_fixtures.py)"
     for name in names:
-        test_wire_fixtures.test_golden_frame_decodes(name)
+        harness.check_golden_frame(name)
 
 
 # ---------------------------------------------------------------------------------------------
-# C++ agreement (one conformance server for the module)
-
-
-@pytest.fixture(scope="module")
-def cpp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cpp_harness.Conformance]:
-    cpp_harness.require_compiler()
-    exe = cpp_harness.compile_conformance(tmp_path_factory.mktemp("codecs-cpp"),
-                                          zstd=cpp_harness.have_zstd_header())
-    server = cpp_harness.Conformance(exe)
-    yield server
-    server.close()
+# C++ agreement (the session's conformance server, `cpp` of tests/conftest.py)
 
 
 @pytest.mark.integration

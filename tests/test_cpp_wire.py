@@ -17,7 +17,6 @@ import pathlib
 import random
 import struct
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -25,7 +24,6 @@ from hypothesis import strategies as st
 
 import tokenwire
 from tokenwire import WireFormatError
-from tokenwire.errors import ChecksumError
 from support.cpp_harness import (
     Conformance,
     CppError,
@@ -34,7 +32,16 @@ from support.cpp_harness import (
     cxx,
     extra_flags,
     have_zstd_header,
-    require_compiler,
+)
+from support.cpp_agreement import (
+    agree,
+    assert_agree,
+    assert_same_frame,
+    cpp_outcome,
+    damaged_variants,
+    libzstd_decided,
+    libzstd_text,
+    python_outcome,
 )
 from support.strategies import CODECS, damaged_frames, frames, ids_for_codec
 
@@ -53,88 +60,8 @@ def _zstd_in_cpp() -> bool:
     return have_zstd_header()       # skipped without it; in CI a skip fails (tests/conftest.py)
 
 
-@pytest.fixture(scope="session")
-def cpp_build_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    require_compiler()
-    return tmp_path_factory.mktemp("cpp-conformance")
-
-
-@pytest.fixture(scope="session")
-def cpp(cpp_build_dir: pathlib.Path) -> Iterator[Conformance]:
-    server = Conformance(compile_conformance(cpp_build_dir, zstd=_zstd_in_cpp()))
-    yield server
-    server.close()
-
-
-def python_outcome(frame: bytes, *, many: bool,
-                   vocab_size: int | None = None) -> tuple[str, object]:
-    """What the Python extension does with `frame`: ("ok", sequences) or (error kind, message)."""
-    kw = {} if vocab_size is None else {"vocab_size": vocab_size}
-    try:
-        if many:
-            return "ok", [v.tolist() for v in tokenwire.decode_many(frame, **kw)]
-        return "ok", [tokenwire.decode(frame, **kw).tolist()]
-    except ChecksumError as e:
-        return "checksum", str(e)
-    except WireFormatError as e:
-        return "wire", str(e)
-    except ValueError as e:                 # a bad vocab_size (C++: std::invalid_argument)
-        return "invalid", str(e)
-
-
-def cpp_outcome(cpp: Conformance, frame: bytes, *, many: bool,
-                vocab_size: int | None = None) -> tuple[str, object]:
-    try:
-        if many:
-            return "ok", cpp.decode_many(frame, vocab_size=vocab_size)[0]
-        return "ok", [cpp.decode(frame, vocab_size=vocab_size)[0]]
-    except CppError as e:
-        return e.kind, e.message
-
-
-#: The answers that only libzstd gives (docs/wire-format.md, rules 22 and 23): a refusal of the
-#: compressed content. Everything else a decoder says is tokenwire's own and the same everywhere.
-LIBZSTD_REFUSALS = ("zstd payload is corrupt: zstd decompress error: ",
-                    "zstd payload decompresses to")
-
-
-def _libzstd_text(outcome: tuple[str, object]) -> tuple[str, object]:
-    """libzstd's own text after "zstd payload is corrupt: zstd decompress error: " differs between
-    releases (docs/wire-format.md): conformance compares up to that prefix."""
-    kind, value = outcome
-    prefix = LIBZSTD_REFUSALS[0]
-    if kind == "wire" and isinstance(value, str) and value.startswith(prefix):
-        return kind, prefix
-    return outcome
-
-
-def libzstd_decided(frame: bytes, outcome: tuple[str, object]) -> bool:
-    """Whether `outcome` is one libzstd decides: a zstd frame decoded to ids, or refused by
-    libzstd (every check before that -- the checksum, the sizes, the walk -- is tokenwire's)."""
-    kind, value = outcome
-    if len(frame) < 8 or not frame[7] & 0x04:
-        return False
-    return kind == "ok" or (kind == "wire" and isinstance(value, str)
-                            and value.startswith(LIBZSTD_REFUSALS))
-
-
-def agree(frame: bytes, py: tuple[str, object], cc: tuple[str, object]) -> bool:
-    """The rule of docs/wire-format.md ("Which frames libzstd decides"): C++ and Python give the
-    same answer (the same ids, or the same error class and message up to libzstd's text) on
-    every frame, except that a zstd frame whose compressed content is damaged may be accepted by
-    one libzstd release and refused by another, or decoded to different ids: both answers then
-    come from libzstd. A frame without the ZSTD flag, and a checksummed frame damaged after it
-    was written (check 16 refuses it before any zstd check), must agree exactly."""
-    if _libzstd_text(py) == _libzstd_text(cc):
-        return True
-    return libzstd_decided(frame, py) and libzstd_decided(frame, cc)
-
-
-def assert_agree(cpp: Conformance, frame: bytes, vocab_size: int | None = None) -> None:
-    for many in (False, True):
-        py = python_outcome(frame, many=many, vocab_size=vocab_size)
-        cc = cpp_outcome(cpp, frame, many=many, vocab_size=vocab_size)
-        assert agree(frame, py, cc), (frame.hex(), py, cc)
+# The fixtures `cpp_build_dir` and `cpp` (the conformance server) are tests/conftest.py's:
+# one server per session, shared with tests/test_codecs.py.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,23 +93,10 @@ def test_golden_frame_decodes_and_reencodes_byte_exactly(cpp: Conformance, name:
     assert [v.tolist() for v in tokenwire.decode_many(again)] == seqs
 
 
-def _damaged(frame: bytes) -> Iterator[bytes]:
-    cuts = range(len(frame)) if len(frame) <= 160 else [*range(40), *range(40, len(frame), 97)]
-    for n in cuts:
-        yield frame[:n]
-    yield frame + b"\0"
-    yield frame + b"\x01\x02\x03"
-    for i in range(min(len(frame), 48)):
-        for bit in (0x01, 0x80):
-            yield frame[:i] + bytes([frame[i] ^ bit]) + frame[i + 1:]
-    if frame:
-        yield frame[:-1] + bytes([frame[-1] ^ 0xFF])
-
-
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_damaged_golden_frames_fail_with_python_messages(cpp: Conformance, name: str) -> None:
     frame = (FIXTURES / f"{name}.bin").read_bytes()
-    for bad in _damaged(frame):
+    for bad in damaged_variants(frame):
         assert_agree(cpp, bad)
 
 
@@ -341,23 +255,6 @@ def test_forced_codec_errors_match(cpp: Conformance, codec: str) -> None:
     assert (cc.value.kind, cc.value.message) == ("invalid", str(py.value))
 
 
-def _same_zstd(cpp: Conformance) -> bool:
-    """Whether C++ and Python compress with the same libzstd release: only then must their zstd
-    frames be byte-identical (any two releases read each other's frames)."""
-    import zstandard
-
-    return cpp.zstd_version() == tuple(zstandard.ZSTD_VERSION)
-
-
-def assert_same_frame(cpp: Conformance, ours: bytes, theirs: bytes) -> None:
-    if tokenwire.frame_info(theirs).compression == "zstd" and not _same_zstd(cpp):
-        assert tokenwire.frame_info(ours).compression == "zstd"
-        assert [v.tolist() for v in tokenwire.decode_many(ours)] == \
-            [v.tolist() for v in tokenwire.decode_many(theirs)]
-    else:
-        assert ours == theirs
-
-
 @given(st.data())
 def test_encode_is_byte_identical(cpp: Conformance, data: st.DataObject) -> None:
     codec = data.draw(st.sampled_from(CODECS))
@@ -489,7 +386,7 @@ def test_zstd_answers_do_not_depend_on_the_libzstd_release(cpp: Conformance) -> 
         cc = cpp_outcome(cpp, frame, many=False)
         seen[py[0]] += 1
         assert agree(frame, py, cc), (frame.hex(), py, cc)
-        if _libzstd_text(py) != _libzstd_text(cc):
+        if libzstd_text(py) != libzstd_text(cc):
             seen["libzstd releases differ"] += 1
         if valid and section == written:        # valid zstd data: the same answer everywhere
             assert py == cc and py in (("ok", [ids]), ("wire", py[1])), (frame.hex(), py, cc)
@@ -501,7 +398,7 @@ def test_zstd_answers_do_not_depend_on_the_libzstd_release(cpp: Conformance) -> 
         sealed = sealed[:24] + section + sealed[24 + len(written):]
         py, cc = python_outcome(sealed, many=False), cpp_outcome(cpp, sealed, many=False)
         if section != written:
-            assert _libzstd_text(py) == _libzstd_text(cc), (sealed.hex(), py, cc)
+            assert libzstd_text(py) == libzstd_text(cc), (sealed.hex(), py, cc)
             # refused before libzstd sees it: by the checksum (16), or an earlier check
             assert not libzstd_decided(sealed, py), (sealed.hex(), py)
             seen["checksum"] += py[0] == "checksum"

@@ -15,17 +15,20 @@ tokenwire.wire.CODEC_TABLE) is tested here without an edit.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 import tokenwire
 import tokenwire.wire
-from test_cpp_wire import _damaged, assert_agree, assert_same_frame
 from tokenwire import WireFormatError
 from tokenwire.errors import TokenIdError, TokenIdOverflowError
 
+from support.cpp_agreement import assert_agree, assert_same_frame, damaged_variants
 from support.frame_damage import Chooser, damage
 from support.strategies import BOUNDARY_IDS, CODEC_RANGES, CODECS, INT32_MAX, INT32_MIN
 
@@ -197,6 +200,30 @@ def golden_fixtures(codec: str) -> list[str]:
     return names
 
 
+def check_golden_frame(name: str) -> None:
+    """The committed frame `name` decodes to its sequences, and where the manifest says so the
+    encoder writes it again byte for byte (tests/test_wire_fixtures.py runs it for every frame)."""
+    case = MANIFEST[name]
+    frame = (FIXTURES / f"{name}.bin").read_bytes()
+    info = tokenwire.frame_info(frame)
+    if info.compression == "zstd" and importlib.util.find_spec("zstandard") is None:
+        pytest.skip("zstandard not installed")
+    seqs = case["sequences"]
+    assert info.version == 1
+    assert info.nbytes == len(frame)
+    assert list(info.counts) == [len(s) for s in seqs] or (not info.multi and seqs == [[]])
+    decoded = tokenwire.decode_many(frame)
+    assert [v.tolist() for v in decoded] == seqs
+    if case["kind"] == "one":
+        assert tokenwire.decode(frame).tolist() == seqs[0]
+    if case["reencode_exact"]:
+        if case["kind"] == "one":
+            again = tokenwire.encode(seqs[0], **case["kwargs"])
+        else:
+            again = tokenwire.encode_many(seqs, **case["kwargs"])
+        assert again == frame, "encoder output changed: a v1 wire-format break"
+
+
 # ---------------------------------------------------------------------------------------------
 # C++ agreement (tests/support/cpp_harness.py's conformance server)
 
@@ -218,7 +245,7 @@ def check_cpp_round_trip(cpp: Any, codec: str, seqs: list[list[int]], multi: boo
 def check_cpp_damage(cpp: Any, frame: bytes) -> None:
     """C++ and Python answer alike (same ids, or same class and message) for the cuts and bit
     flips of a valid frame that tests/test_cpp_wire.py makes of every golden frame."""
-    for bad in _damaged(frame):
+    for bad in damaged_variants(frame):
         assert_agree(cpp, bad)
 
 
