@@ -2,8 +2,10 @@
 pair as fast as a bound on in-flight requests allows, and at Poisson rates below that.
 
 The worker receives each message (bench.e2e's `_receive`), hands every request's ids to the
-engine as an int32 array (bench.e2e's `native_ids`), checks them against the ids the proxy sent
-and acknowledges the request's id on a second socket. The proxy (this process) builds each
+engine (`--engine`, as bench e2e's: `numpy`, an owned int32 array; `nanobind`, the C++ Request of
+bench/engine.py, the baseline's list through nanobind's stock std::vector caster and tokenwire's
+buffer through tokenwire::Tokens), checks them against the ids the proxy sent and acknowledges the
+request's id on a second socket. The proxy (this process) builds each
 request from a `list[int]` the tokenizer already returned (a pool of seeded streams per ISL,
 bench.e2e's `make_request`), serializes it (bench.e2e's `serialize`) and sends it.
 
@@ -49,7 +51,8 @@ from tokenwire import shm
 from tokenwire.memory import malloc_settling
 from tokenwire.transport import recv_pyobj_oob, send_frames, send_pyobj_oob
 from bench.data import token_stream
-from bench.e2e import _receive, make_request, native_ids, serialize
+from bench.e2e import (Engine, NanobindEngine, _receive, build_engine, make_request, serialize,
+                       token_source)
 from bench.harness import Target, exit_on_sigterm, machine, report_targets, stderr_progress
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
@@ -108,11 +111,20 @@ def _cpu_s() -> float:
 # Worker process
 
 
-def worker_main(data_addr: str, ack_addr: str, parent: int) -> None:
+def engine_ids(vec: Any) -> np.ndarray:
+    """The ids an engine holds, to check: the numpy engine's array, a C++ Request's ids."""
+    if hasattr(vec, "ids_bytes"):
+        return np.frombuffer(vec.ids_bytes(), dtype=np.int32)
+    return vec
+
+
+def worker_main(data_addr: str, ack_addr: str, parent: int,
+                engine_path: str | None = None) -> None:
     """Idle: wait for a row's set-up on the channel. In a row: requests (acked by id), "begin"
     (CPU snapshot), "end" (report CPU, requests, wrong ones) and "done" (back to idle)."""
     import zmq
     malloc_settling(True)
+    eng = NanobindEngine(engine_path) if engine_path else Engine()
     ctx = zmq.Context()
     data = ctx.socket(zmq.PULL)
     data.connect(data_addr)
@@ -159,9 +171,9 @@ def worker_main(data_addr: str, ack_addr: str, parent: int) -> None:
                 reqs = msg if isinstance(msg, list) else [msg]
                 ids = np.empty(len(reqs), dtype=np.int64)
                 for k, req in enumerate(reqs):
-                    vec = native_ids(req)
+                    vec = eng.build(req, token_source(req))
                     t = time.thread_time()
-                    if not np.array_equal(vec, expected[req.id % POOL]):
+                    if not np.array_equal(engine_ids(vec), expected[req.id % POOL]):
                         bad += 1
                     check_s += time.thread_time() - t
                     ids[k] = req.id
@@ -222,7 +234,7 @@ def _pct(values: Sequence[float], q: float) -> float:
 class Proxy:
     """This process's side: the sockets, the shared-memory Sender and the worker process."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine_path: str | None = None) -> None:
         import zmq
         self.zmq = zmq
         # A slot for every request in flight (a server sizes its ring for its window).
@@ -235,7 +247,8 @@ class Proxy:
         self.data.bind(data_addr)
         self.acks.bind(ack_addr)
         self.proc = mp.get_context("spawn").Process(
-            target=worker_main, args=(data_addr, ack_addr, os.getpid()), daemon=True)
+            target=worker_main, args=(data_addr, ack_addr, os.getpid(), engine_path),
+            daemon=True)
         self.starts: dict[int, float] = {}
         self.lat_us: list[float] = []
         self.next_id = 0
@@ -493,6 +506,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="ISL 1k/40k, 1 s, the closed loop and the open loop at 0.5: a smoke test")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--plot", metavar="PNG", help="latency (p50, p99) against throughput per row")
+    p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
+                   help="where the worker's ids end (as bench e2e's): an int32 numpy array, or "
+                        "the C++ Request of a nanobind extension built on first use")
     p.add_argument("--check-targets", action="store_true",
                    help="exit 1 when a target is missed (off by default: shared machines are noisy)")
     args = p.parse_args(argv)
@@ -507,13 +523,15 @@ def main(argv: list[str] | None = None) -> int:
         names.remove("tokenwire-shm")
         stderr_progress("tokenwire-shm: no shared-memory channel on this platform; row skipped")
     exit_on_sigterm()                       # the finally blocks stop the worker, close the segment
+    engine_path = build_engine(args.engine)
+    engine = "nanobind C++ Request" if engine_path else "numpy stand-in"
     print(f"# tokenwire load — {machine()}")
     print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; proxy -> worker over "
           f"zmq ipc://, closed loop {WINDOW} requests in flight for {seconds:g} s, open loop "
           f"(Poisson) at {', '.join(f'{f:g}' for f in fractions)} x each row's saturation; CPU = "
-          f"process CPU time / requests; latency = request built -> ack\n")
+          f"process CPU time / requests; latency = request built -> ack; engine: {engine}\n")
     rows: list[LoadRow] = []
-    proxy = Proxy()
+    proxy = Proxy(engine_path)
     try:
         if "tokenwire-shm" in names and not proxy.sender.attached():
             stderr_progress("tokenwire-shm: the worker could not map the segment: its ids "
@@ -547,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(), "loadavg": os.getloadavg(), "window": WINDOW,
-                       "seconds": seconds,
+                       "seconds": seconds, "engine": engine,
                        "rows": [{**asdict(r), "correct": r.correct} for r in rows]}, f, indent=1)
     if args.plot:
         plot(rows, args.plot)

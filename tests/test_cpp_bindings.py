@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import importlib.util
+import json
 import os
 import pathlib
 import subprocess
@@ -242,6 +243,25 @@ def test_e2e_with_the_nanobind_engine(nb_engine: ModuleType, cache_home: pathlib
     assert "correctness: tokens received == tokens sent" in r.stdout
     for column in ("prep p50", "ctor p50", "trip p50"):
         assert column in r.stdout
+
+
+def test_load_with_the_nanobind_engine(nb_engine: ModuleType, cache_home: pathlib.Path,
+                                       tmp_path: pathlib.Path) -> None:
+    """`python -m bench load --engine nanobind`: every request's ids end in the C++ Request
+    (the worker checks them there), for the baseline's list and tokenwire's buffer alike."""
+    out = tmp_path / "load.json"
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache_home))
+    r = run_bench("load", "--quick", "--engine", "nanobind", "--rows", "baseline,tokenwire-oob",
+                  "--json", str(out), env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "engine: nanobind C++ Request" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["engine"] == "nanobind C++ Request"
+    assert {(row["row"], row["isl"]) for row in doc["rows"]} == {
+        (row, isl) for row in ("baseline", "tokenwire-oob") for isl in (1000, 40_000)}
+    for row in doc["rows"]:
+        assert row["correct"] and row["requests"] > 0, row
+    assert "correctness: tokens received == tokens sent" in r.stdout
 
 
 def test_e2e_falls_back_when_the_engine_cannot_be_built(tmp_path: pathlib.Path) -> None:
