@@ -115,7 +115,7 @@ def engine_ids(vec: Any) -> np.ndarray:
     """The ids an engine holds, to check: the numpy engine's array, a C++ Request's ids."""
     if hasattr(vec, "ids_bytes"):
         return np.frombuffer(vec.ids_bytes(), dtype=np.int32)
-    return vec
+    return np.asarray(vec)
 
 
 def worker_main(data_addr: str, ack_addr: str, parent: int,
