@@ -132,11 +132,16 @@ def native_ids(req: Any) -> np.ndarray:
     return np.array(token_source(req), dtype=np.int32)   # a buffer: one memcpy; a list: per id
 
 
+def engine_ids(vec: Any) -> np.ndarray:
+    """The ids an engine holds, to check: the numpy engine's array, a C++ Request's ids."""
+    if hasattr(vec, "ids_bytes"):
+        return np.frombuffer(vec.ids_bytes(), dtype=np.int32)
+    return np.asarray(vec)
+
+
 def crc(ids: Any) -> int:
     """CRC-32 of the ids as little-endian int32 (an ndarray, or an engine Request's ids)."""
-    if hasattr(ids, "ids_bytes"):
-        return zlib.crc32(np.frombuffer(ids.ids_bytes(), dtype=np.int32).astype("<i4").tobytes())
-    return zlib.crc32(np.ascontiguousarray(ids, dtype="<i4").tobytes())
+    return zlib.crc32(np.ascontiguousarray(engine_ids(ids), dtype="<i4").tobytes())
 
 
 class Engine:

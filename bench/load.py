@@ -51,8 +51,8 @@ from tokenwire import shm
 from tokenwire.memory import malloc_settling
 from tokenwire.transport import recv_pyobj_oob, send_frames, send_pyobj_oob
 from bench.data import token_stream
-from bench.e2e import (Engine, NanobindEngine, _receive, build_engine, make_request, serialize,
-                       token_source)
+from bench.e2e import (Engine, NanobindEngine, _receive, build_engine, engine_ids, make_request,
+                       serialize, token_source)
 from bench.harness import Target, exit_on_sigterm, machine, report_targets, stderr_progress
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
@@ -109,13 +109,6 @@ def _cpu_s() -> float:
 
 # --------------------------------------------------------------------------------------------
 # Worker process
-
-
-def engine_ids(vec: Any) -> np.ndarray:
-    """The ids an engine holds, to check: the numpy engine's array, a C++ Request's ids."""
-    if hasattr(vec, "ids_bytes"):
-        return np.frombuffer(vec.ids_bytes(), dtype=np.int32)
-    return np.asarray(vec)
 
 
 def worker_main(data_addr: str, ack_addr: str, parent: int,

@@ -30,21 +30,13 @@ FIXTURES = ROOT / "tests" / "fixtures"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 
 
-def _has_zstd() -> bool:
-    try:
-        import zstandard  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def test_manifest_covers_the_format() -> None:
     infos = [tokenwire.frame_info((FIXTURES / f"{name}.bin").read_bytes()) for name in MANIFEST]
     assert {i.codec for i in infos} == set(tokenwire.wire.CODECS) - {"auto", "zstd"}
     assert {i.checksum for i in infos} == {True, False}
     assert {i.multi for i in infos} == {True, False}
     assert any(sum(i.counts) == 0 for i in infos)
-    assert any(i.compression == "zstd" for i in infos) or not _has_zstd()
+    assert any(i.compression == "zstd" for i in infos) or not harness.has_zstandard()
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))
@@ -84,7 +76,7 @@ def expected_outcome_matches(expected: dict[str, object], error: BaseException |
 def test_negative_fixture_fails_with_its_exact_message(name: str) -> None:
     case = INVALID_MANIFEST[name]
     frame = (INVALID / f"{name}.bin").read_bytes()
-    if frame[7:8] and frame[7] & 0x04 and not _has_zstd():
+    if frame[7:8] and frame[7] & 0x04 and not harness.has_zstandard():
         pytest.skip("zstandard not installed")
     for fn_name, fn in ENTRY_POINTS.items():
         kwargs = case["kwargs"] if fn_name != "frame_info" else {}
