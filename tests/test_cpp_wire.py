@@ -56,10 +56,6 @@ INVALID_MANIFEST = json.loads((INVALID / "manifest.json").read_text())
 CPP_ERROR_KINDS = {"WireFormatError": "wire", "ChecksumError": "checksum"}
 
 
-def _zstd_in_cpp() -> bool:
-    return have_zstd_header()       # skipped without it; in CI a skip fails (tests/conftest.py)
-
-
 # The fixtures `cpp_build_dir` and `cpp` (the conformance server) are tests/conftest.py's:
 # one server per session, shared with tests/test_codecs.py.
 
@@ -106,8 +102,8 @@ def test_negative_fixtures_fail_with_the_manifest_messages(cpp: Conformance, nam
     decode / decode_many / frame_info with the manifest's error class and exact message."""
     case = INVALID_MANIFEST[name]
     frame = (INVALID / f"{name}.bin").read_bytes()
-    if frame[7:8] and frame[7] & 0x04 and not _zstd_in_cpp():
-        pytest.skip("libzstd headers not installed (CI has them)")
+    if frame[7:8] and frame[7] & 0x04 and not have_zstd_header():
+        pytest.skip("libzstd headers not installed (CI has them)")  # a skip fails in CI
     vocab = case["kwargs"].get("vocab_size")
     calls = {"decode": lambda: cpp.decode(frame, vocab_size=vocab),
              "decode_many": lambda: cpp.decode_many(frame, vocab_size=vocab),

@@ -9,6 +9,7 @@ compiler as $CXX, -static, and qemu-aarch64-static or qemu-s390x-static as the r
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import shlex
@@ -31,7 +32,9 @@ def extra_flags() -> list[str]:
     return shlex.split(os.environ.get("TOKENWIRE_CXXFLAGS", ""))
 
 
+@functools.cache
 def have_zstd_header() -> bool:
+    """Whether the compiler finds zstd.h (probed once: $CXX and the flags are fixed for a run)."""
     probe = subprocess.run([cxx(), *extra_flags(), "-E", "-x", "c++", "-"],
                            input="#include <zstd.h>\n",
                            capture_output=True, text=True)
