@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from support.extras import missing_optional, skip_reason
@@ -75,9 +75,23 @@ def cpp(cpp_build_dir: Path) -> Iterator[Conformance]:
 
 @pytest.fixture
 def zmq_ctx():
-    """(zmq, a Context) for tests over real pyzmq sockets; destroyed without lingering."""
+    """(zmq, a Context) for tests over real pyzmq sockets; destroyed without lingering.
+
+    The context holds every socket made from it until the test ends, and then closes them: a
+    socket left to the garbage collector is a ResourceWarning, which the suite makes an error.
+    """
     zmq = pytest.importorskip("zmq")
-    ctx = zmq.Context()
+
+    class HoldingContext(zmq.Context):  # type: ignore[misc, name-defined]
+        held: list[Any]
+
+        def socket(self, *args: Any, **kwargs: Any) -> Any:
+            sock = super().socket(*args, **kwargs)
+            self.held.append(sock)
+            return sock
+
+    ctx = HoldingContext()
+    ctx.held = []
     yield zmq, ctx
     ctx.destroy(linger=0)
 

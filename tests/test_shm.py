@@ -581,6 +581,9 @@ def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monk
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
+        if not proc.stdin.closed:
+            proc.stdin.close()
 
 
 LOCK_PROBE = textwrap.dedent("""

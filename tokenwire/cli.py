@@ -26,7 +26,11 @@ def _inspect(argv: list[str]) -> int:
     p.add_argument("--show", type=int, default=8, metavar="N", help="print the first N ids of each sequence")
     args = p.parse_args(argv)
     try:
-        data = sys.stdin.buffer.read() if args.file == "-" else open(args.file, "rb").read()
+        if args.file == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(args.file, "rb") as f:
+                data = f.read()
     except OSError as e:
         print(f"tokenwire inspect: {e}", file=sys.stderr)
         return 2

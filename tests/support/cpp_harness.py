@@ -97,9 +97,10 @@ class Conformance:
                                      stdout=subprocess.PIPE, env=env)
 
     def close(self) -> None:
-        assert self.proc.stdin is not None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.close()
         rc = self.proc.wait(timeout=60)
+        self.proc.stdout.close()
         assert rc == 0, f"conformance server exited with {rc}"
 
     def _call(self, op: bytes, data: bytes, codec: str | None = None, checksum: bool = False,
