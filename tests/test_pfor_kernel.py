@@ -57,7 +57,7 @@ def _run(exe: pathlib.Path, seed: int, iterations: int, *extra: str) -> str:
     return proc.stdout
 
 
-SANITIZE = ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+SANITIZE = ["-O1", "-g1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
             "-fno-omit-frame-pointer"]
 
 

@@ -43,7 +43,7 @@ def have_zstd_header() -> bool:
 
 def compile_conformance(out_dir: pathlib.Path, *, zstd: bool) -> pathlib.Path:
     exe = out_dir / ("conformance-zstd" if zstd else "conformance")
-    cmd = [cxx(), "-std=c++17", "-O2", "-g", "-Wall", "-Wextra", "-Werror",
+    cmd = [cxx(), "-std=c++17", "-O2", "-g1", "-Wall", "-Wextra", "-Werror",
            "-I", tokenwire.get_include(), str(HERE / "conformance.cpp"), "-o", str(exe),
            *extra_flags()]
     if zstd:
@@ -57,7 +57,7 @@ def compile_race_count_table(out_dir: pathlib.Path) -> pathlib.Path:
     """race_count_table.cpp: decode_many / frame_info while a thread rewrites the count table
     (-pthread; under .ci/run's flags, with AddressSanitizer)."""
     exe = out_dir / "race-count-table"
-    subprocess.run([cxx(), "-std=c++17", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-pthread",
+    subprocess.run([cxx(), "-std=c++17", "-O2", "-g1", "-Wall", "-Wextra", "-Werror", "-pthread",
                     "-I", tokenwire.get_include(), str(HERE / "race_count_table.cpp"),
                     "-o", str(exe), *extra_flags()], check=True)
     return exe
