@@ -15,6 +15,8 @@ import functools
 import gc
 import io
 import pickle
+import pickletools
+import re
 import struct
 import subprocess
 import sys
@@ -26,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import tokenwire
 import tokenwire.memory
@@ -427,6 +431,86 @@ def test_one_mutable_buffer_named_many_times_is_refused_past_a_bound() -> None:
     with pytest.raises(pickle.UnpicklingError,
                        match="names one mutable buffer of 4096 bytes more than 64"):
         _AllowListed(io.BytesIO(_bytearray_named(65 + 1000, 4096))).load()
+
+
+# --------------------------------------------------------------------------------------------
+# received pickles that declare more than they hold
+
+# CPython's unpickler allocates a counted argument before reading it, and grows its memo to a
+# put's index (zeroing it) before anything else: each of these few bytes would cost the worker
+# the named amount, find_class or not. tokenwire's receivers refuse them first.
+HUGE_PICKLES = {
+    "BINBYTES 2 GiB": (b"\x80\x05B\xff\xff\xff\x7f", "BINBYTES at offset 2 declares 2147483647"),
+    "BINBYTES8": (b"\x80\x05\x8e" + (2**40).to_bytes(8, "little"), "BINBYTES8 at offset 2"),
+    "BYTEARRAY8": (b"\x80\x05\x96" + (2**40).to_bytes(8, "little") + b"ab",
+                   "BYTEARRAY8 at offset 2 declares 1099511627776 bytes, 2 follow it"),
+    "LONG_BINPUT 16M": (b"\x80\x05NrX\x00\x00\x01.", "memo index 16777304, beyond a 9-byte"),
+    "PUT text": (b"Np16777216\n.", "PUT at offset 1 puts memo index b'16777216'"),
+    "PUT underscores": (b"Np16_777_216\n.", "PUT at offset 1 puts memo index b'16_777_216'"),
+}
+
+
+def _peak_of(fn) -> int:  # type: ignore[no-untyped-def]
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("find_class", [tokenwire.find_class, None], ids=["restricted", "plain"])
+@pytest.mark.parametrize("name", list(HUGE_PICKLES))
+def test_a_received_pickle_allocates_no_more_than_its_size(name: str, find_class) -> None:  # type: ignore[no-untyped-def]
+    from tokenwire.transport import loads_oob
+
+    data, message = HUGE_PICKLES[name]
+
+    def load() -> None:
+        with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
+            loads_oob([data], find_class=find_class)
+
+    assert _peak_of(load) < 256 * 1024       # unchecked: 16 MiB of memo to 1 TiB of bytes
+
+
+def test_a_received_pickle_is_checked_on_the_socket_and_the_channel(zmq_ctx) -> None:  # type: ignore[no-untyped-def]
+    from tokenwire.shm import Receiver
+    from tokenwire.transport import recv_pyobj_oob
+
+    zmq, ctx = zmq_ctx
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    pull.bind("inproc://huge-pickles")
+    push.connect("inproc://huge-pickles")
+    data, message = HUGE_PICKLES["BINBYTES 2 GiB"]
+    for find_class in (tokenwire.find_class, None):
+        push.send(data)
+        with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
+            recv_pyobj_oob(pull, find_class=find_class)
+    with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
+        Receiver().loads([data], find_class=tokenwire.find_class)
+
+
+_PICKLABLE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=2**64, max_value=2**300)
+    | st.floats(allow_nan=False) | st.text(max_size=300) | st.binary(max_size=300)
+    | st.builds(bytearray, st.binary(max_size=300)),
+    lambda inner: (st.lists(inner, max_size=8) | st.tuples(inner, inner)
+                   | st.dictionaries(st.text(max_size=8), inner, max_size=8)
+                   | st.frozensets(st.integers(), max_size=8) | st.sets(st.text(max_size=4))),
+    max_leaves=30)
+
+
+@given(obj=_PICKLABLE, protocol=st.integers(0, pickle.HIGHEST_PROTOCOL), shared=st.booleans())
+def test_every_pickle_the_pickler_writes_passes_the_check(obj: object, protocol: int,
+                                                         shared: bool) -> None:
+    from tokenwire._core import _check_pickle
+
+    if shared:                                # memo puts and gets: one object named twice
+        obj = [obj, obj, GenerationRequest([1, 2, 3]), tokenwire.as_tokens([5, 6])]
+    data = pickle.dumps(obj, protocol=protocol)
+    _check_pickle(data)
+    _check_pickle(pickletools.optimize(data))      # memo puts renumbered from 0, unused ones gone
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ file per concept, all compiled into this one module (kernels compute, wrappers c
   * _zstd.pxi         -- zstd: the optional zstandard module, compressing and decompressing
                          payloads (included by _wire.pxi);
   * _inspect.pxi      -- frame_info, and which kernels this CPU runs;
+  * _picklescan.pxi   -- a received pickle's declared allocations, bounded by its size;
   * _shmring.pxi      -- the shared-memory ring's atomic state words.
 C-level concepts have one .pxd each (_byteorder, _bitpack, _crc32c, _frame, _pyint) over the C
 headers in include/tokenwire/, which the C++ header wire.hpp shares. Kernels take raw pointers,
@@ -90,4 +91,5 @@ include "_tokenvector.pxi"
 include "_restore.pxi"
 include "_wire.pxi"
 include "_inspect.pxi"
+include "_picklescan.pxi"
 include "_shmring.pxi"

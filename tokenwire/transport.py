@@ -62,7 +62,7 @@ from tokenwire import _oob
 from tokenwire._core import CODECS, ImmutableBuffer, TokenVector, check_codec, decode, encode
 from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYTES, EncodeIds,
                             FindClass, as_key, check_unsigned, codec_kinds, key_from_env, load,
-                            sign_frames, verify)
+                            sign_frames, unpickle, verify)
 from tokenwire.errors import WireFormatError, _describe
 
 __all__ = ["KEY_ENV", "MIN_KEY_BYTES", "NETWORK_CODEC", "OOB_THRESHOLD", "SIGNATURE_BYTES",
@@ -332,7 +332,7 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
         # The common call: a message sent in-band is one frame, loaded as recv_pyobj loads it.
         frames = recv_frames(socket, flags, 1)
         if len(frames) == 1:
-            return pickle.loads(frames[0])
+            return unpickle(frames[0], (), None)
         return _recv_rest(frames, None, sign_buffers, None, None)
     _check_counts(prefix, routing)
     # Leading frames, the signature, the channel's descriptor and the pickle as bytes; the
