@@ -96,6 +96,16 @@ def zmq_ctx():
     ctx.destroy(linger=0)
 
 
+@pytest.fixture
+def threshold() -> Iterator[None]:
+    """The GIL-release threshold (tokenwire.memory) as it was before the test, after it."""
+    import tokenwire.memory
+
+    previous = tokenwire.memory.gil_release_threshold()
+    yield
+    tokenwire.memory.gil_release_threshold(previous)
+
+
 # --------------------------------------------------------------------------------------------
 # a missing optional package is a skip; skips fail in CI unless expected
 

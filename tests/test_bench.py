@@ -13,18 +13,11 @@ import numpy as np
 import pytest
 
 import tokenwire
+from support.bench_cli import ROOT, run_bench
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.
 pytestmark = pytest.mark.integration
-
-
-def run_bench(*args: str, env: dict[str, str] | None = None,
-              timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`python -m bench ARGS` from the clone's root, as the README runs it."""
-    return subprocess.run([sys.executable, "-m", "bench", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
 
 
 def test_help_lists_every_subcommand() -> None:

@@ -27,8 +27,8 @@ import tokenwire
 import tokenwire.memory
 from support.cpp_harness import compile_pybind_engine, require_compiler
 from support.strategies import int_arrays, token_lists
-from test_bench import run_bench
-from test_gil import longest_stall_fraction, threshold  # noqa: F401 (a fixture)
+from support.bench_cli import run_bench
+from support.gil import longest_stall_fraction
 from bench import engine
 
 # Builds C++ extensions with a real compiler: `pytest -m "not integration"` skips them.

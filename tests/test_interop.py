@@ -503,7 +503,7 @@ INT32_TEXT = tokenwire.to_base64(LEAK_IDS, format="int32")
 
 
 def _leak_cases() -> dict[str, Any]:
-    from test_leaks import _raises
+    from support.leaks import raising
 
     return {
         "copy": TV_BIG.copy,
@@ -512,17 +512,17 @@ def _leak_cases() -> dict[str, Any]:
         "eq float array": lambda: TV_BIG == array.array("d", [1.0]),
         "tv + array": lambda: TV_BIG + ARR_Q,
         "array + tv": lambda: ARR_Q + TV_BIG,
-        "array overflow": _raises(lambda: TV_BIG + array.array("b"), OverflowError),
-        "float array +": _raises(lambda: TV_BIG + array.array("d"), TypeError),
+        "array overflow": raising(lambda: TV_BIG + array.array("b"), OverflowError),
+        "float array +": raising(lambda: TV_BIG + array.array("d"), TypeError),
         "json_default": lambda: json.dumps(TV_BIG, default=json_default),
         "to_base64 int32": lambda: tokenwire.to_base64(TV_BIG, format="int32"),
         "from_base64 int32": lambda: tokenwire.from_base64(INT32_TEXT, format="int32"),
-        "from_base64 int32 vocab": _raises(
+        "from_base64 int32 vocab": raising(
             lambda: tokenwire.from_base64(INT32_TEXT, format="int32", vocab_size=10), ValueError),
-        "from_base64 int32 length": _raises(
+        "from_base64 int32 length": raising(
             lambda: tokenwire.from_base64("AQID", format="int32"), ValueError),
         "pydantic": lambda: CompletionRequest(model="m", prompt=ARR_Q).model_dump_json(),
-        "pydantic error": _raises(
+        "pydantic error": raising(
             lambda: CompletionRequest(model="m", prompt="p", prompt_token_ids=LEAK_IDS + [2**31]),
             ValidationError),
     }
@@ -531,6 +531,6 @@ def _leak_cases() -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(_leak_cases()))
 def test_no_leak(name: str) -> None:
-    from test_leaks import assert_no_growth
+    from support.leaks import assert_no_growth
 
     assert_no_growth(_leak_cases()[name], rounds=300)

@@ -21,42 +21,10 @@ import pytest
 
 import tokenwire
 from tokenwire import TokenVector, as_tokens, tolist
+from support.leaks import ROUNDS, assert_no_growth, raising
 
 # Repeated runs measured with tracemalloc and RSS: `pytest -m "not slow"` skips them.
 pytestmark = pytest.mark.slow
-
-ROUNDS = 2000
-
-
-def _allocated_after(fn: Callable[[], object], rounds: int) -> tuple[int, int]:
-    for _ in range(rounds):
-        fn()
-    gc.collect()
-    return sys.getallocatedblocks(), tracemalloc.get_traced_memory()[0]
-
-
-def assert_no_growth(fn: Callable[[], object], rounds: int = ROUNDS) -> None:
-    tracemalloc.start()
-    try:
-        _allocated_after(fn, 200)                       # warm-up
-        blocks0, traced0 = _allocated_after(fn, 10)
-        blocks1, traced1 = _allocated_after(fn, rounds)
-    finally:
-        tracemalloc.stop()
-    # A leak of even one block per call would show as >= `rounds` blocks.
-    assert blocks1 - blocks0 < rounds // 10, f"{blocks1 - blocks0} blocks leaked over {rounds} calls"
-    assert traced1 - traced0 < 64 * 1024, f"{traced1 - traced0} bytes leaked over {rounds} calls"
-
-
-def _raises(fn: Callable[[], object], exc: type[BaseException]) -> Callable[[], None]:
-    def call() -> None:
-        try:
-            fn()
-        except exc:
-            return
-        raise AssertionError("expected an error")
-    return call
-
 
 def _pickle_oob(obj: object) -> object:
     buffers: list[pickle.PickleBuffer] = []
@@ -98,31 +66,31 @@ CASES: dict[str, Callable[[], object]] = {
     "pickle 5 oob": lambda: _pickle_oob(TV),
     "pickle 2": lambda: pickle.loads(pickle.dumps(TV, 2)),
     "numpy view": lambda: np.asarray(TV).sum(),
-    "overflow in list": _raises(lambda: as_tokens(IDS[:100] + [2**40]), OverflowError),
-    "bad type in list": _raises(lambda: as_tokens(IDS[:100] + [1.5]), TypeError),
-    "overflow in int64 array": _raises(lambda: as_tokens(np.array([1, 2**40])), OverflowError),
-    "bad dtype": _raises(lambda: as_tokens(np.array([1.5])), TypeError),
-    "bad shape": _raises(lambda: as_tokens(np.zeros((2, 2), dtype=np.int32)), ValueError),
-    "vocab": _raises(lambda: as_tokens(ND, vocab_size=10), ValueError),
-    "bytes refused": _raises(lambda: as_tokens(b"abc"), TypeError),
-    "frombuffer odd length": _raises(lambda: TokenVector.frombuffer(b"abc"), ValueError),
-    "index error": _raises(lambda: TV[10**9], IndexError),
+    "overflow in list": raising(lambda: as_tokens(IDS[:100] + [2**40]), OverflowError),
+    "bad type in list": raising(lambda: as_tokens(IDS[:100] + [1.5]), TypeError),
+    "overflow in int64 array": raising(lambda: as_tokens(np.array([1, 2**40])), OverflowError),
+    "bad dtype": raising(lambda: as_tokens(np.array([1.5])), TypeError),
+    "bad shape": raising(lambda: as_tokens(np.zeros((2, 2), dtype=np.int32)), ValueError),
+    "vocab": raising(lambda: as_tokens(ND, vocab_size=10), ValueError),
+    "bytes refused": raising(lambda: as_tokens(b"abc"), TypeError),
+    "frombuffer odd length": raising(lambda: TokenVector.frombuffer(b"abc"), ValueError),
+    "index error": raising(lambda: TV[10**9], IndexError),
     "encode ndarray (copied)": lambda: tokenwire.encode(ND[:-2], codec="packed"),
     "decode packed": lambda: tokenwire.decode(PACKED),
     "encode pfor": lambda: tokenwire.encode(ND, codec="pfor"),
     "encode_many pfor": lambda: tokenwire.encode_many([IDS[:100], IDS[100:400]], codec="pfor"),
     "decode pfor": lambda: tokenwire.decode(PFOR),
     "decode_many pfor": lambda: tokenwire.decode_many(PFOR_MANY),
-    "decode pfor corrupt": _raises(lambda: tokenwire.decode(PFOR_BAD), tokenwire.WireFormatError),
+    "decode pfor corrupt": raising(lambda: tokenwire.decode(PFOR_BAD), tokenwire.WireFormatError),
     "decode_many": lambda: tokenwire.decode_many(MANY),
     "decode zero-copy": lambda: tokenwire.decode(RAW),
-    "decode truncated": _raises(lambda: tokenwire.decode(PACKED[:-1]), tokenwire.WireFormatError),
+    "decode truncated": raising(lambda: tokenwire.decode(PACKED[:-1]), tokenwire.WireFormatError),
     # A frame in mutable memory: its count table is copied once (PyMem) and freed on every path.
     "decode_many(bytearray)": lambda: tokenwire.decode_many(MANY_MUTABLE),
     "frame_info(bytearray)": lambda: tokenwire.frame_info(MANY_MUTABLE),
-    "decode(bytearray multi) refused": _raises(lambda: tokenwire.decode(MANY_MUTABLE),
+    "decode(bytearray multi) refused": raising(lambda: tokenwire.decode(MANY_MUTABLE),
                                                tokenwire.WireFormatError),
-    "decode_many(bytearray truncated)": _raises(lambda: tokenwire.decode_many(MANY_MUTABLE[:-1]),
+    "decode_many(bytearray truncated)": raising(lambda: tokenwire.decode_many(MANY_MUTABLE[:-1]),
                                                 tokenwire.WireFormatError),
 }
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from test_bench import run_bench
+from support.bench_cli import run_bench
 
 pytest.importorskip("zmq")
 

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("mpi4py")
 
-from test_bench import run_bench  # noqa: E402
+from support.bench_cli import run_bench  # noqa: E402
 
 RANKS = Path(__file__).resolve().parent / "support" / "mpi_ranks.py"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import importlib.util
 import pickle
 import struct
 import uuid
@@ -22,6 +21,8 @@ from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import (NETWORK_CODEC, dumps_oob, endpoint_codec, loads_oob,
                                  recv_pyobj_oob, send_pyobj_oob, socket_codec)
 
+from support.codec_harness import has_zstandard
+
 zmq = pytest.importorskip("zmq")
 
 KEY = bytes(range(32))
@@ -29,7 +30,7 @@ IDS = tokenwire.as_tokens(np.random.default_rng(7).integers(0, 151_936, 40_000, 
 OTHER = np.linspace(0.0, 1.0, 20_000, dtype=np.float64)          # a non-token buffer, 160 KB
 # zstd where the zstandard extra is installed (encoding with it raises ValueError otherwise).
 CODECS = tuple(c for c in ("packed", "pfor", "zstd", "auto")
-               if c != "zstd" or importlib.util.find_spec("zstandard") is not None)
+               if c != "zstd" or has_zstandard())
 
 
 def request() -> dict:
