@@ -546,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r.worker_cpu_us:>9,.1f}µs")
     try:
         targets_ok = report_targets(LoadFigures(rows), _targets(),
-                                    f"Targets (this run, ISL {TARGET_ISL:,}):")
+                                    f"Targets (this run, ISL {TARGET_ISL:,}; engine: {engine}):")
     except KeyError:
         targets_ok = True
     wrong = [r for r in rows if not r.correct]
