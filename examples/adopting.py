@@ -8,7 +8,8 @@ dataclass, each converted with one decorator) and shows, with checks:
 1. the proxy builds requests from lists and pickles them: the ids travel as int32 buffers;
 2. the worker hands the buffer to the engine (`tokenwire.token_buffer`) and keeps its own list
    with `list(...)` instead of `copy.deepcopy` (ints are immutable);
-3. a restricted unpickler allows the request classes plus `tokenwire.unpickle.PICKLE_GLOBALS`;
+3. a restricted unpickler allows the request classes plus `tokenwire.unpickle.PICKLE_GLOBALS`,
+   and `tokenwire.unpickle.check_pickle` bounds what a received pickle may allocate;
 4. rolling upgrades: `tokenwire.list_on_wire(True)` on an upgraded proxy sends plain lists that
    unmodified workers read; upgraded workers read both forms;
 5. values that are not int32 ids: ints >= 2**31 and nested lists travel as the plain list,
@@ -54,6 +55,12 @@ class RequestUnpickler(pickle.Unpickler):
         return tokenwire.find_class(module, name, allow=self.ALLOWED)
 
 
+def load_request(data: bytes):
+    """The worker's load of received bytes: checked against their own size, then restricted."""
+    tokenwire.unpickle.check_pickle(data)
+    return RequestUnpickler(io.BytesIO(data)).load()
+
+
 def main() -> int:
     ids = np.random.default_rng(0).integers(0, 151_936, ISL, dtype=np.int32).tolist()
 
@@ -67,7 +74,7 @@ def main() -> int:
 
     # 2. worker: restricted unpickling, buffer hand-off, its own list without deepcopy.
     for data, field in zip(frames, ("prompt_token_ids", "input_ids")):
-        req = RequestUnpickler(io.BytesIO(data)).load()
+        req = load_request(data)
         engine_tokens = engine_request(tokenwire.token_buffer(req, field))
         assert engine_tokens.tolist() == ids
         assert not getattr(type(req), field).is_materialized(req), "the hand-off built a list"
@@ -79,10 +86,17 @@ def main() -> int:
 
     # 3. anything outside the allow-list is refused before it runs.
     try:
-        RequestUnpickler(io.BytesIO(b"cos\nsystem\n(S'echo pwned'\ntR.")).load()
+        load_request(b"cos\nsystem\n(S'echo pwned'\ntR.")
         raise AssertionError("os.system was allowed")
     except pickle.UnpicklingError as exc:
         print(f"3. restricted unpickler: {exc}")
+    # ... and so is a pickle that declares more than it holds: these 9 bytes would make the
+    # unpickler grow its memo to 2**27 slots (1 GiB of pointers, zeroed) before reading on.
+    try:
+        load_request(b"\x80\x05Nr\x00\x00\x00\x04.")
+        raise AssertionError("the memo bomb was loaded")
+    except pickle.UnpicklingError as exc:
+        print(f"3. check_pickle: {exc}")
 
     # 4. rolling upgrade: proxy upgraded first -> list on the wire until every worker is new.
     previous = tokenwire.list_on_wire(True)

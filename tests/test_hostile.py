@@ -12,7 +12,6 @@ that a regression is a failed test and not a dead pytest.
 from __future__ import annotations
 
 import functools
-import gc
 import io
 import pickle
 import pickletools
@@ -23,7 +22,6 @@ import sys
 import textwrap
 import threading
 import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +34,9 @@ import tokenwire.memory
 import tokenwire.wire
 from tokenwire import WireFormatError
 from tokenwire.request import GenerationRequest
+from tokenwire.unpickle import check_pickle
+
+from support.leaks import traced_peak
 
 # Subprocesses, peak-RSS measurements and racing threads: `pytest -m "not slow"` skips them.
 pytestmark = pytest.mark.slow
@@ -99,16 +100,14 @@ def test_compressed_blocks_are_cut_off_one_byte_past_the_declared_size() -> None
             + comp[hsize:])
     frame = (b"TWIR" + struct.pack("<BBBBQ", 1, 0, 32, 0x04, declared // 4)
              + struct.pack("<Q", len(comp)) + comp)
-    tracemalloc.start()
-    try:
+    def decode() -> None:
         # libzstd itself notices an overlong compressed block (one block past the declared size
         # at most); the reader's cap is the second line of defence for any frame it misses.
         with pytest.raises(WireFormatError, match=f"zstd payload (decompresses to more than "
                                                   f"{declared} bytes|is corrupt)"):
             tokenwire.decode(frame)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+
+    peak = traced_peak(decode)[1]
     assert peak < 4 * declared + 2**20, peak
 
 BOMB_PATHS = {
@@ -162,20 +161,9 @@ def test_zstd_bomb_peak_memory_stays_small(path: str, tmp_path: Path) -> None:
 # headers that claim more than the frame holds: allocation stays bounded by the input
 
 
-def _peak_traced(fn) -> int:  # type: ignore[no-untyped-def]
-    tracemalloc.start()
-    try:
-        out = fn()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    del out
-    return peak
-
-
 def test_decode_many_of_empty_sequences_allocates_one_list_slot_each() -> None:
     frame = tokenwire.encode_many([[]] * 1_000_000)                   # 4 MB
-    peak = _peak_traced(lambda: tokenwire.decode_many(frame))
+    peak = traced_peak(lambda: tokenwire.decode_many(frame))[1]
     assert peak <= 2 * len(frame) + 4096, f"{peak / len(frame):.1f} bytes per input byte"
     out = tokenwire.decode_many(frame)
     assert len(out) == 1_000_000 and all(len(v) == 0 for v in out[:10])
@@ -185,7 +173,7 @@ def test_decode_many_allocation_bound_per_input_byte() -> None:
     # The worst case per count-table entry: one id each, packed at width 1 (docs/wire-format.md:
     # at most 26 bytes per input byte: a 64-byte vector, its storage, a list slot per 4.1 bytes).
     frame = tokenwire.encode_many([[1]] * 200_000, codec="packed")
-    peak = _peak_traced(lambda: tokenwire.decode_many(frame))
+    peak = traced_peak(lambda: tokenwire.decode_many(frame))[1]
     assert peak <= 26 * len(frame), f"{peak / len(frame):.1f} bytes per input byte"
 
 
@@ -196,18 +184,18 @@ def test_pfor_allocation_is_bounded_by_its_payload() -> None:
     blocks = 10_000
     frame = tokenwire.encode([0] * (128 * blocks), codec="pfor")          # one byte per block
     assert len(frame) == 24 + blocks
-    peak = _peak_traced(lambda: tokenwire.decode(frame))
+    peak = traced_peak(lambda: tokenwire.decode(frame))[1]
     assert peak <= 512 * blocks + 4096, f"{peak / blocks:.1f} bytes per payload byte"
     claim = bytearray(frame)
     claim[8:16] = (128 * blocks + 1).to_bytes(8, "little")               # one id too many
-    peak = _peak_traced(lambda: pytest.raises(WireFormatError, tokenwire.decode, bytes(claim)))
+    peak = traced_peak(lambda: pytest.raises(WireFormatError, tokenwire.decode, bytes(claim)))[1]
     assert peak < 64 * 1024, peak
     with pytest.raises(WireFormatError, match=r"^pfor payload of 10000 bytes cannot hold 1280001 "):
         tokenwire.frame_info(bytes(claim))
     # several sequences: each decoded straight into its own vector, the 4 bytes an id and no
     # second copy (the sequences' lengths put block boundaries inside sequences and across them)
     many = tokenwire.encode_many([[0] * 64_001] * 20, codec="pfor")
-    peak = _peak_traced(lambda: tokenwire.decode_many(many))
+    peak = traced_peak(lambda: tokenwire.decode_many(many))[1]
     assert peak <= 4 * 64_001 * 20 + 20 * 200 + 4096, f"{peak / (4 * 64_001 * 20):.2f} x the ids"
     assert [len(v) for v in tokenwire.decode_many(many)] == [64_001] * 20
 
@@ -363,15 +351,7 @@ def test_restricted_unpickle_copies_a_mutable_source_once(craft) -> None:
         def find_class(self, module: str, name: str) -> object:
             return find(module, name)
 
-    gc.collect()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        out = Restricted(io.BytesIO(data), buffers=buffers).load()
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
+    out, peak = traced_peak(lambda: Restricted(io.BytesIO(data), buffers=buffers).load())
     assert len(out) == _REFS
     assert peak < 2 * len(data) + 2 * _SOURCE, f"{peak} bytes traced for a {len(data)}-byte pickle"
     if isinstance(out[0], GenerationRequest):
@@ -450,16 +430,6 @@ HUGE_PICKLES = {
 }
 
 
-def _peak_of(fn) -> int:  # type: ignore[no-untyped-def]
-    tracemalloc.start()
-    try:
-        fn()
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return peak
-
-
 @pytest.mark.parametrize("find_class", [tokenwire.find_class, None], ids=["restricted", "plain"])
 @pytest.mark.parametrize("name", list(HUGE_PICKLES))
 def test_a_received_pickle_allocates_no_more_than_its_size(name: str, find_class) -> None:  # type: ignore[no-untyped-def]
@@ -471,7 +441,7 @@ def test_a_received_pickle_allocates_no_more_than_its_size(name: str, find_class
         with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
             loads_oob([data], find_class=find_class)
 
-    assert _peak_of(load) < 256 * 1024       # unchecked: 16 MiB of memo to 1 TiB of bytes
+    assert traced_peak(load)[1] < 256 * 1024      # unchecked: 16 MiB of memo to 1 TiB of bytes
 
 
 def test_a_received_pickle_is_checked_on_the_socket_and_the_channel(zmq_ctx) -> None:  # type: ignore[no-untyped-def]
@@ -491,6 +461,47 @@ def test_a_received_pickle_is_checked_on_the_socket_and_the_channel(zmq_ctx) -> 
         Receiver().loads([data], find_class=tokenwire.find_class)
 
 
+@pytest.mark.parametrize("name", list(HUGE_PICKLES))
+def test_a_stack_that_loads_pickles_itself_checks_them_first(name: str) -> None:
+    """A stack with its own restricted Unpickler (docs/adopting.md, section 4): the allow-list
+    does not bound memory, `check_pickle` does, before anything is allocated; the same bytes
+    given to the unpickler unchecked would allocate what they declare."""
+    data, message = HUGE_PICKLES[name]
+
+    class RequestUnpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> object:
+            return tokenwire.find_class(module, name, allow={("tokenwire.request",
+                                                               "GenerationRequest")})
+
+    def load() -> None:
+        with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
+            check_pickle(data)
+            RequestUnpickler(io.BytesIO(data)).load()
+
+    assert traced_peak(load)[1] < 64 * 1024
+    for source in (bytearray(data), memoryview(data), np.frombuffer(data, np.uint8)):
+        with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
+            check_pickle(source)                    # any bytes-like object
+    # What a received request looks like passes, and loads through the same unpickler.
+    good = pickle.dumps(GenerationRequest(list(range(50_000))), protocol=5)
+    check_pickle(good)
+    assert RequestUnpickler(io.BytesIO(good)).load().prompt_token_ids == list(range(50_000))
+
+
+def test_the_memo_bomb_is_what_check_pickle_stops() -> None:
+    """The bound is real: the 9-byte LONG_BINPUT pickle, unchecked, makes a restricted
+    unpickler allocate its memo (16 MiB traced for index 2**20), checked it allocates nothing."""
+    data = b"\x80\x05Nr" + (2**20).to_bytes(4, "little") + b"."
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> object:
+            return tokenwire.find_class(module, name)
+
+    assert traced_peak(lambda: Restricted(io.BytesIO(data)).load())[1] >= 8 * 2**20
+    with pytest.raises(pickle.UnpicklingError, match="puts memo index 1048576, beyond a 9-byte"):
+        traced_peak(lambda: check_pickle(data))
+
+
 _PICKLABLE = st.recursive(
     st.none() | st.booleans() | st.integers() | st.integers(min_value=2**64, max_value=2**300)
     | st.floats(allow_nan=False) | st.text(max_size=300) | st.binary(max_size=300)
@@ -504,13 +515,11 @@ _PICKLABLE = st.recursive(
 @given(obj=_PICKLABLE, protocol=st.integers(0, pickle.HIGHEST_PROTOCOL), shared=st.booleans())
 def test_every_pickle_the_pickler_writes_passes_the_check(obj: object, protocol: int,
                                                          shared: bool) -> None:
-    from tokenwire._core import _check_pickle
-
     if shared:                                # memo puts and gets: one object named twice
         obj = [obj, obj, GenerationRequest([1, 2, 3]), tokenwire.as_tokens([5, 6])]
     data = pickle.dumps(obj, protocol=protocol)
-    _check_pickle(data)
-    _check_pickle(pickletools.optimize(data))      # memo puts renumbered from 0, unused ones gone
+    check_pickle(data)
+    check_pickle(pickletools.optimize(data))       # memo puts renumbered from 0, unused ones gone
 
 
 # --------------------------------------------------------------------------------------------

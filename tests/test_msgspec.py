@@ -23,6 +23,7 @@ zmq = pytest.importorskip("zmq")
 import tokenwire  # noqa: E402
 import tokenwire.msgspec as tm  # noqa: E402
 from support.buffers import owns_memory  # noqa: E402
+from support.leaks import traced_peak  # noqa: E402
 from support.strategies import int_arrays, token_lists  # noqa: E402
 from tokenwire import TokenVector, WireFormatError  # noqa: E402
 from tokenwire.errors import ChecksumError  # noqa: E402
@@ -575,20 +576,6 @@ def test_one_encoder_and_decoder_shared_by_threads() -> None:
     assert interleaved > 0
 
 
-def _traced_peak(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """(fn(), the peak of traced memory above the start during the call)."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        result = fn()
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return result, peak
-
-
 def test_many_references_to_one_mutable_frame_copy_it_once() -> None:
     """A message naming one out-of-band frame many times: a frame that is not `bytes` (here a
     bytearray, as a zmq.Frame of copy=False is) is copied once per decode, not once per
@@ -598,7 +585,7 @@ def test_many_references_to_one_mutable_frame_copy_it_once() -> None:
     ref = msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF.pack(1, n_ids))
     main = msgspec.msgpack.encode([ref] * refs)
     assert len(main) < 20 * refs
-    out, peak = _traced_peak(lambda: tm.Decoder().decode([main, frame]))
+    out, peak = traced_peak(lambda: tm.Decoder().decode([main, frame]))
     assert peak < 2 * len(frame), f"{peak} bytes traced for a {len(frame)}-byte frame"
     assert len(out) == refs and all(v is out[0] for v in out)
     assert out[0] == TokenVector.frombuffer(bytes(frame))

@@ -27,8 +27,8 @@ import struct
 from functools import lru_cache
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
-from tokenwire._core import _check_pickle
 from tokenwire.errors import AuthenticationError, TokenwireError, WireFormatError
+from tokenwire.unpickle import check_pickle
 
 __all__ = ["CODEC_HEADER_MAGIC", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "DecodeIds", "EncodeIds", "FindClass", "as_key", "check_unsigned", "codec_kinds",
@@ -324,8 +324,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
 def unpickle(head: Any, buffers: Sequence[Any], find_class: Optional[FindClass]) -> Any:
     """Load a received pickle frame. Its declared allocations are checked against its size
     first (CPython's unpickler allocates a counted argument, and grows its memo to an index,
-    before it reads anything: _core._check_pickle)."""
-    _check_pickle(head)
+    before it reads anything: tokenwire.unpickle.check_pickle)."""
+    check_pickle(head)
     if find_class is None:
         return pickle.loads(head, buffers=buffers)
     return _RestrictedUnpickler(head, buffers, find_class).load()

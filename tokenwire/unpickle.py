@@ -1,9 +1,13 @@
-"""Restricted unpickling: the globals tokenwire's objects name in a pickle, and a ``find_class``
-that resolves only an allow-list of them.
+"""Unpickling bytes from another party: the globals tokenwire's objects name in a pickle, a
+``find_class`` that resolves only an allow-list of them, and ``check_pickle``, which refuses a
+pickle that would make the unpickler allocate more than the pickle's own size.
 
 A pickle can name any importable callable; an unpickler that receives bytes from another party
 should resolve only the globals it expects. ``PICKLE_GLOBALS`` lists tokenwire's own; a request
 class adds itself (``(module, qualified name)``) to the allow-list it passes to ``find_class``.
+An allow-list does not bound memory: CPython's unpickler allocates what some opcodes declare
+before it reads their bytes, so a stack that loads received pickles itself calls
+``check_pickle`` first (tokenwire's own receivers always do).
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import importlib
 import pickle
 from typing import Any
 
-__all__ = ["PICKLE_GLOBALS"]      # find_class is public as tokenwire.find_class
+from tokenwire._core import _check_pickle
+
+__all__ = ["PICKLE_GLOBALS", "check_pickle"]      # find_class is public as tokenwire.find_class
 
 #: The globals tokenwire's own objects name in a pickle, at every protocol >= 2: a restricted
 #: unpickler allows these plus the request classes it already trusts. (Protocols 0 and 1 name
@@ -31,6 +37,9 @@ def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
         class SafeUnpickler(pickle.Unpickler):
             def find_class(self, module, name):
                 return tokenwire.find_class(module, name, allow=MY_REQUEST_CLASSES)
+
+        tokenwire.unpickle.check_pickle(data)     # its allocations bounded by its size
+        request = SafeUnpickler(io.BytesIO(data)).load()
     """
     # Protocols 0-2 spell some globals with Python 2 names (copy_reg._reconstructor,
     # __builtin__.object); map them as Unpickler(fix_imports=True) does, then check.
@@ -44,3 +53,23 @@ def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def check_pickle(data: Any) -> None:
+    """Raise ``pickle.UnpicklingError`` when the pickle `data` (any bytes-like object) declares
+    an allocation larger than itself; return None otherwise. Call it on received bytes before
+    ``pickle.loads`` or an ``Unpickler``, restricted or not.
+
+    CPython's unpickler allocates a counted argument before reading it (``BINBYTES`` up to
+    4 GiB, ``BINBYTES8`` and ``BYTEARRAY8`` up to 2**64 bytes) and grows its memo to a put's
+    index, zeroing each slot (``LONG_BINPUT`` up to 2**32), so a 9-byte pickle can make a
+    process touch gigabytes whatever ``find_class`` allows. This walks the opcodes once, in C,
+    and refuses, naming the opcode and its offset, a counted argument longer than the bytes
+    after it or a memo index not below the pickle's length (a text ``PUT`` must be plain
+    digits). Every pickle the pickler writes passes: it numbers memo entries from 0, one per
+    memoized object. The walk stops where the unpickler itself would stop with an error.
+    It reads `data` once and keeps nothing; it costs ~0.3 µs for a request whose ids travel as
+    a buffer, ~150 µs for the pickle of a plain list of 40,000 ints (a tenth of its load).
+    tokenwire's receivers (``loads_oob``, ``recv_pyobj_oob``, the channel's ``Receiver``) call
+    it on every pickle they load."""
+    _check_pickle(data)

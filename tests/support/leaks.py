@@ -1,6 +1,8 @@
-"""The leak check of tests/test_leaks.py, which test_interop runs on the integrations too: a call
-repeated many times after a warm-up must not grow the interpreter's allocated blocks or the
-memory tracemalloc sees (token storage is PyMem_RawMalloc'd, so tracemalloc counts it)."""
+"""Memory checks. The leak check of tests/test_leaks.py, which test_interop runs on the
+integrations too: a call repeated many times after a warm-up must not grow the interpreter's
+allocated blocks or the memory tracemalloc sees (token storage is PyMem_RawMalloc'd, so
+tracemalloc counts it). And the peak of one call (`traced_peak`), which the hostile-input tests
+bound by the input's size."""
 
 from __future__ import annotations
 
@@ -8,6 +10,9 @@ import gc
 import sys
 import tracemalloc
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 ROUNDS = 2000
 
@@ -41,3 +46,19 @@ def raising(fn: Callable[[], object], exc: type[BaseException]) -> Callable[[], 
             return
         raise AssertionError("expected an error")
     return call
+
+
+def traced_peak(fn: Callable[[], T]) -> tuple[T, int]:
+    """(fn(), the peak of the memory tracemalloc saw during the call, above what was traced when
+    it started). An exception from `fn` propagates (use `pytest.raises` inside `fn` to measure
+    an error path)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return result, peak
