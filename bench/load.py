@@ -21,9 +21,14 @@ bench.e2e's `make_request`), serializes it (bench.e2e's `serialize`) and sends i
 Rows: baseline (a plain-list request, send_pyobj), tokenwire (GenerationRequest, send_pyobj),
 tokenwire-oob (send_pyobj_oob), tokenwire-shm (send_pyobj_oob with channel=, Linux; the ring has a
 slot for every request in flight) and tokenwire-oob-batch8 (8 GenerationRequests per message, as
-SGLang's scheduler receives lists, out-of-band; figures per request).
+SGLang's scheduler receives lists, out-of-band; figures per request), and last the floor: what
+no path can avoid under the same load, each request's `as_tokens(list)` in the proxy, one message
+of 8 bytes (the request's id) through the same sockets, and the memcpy of isl int32 ids in the
+worker (bench.e2e's floor, at saturation). A row's proxy and worker CPU are also printed as a
+multiple of the floor's, and baseline / floor is the largest ratio to the baseline any row can
+show in that run.
 
-Correctness: the worker compares every request's int32 ids with the ids of the stream the proxy
+Correctness: the worker compares every request's int32 ids (the floor's carry none) with the ids of the stream the proxy
 built it from (the same seeded pool, rebuilt in the worker); the comparison's own CPU time
 (thread CPU time around it) is subtracted from the worker's CPU per request. A row whose ids
 arrived wrong is named on stderr and the run exits 1.
@@ -36,8 +41,10 @@ import json
 import math
 import multiprocessing as mp
 import os
+import pickle
 import random
 import resource
+import struct
 import sys
 import tempfile
 import time
@@ -51,8 +58,8 @@ from tokenwire import shm
 from tokenwire.memory import malloc_settling
 from tokenwire.transport import recv_pyobj_oob, send_frames, send_pyobj_oob
 from bench.data import token_stream
-from bench.e2e import (Engine, NanobindEngine, _receive, build_engine, engine_ids, make_request,
-                       serialize, token_source)
+from bench.e2e import (FLOOR, Engine, NanobindEngine, _receive, build_engine, engine_ids,
+                       make_request, serialize, token_source)
 from bench.harness import Target, exit_on_sigterm, machine, report_targets, stderr_progress
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
@@ -62,6 +69,7 @@ ROWS: dict[str, tuple[str, int]] = {
     "tokenwire-oob": ("tokenwire-oob", 1),
     "tokenwire-shm": ("tokenwire-shm", 1),
     "tokenwire-oob-batch8": ("tokenwire-oob", 8),
+    FLOOR: (FLOOR, 1),
 }
 #: Requests in flight at most in the closed loop.
 WINDOW = 64
@@ -90,8 +98,17 @@ class _Listed:
         return self.ids
 
 
-def _send(sock: Any, mode: str, obj: Any, sender: shm.Sender) -> None:
-    """bench.e2e's send of `serialize`'s frames, for any mode."""
+def _send(sock: Any, mode: str, obj: Any, sender: shm.Sender, i: int = -1) -> None:
+    """bench.e2e's send of `serialize`'s frames, for any mode. The floor's message is request
+    `i`'s id (8 bytes: what any message must carry) after `serialize`'s `as_tokens`; its
+    control messages are pickles (longer than 8 bytes)."""
+    if mode == FLOOR:
+        if isinstance(obj, dict):
+            sock.send_pyobj(obj)
+        else:
+            serialize(mode, obj, sender)
+            sock.send(_ID.pack(i))
+        return
     frames = serialize(mode, obj, sender)
     if mode == "tokenwire-oob":
         send_frames(sock, frames)
@@ -99,6 +116,9 @@ def _send(sock: Any, mode: str, obj: Any, sender: shm.Sender) -> None:
         sender.send_frames(sock, frames)
     else:
         sock.send_multipart(frames)
+
+
+_ID = struct.Struct("<q")
 
 
 def _cpu_s() -> float:
@@ -125,6 +145,7 @@ def worker_main(data_addr: str, ack_addr: str, parent: int,
     acks.connect(ack_addr)
     receiver = shm.Receiver()
     expected: list[np.ndarray] = []
+    floor_ids = np.zeros(0, dtype=np.int32)         # the floor's engine vector: isl zeros
     isl = -1
     try:
         while True:
@@ -140,6 +161,7 @@ def worker_main(data_addr: str, ack_addr: str, parent: int,
             mode = ctl["mode"]
             if ctl["isl"] != isl:
                 isl, expected = ctl["isl"], pool(ctl["isl"])
+                floor_ids = np.zeros(isl, dtype=np.int32)
             cpu0 = thread0 = check_s = 0.0
             count = bad = 0
             acks.send_pyobj(None)                   # set up
@@ -148,6 +170,13 @@ def worker_main(data_addr: str, ack_addr: str, parent: int,
                     if os.getppid() != parent:
                         return
                 msg = _receive(data, mode, receiver)
+                if mode == FLOOR:
+                    if len(msg) == _ID.size:        # a request: the engine's one memcpy
+                        np.array(floor_ids)
+                        acks.send(msg, copy=True)
+                        count += 1
+                        continue
+                    msg = pickle.loads(msg)         # a control message
                 if msg is None:                     # the proxy closes mid-row
                     return
                 if isinstance(msg, dict):
@@ -207,6 +236,7 @@ class LoadRow:
     p50_us: float = 0.0
     p99_us: float = 0.0
     wrong: int = 0
+    checked: bool = True                 # the worker compared every request's ids (not the floor)
     shm_slots: int = 0
     shm_frames: int = 0
     open_loop: list[OpenPoint] = field(default_factory=list)
@@ -304,7 +334,7 @@ class Proxy:
             self.next_id += 1
             self.starts[i] = at
             reqs.append(make_request(mode, lists[i % POOL], i))   # type: ignore[arg-type]
-        _send(self.data, mode, reqs if batch > 1 else reqs[0], self.sender)
+        _send(self.data, mode, reqs if batch > 1 else reqs[0], self.sender, i)
 
     def phase(self, row: str, lists: list[_Listed], seconds: float,
               rate: float | None) -> tuple[int, float, tuple[float, float], dict[str, Any]]:
@@ -353,7 +383,7 @@ class Proxy:
         mode, batch = ROWS[row]
         send_pyobj_oob(self.data, {"op": "row", "mode": mode, "isl": isl}, channel=self.sender)
         self._reply()
-        res = LoadRow(row, isl, seconds)
+        res = LoadRow(row, isl, seconds, checked=mode != FLOOR)
         try:
             stderr_progress(f"load: ISL {isl:,}, {row}: warm-up")
             n, _, _, rep = self.phase(row, lists, WARMUP_S, None)
@@ -384,7 +414,7 @@ class Proxy:
 
 
 def _best(rows: Sequence[LoadRow], isl: int, key: Callable[[LoadRow], float]) -> LoadRow:
-    return max((r for r in rows if r.isl == isl and r.row != "baseline"), key=key)
+    return max((r for r in rows if r.isl == isl and r.row not in ("baseline", FLOOR)), key=key)
 
 
 class LoadFigures:
@@ -456,7 +486,26 @@ def print_table(rows: Sequence[LoadRow]) -> None:
         print(f"{r.isl:>8,}  {r.row:<21}{r.rps:>9,.0f}{r.rps / b.rps:>6.1f}x"
               f"{r.proxy_cpu_us:>9,.1f}µs{b.proxy_cpu_us / r.proxy_cpu_us:>6.1f}x"
               f"{r.worker_cpu_us:>10,.1f}µs{b.worker_cpu_us / r.worker_cpu_us:>6.1f}x"
-              f"{r.p50_us:>8,.0f}µs{r.p99_us:>8,.0f}µs{cells}  {'yes' if r.correct else 'NO'}")
+              f"{r.p50_us:>8,.0f}µs{r.p99_us:>8,.0f}µs{cells}  "
+              f"{'n/a' if not r.checked else 'yes' if r.correct else 'NO'}")
+
+
+def print_floor(rows: Sequence[LoadRow]) -> None:
+    """Each row's CPU per request as a multiple of the floor's at its ISL, and baseline / floor:
+    the largest ratio to the baseline any row could show in this run."""
+    floor = {r.isl: r for r in rows if r.row == FLOOR and r.requests}
+    if not floor:
+        return
+    print("\nAgainst the floor (CPU per request / the floor's; baseline / floor = the largest "
+          "ratio to the baseline this run allows):")
+    for r in rows:
+        f = floor.get(r.isl)
+        if f is None or r.row == FLOOR:
+            continue
+        print(f"  {r.isl:>8,}  {r.row:<21} proxy {r.proxy_cpu_us / f.proxy_cpu_us:>5.2f}x floor"
+              f" ({f.proxy_cpu_us:,.1f}µs)   worker {r.worker_cpu_us / f.worker_cpu_us:>5.2f}x "
+              f"floor ({f.worker_cpu_us:,.1f}µs)   requests/s {f.rps / r.rps:>5.2f}x below "
+              f"the floor's {f.rps:,.0f}")
 
 
 def plot(rows: Sequence[LoadRow], path: str) -> None:
@@ -544,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r.isl:>8,}  {r.row:<21} proxy {r.proxy_main_us:>9,.1f}µs of "
               f"{r.proxy_cpu_us:>9,.1f}µs   worker {r.worker_main_us:>9,.1f}µs of "
               f"{r.worker_cpu_us:>9,.1f}µs")
+    print_floor(rows)
     try:
         targets_ok = report_targets(LoadFigures(rows), _targets(),
                                     f"Targets (this run, ISL {TARGET_ISL:,}; engine: {engine}):")
@@ -554,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench load: ids arrived wrong in row {r.row} at ISL {r.isl:,} "
               f"({r.wrong} request(s))", file=sys.stderr)
     print(f"\ncorrectness: tokens received {'!=' if wrong else '=='} tokens sent "
-          f"(every request checked by the worker)")
+          f"(every request of every row but the floor checked by the worker)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(), "loadavg": os.getloadavg(), "window": WINDOW,

@@ -23,11 +23,12 @@ def test_load_quick(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     rows = doc["rows"]
     assert {row["isl"] for row in rows} == {1000, 40_000}
-    assert {"baseline", "tokenwire", "tokenwire-oob", "tokenwire-oob-batch8"} <= {
+    assert {"baseline", "tokenwire", "tokenwire-oob", "tokenwire-oob-batch8", "floor"} <= {
         row["row"] for row in rows}
     for row in rows:
         name = f"{row['row']} at ISL {row['isl']}"
         assert row["correct"] and row["wrong"] == 0, name      # the worker checked every id
+        assert row["checked"] == (row["row"] != "floor"), name  # the floor's messages carry none
         assert row["requests"] > 0 and row["rps"] > 0, name
         assert row["proxy_cpu_us"] > 0 and row["worker_cpu_us"] > 0, name
         assert row["p99_us"] >= row["p50_us"] > 0, name
@@ -35,3 +36,5 @@ def test_load_quick(tmp_path: Path) -> None:
         for point in row["open_loop"]:
             assert point["requests"] > 0 and point["p99_us"] >= point["p50_us"] > 0, name
     assert "correctness: tokens received == tokens sent" in r.stdout
+    # Every other row's proxy and worker CPU against the floor's, at both ISLs.
+    assert r.stdout.count("x floor (") == 2 * 2 * (len({row["row"] for row in rows}) - 1)
