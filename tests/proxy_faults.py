@@ -151,7 +151,7 @@ def _loop(args: Any, history: List[bytes], data: Any, ack: Any, stop: Any) -> No
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
     heap = _heap_bytes()
-    shrinks = 0
+    shrinks = grows = 0
     last_heap = heap()
 
     for i in range(args.warmup + args.count):
@@ -186,6 +186,7 @@ def _loop(args: Any, history: List[bytes], data: Any, ack: Any, stop: Any) -> No
             per_request.append(f4 - f0)
             ser_us.append((t1 - t0) * 1e6)
             shrinks += heap() < last_heap
+            grows += heap() > last_heap
         last_heap = heap()
 
     held.clear()
@@ -211,6 +212,7 @@ def _loop(args: Any, history: List[bytes], data: Any, ack: Any, stop: Any) -> No
         "faults_max_request": max(per_request),
         "requests_faulting": sum(1 for f in per_request if f >= 4),   # >= 4 pages: a block
         "heap_shrinks": shrinks,            # requests after which glibc's heap was smaller
+        "heap_grows": grows,                # ... and larger (more blocks alive than ever before)
         "serialize_us": sorted(ser_us)[len(ser_us) // 2],
         "as_tokens_us": conv, "dumps_built_us": dump,
     }))
