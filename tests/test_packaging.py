@@ -98,3 +98,25 @@ def test_publishing_refuses_an_empty_or_unreadable_dist_dir(tmp_path: Path) -> N
     (bad / "tokenwire-0.1.0.tar.gz").write_bytes(b"not a tarball")
     code, out = _check(bad)
     assert code == 1 and "cannot read its metadata" in out, out
+
+
+@pytest.mark.parametrize("env, opt", [({}, "-O3"), ({"TOKENWIRE_SANITIZE": "address,undefined"}, "-O1"),
+                                      ({"TOKENWIRE_FUZZ": "1"}, "-O1"),
+                                      ({"TOKENWIRE_DEBUG": "1", "TOKENWIRE_SANITIZE": "address"},
+                                       "-O0")])
+def test_build_flags(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], opt: str) -> None:
+    """Release builds are -O3; sanitized ones -O1 (ASan's advice, half the compile time of the
+    generated C); a debug build -O0, sanitized or not."""
+    for name in ("TOKENWIRE_SANITIZE", "TOKENWIRE_FUZZ", "TOKENWIRE_DEBUG", "TOKENWIRE_NATIVE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    import runpy
+
+    # setup.py run under another name than __main__ only defines the build (tests/test_env_flag.py)
+    flags = runpy.run_path(str(ROOT / "setup.py"), run_name="tokenwire_setup")["compiler_flags"]
+    compile_args, link_args = flags("unix")
+    assert [a for a in compile_args if a.startswith("-O")] == [opt]
+    sanitized = any(k in env for k in ("TOKENWIRE_SANITIZE", "TOKENWIRE_FUZZ"))
+    assert any(a.startswith("-fsanitize=") for a in compile_args) == sanitized
+    assert any(a.startswith("-fsanitize=") for a in link_args) == sanitized
