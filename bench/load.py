@@ -28,10 +28,10 @@ worker (bench.e2e's floor, at saturation). A row's proxy and worker CPU are also
 multiple of the floor's, and baseline / floor is the largest ratio to the baseline any row can
 show in that run.
 
-Correctness: the worker compares every request's int32 ids (the floor's carry none) with the ids of the stream the proxy
-built it from (the same seeded pool, rebuilt in the worker); the comparison's own CPU time
-(thread CPU time around it) is subtracted from the worker's CPU per request. A row whose ids
-arrived wrong is named on stderr and the run exits 1.
+Correctness: the worker compares every request's int32 ids (the floor's messages carry none) with
+the ids of the stream the proxy built it from (the same seeded pool, rebuilt in the worker); the
+comparison's own CPU time (thread CPU time around it) is subtracted from the worker's CPU per
+request. A row whose ids arrived wrong is named on stderr and the run exits 1.
 """
 
 from __future__ import annotations

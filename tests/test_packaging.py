@@ -100,10 +100,12 @@ def test_publishing_refuses_an_empty_or_unreadable_dist_dir(tmp_path: Path) -> N
     assert code == 1 and "cannot read its metadata" in out, out
 
 
-@pytest.mark.parametrize("env, opt", [({}, "-O3"), ({"TOKENWIRE_SANITIZE": "address,undefined"}, "-O1"),
-                                      ({"TOKENWIRE_FUZZ": "1"}, "-O1"),
-                                      ({"TOKENWIRE_DEBUG": "1", "TOKENWIRE_SANITIZE": "address"},
-                                       "-O0")])
+@pytest.mark.parametrize("env, opt", [
+    ({}, "-O3"),
+    ({"TOKENWIRE_SANITIZE": "address,undefined"}, "-O1"),
+    ({"TOKENWIRE_FUZZ": "1"}, "-O1"),
+    ({"TOKENWIRE_DEBUG": "1", "TOKENWIRE_SANITIZE": "address"}, "-O0"),
+])
 def test_build_flags(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], opt: str) -> None:
     """Release builds are -O3; sanitized ones -O1 (ASan's advice, half the compile time of the
     generated C); a debug build -O0, sanitized or not."""

@@ -12,8 +12,9 @@ and `unpickle` (the pickle loaded with its buffers, `find_class` restricting its
 transport moves the frames these functions make and take, and decides which received frames may
 be viewed (tokenwire.transport.received_buffer for zmq).
 
-This layer runs no codec itself (it imports no native code): `dumps_oob` takes an `encode_ids`
-function, `loads_oob` / `load` a `decode_ids` one; tokenwire.transport plugs in the wire codec.
+This layer runs no codec itself: `dumps_oob` takes an `encode_ids` function, `loads_oob` /
+`load` a `decode_ids` one; tokenwire.transport plugs in the wire codec. The one native check it
+makes is `tokenwire.unpickle.check_pickle`, on every pickle before it is loaded.
 """
 
 from __future__ import annotations
