@@ -180,17 +180,23 @@ def test_shm_suite_quick() -> None:
 
 
 @pytest.mark.parametrize("nodes", [1, 2])
-def test_e2e_through_ray(nodes: int) -> None:
+def test_e2e_through_ray(nodes: int, tmp_path: Path) -> None:
     """Ray's workers get bench/ shipped as a module (runtime_env py_modules); with two nodes the
-    proxy and worker actors sit on different raylets and the ids still arrive whole."""
+    proxy and worker actors sit on different raylets and the ids still arrive whole, put in the
+    store or passed as the call's argument, raw or as a pfor frame (each row CRC-checks every
+    request's ids)."""
     pytest.importorskip("ray")
     pytest.importorskip("zmq")
+    out = tmp_path / "e2e.json"
     r = run_bench("e2e", "--isl", "2000", "--requests", "4", "--ray", "--ray-nodes", str(nodes),
-                  timeout=900)
+                  "--json", str(out), timeout=900)
     assert r.returncode == 0, r.stderr
-    label = "ray-2node " if nodes == 2 else "ray "
-    rows = [ln for ln in r.stdout.splitlines() if ln.startswith(label)]
-    assert len(rows) == 2 and all(ln.rstrip().endswith("yes") for ln in rows), r.stdout
+    label = "ray-2node" if nodes == 2 else "ray"
+    rows = json.loads(out.read_text())["results"]
+    for transport in (label, label + "-arg"):
+        mine = [row for row in rows if row["transport"] == transport]
+        assert [row["mode"] for row in mine] == ["baseline", "tokenwire", "tokenwire-pfor"]
+        assert all(row["correct"] and len(row["trip_us"]) == 4 for row in mine), mine
     assert "correctness: tokens received == tokens sent" in r.stdout
 
 

@@ -6,7 +6,9 @@ tests: tests/test_fields.py, test_state.py, test_adopt.py."""
 from __future__ import annotations
 
 import copy
+import pickle
 
+import numpy as np
 import pytest
 
 pytest.importorskip("hypothesis")
@@ -15,7 +17,7 @@ from hypothesis import strategies as st  # noqa: E402
 from support.requests import PROTOCOLS, big_ids, from_wire, no_lists_in, roundtrip  # noqa: E402
 from support.strategies import BOUNDARY_IDS, ID_SOURCES, as_source, token_lists  # noqa: E402
 
-from tokenwire import GenerationRequest, TokenVector, token_buffer  # noqa: E402
+from tokenwire import GenerationRequest, TokenIds, TokenVector, token_buffer  # noqa: E402
 
 PROMPT = GenerationRequest.prompt_token_ids
 
@@ -64,6 +66,32 @@ def test_repickling_unread_request_never_materializes():
     copy.copy(worker_side), copy.deepcopy(worker_side), repr(worker_side), worker_side.prompt_len
     assert not PROMPT.is_materialized(worker_side)
     assert worker_side.prompt_token_ids == ids
+
+
+class RemoteRequest(GenerationRequest):
+    """The cross-host class docs/transport.md shows: the prompt pickled as a pfor frame."""
+
+    prompt_token_ids = TokenIds(codec="pfor")
+
+
+def test_a_subclass_that_declares_pfor_pickles_its_prompt_compact():
+    """What a stack whose transport pickles the request itself (Ray, multiprocessing, MPI)
+    declares for a hop between hosts. 40k ids spread over a 151,936-id vocabulary: raw they
+    pickle to 160 KB, over Ray's 100 KiB inline limit; as pfor under it."""
+    ids = np.random.default_rng(5).integers(0, 151_936, 40_000).tolist()
+    limit = 100 * 1024
+    assert len(pickle.dumps(GenerationRequest(ids), protocol=5)) > limit
+    for protocol in PROTOCOLS:
+        data = pickle.dumps(RemoteRequest(ids, id=7), protocol=protocol)
+        if protocol >= 3:
+            assert len(data) < limit
+        back = pickle.loads(data)
+        assert type(back) is RemoteRequest and back.id == 7 and back.prompt_len == len(ids)
+        assert not PROMPT.is_materialized(back)
+        assert token_buffer(back, "prompt_token_ids") == ids
+        assert back.prompt_token_ids == ids
+    assert RemoteRequest.prompt_token_ids.codec == "pfor"
+    assert GenerationRequest.prompt_token_ids.codec == "raw"      # the base class is untouched
 
 
 # --------------------------------------------------------------------------------------------
