@@ -171,6 +171,12 @@ class Hooks:
             return self._next_enc(obj)
         raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
+    def _out_of_band(self, obj: Any) -> bool:
+        """Whether `aux_enc_hook` sends `obj` as a buffer of its own: a TokenVector of at least
+        `threshold` bytes."""
+        return type(obj) is TokenVector and self.threshold is not None \
+            and obj.nbytes >= self.threshold
+
     def aux_enc_hook(self, obj: Any, buffers: Optional[List[Any]]) -> Any:
         """`enc_hook` for an encoder that keeps its own list of out-of-band buffers (``[main,
         *buffers]``, as vLLM's ``MsgpackEncoder.aux_buffers``): a TokenVector of at least
@@ -179,7 +185,7 @@ class Hooks:
         Under codec "raw" the buffer is a view of the vector (keep it alive until sent),
         under others a frame of its own. `buffers` None (called outside the host's encode)
         raises ValueError."""
-        if type(obj) is not TokenVector or self.threshold is None or obj.nbytes < self.threshold:
+        if not self._out_of_band(obj):
             return self.enc_hook(obj)
         if buffers is None:
             raise ValueError("aux_enc_hook got no buffer list (None): call it from the host "
@@ -491,8 +497,7 @@ class Encoder:
     def _enc_hook(self, obj: Any) -> Any:
         local = self._local
         oob = local.oob
-        if oob is not None and type(obj) is TokenVector and self.threshold is not None \
-                and obj.nbytes >= self.threshold:
+        if oob is not None and oob._out_of_band(obj):
             return oob.aux_enc_hook(obj, local.frames)
         return self.hooks.aux_enc_hook(obj, local.frames)
 
