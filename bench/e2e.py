@@ -58,13 +58,12 @@ request whose ids reach the threshold took a slot (none fell back to a frame).
 through a two-node one on this machine (two raylets and object stores), the proxy actor on one
 node and the worker actor on the other. Each Ray row runs two ways (RAY_CALLS): `ray` puts the
 request into the proxy's object store and passes the reference, and the worker's `ray.get` plus
-the hand-off is its timed submit; `ray-arg` passes the request as the call's argument, as an
-actor call or a Ray Serve handle passes one (Ray inlines an argument below its 100 KiB
-`max_direct_call_object_size` into the call, and puts a larger one into the object store). Both
-time the whole trip, from the proxy's put or call to the ids in the worker's array. The Ray rows
-add tokenwire-pfor: the request class declares its prompt field `TokenIds(codec="pfor")`, as a
-stack declares a request that crosses hosts, so a 40k-id request pickles to ~90 KB instead of
-~160 KB.
+the hand-off is its timed submit; `ray-arg` passes the request as the actor call's argument
+(Ray inlines an argument below its 100 KiB `max_direct_call_object_size` into the call, and
+puts a larger one into the object store). Both time the whole trip, from the proxy's put or
+call to the ids in the worker's array. The Ray rows add tokenwire-pfor: the request class
+declares its prompt field `TokenIds(codec="pfor")`, so a 40k-id request pickles to 91 KB
+instead of 160 KB. The Ray rows run one after another, RAY_WARMUP untimed requests first.
 """
 
 from __future__ import annotations
@@ -618,7 +617,9 @@ def _floor_target() -> Target:
 
 def _ray_target(transport: str) -> Target:
     """Through Ray across two nodes (`transport`: a call style's label), the best tokenwire
-    row's whole trip at 40k at least 5x shorter than the baseline's."""
+    row's whole trip at 40k at least 5x shorter than the baseline's. Read for requests passed
+    as the call's argument: put into the store, a request of any size pays Ray's put and pull,
+    more than a fifth of the baseline's trip (docs/benchmarks.md, "Ray across two nodes")."""
     def rows(f: E2EFigures) -> tuple[ModeResult, ModeResult]:
         base = f.rows[("baseline", transport, 40_000)]
         best = min((f.rows[(m, transport, 40_000)] for m in RAY_MODES[1:]),
@@ -639,7 +640,7 @@ def _ray_target(transport: str) -> Target:
 
 def check_targets(results: Sequence[ModeResult]) -> bool:
     """Report the targets whose rows this run measured (ISL 40k, and 128k for the trip); with
-    two Ray nodes also the trip through Ray, for each call style."""
+    two Ray nodes also the trip through Ray of a request passed as the argument."""
     figures = E2EFigures(results)
     base = [r for r in results if r.mode == "baseline" and r.transport == "zmq"]
     if not base:
@@ -648,8 +649,7 @@ def check_targets(results: Sequence[ModeResult]) -> bool:
     ok = report_targets(figures, targets_for(engine),
                         f"Targets (this run, zmq, p50 unless said; ISL 40,000 unless said; "
                         f"engine: {engine}):")
-    ray_targets = [_ray_target("ray-2node"), _ray_target("ray-2node-arg")]
-    return report_targets(figures, ray_targets,
+    return report_targets(figures, [_ray_target("ray-2node-arg")],
                           "Targets through Ray across two nodes (this run, ISL 40,000, trip "
                           "p50):") and ok
 
@@ -796,8 +796,8 @@ class _RayWorker:
     """The worker actor: a put request's ray.get (fetch + deserialize) and int32 hand-off,
     timed; an argument's hand-off (Ray fetched and unpickled it before the call)."""
 
-    def __init__(self) -> None:
-        self.mon = GilMonitor().__enter__()
+    def __init__(self, gil_monitor: bool = True) -> None:
+        self.mon = GilMonitor(enabled=gil_monitor).__enter__()
 
     def submit(self, refs: list[Any]) -> tuple[float, float, int]:
         import ray
@@ -842,12 +842,13 @@ class _RayProxy:
             trips.append((end - t0) * 1e6)
             crcs.append(c)
         del windows[:RAY_WARMUP], send[:RAY_WARMUP], trips[:RAY_WARMUP]
-        gil = ray.get(worker.gil.remote(windows)) if windows else []
+        gil = ray.get(worker.gil.remote(windows))      # (and forgets the row's stalls)
         return {"latency_us": [(b - a) * 1e6 for a, b in windows], "gil_us": gil,
                 "send_us": send, "trip_us": trips, "correct": crcs == expected}
 
 
-def run_ray(isls: Sequence[int], count: int, nodes: int = 1) -> list[ModeResult]:
+def run_ray(isls: Sequence[int], count: int, nodes: int = 1,
+            gil_monitor: bool = True) -> list[ModeResult]:
     """Actor to actor through Ray: a local one-node cluster, or with `nodes=2` a two-node one on
     this machine (two raylets, each with its own object store; ray.cluster_utils.Cluster), the
     proxy actor on one node and the worker actor on the other, so every request is moved from
@@ -890,7 +891,7 @@ def run_ray(isls: Sequence[int], count: int, nodes: int = 1) -> list[ModeResult]
             _RayWorker)
         proxy_cls: Any = ray.remote(num_cpus=0, resources={"tw_proxy": 1} if two else {})(
             _RayProxy)
-        worker, proxy = worker_cls.remote(), proxy_cls.remote()
+        worker, proxy = worker_cls.remote(gil_monitor), proxy_cls.remote()
         out = []
         for call in RAY_CALLS:
             label = ("ray-2node" if two else "ray") + ("-arg" if call == "arg" else "")
@@ -943,7 +944,7 @@ def main(argv: list[str] | None = None) -> int:
           f"receive+unpickle+token prep+request ctor; trip = proxy serialize+transport+submit\n")
     results = run_zmq(isls, count, args.transport, engine_path, gil_monitor=args.gil_monitor)
     if args.ray:
-        results += run_ray(isls, count, args.ray_nodes)
+        results += run_ray(isls, count, args.ray_nodes, args.gil_monitor)
     print("", file=sys.stderr)
     print_table(results)
     passes = [us for r in results for us in r.gc_us]
@@ -955,10 +956,10 @@ def main(argv: list[str] | None = None) -> int:
     ok = all(r.correct for r in results)
     print(f"\ncorrectness: tokens received {'==' if ok else '!='} tokens sent "
           f"({sum(r.requests for r in results)} timed requests, and {WARMUP} warm-up requests "
-          f"per zmq row)")
+          f"per zmq row" + (f", {RAY_WARMUP} per Ray row)" if args.ray else ")"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "warmup": WARMUP,
+            json.dump({"machine": machine(), "warmup": WARMUP, "ray_warmup": RAY_WARMUP,
                        "results": [{**asdict(r), **summary(r)} for r in results]}, f, indent=1)
     return 0 if ok and (targets_ok or not args.check_targets) else 1
 
