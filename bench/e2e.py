@@ -63,7 +63,11 @@ the hand-off is its timed submit; `ray-arg` passes the request as the actor call
 puts a larger one into the object store). Both time the whole trip, from the proxy's put or
 call to the ids in the worker's array. The Ray rows add tokenwire-pfor: the request class
 declares its prompt field `TokenIds(codec="pfor")`, so a 40k-id request pickles to 91 KB
-instead of 160 KB. The Ray rows run one after another, RAY_WARMUP untimed requests first.
+instead of 160 KB. Their floor row is the zmq floor's counterpart: the proxy's `as_tokens` of
+the fresh list, then a put or call whose object is the ISL (an int of a few bytes), and the
+worker's copy of that many int32 ids into an owned array; so `trip x floor` shows what carrying
+the ids through Ray costs beyond Ray's own call. The Ray rows run one after another, RAY_WARMUP
+untimed requests first.
 """
 
 from __future__ import annotations
@@ -111,13 +115,20 @@ ZMQ_MODES = MODES + (FLOOR,)
 WARMUP = shm.SLOTS + 4
 #: The modes take turns in blocks of this many timed requests.
 BLOCK = 10
-#: The Ray rows: the list baseline, tokenwire's raw int32 field, and the field declared with the
-#: pfor codec (PforGenerationRequest).
-RAY_MODES = ("baseline", "tokenwire", "tokenwire-pfor")
+#: The Ray rows' tokenwire requests: the raw int32 field, and the field declared with the pfor
+#: codec (PforGenerationRequest).
+RAY_TOKENWIRE_MODES = ("tokenwire", "tokenwire-pfor")
+#: The Ray rows: the list baseline, the tokenwire requests, and the floor (the proxy's
+#: `as_tokens` of the fresh list, a call or put whose object is the ISL, a small int; the worker's
+#: copy of that many int32 ids into an owned array).
+RAY_MODES = ("baseline", *RAY_TOKENWIRE_MODES, FLOOR)
 #: How a Ray row hands the request to the worker actor: "put" (ray.put, the reference passed,
 #: the worker's ray.get timed as its submit) or "arg" (the request itself as the call's
 #: argument).
 RAY_CALLS = ("put", "arg")
+#: The environment variable that sets Ray's limit for an argument sent inside the call
+#: (`max_direct_call_object_size`, 100 KiB by default); the run's header prints it.
+RAY_INLINE_ENV = "RAY_max_direct_call_object_size"
 #: Untimed requests at the start of every Ray row (CRC-checked all the same): the first calls of
 #: a row pay for Ray's first use of the method and the class on the worker.
 RAY_WARMUP = 3
@@ -622,7 +633,7 @@ def _ray_target(transport: str) -> Target:
     more than a fifth of the baseline's trip (docs/benchmarks.md, "Ray across two nodes")."""
     def rows(f: E2EFigures) -> tuple[ModeResult, ModeResult]:
         base = f.rows[("baseline", transport, 40_000)]
-        best = min((f.rows[(m, transport, 40_000)] for m in RAY_MODES[1:]),
+        best = min((f.rows[(m, transport, 40_000)] for m in RAY_TOKENWIRE_MODES),
                    key=lambda r: r.p(r.trip_us, 50))
         return base, best
 
@@ -798,17 +809,26 @@ class _RayWorker:
 
     def __init__(self, gil_monitor: bool = True) -> None:
         self.mon = GilMonitor(enabled=gil_monitor).__enter__()
+        self.floor_ids: dict[int, np.ndarray] = {}
+
+    def hand_off(self, req: Any) -> np.ndarray:
+        """The ids into an owned int32 array; the floor's request is its ISL, and the worker
+        copies that many ids (zeros, made once per ISL: in the row's warm-up)."""
+        if isinstance(req, int):
+            source = self.floor_ids.setdefault(req, np.zeros(req, dtype=np.int32))
+            return np.array(source)
+        return native_ids(req)
 
     def submit(self, refs: list[Any]) -> tuple[float, float, int]:
         import ray
         t0 = time.perf_counter()
         req = ray.get(refs[0])     # a ref inside a list is not resolved before the call
-        vec = native_ids(req)
+        vec = self.hand_off(req)
         t1 = time.perf_counter()
         return t0, t1, crc(vec)
 
     def take(self, req: Any) -> tuple[float, int]:
-        vec = native_ids(req)
+        vec = self.hand_off(req)
         return time.perf_counter(), crc(vec)
 
     def gil(self, windows: list[tuple[float, float]]) -> list[float]:
@@ -827,16 +847,20 @@ class _RayProxy:
         windows, crcs, expected, send, trips = [], [], [], [], []
         for i in range(-RAY_WARMUP, count):
             ids = token_stream(isl, seed=1000 * isl + i)
-            expected.append(crc(ids))
+            expected.append(crc(np.zeros(isl, np.int32) if mode == FLOOR else ids))
             req = make_request(mode, ids, i)
             t0 = time.perf_counter()
+            sent = req
+            if mode == FLOOR:
+                as_tokens(req)                          # the list's one unavoidable pass
+                sent = isl      # (req, the list, is freed at the next request, untimed)
             if call == "put":
-                ref = ray.put(req)
+                ref = ray.put(sent)
                 send.append((time.perf_counter() - t0) * 1e6)
                 a, end, c = ray.get(worker.submit.remote([ref]))
                 windows.append((a, end))
             else:
-                pending = worker.take.remote(req)       # Ray pickles the argument here
+                pending = worker.take.remote(sent)      # Ray pickles the argument here
                 send.append((time.perf_counter() - t0) * 1e6)
                 end, c = ray.get(pending)
             trips.append((end - t0) * 1e6)
@@ -942,6 +966,11 @@ def main(argv: list[str] | None = None) -> int:
           f"per row, one at a time; engine: "
           f"{'nanobind C++ Request' if engine_path else 'numpy stand-in'}; submit = worker's "
           f"receive+unpickle+token prep+request ctor; trip = proxy serialize+transport+submit\n")
+    if args.ray:
+        limit = os.environ.get(RAY_INLINE_ENV)
+        print(f"# Ray: an argument that pickles to less than max_direct_call_object_size = "
+              f"{limit + ' bytes (' + RAY_INLINE_ENV + ')' if limit else '100 KiB (the default)'}"
+              f" travels inside the call, a larger one through the object stores\n")
     results = run_zmq(isls, count, args.transport, engine_path, gil_monitor=args.gil_monitor)
     if args.ray:
         results += run_ray(isls, count, args.ray_nodes, args.gil_monitor)

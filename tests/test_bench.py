@@ -196,7 +196,8 @@ def test_e2e_through_ray(nodes: int, tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["results"]
     for transport, submits in ((label, 4), (label + "-arg", 0)):
         mine = [row for row in rows if row["transport"] == transport]
-        assert [row["mode"] for row in mine] == ["baseline", "tokenwire", "tokenwire-pfor"]
+        assert [row["mode"] for row in mine] == ["baseline", "tokenwire", "tokenwire-pfor",
+                                                 "floor"]
         assert all(row["correct"] and len(row["trip_us"]) == 4 for row in mine), mine
         assert all(len(row["latency_us"]) == submits for row in mine), mine   # put: ray.get
     assert "correctness: tokens received == tokens sent" in r.stdout
