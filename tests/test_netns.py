@@ -16,14 +16,20 @@ import pytest
 from bench import net
 
 pytest.importorskip("zmq")
-_why = net.namespaces_usable()
-if _why is not None:
-    pytest.skip(f"network namespaces: {_why}", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Real subprocesses, sockets and namespaces: `pytest -m "not integration"` skips them.
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _namespaces_usable() -> None:
+    """Skip with the reason where this process cannot make network namespaces. The probe makes
+    and removes one, so it runs when the first test here runs, not when pytest collects."""
+    why = net.namespaces_usable()
+    if why is not None:
+        pytest.skip(f"network namespaces: {why}")
 
 
 def namespaces_of(pid: int) -> list[str]:
