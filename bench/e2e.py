@@ -59,7 +59,7 @@ through a two-node one on this machine (two raylets and object stores), the prox
 node and the worker actor on the other. Each Ray row runs two ways (RAY_CALLS): `ray` puts the
 request into the proxy's object store and passes the reference, and the worker's `ray.get` plus
 the hand-off is its timed submit; `ray-arg` passes the request as the actor call's argument
-(Ray inlines an argument below its 100 KiB `max_direct_call_object_size` into the call, and
+(Ray inlines an argument of at most its `max_direct_call_object_size`, 100 KiB, into the call, and
 puts a larger one into the object store). Both time the whole trip, from the proxy's put or
 call to the ids in the worker's array. The Ray rows add tokenwire-pfor: the request class
 declares its prompt field `TokenIds(codec="pfor")`, so a 40k-id request pickles to 91 KB
@@ -815,7 +815,9 @@ class _RayWorker:
         """The ids into an owned int32 array; the floor's request is its ISL, and the worker
         copies that many ids (zeros, made once per ISL: in the row's warm-up)."""
         if isinstance(req, int):
-            source = self.floor_ids.setdefault(req, np.zeros(req, dtype=np.int32))
+            source = self.floor_ids.get(req)
+            if source is None:
+                source = self.floor_ids[req] = np.zeros(req, dtype=np.int32)
             return np.array(source)
         return native_ids(req)
 
@@ -853,18 +855,21 @@ class _RayProxy:
             sent = req
             if mode == FLOOR:
                 as_tokens(req)                          # the list's one unavoidable pass
-                sent = isl      # (req, the list, is freed at the next request, untimed)
+                sent = isl
             if call == "put":
-                ref = ray.put(sent)
+                handed = ray.put(sent)                  # the reference
                 send.append((time.perf_counter() - t0) * 1e6)
-                a, end, c = ray.get(worker.submit.remote([ref]))
+                a, end, c = ray.get(worker.submit.remote([handed]))
                 windows.append((a, end))
             else:
-                pending = worker.take.remote(sent)      # Ray pickles the argument here
+                handed = worker.take.remote(sent)       # Ray pickles the argument here
                 send.append((time.perf_counter() - t0) * 1e6)
-                end, c = ray.get(pending)
+                end, c = ray.get(handed)
             trips.append((end - t0) * 1e6)
             crcs.append(c)
+            # Freed here, outside the trip: the request, and the reference (the last reference
+            # to a put request frees it in Ray's store).
+            del sent, req, handed
         del windows[:RAY_WARMUP], send[:RAY_WARMUP], trips[:RAY_WARMUP]
         gil = ray.get(worker.gil.remote(windows))      # (and forgets the row's stalls)
         return {"latency_us": [(b - a) * 1e6 for a, b in windows], "gil_us": gil,
@@ -968,7 +973,7 @@ def main(argv: list[str] | None = None) -> int:
           f"receive+unpickle+token prep+request ctor; trip = proxy serialize+transport+submit\n")
     if args.ray:
         limit = os.environ.get(RAY_INLINE_ENV)
-        print(f"# Ray: an argument that pickles to less than max_direct_call_object_size = "
+        print(f"# Ray: an argument that pickles to at most max_direct_call_object_size = "
               f"{limit + ' bytes (' + RAY_INLINE_ENV + ')' if limit else '100 KiB (the default)'}"
               f" travels inside the call, a larger one through the object stores\n")
     results = run_zmq(isls, count, args.transport, engine_path, gil_monitor=args.gil_monitor)
@@ -989,6 +994,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(), "warmup": WARMUP, "ray_warmup": RAY_WARMUP,
+                       "ray_inline_limit": os.environ.get(RAY_INLINE_ENV),
                        "results": [{**asdict(r), **summary(r)} for r in results]}, f, indent=1)
     return 0 if ok and (targets_ok or not args.check_targets) else 1
 

@@ -188,18 +188,32 @@ def test_e2e_through_ray(nodes: int, tmp_path: Path) -> None:
     request's ids)."""
     pytest.importorskip("ray")
     pytest.importorskip("zmq")
+    from bench.e2e import RAY_INLINE_ENV
     out = tmp_path / "e2e.json"
+    # The two-node run sets Ray's limit for an argument inside the call (what a deployment may
+    # raise); the one-node run leaves Ray's default. The header and the JSON say which.
+    env = {k: v for k, v in os.environ.items() if k != RAY_INLINE_ENV}
+    limit = "1048576" if nodes == 2 else None
+    if limit:
+        env[RAY_INLINE_ENV] = limit
     r = run_bench("e2e", "--isl", "2000", "--requests", "4", "--ray", "--ray-nodes", str(nodes),
-                  "--json", str(out), timeout=900)
+                  "--json", str(out), env=env, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert (f"max_direct_call_object_size = {limit} bytes ({RAY_INLINE_ENV})" if limit
+            else "max_direct_call_object_size = 100 KiB (the default)") in r.stdout
     label = "ray-2node" if nodes == 2 else "ray"
-    rows = json.loads(out.read_text())["results"]
+    data = json.loads(out.read_text())
+    assert data["ray_inline_limit"] == limit
     for transport, submits in ((label, 4), (label + "-arg", 0)):
-        mine = [row for row in rows if row["transport"] == transport]
+        mine = [row for row in data["results"] if row["transport"] == transport]
         assert [row["mode"] for row in mine] == ["baseline", "tokenwire", "tokenwire-pfor",
                                                  "floor"]
         assert all(row["correct"] and len(row["trip_us"]) == 4 for row in mine), mine
         assert all(len(row["latency_us"]) == submits for row in mine), mine   # put: ray.get
+        # Every row's trip is shown against the floor's, and the floor's against itself.
+        printed = [ln for ln in r.stdout.splitlines() if ln.startswith(transport + " ")]
+        assert len(printed) == 4 and not any(ln.rstrip().endswith("n/a  yes") for ln in printed)
+        assert printed[-1].rstrip().endswith("1.00x  yes") and " floor " in printed[-1], printed
     assert "correctness: tokens received == tokens sent" in r.stdout
 
 
