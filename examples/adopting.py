@@ -58,7 +58,8 @@ class RequestUnpickler(pickle.Unpickler):
 def load_request(data: bytes):
     """The worker's load of received bytes: checked against their own size, then restricted."""
     tokenwire.unpickle.check_pickle(data)
-    return RequestUnpickler(io.BytesIO(data)).load()
+    with tokenwire.unpickle.load_scope():
+        return RequestUnpickler(io.BytesIO(data)).load()
 
 
 def main() -> int:

@@ -15,13 +15,12 @@ cut).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import sys
-import tempfile
 from typing import Any
 
 import atheris
+from harness import fuzz_main
 
 with atheris.instrument_imports():
     import tokenwire
@@ -97,19 +96,10 @@ def test_one_input(raw: bytes) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=int, default=60, help="how long to fuzz")
-    p.add_argument("libfuzzer_args", nargs="*", help="extra libFuzzer arguments (after --)")
-    args = p.parse_args()
     if text._pybase64 is None:
         print("fuzz_base64: pybase64 is not installed (both backends are compared)", file=sys.stderr)
         return 2
-    corpus = tempfile.mkdtemp(prefix="tokenwire-fuzz-base64-")
-    argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-max_len=4096", "-rss_limit_mb=2048",
-            *args.libfuzzer_args, corpus]
-    atheris.Setup(argv, test_one_input)
-    atheris.Fuzz()
-    return 0
+    return fuzz_main(__doc__, test_one_input, "base64", seconds=60, max_len=4096)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,11 @@ listed in tests/support/strategies.py (WIRE_ERROR_KINDS).
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import sys
-import tempfile
 
 import atheris
+from harness import fuzz_main
 
 with atheris.instrument_imports():
     import tokenwire
@@ -107,20 +106,14 @@ def check(data: bytes) -> None:
     assert [s.tolist() for s in tokenwire.decode_many(again)] == [s.tolist() for s in seqs]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=int, default=60, help="how long to fuzz")
-    p.add_argument("libfuzzer_args", nargs="*", help="extra libFuzzer arguments (after --)")
-    args = p.parse_args()
-    corpus = tempfile.mkdtemp(prefix="tokenwire-fuzz-")
+def seed(corpus: pathlib.Path) -> None:
     for f in sorted(FIXTURES.glob("*.bin")) + sorted(FIXTURES.glob("invalid/*.bin")):
         # the first byte picks the mode (test_one_input): 0 = the bytes as they are
-        (pathlib.Path(corpus) / f"{f.parent.name}-{f.name}").write_bytes(b"\0" + f.read_bytes())
-    argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-max_len=4096", "-rss_limit_mb=2048",
-            *args.libfuzzer_args, corpus]
-    atheris.Setup(argv, test_one_input)
-    atheris.Fuzz()
-    return 0
+        (corpus / f"{f.parent.name}-{f.name}").write_bytes(b"\0" + f.read_bytes())
+
+
+def main() -> int:
+    return fuzz_main(__doc__, test_one_input, "decode", seconds=60, max_len=4096, seed=seed)
 
 
 if __name__ == "__main__":

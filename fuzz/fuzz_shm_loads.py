@@ -42,15 +42,14 @@ token vector copies, the pickle restore) is instrumented and checked by ASan.
 
 from __future__ import annotations
 
-import argparse
 import os
 import pickle
 import struct
 import sys
-import tempfile
 import traceback
 
 import atheris
+from harness import fuzz_main
 
 with atheris.instrument_imports():
     import tokenwire
@@ -247,18 +246,7 @@ def test_one_input(raw: bytes) -> None:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=int, default=30, help="how long to fuzz")
-    p.add_argument("libfuzzer_args", nargs="*", help="extra libFuzzer arguments (after --)")
-    args = p.parse_args()
-    corpus = tempfile.mkdtemp(prefix="tokenwire-fuzz-shm-")
-    # A fixed seed unless one is given: CI's short run replays the same inputs every time.
-    seed = [] if any(a.startswith("-seed=") for a in args.libfuzzer_args) else ["-seed=1"]
-    argv = [sys.argv[0], f"-max_total_time={args.seconds}", "-max_len=512", "-rss_limit_mb=2048",
-            *seed, *args.libfuzzer_args, corpus]
-    atheris.Setup(argv, test_one_input)
-    atheris.Fuzz()
-    return 0
+    return fuzz_main(__doc__, test_one_input, "shm", seconds=30, max_len=512, fixed_seed=True)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 import tokenwire
 import tokenwire.memory
+import tokenwire.unpickle
 import tokenwire.wire
 from tokenwire import WireFormatError
 from tokenwire.request import GenerationRequest
@@ -413,6 +414,74 @@ def test_one_mutable_buffer_named_many_times_is_refused_past_a_bound() -> None:
         _AllowListed(io.BytesIO(_bytearray_named(65 + 1000, 4096))).load()
 
 
+def _bytearray_popped(rounds: int, nbytes: int) -> bytes:
+    """A protocol-5 pickle that restores one memoized BYTEARRAY8 of `nbytes` `rounds` times and
+    drops each vector at once (POP): each round is 6 bytes and would copy the whole buffer if
+    a dropped vector made its source forgotten."""
+    out = bytearray(b"\x80\x05")
+    out += b"\x8c\x0ftokenwire._core\x94\x8c\x15_restore_token_vector\x94\x93\x94"   # memo 2
+    out += b"\x96" + nbytes.to_bytes(8, "little") + b"\x01" * nbytes + b"\x94"     # memo 3
+    out += b"h\x02h\x03\x85R0" * rounds
+    return bytes(out + b"N.")
+
+
+def test_dropping_each_restored_vector_does_not_reset_the_repeat_count() -> None:
+    """A receiver counts repeats per pickle, in a table that holds what it restored until the
+    load returns: popping each vector does not make the source new again (5,000 rounds over
+    8 MiB would copy 40 GB). The same bytes through a bare Unpickler (no scope, the weak
+    process-wide table) load, each round a copy, which is what the scope stops."""
+    from tokenwire.transport import loads_oob
+
+    data = _bytearray_popped(66, 4096)              # named 66 times: 65 repeats
+    for find_class in (tokenwire.find_class, None):
+        with pytest.raises(pickle.UnpicklingError,
+                           match="names one mutable buffer of 4096 bytes more than 64 times"):
+            loads_oob([data], find_class=find_class)
+    with pytest.raises(pickle.UnpicklingError, match="more than 64 times"):
+        check_pickle(data)
+        with tokenwire.unpickle.load_scope():
+            _AllowListed(io.BytesIO(data)).load()
+    assert _AllowListed(io.BytesIO(data)).load() is None          # unbounded without a scope
+    assert loads_oob([_bytearray_popped(65, 4096)]) is None       # 64 repeats are allowed
+
+
+def test_the_repeat_count_does_not_carry_over_to_the_next_message(zmq_ctx) -> None:  # type: ignore[no-untyped-def]
+    """No attacker needed: over inproc a received frame is the sender's memory, at the same
+    address for every send of one request. 100 identical messages, every result kept alive,
+    all load (each pickle names its buffer once)."""
+    from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+
+    zmq, ctx = zmq_ctx
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    pull.bind("inproc://same-address")
+    push.connect("inproc://same-address")
+    request = GenerationRequest(list(range(40_000)))
+    kept = []
+    for _ in range(100):
+        send_pyobj_oob(push, request)
+        kept.append(recv_pyobj_oob(pull, find_class=functools.partial(
+            tokenwire.find_class, allow={("tokenwire.request", "GenerationRequest")})))
+    assert all(r.prompt_token_ids == request.prompt_token_ids for r in kept)
+
+
+def test_load_scopes_nest_and_are_per_thread() -> None:
+    """An inner scope has a table of its own and the outer one's comes back after it; another
+    thread's loads never see this thread's table."""
+    from tokenwire._core import _restore_token_vector
+
+    source = bytearray(b"\1\0\0\0")
+    with tokenwire.unpickle.load_scope():
+        outer = _restore_token_vector(source)
+        with tokenwire.unpickle.load_scope():
+            assert _restore_token_vector(source) is not outer
+        assert _restore_token_vector(source) is outer
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(_restore_token_vector(source)))
+        thread.start()
+        thread.join()
+        assert seen[0] is not outer and seen[0] == outer
+
+
 # --------------------------------------------------------------------------------------------
 # received pickles that declare more than they hold
 
@@ -427,6 +496,8 @@ HUGE_PICKLES = {
     "LONG_BINPUT 16M": (b"\x80\x05NrX\x00\x00\x01.", "memo index 16777304, beyond a 9-byte"),
     "PUT text": (b"Np16777216\n.", "PUT at offset 1 puts memo index b'16777216'"),
     "PUT underscores": (b"Np16_777_216\n.", "PUT at offset 1 puts memo index b'16_777_216'"),
+    # the unpickler reads the line as a C string: it ends at the NUL, the index is 16777216
+    "PUT text with a NUL": (b"Np16777216\x00x\n.", "PUT at offset 1 puts memo index b'16777216'"),
 }
 
 
@@ -503,13 +574,117 @@ def test_the_memo_bomb_is_what_check_pickle_stops() -> None:
         check_pickle(data)
 
 
+# Pickles whose opcodes cross the end of a frame. Read from memory (pickle.loads) a FRAME is a
+# hint; read from a file (Unpickler(io.BytesIO(data)), every restricted receiver) CPython's
+# unpickler reads an argument that runs past the frame's end fresh from the file and drops the
+# rest of the frame, so it parses other opcodes than a walk of the bytes as one stream. Each of
+# these hides a LONG_BINPUT of index 2**24 (a 256 MiB memo) from such a walk.
+def _frame(body: bytes) -> bytes:
+    return b"\x95" + len(body).to_bytes(8, "little") + body
+
+
+_BOMB = b"r" + (2**24).to_bytes(4, "little")
+FRAME_CROSSINGS = {
+    # SHORT_BINSTRING of 5 bytes, 2 of them in the frame: the unpickler takes "123U\x05" after
+    # the frame as the string and runs the LONG_BINPUT; a stream walk reads a second
+    # SHORT_BINSTRING ("U\x05") that swallows it.
+    "argument": (b"\x80\x04" + _frame(b"U\x05ab") + b"123U\x05" + _BOMB + b".",
+                 "SHORT_BINSTRING at offset 11 runs past the end of its frame at offset 15"),
+    # A line (INT) whose newline lies beyond the frame: the unpickler reads a fresh line.
+    "line": (b"\x80\x04" + _frame(b"I1") + b"2\nU\x05" + _BOMB + b".",
+             "INT at offset 11 runs past the end of its frame at offset 13"),
+    # The opcode's fixed argument (BININT2) split by the frame's end.
+    "fixed argument": (b"\x80\x04" + _frame(b"M\x01") + b"\x02U\x01" + _BOMB[:1] + _BOMB
+                       + b".", "BININT2 at offset 11 runs past the end of its frame at offset 13"),
+    # A FRAME inside a frame, longer than what is left of it: read from a file, the inner frame
+    # is the 5 bytes after the outer one (the LONG_BINPUT), the outer frame's "NU\x05" dropped.
+    "frame in a frame": (b"\x80\x04" + _frame(b"N\x95" + (5).to_bytes(8, "little") + b"NU\x05")
+                         + _BOMB + b".",
+                         "FRAME at offset 12 starts inside the frame that ends at offset 24"),
+}
+
+
+class _Restricted(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        return tokenwire.find_class(module, name)
+
+
+@pytest.mark.parametrize("name", list(FRAME_CROSSINGS))
+def test_a_pickle_that_crosses_a_frame_is_refused(name: str) -> None:
+    """The check parses what a file-reading unpickler parses: an opcode that runs past its
+    frame's end, or a frame inside a frame, is refused before anything is loaded."""
+    data, message = FRAME_CROSSINGS[name]
+    with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
+        check_pickle(data)
+    from tokenwire.transport import loads_oob
+
+    def load() -> None:
+        with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
+            loads_oob([data], find_class=tokenwire.find_class)
+
+    assert traced_peak(load)[1] < 256 * 1024
+
+
+def test_the_frame_crossing_hides_a_memo_bomb_from_a_stream_walk() -> None:
+    """What the refusal stops: unchecked, a restricted unpickler reading the 26 bytes from a
+    file allocates the 256 MiB memo the hidden LONG_BINPUT asks for (traced), while
+    pickle.loads of the same bytes reads them as one stream and stops without it."""
+    data = FRAME_CROSSINGS["argument"][0]
+    assert len(data) == 26
+    loaded, peak = traced_peak(lambda: _Restricted(io.BytesIO(data)).load())
+    assert loaded == "123U\x05" and peak >= 128 * 2**20
+    assert pickle.loads(data) == "r\0\0\0\1"          # the stream walk's reading
+    data = FRAME_CROSSINGS["frame in a frame"][0]
+    assert traced_peak(lambda: _Restricted(io.BytesIO(data)).load())[1] >= 128 * 2**20
+
+
+def test_a_frame_longer_than_the_pickle_is_refused() -> None:
+    """A FRAME is an allocation too when the unpickler reads a file with peek()
+    (io.BufferedReader, socket.makefile("rb")): it reads the frame with read(length), which
+    allocates `length` bytes first. 13 bytes made it allocate 256 MiB; checked, refused."""
+    data = b"\x80\x04\x95" + (256 << 20).to_bytes(8, "little") + b"N."
+    with pytest.raises(pickle.UnpicklingError,
+                       match="FRAME at offset 2 declares 268435456 bytes, 2 follow it"):
+        check_pickle(data)
+
+    def unchecked() -> None:
+        with pytest.raises(pickle.UnpicklingError, match="truncated"):
+            _Restricted(io.BufferedReader(io.BytesIO(data))).load()
+
+    assert traced_peak(unchecked)[1] >= 256 << 20
+
+
+def test_a_binstring_count_is_unsigned_as_the_unpickler_reads_it() -> None:
+    """BINSTRING's 4-byte count is unsigned in CPython's unpickler: a count of 2**31 or more is
+    a count like any other (only LONG4's is signed), checked against the bytes that follow."""
+    with pytest.raises(pickle.UnpicklingError,
+                       match="BINSTRING at offset 2 declares 2147483648 bytes, 2 follow it"):
+        check_pickle(b"\x80\x02T" + (2**31).to_bytes(4, "little") + b"x.")
+    check_pickle(b"\x80\x02\x8b" + (2**31).to_bytes(4, "little") + b"x.")   # LONG4: negative
+
+
+def test_what_the_pickler_writes_around_frames_passes() -> None:
+    """Frames as the pickler writes them: several frames, large arguments between them
+    (written outside any frame), memo puts and gets across them; and a text PUT with the
+    "\\r\\n" line end a protocol-0 pickle may carry."""
+    big = [b"x" * 200_000, list(range(50_000)), "s" * 100_000, bytearray(70_000)]
+    for protocol in (4, 5):
+        data = pickle.dumps([big, big[1], {"k": big[2]}], protocol=protocol)
+        assert data.count(b"\x95") >= 2
+        check_pickle(data)
+        assert pickle.Unpickler(io.BytesIO(data)).load()[0][1] == big[1]
+    check_pickle(b"Np0\r\n.")
+    assert pickle.loads(b"(Np0\r\ng0\r\nl.") == [None, None]
+
+
 _PICKLABLE = st.recursive(
     st.none() | st.booleans() | st.integers() | st.integers(min_value=2**64, max_value=2**300)
     | st.floats(allow_nan=False) | st.text(max_size=300) | st.binary(max_size=300)
-    | st.builds(bytearray, st.binary(max_size=300)),
+    | st.builds(bytearray, st.binary(max_size=300))
+    | st.frozensets(st.integers(), max_size=8) | st.sets(st.text(max_size=4)),
+    # every branch of the extension uses `inner` (hypothesis warns of one that cannot recurse)
     lambda inner: (st.lists(inner, max_size=8) | st.tuples(inner, inner)
-                   | st.dictionaries(st.text(max_size=8), inner, max_size=8)
-                   | st.frozensets(st.integers(), max_size=8) | st.sets(st.text(max_size=4))),
+                   | st.dictionaries(st.text(max_size=8), inner, max_size=8)),
     max_leaves=30)
 
 

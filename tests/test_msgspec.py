@@ -935,3 +935,38 @@ def test_aux_hooks_reject_a_missing_list_and_bad_references() -> None:
     bufs = [many, buf]
     again = msgspec.msgpack.decode(many, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, bufs))
     assert again[0][0] == 7 and out[0][0] == 0
+
+
+def _map_repeating_one_key(refs: List[bytes]) -> bytes:
+    """A msgpack map whose entries all have the key "k": decoding it, each value replaces (and
+    drops) the one before."""
+    out = bytearray(b"\xde" + len(refs).to_bytes(2, "big"))
+    for payload in refs:
+        out += b"\xa1k" + msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE,
+                                                                        payload))
+    return bytes(out)
+
+
+def test_aux_ext_hook_bounds_the_reads_of_a_frame_whose_vectors_are_dropped() -> None:
+    """A map that repeats a key, alternating two frames, drops a vector on every entry. The
+    hook forgets only the dropped vector (the other frame's stays), and reads one frame at most
+    64 times in one message: 400 references are refused instead of costing 400 decodes."""
+    a = tokenwire.encode(tokenwire.as_tokens(np.arange(20_000)), codec="pfor")
+    b = tokenwire.encode(tokenwire.as_tokens(np.arange(20_000) * 3), codec="pfor")
+    framed = [tm._REF_FRAMED.pack(1, 20_000, 1), tm._REF_FRAMED.pack(2, 20_000, 1)]
+    reads = []
+
+    def decode(refs: List[bytes]) -> Any:
+        main = _map_repeating_one_key(refs)
+        bufs = [main, a, b]
+        return msgspec.msgpack.decode(main, ext_hook=lambda c, d: reads.append(1) or
+                                      TW.aux_ext_hook(c, d, bufs))
+
+    got = decode(framed * 64)                                   # each frame read 64 times
+    assert got["k"] == list(range(0, 60_000, 3))
+    with pytest.raises(WireFormatError, match="out-of-band frame 1 is read more than 64 times "
+                                              "in one message"):
+        decode(framed * 200)
+    assert len(reads) == 128 + 129
+    kept = decode([framed[0]] * 400)                            # one vector, kept: read once
+    assert kept["k"] == list(range(20_000))

@@ -94,7 +94,9 @@ def test_round_trip_per_codec(codec: str, key: Any, sign_buffers: bool) -> None:
     assert parts[0].startswith(_oob.CODEC_HEADER_MAGIC)
     # header, pickle, ids, extra, more: the two token buffers are frames, the ndarray raw
     assert len(parts) == 5
-    assert parts[0][len(_oob.CODEC_HEADER_MAGIC):] == struct.pack("<I", 3) + b"\1\0\1"
+    # the count, one kind per buffer, then each encoded frame's 16-byte wire header
+    assert parts[0][len(_oob.CODEC_HEADER_MAGIC):] == \
+        struct.pack("<I", 3) + b"\1\0\1" + parts[2][:16] + parts[4][:16]
     info = tokenwire.frame_info(parts[2])
     assert info.counts == (40_000,) and info.checksum
     # "zstd" of ids it cannot shrink (these are uniform) falls back to packed, as encode does
@@ -130,7 +132,8 @@ def test_a_damaged_encoded_frame_is_refused_unsigned() -> None:
         loads_oob(cut)
     not_a_frame = [bytes(f) for f in frames]
     not_a_frame[4] = bytes(len(not_a_frame[4]))
-    with pytest.raises(WireFormatError, match="encoded token frame 3: .*magic"):
+    with pytest.raises(WireFormatError, match="encoded token frame 3 does not start with the "
+                                              "wire header its codec header gives"):
         loads_oob(not_a_frame)
 
 
@@ -151,11 +154,13 @@ def test_a_damaged_signed_message_is_refused_by_the_signature(sign_buffers: bool
 def test_the_header_is_checked_against_the_frames() -> None:
     frames = [bytes(f) for f in dumps_oob(request(), codec="packed")]
     magic = _oob.CODEC_HEADER_MAGIC
+    wire = frames[2][:16] + frames[4][:16]
     for header, message in (
             (magic + b"\3\0", "truncated"),
-            (magic + struct.pack("<I", 4) + b"\1\0\1\0", "names 4 buffer frame"),
-            (magic + struct.pack("<I", 3) + b"\1\0", "names 3 buffer frame"),
-            (magic + struct.pack("<I", 3) + b"\1\2\1", "frame 2 has kind 2")):
+            (magic + struct.pack("<I", 4) + b"\1\0\1\0" + wire, "names 4 buffer frame"),
+            (magic + struct.pack("<I", 3) + b"\1\0" + wire, "names 3 buffer frame"),
+            (magic + struct.pack("<I", 3) + b"\1\0\1" + wire[:16], "names 3 buffer frame"),
+            (magic + struct.pack("<I", 3) + b"\1\2\1" + wire, "frame 2 has kind 2")):
         with pytest.raises(WireFormatError, match=message):
             loads_oob([header, *frames[1:]])
 
@@ -164,9 +169,66 @@ def test_a_header_marking_a_raw_buffer_as_encoded_is_refused_whole() -> None:
     """Marking the ndarray's frame as a token frame: refused (not a wire frame), and nothing
     is unpickled: no partial result."""
     frames = [bytes(f) for f in dumps_oob(request(), codec="packed")]
-    frames[0] = _oob.CODEC_HEADER_MAGIC + struct.pack("<I", 3) + b"\1\1\1"
+    frames[0] = (_oob.CODEC_HEADER_MAGIC + struct.pack("<I", 3) + b"\1\1\1" + frames[2][:16]
+                 + frames[3][:16] + frames[4][:16])
     with pytest.raises(WireFormatError, match="encoded token frame 2"):
         loads_oob(frames)
+
+
+def _same_length_frame(frame: bytes) -> bytes:
+    """A valid checksummed pfor frame of `frame`'s length holding as many ids as fit: zeros,
+    one header byte per block of 128 (16 + 8 + ceil(N/128) + 4 bytes), what a man in the
+    middle can put in place of a frame whose length alone is signed."""
+    forged = tokenwire.encode(np.zeros(128 * (len(frame) - 28), np.int32), codec="pfor",
+                              checksum=True)
+    assert len(forged) == len(frame)
+    return forged
+
+
+@pytest.mark.parametrize("path", ["loads_oob", "socket"])
+def test_a_signed_encoded_frame_is_bound_to_its_codec_and_count(path: str, zmq_ctx) -> None:  # type: ignore[no-untyped-def]
+    """The signature covers an encoded frame's length, not its bytes (sign_buffers=False),
+    and an encoded frame's length does not fix its id count (pfor holds up to 128 ids a byte).
+    The signed codec header repeats each encoded frame's wire header (codec, width, flags,
+    count): a valid frame of the same length holding 289x the ids is refused before it is
+    decoded, on the functions and on a socket."""
+    frames = [bytes(f) for f in dumps_oob(request(), codec="pfor", key=KEY)]
+    assert tokenwire.frame_info(frames[3]).counts == (40_000,)
+    forged = list(frames)
+    forged[3] = _same_length_frame(frames[3])
+    assert tokenwire.frame_info(forged[3]).counts[0] >= 280 * 40_000
+    if path == "loads_oob":
+        def receive(parts: List[bytes]) -> Any:
+            return loads_oob(parts, key=KEY)
+    else:
+        zmq, ctx = zmq_ctx
+        pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+        pull.bind("inproc://bound-frames")
+        push.connect("inproc://bound-frames")
+
+        def receive(parts: List[bytes]) -> Any:
+            push.send_multipart(parts)
+            return recv_pyobj_oob(pull, key=KEY)
+    with pytest.raises(AuthenticationError, match="encoded token frame 1 does not start with "
+                                                   "the wire header its codec header gives"):
+        receive(forged)
+    check(receive(frames))                               # the message as sent still loads
+    unsigned = body(forged, True)                        # without a key: a malformed message
+    with pytest.raises(WireFormatError, match="encoded token frame 1 does not start with"):
+        loads_oob(unsigned)
+
+
+def test_an_encoded_frame_must_decode_to_the_count_its_header_gives() -> None:
+    """Checked after decoding too (what was decoded, not what was read before): a frame whose
+    memory changed between the check and the decode is refused."""
+    frames = [bytes(f) for f in dumps_oob(request(), codec="pfor", key=KEY)]
+    parts = body(frames, True)
+    header = _oob.codec_kinds(parts)
+    assert header is not None and set(header.wire_headers) == {0, 2}
+    short = tokenwire.TokenVector(range(10))
+    with pytest.raises(AuthenticationError, match="encoded token frame 1 decodes to 10 ids, "
+                                                   "its codec header gives 40000"):
+        _oob.load(parts[1], parts[2:], header, None, lambda frame: short, signed=True)
 
 
 def test_the_layer_without_a_decoder_refuses_encoded_frames() -> None:

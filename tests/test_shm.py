@@ -635,6 +635,7 @@ def test_a_forged_offer_of_the_receivers_own_file_leaves_it_alone(pair, tmp_path
                                                  f.fileno(), 1, 0, 1, 200))
                 receiver.recv(pull)
         assert "is not the segment" in receiver._refused[seg_id]
+        assert str(path) not in receiver._refused[seg_id]      # whatever it names stays unsaid
         assert lock_probe(path) == "held"
 
 
@@ -1289,3 +1290,19 @@ def test_poll_timeout_and_spin_types_are_checked(pair, channel):
         receiver.poll(pull, timeout_ms=-5)
     with pytest.raises(TypeError, match="spin_us must be a number"):
         receiver.recv(pull, spin_us="100")
+
+
+def test_a_sequence_pushed_to_the_top_is_never_published(pair):
+    """A sender (here one whose sequence counter was set near 2**64) that proves a message of
+    sequence 2**64 - 1 by its record: the receiver reads it but publishes no sequence above
+    2**63 - 1, so looking on the ring for the next one (published + 1) never overflows the
+    64-bit word it waits on: an empty socket's poll behaves as ever."""
+    push, pull = pair
+    with shm.Sender(slots=2, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver)
+        sender._seq = (1 << 64) - 2
+        send_pyobj_oob(push, {"ids": ids(start=3)}, channel=sender)
+        assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=3)
+        seg = receiver._segments[sender._id]
+        assert seg.published < 1 << 63
+        assert receiver.poll(pull, spin_us=10, timeout_ms=0) is False

@@ -26,10 +26,10 @@ import os
 import pickle
 import struct
 from functools import lru_cache
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence
 
 from tokenwire.errors import AuthenticationError, TokenwireError, WireFormatError
-from tokenwire.unpickle import check_pickle
+from tokenwire.unpickle import check_pickle, load_scope
 
 __all__ = ["CODEC_HEADER_MAGIC", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "DecodeIds", "EncodeIds", "FindClass", "as_key", "check_unsigned", "codec_kinds",
@@ -78,9 +78,20 @@ _LENGTHS = [struct.Struct(f"<{n + 1}Q") for n in range(9)]     # count + n lengt
 #: that global) instead of taking encoded frames for raw ids. A protocol-5 pickle starts with
 #: b"\x80\x05", so the two never look alike.
 CODEC_HEADER_MAGIC = b"ctokenwire._oob\nencoded_token_frames__upgrade_tokenwire_to_read\n."
-# After the magic: u32 n, the number of buffer frames, then one byte per buffer frame.
+# After the magic: u32 n, the number of buffer frames, then one byte per buffer frame, then
+# the first 16 bytes (the wire header: codec, width, flags, id count) of each encoded frame, so
+# the signature binds what an encoded frame decodes to as a raw frame's length binds its count.
 _COUNT = struct.Struct("<I")
 _RAW, _FRAMED = 0, 1                     # a buffer as the pickle gave it; a tokenwire wire frame
+_WIRE_HEADER = 16                        # docs/wire-format.md, "Layout"
+_WIRE_COUNT = struct.Struct("<Q")        # the wire header's id count, at byte 8
+
+
+class CodecHeader(NamedTuple):
+    """A message's codec header, checked against its frames (`codec_kinds`): the kind of each
+    buffer frame, and for each encoded one (kind 1) the wire header it must start with."""
+    kinds: bytes
+    wire_headers: dict[int, bytes]
 
 FindClass = Callable[[str, str], Any]
 #: `dumps_oob`'s `encode_ids`: the frame to send for an out-of-band buffer when it is token ids
@@ -198,6 +209,7 @@ def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[byt
     frames are encoded comes in front of the pickle: ``[signature?, header, pickle, ...]``."""
     buffers: List[Any] = []
     kinds = bytearray()
+    wire_headers: List[bytes] = []
 
     def out_of_band(buf: pickle.PickleBuffer) -> bool:
         raw = buf.raw()
@@ -208,6 +220,7 @@ def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[byt
             if frame is not None:
                 buffers.append(frame)
                 kinds.append(_FRAMED)
+                wire_headers.append(bytes(memoryview(frame)[:_WIRE_HEADER]))
                 return False
         buffers.append(raw)
         kinds.append(_RAW)
@@ -216,7 +229,8 @@ def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[byt
     head = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
     frames = [head, *buffers]
     if _FRAMED in kinds:
-        frames.insert(0, CODEC_HEADER_MAGIC + _COUNT.pack(len(kinds)) + bytes(kinds))
+        frames.insert(0, b"".join([CODEC_HEADER_MAGIC, _COUNT.pack(len(kinds)), kinds,
+                                   *wire_headers]))
     if key is None:
         return frames
     return [sign_frames(as_key(key), frames, sign_buffers), *frames]
@@ -237,10 +251,10 @@ def _has_header(frames: Sequence[Any]) -> bool:
         CODEC_HEADER_MAGIC
 
 
-def codec_kinds(frames: Sequence[Any]) -> Optional[bytes]:
+def codec_kinds(frames: Sequence[Any]) -> Optional[CodecHeader]:
     """For ``[header?, pickle, buffer, ...]`` (a message after its signature): None when
-    ``frames[0]`` is the pickle, else the codec header's kind of each buffer frame (0 raw, 1 a
-    tokenwire frame), checked against the frames that follow (WireFormatError)."""
+    ``frames[0]`` is the pickle, else its codec header, checked against the frames that follow
+    (WireFormatError)."""
     if not _has_header(frames):
         return None
     header = memoryview(frames[0])
@@ -250,38 +264,63 @@ def codec_kinds(frames: Sequence[Any]) -> Optional[bytes]:
         raise WireFormatError(
             f"codec header of {header.nbytes} bytes: truncated (the frame count is missing)")
     (n,) = _COUNT.unpack_from(body)
-    if n != buffers or body.nbytes != _COUNT.size + n:
+    kinds = body[_COUNT.size:_COUNT.size + n].tobytes() if n == buffers else b""
+    encoded = kinds.count(_FRAMED)
+    if n != buffers or body.nbytes != _COUNT.size + n + _WIRE_HEADER * encoded:
         raise WireFormatError(
             f"codec header names {n} buffer frame(s) in {header.nbytes} bytes; the message has "
             f"{max(buffers, 0)} after its pickle (a header of {len(CODEC_HEADER_MAGIC)} + "
-            f"{_COUNT.size} + 1 per frame bytes)")
-    kinds = body[_COUNT.size:].tobytes()
+            f"{_COUNT.size} + 1 per frame + {_WIRE_HEADER} per encoded frame bytes)")
     bad = kinds.translate(None, bytes((_RAW, _FRAMED)))
     if bad:
         raise WireFormatError(f"codec header: buffer frame {kinds.index(bad[0]) + 1} has kind "
                               f"{bad[0]}, expected {_RAW} (raw) or {_FRAMED} (tokenwire frame)")
-    return kinds
+    at = _COUNT.size + n
+    wire_headers = {}
+    for i, kind in enumerate(kinds):
+        if kind == _FRAMED:
+            wire_headers[i] = body[at:at + _WIRE_HEADER].tobytes()
+            at += _WIRE_HEADER
+    return CodecHeader(kinds, wire_headers)
 
 
-def load(head: Any, buffers: Sequence[Any], kinds: Optional[bytes],
-         find_class: Optional[FindClass], decode_ids: Optional[DecodeIds]) -> Any:
-    """The object of a message: its pickle `head`, its `buffers` and their `kinds`
+def load(head: Any, buffers: Sequence[Any], header: Optional[CodecHeader],
+         find_class: Optional[FindClass], decode_ids: Optional[DecodeIds],
+         signed: bool = False) -> Any:
+    """The object of a message: its pickle `head`, its `buffers` and its codec `header`
     (`codec_kinds`). Every encoded buffer is decoded by `decode_ids` before anything is
-    unpickled, so a bad frame (WireFormatError naming it) leaves nothing half-built."""
-    if kinds is not None and _FRAMED in kinds:
+    unpickled, so a bad frame (WireFormatError naming it) leaves nothing half-built. An encoded
+    frame must start with the wire header the codec header gives for it, and decode to that
+    many ids: checked before decoding (a copy of its first bytes) and after; a mismatch is
+    WireFormatError, or AuthenticationError in a `signed` message (the codec header is signed,
+    so the frame was changed in transit)."""
+    if header is not None and header.wire_headers:
         if decode_ids is None:
             raise WireFormatError(
                 "the message holds encoded token-id frames (a codec header): load it with "
                 "tokenwire.transport.loads_oob or recv_pyobj_oob")
         decoded = list(buffers)
-        for i, kind in enumerate(kinds):
-            if kind == _FRAMED:
-                try:
-                    decoded[i] = decode_ids(buffers[i])
-                except TokenwireError as e:
-                    raise WireFormatError(f"encoded token frame {i + 1}: {e}") from None
+        for i, expected in header.wire_headers.items():
+            if bytes(memoryview(buffers[i])[:_WIRE_HEADER]) != expected:
+                _refuse_frame(i, "does not start with the wire header its codec header gives",
+                              signed)
+            try:
+                decoded[i] = decode_ids(buffers[i])
+            except TokenwireError as e:
+                raise WireFormatError(f"encoded token frame {i + 1}: {e}") from None
+            (count,) = _WIRE_COUNT.unpack_from(expected, 8)
+            if len(decoded[i]) != count:
+                _refuse_frame(i, f"decodes to {len(decoded[i])} ids, its codec header gives "
+                              f"{count}", signed)
         buffers = decoded
     return unpickle(head, buffers, find_class)
+
+
+def _refuse_frame(i: int, what: str, signed: bool) -> None:
+    if signed:
+        raise AuthenticationError(f"encoded token frame {i + 1} {what}: the frame was changed "
+                                  f"in transit")
+    raise WireFormatError(f"encoded token frame {i + 1} {what}")
 
 
 def verify(frames: Sequence[Any], key: bytes, sign_buffers: bool,
@@ -325,11 +364,13 @@ class _RestrictedUnpickler(pickle.Unpickler):
 def unpickle(head: Any, buffers: Sequence[Any], find_class: Optional[FindClass]) -> Any:
     """Load a received pickle frame. Its declared allocations are checked against its size
     first (CPython's unpickler allocates a counted argument, and grows its memo to an index,
-    before it reads anything: tokenwire.unpickle.check_pickle)."""
+    before it reads anything: tokenwire.unpickle.check_pickle), and it is loaded in a
+    `load_scope` (its token data restored once per source, repeats counted per pickle)."""
     check_pickle(head)
-    if find_class is None:
-        return pickle.loads(head, buffers=buffers)
-    return _RestrictedUnpickler(head, buffers, find_class).load()
+    with load_scope():
+        if find_class is None:
+            return pickle.loads(head, buffers=buffers)
+        return _RestrictedUnpickler(head, buffers, find_class).load()
 
 
 def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffers: bool = False,
@@ -349,6 +390,7 @@ def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffer
     else:
         verify(frames, as_key(key), sign_buffers)
         frames = frames[1:]
-    kinds = codec_kinds(frames)
-    head = int(kinds is not None)                  # the pickle follows the codec header, if any
-    return load(frames[head], frames[head + 1:], kinds, find_class, decode_ids)
+    header = codec_kinds(frames)
+    head = int(header is not None)                 # the pickle follows the codec header, if any
+    return load(frames[head], frames[head + 1:], header, find_class, decode_ids,
+                signed=key is not None)

@@ -8,7 +8,9 @@
 # by loads_oob, recv_pyobj_oob and the shared-memory Receiver) call this first, so a pickle's
 # allocations stay bounded by its own size: a counted argument must fit in the bytes that
 # follow it, a memo index must be below the pickle's length (the pickler numbers memo entries
-# from 0, one per memoized object: never beyond its own opcodes).
+# from 0, one per memoized object: never beyond its own opcodes). An opcode may not cross the
+# end of its frame, nor a frame start inside another: read from a file, CPython's unpickler
+# would parse such a pickle as other opcodes than it holds in memory (_check_pickle).
 #
 # The walk follows the unpickler opcode by opcode (pickletools documents each argument) and
 # stops where the unpickler itself would stop with an error (an unknown opcode, a truncated
@@ -59,7 +61,7 @@ cdef void _pickle_args_init() noexcept:
     _pickle_args[ord("j")] = 4        # LONG_BINGET
     _pickle_args[0x84] = 4            # EXT4
     _pickle_args[ord("G")] = 8        # BINFLOAT
-    _pickle_args[0x95] = 8            # FRAME (a hint; its bytes are the opcodes that follow)
+    _pickle_args[0x95] = 8            # FRAME: the length of the frame of opcodes that follows
     _pickle_args[ord("r")] = _PUT4    # LONG_BINPUT
     _pickle_args[ord("U")] = -1       # SHORT_BINSTRING
     _pickle_args[ord("C")] = -1       # SHORT_BINBYTES
@@ -99,8 +101,19 @@ _COUNTED_NAMES = {ord("U"): "SHORT_BINSTRING", ord("C"): "SHORT_BINBYTES",
 
 def _check_pickle(data):
     """Raise pickle.UnpicklingError when `data` (a pickle, any buffer) declares an allocation
-    larger than itself: a counted argument longer than the bytes left, or a memo index at or
-    above its length. Returns None; reads `data` once and keeps nothing."""
+    larger than itself (a counted argument longer than the bytes left, a memo index at or above
+    its length) or reads differently from memory and from a file (an opcode that crosses the
+    end of its frame, a frame inside a frame). Returns None; reads `data` once, keeps nothing.
+
+    Frames. Protocol 4 and later group opcodes in frames (FRAME: an 8-byte length, then that
+    many bytes of opcodes). Reading from memory (`pickle.loads`) a frame is only a hint; reading
+    from a file (`Unpickler(io.BytesIO(data))`) CPython's C unpickler loads the frame into a
+    buffer, and when an opcode or its argument runs past the frame's end it reads that part
+    fresh from the file and drops what was left of the frame: the two readings then parse
+    different opcodes, and a check that read one stream would pass bytes the other runs. The
+    pickler never writes such a pickle (an opcode lies wholly inside a frame or outside every
+    frame, and a frame starts where the one before ended), the pure-Python unpickler refuses
+    both, and so does this walk: then every reader parses the opcodes it checked."""
     cdef Py_buffer buf
     PyObject_GetBuffer(data, &buf, PyBUF_SIMPLE)
     try:
@@ -109,65 +122,124 @@ def _check_pickle(data):
         PyBuffer_Release(&buf)
 
 
+cdef str _opcode_name(unsigned char op):
+    import pickletools
+    for info in pickletools.opcodes:
+        if ord(info.code) == op:
+            return info.name
+    return f"0x{op:02x}"
+
+
+cdef int _refuse_crossing(const unsigned char* p, Py_ssize_t start,
+                          Py_ssize_t frame_end) except -1:
+    raise _UnpicklingError(
+        f"pickle opcode {_opcode_name(p[start])} at offset {start} runs past the end of its "
+        f"frame at offset {frame_end}: read from a file it would parse as other opcodes")
+
+
 cdef int _walk_pickle(const unsigned char* p, Py_ssize_t n) except -1:
-    cdef Py_ssize_t pos = 0, start, left
+    # `limit`: where the current frame ends (`in_frame`), else the pickle's end. An argument
+    # that runs past the pickle's end outside a frame is truncated: the unpickler stops there
+    # too (return). Past a frame's end it is refused (_refuse_crossing).
+    cdef Py_ssize_t pos = 0, start, left, limit = n
+    cdef bint in_frame = False
     cdef signed char kind
     cdef int k
     cdef uint64_t length
     cdef const unsigned char* nl
     while pos < n:
+        if in_frame and pos == limit:
+            in_frame = False                               # the frame ended between opcodes
+            limit = n
         start = pos
         kind = _pickle_args[p[pos]]
         pos += 1
-        left = n - pos
+        left = limit - pos
         if kind == 0:
             continue
         if kind == _STOP or kind == _UNKNOWN:
             return 0
-        if 0 < kind <= 8:
-            pos += kind
+        if 0 < kind <= 8 or kind == _PUT4:
+            k = 4 if kind == _PUT4 else kind
+            if left < k:
+                if in_frame:
+                    _refuse_crossing(p, start, limit)
+                return 0
+            length = _le_uint(p + pos, k)
+            pos += k
+            if kind == _PUT4 and length >= <uint64_t>n:
+                raise _UnpicklingError(
+                    f"pickle opcode LONG_BINPUT at offset {start} puts memo index {length}, "
+                    f"beyond a {n}-byte pickle")
+            if p[start] == 0x95:                           # FRAME
+                if in_frame:
+                    raise _UnpicklingError(
+                        f"pickle opcode FRAME at offset {start} starts inside the frame that "
+                        f"ends at offset {limit}")
+                if length > <uint64_t>(n - pos):
+                    # A file with peek() (io.BufferedReader, socket.makefile) reads the frame
+                    # with read(length), which allocates `length` bytes before it reads.
+                    raise _UnpicklingError(
+                        f"pickle opcode FRAME at offset {start} declares {length} bytes, "
+                        f"{n - pos} follow it")
+                in_frame = True
+                limit = pos + <Py_ssize_t>length
             continue
         if kind < 0:
             k = -kind
             if left < k:
+                if in_frame:
+                    _refuse_crossing(p, start, limit)
                 return 0                                   # truncated: the unpickler stops
             length = _le_uint(p + pos, k)
-            if (p[start] == ord("T") or p[start] == 0x8b) and length >= <uint64_t>0x80000000:
+            # Only LONG4's count is signed (_pickle.c: calc_binint); BINSTRING's, like every
+            # other count, is unsigned (calc_binsize).
+            if p[start] == 0x8b and length >= <uint64_t>0x80000000:
                 return 0                                   # negative: the unpickler refuses
-            if length > <uint64_t>(left - k):
+            if length > <uint64_t>(n - pos - k):
                 raise _UnpicklingError(
                     f"pickle opcode {_COUNTED_NAMES[p[start]]} at offset {start} declares "
-                    f"{length} bytes, {left - k} follow it")
+                    f"{length} bytes, {n - pos - k} follow it")
+            if length > <uint64_t>(left - k):
+                _refuse_crossing(p, start, limit)
             pos += k + <Py_ssize_t>length
-            continue
-        if kind == _PUT4:
-            if left < 4:
-                return 0
-            length = _le_uint(p + pos, 4)
-            if length >= <uint64_t>n:
-                raise _UnpicklingError(
-                    f"pickle opcode LONG_BINPUT at offset {start} puts memo index {length}, "
-                    f"beyond a {n}-byte pickle")
-            pos += 4
             continue
         nl = <const unsigned char*>memchr(p + pos, ord("\n"), <size_t>left)
         if nl == NULL:
+            if in_frame:
+                _refuse_crossing(p, start, limit)
             return 0                                       # no newline: the unpickler stops
         if kind == _PUT_TEXT:
-            # The pickler writes `p<index>\n`; the unpickler also takes what int() takes
-            # (signs, spaces, underscores): anything but plain digits is refused here.
-            text = PyBytes_FromStringAndSize(<const char*>p + pos, nl - p - pos)
-            if not (text.isdigit() and len(text) < 20 and int(text) < n):
-                raise _UnpicklingError(
-                    f"pickle opcode PUT at offset {start} puts memo index {text[:24]!r}: not "
-                    f"a decimal index below the pickle's {n} bytes")
+            _check_put_text(p, start, pos, nl - p, n)
         pos = nl - p + 1
         if kind == _TWO_LINES:
-            left = n - pos
-            if left <= 0:
-                return 0
-            nl = <const unsigned char*>memchr(p + pos, ord("\n"), <size_t>left)
+            left = limit - pos
+            nl = NULL if left <= 0 else <const unsigned char*>memchr(p + pos, ord("\n"),
+                                                                   <size_t>left)
             if nl == NULL:
+                if in_frame:
+                    _refuse_crossing(p, start, limit)
                 return 0
             pos = nl - p + 1
+    return 0
+
+
+cdef int _check_put_text(const unsigned char* p, Py_ssize_t start, Py_ssize_t pos,
+                         Py_ssize_t eol, Py_ssize_t n) except -1:
+    """PUT's index: the unpickler parses the line as a C string with PyLong_FromString (as
+    int() does: signs, spaces, "\r", underscores; and the string ends at its first NUL byte)
+    and refuses what does not parse or is negative; so does this, and a parsed index must be
+    below the pickle's length."""
+    cdef const unsigned char* nul = <const unsigned char*>memchr(p + pos, 0, <size_t>(eol - pos))
+    if nul != NULL:
+        eol = nul - p
+    text = PyBytes_FromStringAndSize(<const char*>p + pos, eol - pos)
+    try:
+        index = int(text)
+    except ValueError:
+        return 0                                           # the unpickler stops there too
+    if index >= n:
+        raise _UnpicklingError(
+            f"pickle opcode PUT at offset {start} puts memo index {text[:24]!r}: beyond a "
+            f"{n}-byte pickle")
     return 0

@@ -15,6 +15,7 @@ def _restore_token_vector(data):
         raise TokenIdError("pickled TokenVector text holds a code point above 255") from None
 
 
+import threading as _threading
 import weakref as _weakref
 
 _frombuffer = TokenVector.frombuffer
@@ -34,8 +35,46 @@ _frombuffer = TokenVector.frombuffer
 #     and since a pickle can name one buffer again in 2 bytes, the comparisons are bounded too:
 #     more than _MAX_REPEATS hits on one mutable source are refused (tokenwire never names one
 #     buffer twice: each vector pickles its own, and the pickler memoizes the vector itself).
+#
+# Inside a load scope (`_load_scope`: tokenwire's receivers open one around each pickle they
+# load; tokenwire.unpickle.load_scope for a stack's own unpickler) the table is the load's own:
+# it holds its entries strongly and counts repeats per pickle, and it is dropped when the load
+# returns. So dropping a restored vector (a pickle can pop what it built) neither forgets the
+# source nor resets its count, and one message's count never reaches the next message, however
+# its frames land at the address of the last one. Outside a scope (a bare pickle.loads) the
+# table is the process-wide weak one above.
 cdef dict _restored = {}
 cdef Py_ssize_t _MAX_REPEATS = 64
+_scope = _threading.local()              # .table: the table of this thread's load in progress
+
+
+@cython.final
+cdef class _LoadScope:
+    """``with _load_scope():`` a pickle loaded in the block restores its token data through a
+    table of its own (see above), dropped at the end of the block. Scopes nest: an inner one
+    (a load inside a load) has its own table, and the outer one's comes back after it."""
+    cdef object _outer
+
+    def __enter__(self):
+        self._outer = getattr(_scope, "table", None)
+        _scope.table = {}
+        return self
+
+    def __exit__(self, *exc):
+        _scope.table = self._outer
+        self._outer = None
+        return False
+
+
+def _load_scope():
+    return _LoadScope()
+
+
+cdef object _too_many_repeats(Py_ssize_t nbytes):
+    # A rule of the pickle, not of a frame: refused as find_class refuses a global it does not
+    # allow.
+    return _UnpicklingError(f"the pickle names one mutable buffer of {nbytes} bytes more than "
+                            f"{_MAX_REPEATS} times")
 
 
 def _forget_restored(key):
@@ -58,6 +97,9 @@ def _restore_shared(data, make):
     that result is alive, without calling `make` again."""
     cdef Py_buffer view
     cdef object key, entry, result, snapshot
+    cdef object table = getattr(_scope, "table", None)
+    if table is not None:
+        return _restore_in_load(<dict>table, data, make)
     if type(data) is str or is_immutable_source(data):
         key = (make, id(data))
         entry = _restored.get(key)
@@ -79,11 +121,7 @@ def _restore_shared(data, make):
             if result is not None:
                 entry[2][0] += 1
                 if entry[2][0] > _MAX_REPEATS:
-                    # A rule of the pickle, not of a frame: refused as find_class refuses a
-                    # global it does not allow.
-                    raise _UnpicklingError(
-                        f"the pickle names one mutable buffer of {view.len} bytes more than "
-                        f"{_MAX_REPEATS} times")
+                    raise _too_many_repeats(view.len)
                 if memcmp(PyBytes_AS_STRING(entry[0]), view.buf, <size_t>view.len) == 0:
                     return result
         snapshot = PyBytes_FromStringAndSize(<const char*>view.buf, view.len)
@@ -91,3 +129,41 @@ def _restore_shared(data, make):
         PyBuffer_Release(&view)
     result = make(snapshot)
     return _remember(key, snapshot, result)
+
+
+cdef object _restore_in_load(dict table, object data, object make):
+    """`_restore_shared` inside a load scope: entries held strongly, for this load only. An
+    immutable source is keyed by identity (the entry keeps it alive, so its id is not reused);
+    a mutable one by (address, size), each repeat counted, and a hit taken only while the memory
+    still equals the snapshot (a changed buffer gives a new copy; the count goes on)."""
+    cdef Py_buffer view
+    cdef object key, entry, result, snapshot
+    cdef Py_ssize_t repeats = 0
+    if type(data) is str or is_immutable_source(data):
+        key = (make, id(data))
+        entry = table.get(key)
+        if entry is not None and entry[0] is data:
+            return entry[1]
+        result = make((<str>data).encode("latin-1") if type(data) is str else data)
+        table[key] = (data, result)
+        return result
+    try:
+        PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    except (TypeError, ValueError, BufferError):
+        return make(data)            # not plain bytes: `make` says what is wrong with it
+    try:
+        key = (make, <uintptr_t>view.buf, view.len)
+        entry = table.get(key)
+        if entry is not None:
+            repeats = <Py_ssize_t>entry[2] + 1
+            if repeats > _MAX_REPEATS:
+                raise _too_many_repeats(view.len)
+            if memcmp(PyBytes_AS_STRING(entry[0]), view.buf, <size_t>view.len) == 0:
+                table[key] = (entry[0], entry[1], repeats)
+                return entry[1]
+        snapshot = PyBytes_FromStringAndSize(<const char*>view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    result = make(snapshot)
+    table[key] = (snapshot, result, repeats)
+    return result

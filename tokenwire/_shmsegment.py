@@ -46,6 +46,7 @@ _WORDS_PER_SLOT = _SLOT_HEADER_BYTES // 8
 _FREE, _FULL, _WRITING = 0, 1, 2
 _GEN_MASK = (1 << 62) - 1
 _MAX_SLOTS = 1 << 16
+_MAX_SEQ = (1 << 63) - 1             # a receiver publishes no sequence above this
 _MAX_SLOT_BYTES = 1 << 30
 
 
@@ -125,8 +126,8 @@ def _open_segment(pid: int, fd: int, name: str) -> int:
         link = os.readlink(own)
         if link not in (f"/memfd:{name} (deleted)", f"/memfd:{name}") \
                 or not stat.S_ISREG(os.fstat(opath).st_mode):
-            raise OSError(errno.ENOENT, f"/proc/{pid}/fd/{fd} is not the segment {name} (it is "
-                                        f"{link!r})")
+            # The link's target is not named: it could be another user's path or socket.
+            raise OSError(errno.ENOENT, f"/proc/{pid}/fd/{fd} is not the segment {name}")
         return os.open(own, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
     finally:
         os.close(opath)
@@ -139,10 +140,13 @@ class _Segment:
         name = _NAME + seg_id.hex()
         dfd = _open_segment(pid, fd, name)
         try:
+            # The seals first: once SHRINK and GROW are there, the size read next cannot change
+            # before the mapping is made (read before them, a sender could shrink the file in
+            # between and make mmap refuse the length).
+            seals = fcntl.fcntl(dfd, fcntl.F_GET_SEALS)      # EINVAL for anything but a memfd
             st = os.fstat(dfd)
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EPERM, f"the segment {name} is not a regular file")
-            seals = fcntl.fcntl(dfd, fcntl.F_GET_SEALS)      # EINVAL for anything but a memfd
             need = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
             link = os.readlink(f"/proc/self/fd/{dfd}")
             if (st.st_uid != os.geteuid() or st.st_mode & 0o077 or seals & need != need
@@ -174,8 +178,10 @@ class _Segment:
         self.map.close()
 
     def publish(self, seq: int) -> None:
-        """Tell the sender every message up to `seq` is done with (only ever forward)."""
-        if seq > self.published:
+        """Tell the sender every message up to `seq` is done with (only ever forward, and
+        never past _MAX_SEQ: a sequence a sender could reach in no lifetime is a forged one,
+        and `published + 1` must stay a 64-bit word)."""
+        if self.published < seq <= _MAX_SEQ:
             self.published = seq
             self.words.store(_DONE_WORD, seq)
 

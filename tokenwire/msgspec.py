@@ -222,8 +222,10 @@ class Hooks:
         object, and the vectors it made from it. So give each message its own list (as a
         decoder of received frames does: ``recv_multipart`` returns a new one); a list reused
         with a buffer object rewritten in place would read the earlier vector. The hook lets
-        go of the list when a vector it made from it is dropped, or a reference fails: once
-        the decoded message and its frames are dropped, they are freed.
+        go of the list when every vector it made from it is dropped, or a reference fails:
+        once the decoded message and its frames are dropped, they are freed. A frame whose
+        vectors are dropped while the message still names it is read again, at most 64 times
+        in one message (WireFormatError past that).
         A bad reference, or `buffers` None, raises WireFormatError."""
         if code != self.buffer_ext_code:
             return self.ext_hook(code, data)
@@ -232,10 +234,10 @@ class Hooks:
         except AttributeError:
             record = self._local.record = _AuxRecord()
         if record.buffers is not buffers:
+            record.release()
             record.buffers = buffers
-            record.made = {}
         try:
-            return _resolve(self, code, data, buffers, record.made, record.forget)
+            return _resolve(self, code, data, buffers, record.made, record.forget, record.decoded)
         except BaseException:
             record.release()
             raise
@@ -286,35 +288,56 @@ class _VectorRef(weakref.ref[TokenVector]):
 
 
 class _AuxRecord:
-    """What aux_ext_hook knows, on one thread, of the message it reads: the host's frame list
-    and the vectors made from it (index -> (buffer, _VectorRef)). The vectors are held weakly
-    and the list only until one of them is dropped (`forget`: the message is done with), so
-    the record never keeps a message's frames -- the host's tensors among them -- alive after
-    the message itself."""
+    """What aux_ext_hook knows, on one thread, of the message it reads: the host's frame list,
+    the vectors made from it (index -> (buffer, _VectorRef)) and how often each frame was
+    decoded. The vectors are held weakly; a dropped one is forgotten alone (`forget`), and the
+    list is let go once none is left, so the record never keeps a message's frames -- the
+    host's tensors among them -- alive after the message itself. While the list is held, a
+    frame decoded more than _MAX_DECODES times is refused: a message that names frames again
+    and again, dropping what it made (a msgpack map repeating a key), cannot make the hook
+    decode them without bound."""
 
-    __slots__ = ("buffers", "made", "forget")
+    __slots__ = ("buffers", "made", "decodes", "forget")
 
     def __init__(self) -> None:
         self.buffers: Any = _NO_LIST
         self.made: Dict[int, Tuple[Any, Any]] = {}
+        self.decodes: Dict[int, int] = {}
         self.forget = self._forget               # the callback of each _VectorRef, made once
 
     def _forget(self, ref: _VectorRef) -> None:
         entry = self.made.get(ref.index)
         if entry is not None and entry[1] is ref:            # a vector of the current message
-            self.release()
+            del self.made[ref.index]
+            if not self.made:
+                self.release()
 
     def release(self) -> None:
         self.buffers = _NO_LIST
         self.made = {}
+        self.decodes = {}
+
+    def decoded(self, index: int) -> None:
+        count = self.decodes.get(index, 0) + 1
+        if count > _MAX_DECODES:
+            raise WireFormatError(f"out-of-band frame {index} is read more than {_MAX_DECODES} "
+                                  f"times in one message (its vectors dropped between reads)")
+        self.decodes[index] = count
+
+
+#: How often aux_ext_hook reads one frame of a message again after the vectors made from it
+#: were dropped (a message that keeps its vectors reads each frame once).
+_MAX_DECODES = 64
 
 
 def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequence[Any]],
              made: Dict[int, Tuple[Any, Any]],
-             forget: Optional[Callable[[Any], None]] = None) -> TokenVector:
+             forget: Optional[Callable[[Any], None]] = None,
+             decoded: Optional[Callable[[int], None]] = None) -> TokenVector:
     """The TokenVector an out-of-band reference names in `frames` ([main, *buffers]); `made`
     holds those already read from this message (index -> (buffer, vector)), each vector as a
-    _VectorRef calling `forget` when it is dropped, when there is a `forget`."""
+    _VectorRef calling `forget` when it is dropped, when there is a `forget`; `decoded(index)`
+    is told of each frame read (it may refuse)."""
     size = len(data)
     if size == _REF.size:
         index, count = _REF.unpack(data)
@@ -349,6 +372,8 @@ def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequenc
                 f"out-of-band frame {index} is referenced with {count} ids, an earlier "
                 f"reference said {len(tv)}")
         return cast(TokenVector, tv)
+    if decoded is not None:
+        decoded(index)
     if framed:
         try:
             tv = decode(buf, vocab_size=hooks.vocab_size)

@@ -375,7 +375,7 @@ def _load(frames: List[Any], views: List[Any], start: int,
           find_class: Optional[FindClass]) -> Any:
     """The object of ``frames[start:]`` (``[header?, pickle, buffer, ...]``, verified or
     checked unsigned), its buffers as `received_buffer` hands them over."""
-    kinds = codec_kinds(views[start:])
-    head = start + (kinds is not None)
-    return load(views[head], [received_buffer(f) for f in frames[head + 1:]], kinds, find_class,
-                decode)
+    header = codec_kinds(views[start:])
+    head = start + (header is not None)
+    return load(views[head], [received_buffer(f) for f in frames[head + 1:]], header, find_class,
+                decode, signed=start > 0)
