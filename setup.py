@@ -113,6 +113,12 @@ def main() -> None:
         # they index untrusted state without checks. A type that pickles says how (TokenVector's
         # __reduce_ex__); every other extension type refuses with TypeError.
         "auto_pickle": False,
+        # Free-threaded CPython (3.13t, 3.14t): the module runs without the GIL. Declared because
+        # the shared state is made safe, not to silence the warning: the int table's slots are
+        # published with one compare-and-swap, lists are read inside their critical sections,
+        # settings are atomic words (tokenwire/include/tokenwire/compat.h), and the Python layer
+        # publishes lazily built values once (docs/api.md, "Threads"; tests/test_threads.py).
+        "freethreading_compatible": True,
     }
 
     extensions = [

@@ -853,7 +853,11 @@ def test_zero_copy_decode_releases_its_buffer_when_allocation_fails() -> None:
                 assert sys.getrefcount(data) == base, (
                     fn.__name__, start, sys.getrefcount(data) - base)
             assert failures >= 2, (fn.__name__, failures)
-        print("ok")
+        print("ok", flush=True)
+        # Free-threaded CPython 3.13.5 can hang in finalization after set_nomemory (the same
+        # loop over bytes() and list() does, without tokenwire): the checks are done, so leave.
+        import os
+        os._exit(0)
     """
     r = run_python(code)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

@@ -362,13 +362,23 @@ cdef int32_t _item_slow(object o, Py_ssize_t i) except? -1:
 
 
 cdef TokenVector _from_sequence(object seq):
-    """A list or tuple of ints: one typed C loop, no intermediate object."""
+    """A list or tuple of ints: one typed C loop, no intermediate object.
+
+    A list is read inside its critical section (free-threaded CPython: its per-object lock, so
+    a thread that appends to it meanwhile waits, and the item array read here is never freed
+    under it; nothing on a build with the GIL). A tuple is immutable: no lock."""
+    if isinstance(seq, list):
+        with cython.critical_section(seq):
+            return _from_items(seq, True)
+    return _from_items(seq, False)
+
+
+cdef TokenVector _from_items(object seq, bint is_list):
     cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq)
     cdef TokenVector tv = tv_alloc(n)
     cdef int32_t* out = tv._data
     cdef PyObject** items = PySequence_Fast_ITEMS(seq)
     cdef PyObject* o
-    cdef bint is_list = isinstance(seq, list)
     cdef Py_ssize_t i = 0
     while True:
         # Exact ints of one digit (every real token id) in one C loop; it stops at the first
@@ -379,7 +389,9 @@ cdef TokenVector _from_sequence(object seq):
         o = items[i]
         out[i] = _item_slow(<object>o, i)
         if is_list:
-            # _item_slow may have run Python code (an __index__) that resized the list.
+            # _item_slow may have run Python code (an __index__) that resized the list; while
+            # it ran, the critical section may have been suspended and another thread may
+            # have changed the list too.
             if PyList_GET_SIZE(seq) != n:
                 raise RuntimeError("list changed size during as_tokens()")
             items = PySequence_Fast_ITEMS(seq)

@@ -7,6 +7,14 @@
 
 from tokenwire._bitpack cimport twbp_id
 
+# Process-wide state that threads share without a GIL (compat.h): the int table's slots are
+# published once; settings and counters are words loaded and stored atomically.
+cdef extern from "tokenwire/compat.h" nogil:
+    void* tw_ptr_load_acquire(void* const* slot)
+    void* tw_ptr_publish(void** slot, void* p)
+    size_t tw_size_load_relaxed(const size_t* word)
+    void tw_size_store_relaxed(size_t* word, size_t value)
+
 
 # --------------------------------------------------------------------------------------------
 # Reading ids: a view may sit at any address
@@ -27,26 +35,27 @@ cdef inline int32_t _id_at(const int32_t* p, Py_ssize_t i) noexcept nogil:
 #: default) and more: now and then a wait far longer than the work itself for inputs of a few
 #: hundred KB. So only work large enough to dwarf such a wait (8 MiB, about 2M ids) releases it
 #: by default; `gil_release_threshold()` tunes it.
-cdef Py_ssize_t NOGIL_BYTES = 8 * 1024 * 1024
+cdef size_t NOGIL_BYTES = 8 * 1024 * 1024     # read and set atomically (tw_size_*_relaxed)
 
 
 def gil_release_threshold(nbytes=None):
     """The size in bytes from which conversions, copies and codec kernels release the GIL
     (default 8 MiB). With `nbytes`, set it (0: always release) and return the previous value."""
-    global NOGIL_BYTES
-    cdef Py_ssize_t previous = NOGIL_BYTES
+    cdef size_t previous = tw_size_load_relaxed(&NOGIL_BYTES)
+    cdef Py_ssize_t value
     if nbytes is not None:
         n = operator.index(nbytes)
         if n < 0:
             raise ValueError(f"gil_release_threshold must be >= 0 bytes, got {_describe(n)}")
-        NOGIL_BYTES = n
+        value = n
+        tw_size_store_relaxed(&NOGIL_BYTES, <size_t>value)
     return previous
 
 
 cdef inline bint _release_gil(Py_ssize_t nbytes) noexcept nogil:
     """Whether work over `nbytes` bytes runs without the GIL: the one test of NOGIL_BYTES, used
     by every kernel call (`if _release_gil(n): with nogil: ... else: ...`)."""
-    return nbytes >= NOGIL_BYTES
+    return <size_t>nbytes >= tw_size_load_relaxed(&NOGIL_BYTES)
 
 #: Ids in [0, INT_CACHE_SIZE) are materialized from a process-wide table of int objects (see
 #: `tolist`). 2**18 = 262,144 covers every current LLM vocabulary (Gemma's is exactly 262,144).
@@ -118,31 +127,33 @@ cdef size_t MALLOC_SETTLE_FACTOR = 4
 cdef size_t MALLOC_SETTLE_MIN = 64 * 1024
 cdef size_t MALLOC_SETTLE_MAX = 32 * 1024 * 1024
 cdef size_t _malloc_settled = 0
-cdef bint _malloc_settling = _env_flag("TOKENWIRE_MALLOC_SETTLE")
+cdef size_t _malloc_settling = _env_flag("TOKENWIRE_MALLOC_SETTLE")   # 0 or 1, atomic
 
 
 def malloc_settling(enabled=None):
     """Whether tokenwire makes glibc's malloc settle before a large vector (see above). With
     `enabled`, set it and return the previous value; without, return it. Starts from the
     environment variable TOKENWIRE_MALLOC_SETTLE (read once, at import)."""
-    global _malloc_settling
-    previous = bool(_malloc_settling)
+    previous = bool(tw_size_load_relaxed(&_malloc_settling))
     if enabled is not None:
-        _malloc_settling = bool(enabled)
+        tw_size_store_relaxed(&_malloc_settling, 1 if enabled else 0)
     return previous
 
 
 cdef void malloc_settle(size_t nbytes) noexcept nogil:
-    global _malloc_settled
+    # Without the GIL two threads may settle at once: the high-water mark is one atomic word,
+    # and glibc's own lock serializes the settling frees; a mark that two threads raise to
+    # different sizes may end at the smaller one, which only makes a later vector settle again.
     cdef size_t want = MALLOC_SETTLE_MIN
-    if (not _malloc_settling or not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2
-            or nbytes * MALLOC_SETTLE_FACTOR <= _malloc_settled):
+    cdef size_t settled = tw_size_load_relaxed(&_malloc_settled)
+    if (not tw_size_load_relaxed(&_malloc_settling) or not TW_GLIBC_MALLOC or nbytes < MALLOC_SETTLE_MIN // 2
+            or nbytes * MALLOC_SETTLE_FACTOR <= settled):
         return
-    if _malloc_settled >= MALLOC_SETTLE_MAX:
+    if settled >= MALLOC_SETTLE_MAX:
         return
     while want < nbytes * MALLOC_SETTLE_FACTOR and want < MALLOC_SETTLE_MAX:
         want *= 2
-    _malloc_settled = want
+    tw_size_store_relaxed(&_malloc_settled, want)
     # libc's malloc, not PyMem_Raw*: the point is to reach glibc's allocator (debug hooks would
     # also write every byte), and the block is freed at once, untouched: it holds no memory.
     tw_malloc_free_block(want)
@@ -151,7 +162,7 @@ cdef void malloc_settle(size_t nbytes) noexcept nogil:
 def _malloc_settled_bytes():
     """The largest block size tokenwire has made glibc's malloc settle for (0: none yet, or
     not glibc). For tests."""
-    return _malloc_settled
+    return tw_size_load_relaxed(&_malloc_settled)
 
 
 cdef TokenVector tv_alloc(Py_ssize_t n):

@@ -205,29 +205,15 @@ cdef class TokenVector:
 
     def __eq__(self, other):
         cdef TokenVector o
-        cdef Py_ssize_t i
-        cdef PyObject* item
-        cdef int32_t v
         if type(other) is TokenVector:
             o = other
             return self._len == o._len and memcmp(self._data, o._data, <size_t>self._len * 4) == 0
-        if isinstance(other, (list, tuple)):
-            # The real size, never len(): a subclass's __len__ may lie. Items are borrowed, so a
-            # Python-level comparison holds its own reference (an __eq__ may remove the item).
-            if PySequence_Fast_GET_SIZE(other) != self._len:
-                return False
-            for i in range(self._len):
-                if PySequence_Fast_GET_SIZE(other) != self._len:    # resized by an __eq__
-                    return False
-                item = PySequence_Fast_ITEMS(other)[i]
-                if PyLong_CheckExact(<object>item) and pyint_small_value(item, &v):
-                    if v != _id_at(self._data, i):
-                        return False
-                    continue
-                element = <object>item
-                if not (element == _id_at(self._data, i)):
-                    return False
-            return PySequence_Fast_GET_SIZE(other) == self._len
+        if isinstance(other, list):
+            # Read inside the list's critical section (see _from_sequence); a tuple needs none.
+            with cython.critical_section(other):
+                return _tv_equal_items(self, other)
+        if isinstance(other, tuple):
+            return _tv_equal_items(self, other)
         if isinstance(other, _pyarray):
             return _tv_equal_array(self, other)
         return NotImplemented
@@ -471,7 +457,7 @@ cdef object _tv_equal_array(TokenVector tv, object arr):
         n = view.len // view.itemsize
         if n != tv._len:
             return False
-        if view.len >= NOGIL_BYTES:
+        if _release_gil(view.len):
             with nogil:
                 r = _array_kernel(False, tv._data, n, <char*>view.buf, view.itemsize, kind)
         else:
@@ -539,3 +525,26 @@ def _ids_from_int32_bytes(bytes data, vocab_size=None):
     if vocab_size is not None:
         _check_vocab(tv, vocab_size, WireFormatError, -1, limit)
     return tv
+
+
+cdef bint _tv_equal_items(TokenVector self, object other) except -1:
+    """Equal to the list or tuple `other`, item by item. The real size, never len(): a
+    subclass's __len__ may lie. Items are borrowed, so a Python-level comparison holds its
+    own reference (an __eq__ may remove the item)."""
+    cdef Py_ssize_t i
+    cdef PyObject* item
+    cdef int32_t v
+    if PySequence_Fast_GET_SIZE(other) != self._len:
+        return False
+    for i in range(self._len):
+        if PySequence_Fast_GET_SIZE(other) != self._len:    # resized by an __eq__
+            return False
+        item = PySequence_Fast_ITEMS(other)[i]
+        if PyLong_CheckExact(<object>item) and pyint_small_value(item, &v):
+            if v != _id_at(self._data, i):
+                return False
+            continue
+        element = <object>item
+        if not (element == _id_at(self._data, i)):
+            return False
+    return PySequence_Fast_GET_SIZE(other) == self._len

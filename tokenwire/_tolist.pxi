@@ -11,6 +11,7 @@
 cdef list _tolist_strided(const char* src, Py_ssize_t n, Py_ssize_t stride):
     cdef PyObject* lst = PyList_New(n)
     cdef PyObject* o
+    cdef PyObject* winner
     cdef int32_t v
     cdef Py_ssize_t i
     if lst == NULL:
@@ -18,13 +19,18 @@ cdef list _tolist_strided(const char* src, Py_ssize_t n, Py_ssize_t stride):
     for i in range(n):
         memcpy(&v, src + i * stride, 4)
         if <uint32_t>v < _INT_CACHE:
-            o = _int_table[v]
+            o = <PyObject*>tw_ptr_load_acquire(<void**>&_int_table[v])
             if o == NULL:
                 o = PyLong_FromLong(v)
                 if o == NULL:
                     Py_DECREF(<object>lst)   # items not yet set are NULL: list dealloc skips them
                     raise MemoryError()
-                _int_table[v] = o              # the table keeps this reference forever
+                # Published once: the table keeps this reference forever. A thread that lost
+                # the race (no GIL: another filled the slot meanwhile) takes the winner's.
+                winner = <PyObject*>tw_ptr_publish(<void**>&_int_table[v], o)
+                if winner != o:
+                    Py_DECREF(<object>o)
+                    o = winner
             Py_INCREF(<object>o)
         else:
             o = PyLong_FromLong(v)

@@ -32,6 +32,7 @@ the adoption hook (``_adoption_hook``, tokenwire.adopt's ``_adopt``).
 from __future__ import annotations
 
 import array
+import threading
 import copy
 from typing import Any, Callable, Optional, Union
 
@@ -89,6 +90,11 @@ def _fits(vector: TokenVector, typecode: str) -> bool:
     return bool(info.min <= int(ids.min()) and int(ids.max()) <= info.max)
 
 
+#: Taken only when a held field publishes the container of its first read (_TokenField.listed):
+#: once per field, never on the reads after it.
+_PUBLISH = threading.Lock()
+
+
 class _TokenField:
     """Ids held as a TokenVector (`vector`, the source) and the container built from it on first
     read (`ids`, else None); `kind`: what to build -- False a list, True a tuple, a typecode an
@@ -122,6 +128,20 @@ class _TokenField:
         # Made only by its checked constructor (see __reduce__): a pickle's BUILD of a state
         # into one would set `vector` and `kind` past those checks.
         raise WireFormatError("a _TokenField takes no pickled state")
+
+    def listed(self) -> Any:
+        """The container built from the ids on the first read, published once: every reader,
+        on any thread, gets the same object, so a change made through it is never lost. Two
+        threads reading the field for the first time at once (no GIL) may both build; one
+        publishes, under _PUBLISH, and both return what was published."""
+        ids = self.ids
+        if ids is None:
+            built = self.built()
+            with _PUBLISH:
+                ids = self.ids
+                if ids is None:
+                    ids = self.ids = built
+        return ids
 
     def built(self) -> Any:
         """A new list (tuple, array) of the ids; not cached."""
@@ -306,7 +326,7 @@ class TokenIds(_FieldProtocol):
         if type(value) is _TokenField:
             ids = value.ids
             if ids is None:
-                ids = value.ids = value.built()
+                ids = value.listed()
             return ids
         return value
 

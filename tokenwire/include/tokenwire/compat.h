@@ -9,6 +9,10 @@
  *   tw_ctz64(v)          trailing zero bits of v, v != 0
  *   tw_popcount64(v)     bits set in v (the instruction where the target has it)
  *   tw_popcount64_swar   the same without a popcount instruction or a library call
+ *   tw_ptr_load_acquire  a pointer slot read by threads that another thread may fill
+ *   tw_ptr_publish(s, p) fill an empty (NULL) slot with p once: the value it holds after
+ *   tw_size_load_relaxed / tw_size_store_relaxed   a process-wide setting or counter word
+ *                        that threads read while another may write it (no ordering)
  *
  * Each has a GCC/clang builtin, an MSVC intrinsic and a plain C fallback, so the headers build
  * with GCC, clang, MSVC and any C99 or C++11 compiler. C99 (or later), C++11 (or later).
@@ -16,6 +20,7 @@
 #ifndef TOKENWIRE_COMPAT_H
 #define TOKENWIRE_COMPAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -136,6 +141,83 @@ TW_INLINE unsigned tw_popcount64(uint64_t v) {
     return (unsigned)__builtin_popcountll(v);
 #else
     return tw_popcount64_swar(v);
+#endif
+}
+
+/* A slot of pointers that threads fill lazily and never change afterwards (the int table of
+ * tolist): `tw_ptr_load_acquire` reads it (a plain load on x86; everything the filling thread
+ * wrote before publishing is visible once the pointer is), `tw_ptr_publish` fills an empty
+ * slot with one compare-and-swap and returns what the slot holds afterwards: `p` for the
+ * thread that filled it, the winner's pointer for one that lost the race (which then drops
+ * its own object). Without the GIL two threads may fill one slot at once; this is the one
+ * atomic step that publishes it once. GCC/clang builtins; MSVC's interlocked intrinsics (the
+ * loads through volatile with a barrier: x86 orders them, ARM64's /volatile:iso does not, so
+ * ARM64 uses its acquire load); C11 <stdatomic.h> elsewhere. */
+#if !TW_GNUC && TW_MSVC
+#  include <intrin.h>
+#elif !TW_GNUC && !defined(__cplusplus) && defined(__STDC_VERSION__) && \
+    __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_ATOMICS__)
+#  include <stdatomic.h>
+#  define TW_C11_ATOMICS 1
+#endif
+
+TW_INLINE void *tw_ptr_load_acquire(void *const *slot) {
+#if TW_GNUC
+    return __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+#elif TW_MSVC && defined(_M_ARM64)
+    return (void *)__ldar64((unsigned __int64 volatile *)slot);
+#elif TW_MSVC
+    void *p = *(void *const volatile *)slot;
+    _ReadWriteBarrier();
+    return p;
+#elif defined(TW_C11_ATOMICS)
+    return atomic_load_explicit((void *_Atomic const *)slot, memory_order_acquire);
+#else
+    return *(void *const volatile *)slot;        /* a compiler with no atomics: GIL builds only */
+#endif
+}
+
+TW_INLINE void *tw_ptr_publish(void **slot, void *p) {
+#if TW_GNUC
+    void *expected = 0;
+    if (__atomic_compare_exchange_n(slot, &expected, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return p;
+    return expected;
+#elif TW_MSVC
+    void *was = _InterlockedCompareExchangePointer(slot, p, 0);
+    return was ? was : p;
+#elif defined(TW_C11_ATOMICS)
+    void *expected = 0;
+    if (atomic_compare_exchange_strong_explicit((void *_Atomic *)slot, &expected, p,
+                                                memory_order_acq_rel, memory_order_acquire))
+        return p;
+    return expected;
+#else
+    if (*slot == 0) *slot = p;                   /* a compiler with no atomics: GIL builds only */
+    return *slot;
+#endif
+}
+
+/* A size_t word of process-wide state (a threshold, a high-water mark) that threads read while
+ * another may store it: atomic, relaxed (one plain load or store on every target), so that
+ * without the GIL it is no data race; the value itself orders nothing else. */
+TW_INLINE size_t tw_size_load_relaxed(const size_t *word) {
+#if TW_GNUC
+    return __atomic_load_n(word, __ATOMIC_RELAXED);
+#elif defined(TW_C11_ATOMICS)
+    return atomic_load_explicit((const _Atomic size_t *)word, memory_order_relaxed);
+#else
+    return *(const volatile size_t *)word;       /* MSVC: an aligned word's volatile load */
+#endif
+}
+
+TW_INLINE void tw_size_store_relaxed(size_t *word, size_t value) {
+#if TW_GNUC
+    __atomic_store_n(word, value, __ATOMIC_RELAXED);
+#elif defined(TW_C11_ATOMICS)
+    atomic_store_explicit((_Atomic size_t *)word, value, memory_order_relaxed);
+#else
+    *(volatile size_t *)word = value;
 #endif
 }
 

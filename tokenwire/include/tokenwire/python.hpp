@@ -166,6 +166,35 @@ inline bool via_as_tokens(PyObject* obj, std::optional<int64_t> vocab_size,
     return ok;
 }
 
+// Holds a list's critical section for its scope: on free-threaded CPython (Py_GIL_DISABLED,
+// 3.13+) the list's per-object lock, so a thread that appends to the list meanwhile waits and
+// the item array read under it is never freed; nothing on a build with the GIL. A tuple (or
+// anything else) is not locked: a tuple's items never change.
+class list_lock {
+public:
+    explicit list_lock(PyObject* obj) {
+#ifdef Py_GIL_DISABLED
+        held_ = PyList_Check(obj);
+        if (held_) PyCriticalSection_Begin(&cs_, obj);
+#else
+        (void)obj;
+#endif
+    }
+    ~list_lock() {
+#ifdef Py_GIL_DISABLED
+        if (held_) PyCriticalSection_End(&cs_);
+#endif
+    }
+    list_lock(const list_lock&) = delete;
+    list_lock& operator=(const list_lock&) = delete;
+
+private:
+#ifdef Py_GIL_DISABLED
+    PyCriticalSection cs_;
+    bool held_ = false;
+#endif
+};
+
 // out = the ids in obj (as_tokens' rules and errors). Returns false with a Python error set.
 inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
                       std::vector<int32_t>& out) {
@@ -173,6 +202,7 @@ inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
         return via_as_tokens(obj, vocab_size, out);
     bool done = false;
     if (PyList_Check(obj) || PyTuple_Check(obj)) {
+        list_lock lock(obj);
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
         PyObject** items = PySequence_Fast_ITEMS(obj);
         if (!resize(out, size_t(n))) return false;

@@ -1,0 +1,276 @@
+"""Threads running at once: what tokenwire promises where an object is shared (docs/api.md,
+"Threads").
+
+On free-threaded CPython (3.13t, 3.14t) Python threads run in parallel: a list can be resized
+while C code reads it, a lazily filled slot can be filled by two threads at once. Each race runs
+in a fresh interpreter (`isolated`): a crash is then a failed test naming its signal, not the
+end of the session, and process-wide state (the int table) starts empty. Threads start together
+at a barrier; each test also checks that the race really happened (the other thread ran during
+the calls), so it cannot pass by running the threads one after another. On a build with the GIL
+the same tests run and must pass as well (there the threads interleave rather than overlap).
+
+Each protection was planted out once on 3.13t to watch its test fail (CHANGELOG, "Threads"):
+the list's critical section (the reader crashes: SIGSEGV), the int table's compare-and-swap
+(two objects for one id), the field's one publication (two lists for one field).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import textwrap
+
+import pytest
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def isolated(code: str, race: bool = False, timeout: float = 240) -> str:
+    """Run `code` in a fresh interpreter (this one, PYTHON_GIL unset: a free-threaded build runs
+    without the GIL unless a module turns it on), after RACE's helpers with `race`; its stdout,
+    or a failure with its output and how it ended (a signal by name)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    source = (RACE if race else "") + textwrap.dedent(code)
+    # From a directory of its own: the clone's root would put its tokenwire/ sources (built for
+    # another interpreter, or not at all) before the installed package.
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", source], env=env,
+                          capture_output=True, text=True, timeout=timeout,
+                          cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        how = (f"signal {-proc.returncode}" if proc.returncode < 0
+               else f"exit status {proc.returncode}")
+        pytest.fail(f"the threads' process ended with {how}:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+# The preamble of every race: threads started together, each running `work(i)` `rounds` times.
+RACE = """
+import sys, threading
+THREADS = 8
+
+def race(work, threads=THREADS, extra=None):
+    barrier = threading.Barrier(threads + (extra is not None))
+    errors = []
+    def run(i):
+        barrier.wait()
+        try:
+            work(i)
+        except BaseException as e:
+            errors.append(e)
+            raise
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    if extra is not None:
+        ts.append(threading.Thread(target=lambda: (barrier.wait(), extra())))
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+"""
+
+
+def test_importing_tokenwire_keeps_the_gil_off() -> None:
+    """A serving process that chose a free-threaded interpreter keeps it: importing tokenwire
+    and each of its modules (warnings are errors: CPython warns when it turns the GIL on for a
+    module) leaves the GIL off."""
+    if not FREE_THREADED:
+        pytest.skip("needs a free-threaded build (Py_GIL_DISABLED): this one has the GIL")
+    out = isolated("""
+        import importlib, sys
+        assert not sys._is_gil_enabled(), "the GIL is on before any import"
+        names = ["tokenwire", "tokenwire.transport", "tokenwire.shm", "tokenwire.text",
+                 "tokenwire.unpickle", "tokenwire.state", "tokenwire.adopt", "tokenwire.memory",
+                 "tokenwire.wire", "tokenwire.cli"]
+        for extra, name in (("msgspec", "tokenwire.msgspec"), ("pydantic_core", "tokenwire")):
+            try:
+                importlib.import_module(extra)
+            except ImportError:
+                continue
+            names.append(name)
+        for name in names:
+            importlib.import_module(name)
+            assert not sys._is_gil_enabled(), f"importing {name} turned the GIL on"
+        import tokenwire
+        tokenwire.as_tokens(list(range(10)))
+        print("off", len(names))
+    """)
+    assert out.startswith("off")
+
+
+def test_as_tokens_of_a_list_another_thread_resizes() -> None:
+    """8 threads convert one list while another thread appends to it and clears it: no crash,
+    and every result is the list as it was at some moment (0, 1, 2, ... k-1 for some k: the
+    writer only ever appends the next ids, or clears). The list is read inside its critical
+    section (its lock, without the GIL), so an append that moves its items waits."""
+    out = isolated(race=True, code="""
+        import numpy as np, tokenwire
+        lst = []
+        done = threading.Event()
+        writes = [0]
+        def writer():
+            while not done.is_set():
+                n = len(lst)
+                if n > 60_000:
+                    lst.clear()
+                else:
+                    lst.extend(range(n, n + 997))
+                writes[0] += 1
+        seen = [0] * THREADS
+        def reader(i):
+            for _ in range(400):
+                tv = tokenwire.as_tokens(lst)
+                ids = np.frombuffer(tv, np.int32)
+                assert np.array_equal(ids, np.arange(len(ids), dtype=np.int32)), \\
+                    f"a result that the list never was ({len(ids)} ids)"
+                seen[i] = max(seen[i], len(ids))
+                assert tv == list(range(len(ids)))     # TokenVector.__eq__ of a list
+        w = threading.Thread(target=writer)
+        w.start()
+        try:
+            race(reader)
+        finally:
+            done.set()
+            w.join()
+        assert writes[0] > 100 and max(seen) > 0, (writes, seen)
+        # __eq__ against the list being resized, from the readers' side
+        done.clear()
+        w = threading.Thread(target=writer)
+        w.start()
+        try:
+            race(lambda i: [tokenwire.TokenVector(range(5000)) == lst for _ in range(400)])
+        finally:
+            done.set()
+            w.join()
+        print("ok", writes[0])
+    """)
+    assert out.startswith("ok")
+
+
+def test_tolist_fills_each_int_table_slot_once() -> None:
+    """8 threads materialize the same ids, whose int-table slots are all empty at the start (a
+    fresh process; ids no import touches): every list is equal, and each id is one object in
+    all of them -- the one its slot holds. The slot is filled by one compare-and-swap; a thread
+    that lost the race took the winner's object and dropped its own."""
+    out = isolated(race=True, code="""
+        import numpy as np, tokenwire
+        ids = np.arange(200_000, 262_144, dtype=np.int32)     # never materialized before
+        tv = tokenwire.as_tokens(ids)
+        lists = [None] * THREADS
+        def work(i):
+            lists[i] = tokenwire.tolist(tv)
+        race(work)
+        first = lists[0]
+        assert all(lst == first for lst in lists)
+        shared = sum(all(lst[k] is first[k] for lst in lists) for k in range(len(first)))
+        assert shared == len(first), f"{len(first) - shared} ids were more than one object"
+        again = tokenwire.tolist(tv)
+        assert all(a is b for a, b in zip(again, first)), "the table holds another object"
+        # Each slot's object: the table's reference, one per list holding it, and the ones
+        # counted here; a loser's object, not dropped, would leave more than this.
+        counts = {sys.getrefcount(first[k]) for k in range(0, len(first), 7)}
+        assert len(counts) == 1, f"reference counts differ between ids: {sorted(counts)}"
+        print("ok")
+    """)
+    assert out.startswith("ok")
+
+
+def test_a_fields_first_read_publishes_one_list() -> None:
+    """8 threads read the token field of a freshly unpickled request for the first time, at
+    once: every one gets the same list object, and an append made through it is seen by all,
+    and by the next pickle. 300 requests."""
+    out = isolated(race=True, code="""
+        import pickle, tokenwire
+        from tokenwire.request import GenerationRequest
+        data = pickle.dumps(GenerationRequest(list(range(20_000))), protocol=5)
+        for trial in range(300):
+            req = pickle.loads(data)
+            got = [None] * THREADS
+            def read(i):
+                got[i] = req.prompt_token_ids
+            race(read)
+            assert all(g is got[0] for g in got), f"trial {trial}: {len(set(map(id, got)))} lists"
+            got[3].append(7)
+            assert all(g[-1] == 7 for g in got) and req.prompt_token_ids[-1] == 7
+            assert pickle.loads(pickle.dumps(req, protocol=5)).prompt_token_ids[-1] == 7
+        print("ok")
+    """)
+    assert out.startswith("ok")
+
+
+def test_shared_vectors_and_frames_from_threads() -> None:
+    """One TokenVector and its frames, shared by 8 threads: encode (every codec), decode,
+    decode_many, to_base64 / from_base64, tolist and pickling, each result checked id by id
+    against what one thread computed first."""
+    out = isolated(race=True, code="""
+        import pickle, numpy as np, tokenwire
+        rng = np.random.default_rng(0)
+        tv = tokenwire.as_tokens(rng.integers(0, 151_936, 30_000, dtype=np.int32))
+        ref = np.frombuffer(tv, np.int32).copy()
+        codecs = ["raw", "u16", "packed", "pfor", "auto"]
+        codecs = [c for c in codecs if c != "u16"]            # ids above 65535
+        frames = {c: tokenwire.encode(tv, codec=c, checksum=True) for c in codecs}
+        many = tokenwire.encode_many([tv, tv[:100]], codec="pfor")
+        text = tokenwire.to_base64(tv, codec="pfor")
+        def check(v):
+            assert np.array_equal(np.frombuffer(v, np.int32), ref)
+        def work(i):
+            for _ in range(20):
+                for c in codecs:
+                    assert tokenwire.encode(tv, codec=c, checksum=True) == frames[c]
+                    check(tokenwire.decode(frames[c]))
+                a, b = tokenwire.decode_many(many)
+                check(a)
+                assert b == tv[:100]
+                check(tokenwire.from_base64(text))
+                assert tokenwire.to_base64(tv, codec="pfor") == text
+                assert tokenwire.tolist(tv) == ref.tolist()
+                check(pickle.loads(pickle.dumps(tv, protocol=5)))
+                check(pickle.loads(pickle.dumps(tv, protocol=2)))
+        race(work)
+        print("ok")
+    """)
+    assert out.startswith("ok")
+
+
+def test_transport_and_msgspec_from_threads() -> None:
+    """`dumps_oob` / `loads_oob` with one key, signed and with codecs, from 8 threads at once;
+    and, where msgspec is installed, one msgspec `Encoder` and one `Decoder` shared by them
+    (their documented contract: encode and decode may be called from any thread)."""
+    out = isolated(race=True, code="""
+        import secrets, numpy as np, tokenwire
+        from tokenwire.transport import dumps_oob, loads_oob
+        from tokenwire.request import GenerationRequest
+        key = secrets.token_bytes(32)
+        find = lambda m, n: tokenwire.find_class(m, n, allow={("tokenwire.request",
+                                                               "GenerationRequest")})
+        def work(i):
+            ids = list(range(i * 1000, i * 1000 + 40_000))
+            for r in range(20):
+                codec = ("raw", "pfor", "packed")[r % 3]
+                frames = dumps_oob(GenerationRequest(ids), key=key, codec=codec)
+                got = loads_oob([bytes(f) for f in frames], key=key, find_class=find)
+                assert got.prompt_token_ids == ids
+        race(work)
+        try:
+            import msgspec
+        except ImportError:
+            print("ok no-msgspec")
+            raise SystemExit(0)
+        import tokenwire.msgspec as tm
+        class Req(msgspec.Struct):
+            rid: str
+            prompt: tokenwire.TokenVector
+        enc, dec = tm.Encoder(), tm.Decoder(Req)
+        def work2(i):
+            tv = tokenwire.as_tokens(range(i, i + 30_000))
+            for r in range(50):
+                got = dec.decode([bytes(f) for f in enc.encode(Req(f"r{i}-{r}", tv))])
+                assert got.rid == f"r{i}-{r}" and got.prompt == tv
+        race(work2)
+        print("ok")
+    """)
+    assert out.startswith("ok")
