@@ -9,9 +9,10 @@ at a barrier; each test also checks that the race really happened (the other thr
 the calls), so it cannot pass by running the threads one after another. On a build with the GIL
 the same tests run and must pass as well (there the threads interleave rather than overlap).
 
-Each protection was planted out once on 3.13t to watch its test fail (CHANGELOG, "Threads"):
-the list's critical section (the reader crashes: SIGSEGV), the int table's compare-and-swap
-(two objects for one id), the field's one publication (two lists for one field).
+Each protection was planted out once on 3.13t to watch its test fail (CHANGELOG): the list's
+critical section (the reader crashes: SIGSEGV), the int table's compare-and-swap (two objects
+for one id), the aligned copy's compare-and-swap (two copies), the field's one publication
+(two lists for one field).
 """
 
 from __future__ import annotations
@@ -173,6 +174,31 @@ def test_tolist_fills_each_int_table_slot_once() -> None:
         # counted here; a loser's object, not dropped, would leave more than this.
         counts = {sys.getrefcount(first[k]) for k in range(0, len(first), 7)}
         assert len(counts) == 1, f"reference counts differ between ids: {sorted(counts)}"
+        print("ok")
+    """)
+    assert out.startswith("ok")
+
+
+def test_an_unaligned_views_aligned_copy_is_made_once() -> None:
+    """A vector that views a frame at an unaligned address (decode reads such a frame in place)
+    makes an aligned copy of its ids the first time someone takes its buffer. 8 threads take it
+    at once, 1,000 times: all get the same copy (one address), and the vector owns exactly
+    one."""
+    out = isolated(race=True, code="""
+        import numpy as np, tokenwire
+        frame = tokenwire.encode(np.arange(30_000, dtype=np.int32), codec="raw")
+        src = b"\\0" + frame                           # the payload at an odd address
+        for trial in range(1000):
+            tv = tokenwire.decode(memoryview(src)[1:])
+            viewing = tv.__sizeof__()
+            arrays = [None] * THREADS
+            def take(i):
+                arrays[i] = np.frombuffer(tv, np.int32)
+            race(take)
+            addrs = {a.__array_interface__["data"][0] for a in arrays}
+            assert len(addrs) == 1, f"trial {trial}: {len(addrs)} copies"
+            assert addrs.pop() % 4 == 0 and tv.__sizeof__() == viewing + 4 * 30_000
+            assert all(np.array_equal(a, np.arange(30_000)) for a in arrays)
         print("ok")
     """)
     assert out.startswith("ok")

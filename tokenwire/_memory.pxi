@@ -12,6 +12,7 @@ from tokenwire._bitpack cimport twbp_id
 cdef extern from "tokenwire/compat.h" nogil:
     void* tw_ptr_load_acquire(void* const* slot)
     void* tw_ptr_publish(void** slot, void* p)
+    void* tw_ptr_cas(void** slot, void* expected, void* desired)
     size_t tw_size_load_relaxed(const size_t* word)
     void tw_size_store_relaxed(size_t* word, size_t value)
 
@@ -205,16 +206,23 @@ cdef int32_t* tv_aligned(TokenVector tv) except NULL:
     reader that took the old pointer (a kernel running without the GIL) keeps reading valid,
     unchanged memory."""
     cdef int32_t* p
+    cdef int32_t* view = <int32_t*>tw_ptr_load_acquire(<void**>&tv._data)
+    cdef int32_t* now
     cdef size_t nbytes
-    if (<uintptr_t>tv._data) % 4 == 0:
-        return tv._data
+    if (<uintptr_t>view) % 4 == 0:
+        return view
     nbytes = <size_t>tv._len * 4
     # Only views are ever unaligned (owned storage comes from malloc): _owned is False here.
     p = <int32_t*>PyMem_RawMalloc(nbytes)
     if p == NULL:
         raise MemoryError(f"cannot allocate {tv._len} token ids ({nbytes} bytes)")
-    memcpy(p, tv._data, nbytes)
-    tv._data = p
+    memcpy(p, view, nbytes)
+    # Published with one compare-and-swap: without the GIL two threads may make the copy at
+    # once; the one whose swap failed frees its copy and takes the winner's.
+    now = <int32_t*>tw_ptr_cas(<void**>&tv._data, view, p)
+    if now != p:
+        PyMem_RawFree(p)
+        return now
     tv._owned = True
     return p
 

@@ -11,6 +11,7 @@
  *   tw_popcount64_swar   the same without a popcount instruction or a library call
  *   tw_ptr_load_acquire  a pointer slot read by threads that another thread may fill
  *   tw_ptr_publish(s, p) fill an empty (NULL) slot with p once: the value it holds after
+ *   tw_ptr_cas(s, e, p)  replace e in a slot by p once (the same, from another value)
  *   tw_size_load_relaxed / tw_size_store_relaxed   a process-wide setting or counter word
  *                        that threads read while another may write it (no ordering)
  *
@@ -177,25 +178,30 @@ TW_INLINE void *tw_ptr_load_acquire(void *const *slot) {
 #endif
 }
 
-TW_INLINE void *tw_ptr_publish(void **slot, void *p) {
+/* Replace `expected` in *slot by `desired` with one compare-and-swap; returns what the slot holds
+ * afterwards (`desired` when this call replaced it, the other thread's value otherwise). */
+TW_INLINE void *tw_ptr_cas(void **slot, void *expected, void *desired) {
 #if TW_GNUC
-    void *expected = 0;
-    if (__atomic_compare_exchange_n(slot, &expected, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return p;
+    if (__atomic_compare_exchange_n(slot, &expected, desired, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        return desired;
     return expected;
 #elif TW_MSVC
-    void *was = _InterlockedCompareExchangePointer(slot, p, 0);
-    return was ? was : p;
+    void *was = _InterlockedCompareExchangePointer(slot, desired, expected);
+    return was == expected ? desired : was;
 #elif defined(TW_C11_ATOMICS)
-    void *expected = 0;
-    if (atomic_compare_exchange_strong_explicit((void *_Atomic *)slot, &expected, p,
+    if (atomic_compare_exchange_strong_explicit((void *_Atomic *)slot, &expected, desired,
                                                 memory_order_acq_rel, memory_order_acquire))
-        return p;
+        return desired;
     return expected;
 #else
-    if (*slot == 0) *slot = p;                   /* a compiler with no atomics: GIL builds only */
+    if (*slot == expected) *slot = desired;      /* a compiler with no atomics: GIL builds only */
     return *slot;
 #endif
+}
+
+TW_INLINE void *tw_ptr_publish(void **slot, void *p) {
+    return tw_ptr_cas(slot, 0, p);
 }
 
 /* A size_t word of process-wide state (a threshold, a high-water mark) that threads read while
