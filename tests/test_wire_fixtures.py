@@ -263,3 +263,77 @@ def test_forced_codecs_on_empty_input(codec: str, head: str) -> None:
         pytest.importorskip("zstandard")
     frame = tokenwire.encode([], codec=codec)
     assert frame == bytes.fromhex("5457495201" + head + "00" + "00" * 8)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in MANIFEST.items()
+                                        if c["kwargs"].get("codec") == "zstd"
+                                        and n != "zstd_repeated"))
+def test_zstd_fixtures_pin_the_encoders_header(name: str) -> None:
+    """The compressed bytes depend on libzstd; the header the encoder writes (codec, width,
+    flags, count) and the count table do not, for inputs far from its thresholds."""
+    pytest.importorskip("zstandard")
+    case = MANIFEST[name]
+    frame = (FIXTURES / f"{name}.bin").read_bytes()
+    if case["kind"] == "one":
+        again = tokenwire.encode(case["sequences"][0], **case["kwargs"])
+    else:
+        again = tokenwire.encode_many(case["sequences"], **case["kwargs"])
+    info = tokenwire.frame_info(frame)
+    start = 16 + (((4 * len(info.counts) + 7) // 8) * 8 if info.multi else 0)
+    assert again[:start] == frame[:start]
+    assert info.compression == "zstd"
+
+
+# ---------------------------------------------------------------------------------------------
+# `tokenwire inspect` on every fixture: the header fields frame_info gives, the ids, "valid";
+# on a negative fixture, the manifest's message (frame_info's when it fails, else decode_many's).
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_inspect_prints_each_golden_frame(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenwire import cli
+
+    case = MANIFEST[name]
+    path = FIXTURES / f"{name}.bin"
+    frame = path.read_bytes()
+    info = tokenwire.frame_info(frame)
+    if info.compression == "zstd" and not harness.has_zstandard():
+        pytest.skip("zstandard not installed")
+    assert cli.main(["inspect", str(path), "--show", "100000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    seqs = case["sequences"]
+    total = sum(len(s) for s in seqs)
+    assert lines[0] == f"frame:     {len(frame)} bytes, version 1"
+    assert lines[1] == f"codec:     {info.codec}, {info.width} bits per id"
+    counts = [len(s) for s in seqs] if info.multi else [total]
+    assert lines[2] == (f"sequences: {len(counts)} ({', '.join(f'{c:,}' for c in counts)} ids; "
+                        f"{total:,} in all)")
+    assert lines[3] == f"checksum:  {'present, verified' if info.checksum else 'none'}"
+    shown = [line for line in lines if line.startswith("  [")]
+    assert shown == [f"  [{i}] [{', '.join(map(str, s))}]" for i, s in enumerate(seqs)]
+    assert lines[-1] == "valid"
+
+
+# inspect reads a frame as decode_many does: the frames only decode refuses (a MULTI frame) are
+# not refused there.
+@pytest.mark.parametrize("name", sorted(n for n, case in INVALID_MANIFEST.items()
+                                        if "ok" not in case["decode_many"]))
+def test_inspect_refuses_each_negative_frame(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from tokenwire import cli
+
+    case = INVALID_MANIFEST[name]
+    path = INVALID / f"{name}.bin"
+    frame = path.read_bytes()
+    if frame[7:8] and frame[7] & 0x04 and not harness.has_zstandard():
+        pytest.skip("zstandard not installed")
+    argv = ["inspect", str(path)]
+    if "vocab_size" in case["kwargs"]:
+        argv += ["--vocab-size", str(case["kwargs"]["vocab_size"])]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    expected = case["frame_info"] if "error" in case["frame_info"] else case["decode_many"]
+    head = f"tokenwire inspect: invalid frame ({len(frame)} bytes): {expected['message']}"
+    if expected.get("match") == "prefix":
+        assert err.startswith(head)
+    else:
+        assert err == head + "\n"

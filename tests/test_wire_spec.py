@@ -75,3 +75,109 @@ def test_the_pfor_tie_fixture_is_a_tie_won_by_the_larger_width() -> None:
     assert tokenwire.decode(narrower).tolist() == ids == tokenwire.decode(frame).tolist()
     assert len(narrower) == len(frame)
     assert tokenwire.encode(ids, codec="pfor") == frame
+
+
+# ---------------------------------------------------------------------------------------------
+# The encoder's input rules ("Ids the encoder cannot take"; "The `codec` argument"), each row of
+# the spec's table exactly as written there.
+
+class _Index:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+INT32 = ", outside int32 [-2147483648, 2147483647]"
+
+
+def test_integer_scalars_and_index_objects_are_ids() -> None:
+    np = pytest.importorskip("numpy")
+    ids = [np.int64(5), np.uint8(7), np.int8(-3), _Index(9), 11]
+    assert tokenwire.decode(tokenwire.encode(ids)).tolist() == [5, 7, -3, 9, 11]
+    _raises(TokenIdOverflowError, "token id at index 0 is 2147483648" + INT32,
+            tokenwire.encode, [np.uint32(2**31)])
+    _raises(TokenIdOverflowError, "token id at index 1 is 1099511627776" + INT32,
+            tokenwire.encode, [1, _Index(2**40)])
+
+
+@pytest.mark.parametrize(("element", "name"), [
+    (True, "bool"), (False, "bool"), ("1", "str"), (1.0, "float"), (None, "NoneType"),
+    ([1], "list")])
+def test_bool_and_other_non_integers_are_type_errors(element: object, name: str) -> None:
+    _raises(TokenIdTypeError, f"token id at index 1 must be an int, got {name}",
+            tokenwire.encode, [0, element])
+    _raises(TokenIdTypeError, f"sequence 1: token id at index 1 must be an int, got {name}",
+            tokenwire.encode_many, [[], [0, element]])
+
+
+def test_numpy_bool_and_float_arrays() -> None:
+    np = pytest.importorskip("numpy")
+    _raises(TokenIdTypeError, "token id at index 0 must be an int, got bool",
+            tokenwire.encode, [np.bool_(True)])
+    _raises(TokenIdTypeError, "token id at index 0 must be an int, got float32",
+            tokenwire.encode, [np.float32(1)])
+    _raises(TokenIdTypeError, "token ids must be integers, got an array of dtype float64",
+            tokenwire.encode, np.array([1.0, 2.0]))
+
+
+def test_not_1d_is_a_token_id_error() -> None:
+    np = pytest.importorskip("numpy")
+    _raises(TokenIdError, "token ids must be 1-D, got shape (2, 3)",
+            tokenwire.encode, np.zeros((2, 3), dtype=np.int32))
+    _raises(TokenIdError, "token ids must be 1-D, got shape ()", tokenwire.encode, np.array(5))
+    _raises(TokenIdError, "sequence 1: token ids must be 1-D, got shape (1, 1)",
+            tokenwire.encode_many, [[1, 2], np.array([[1]])])
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (2**128 - 1, str(2**128 - 1)), (-(2**128) + 1, str(-(2**128) + 1)),
+    (-(2**127) - 1, str(-(2**127) - 1)),
+    (2**128, "an int of 129 bits"), (-(2**128), "a negative int of 129 bits"),
+    (-(2**128) - 1, "a negative int of 129 bits"), (2**200, "an int of 201 bits")])
+def test_an_int_of_b_bits_counts_magnitude_bits(value: int, text: str) -> None:
+    _raises(TokenIdOverflowError, f"token id at index 0 is {text}" + INT32,
+            tokenwire.encode, [value])
+
+
+EXPECTED = "(expected 'auto', 'raw', 'u16', 'packed', 'pfor' or 'zstd')"
+
+
+@pytest.mark.parametrize(("codec", "shown"), [
+    ("RAW", "'RAW'"), (b"raw", "b'raw'"), (3, "3"), (None, "None"),
+    ("x" * 100, "'xxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxx'")])
+def test_an_unknown_codec_name(codec: object, shown: str) -> None:
+    for fn, ids in ((tokenwire.encode, [1]), (tokenwire.encode_many, [[1]])):
+        _raises(ValueError, f"unknown codec {shown} {EXPECTED}", fn, ids, codec=codec)
+
+
+# ---------------------------------------------------------------------------------------------
+# The zstd section's texts: rule 22's libzstd tail, and the class of the "not installed" error.
+
+def test_rule_22_is_the_prefix_and_the_bare_libzstd_text() -> None:
+    pytest.importorskip("zstandard")
+    invalid = FIXTURES / "invalid"
+    for name, text in (("zstd_corrupt_block", "Data corruption detected"),
+                       ("zstd_content_checksum_wrong", "Restored data doesn't match checksum")):
+        frame = (invalid / f"{name}.bin").read_bytes()
+        _raises(tokenwire.WireFormatError,
+                f"zstd payload is corrupt: zstd decompress error: {text}", tokenwire.decode, frame)
+
+
+def test_without_zstandard_a_zstd_frame_is_a_wire_format_error() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['zstandard'] = None\n"
+            "import tokenwire, pathlib\n"
+            f"frame = pathlib.Path({str(FIXTURES / 'zstd_over_u16.bin')!r}).read_bytes()\n"
+            "tokenwire.frame_info(frame)\n"
+            "try:\n"
+            "    tokenwire.decode(frame)\n"
+            "except tokenwire.WireFormatError as e:\n"
+            "    print(type(e).__name__, isinstance(e, ValueError), e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == ("WireFormatError True zstd-compressed frame, but the zstandard package is "
+                   "not installed (pip install tokenwire[zstd])\n")

@@ -50,6 +50,22 @@ cdef object _zstd_compressor():
     return cctx
 
 
+#: The texts zstandard puts before libzstd's ZSTD_getErrorName text in a ZstdError, by the call
+#: that failed (stream_reader's, decompress's, decompressobj's).
+_ZSTANDARD_PREFIXES = ("zstd decompress error: ", "decompression error: ",
+                       "zstd decompressor error: ")
+
+
+cdef str _libzstd_text(object error):
+    """libzstd's own text of a ZstdError: ZSTD_getErrorName's (e.g. "Data corruption detected"),
+    zstandard's prefix removed (docs/wire-format.md, "libzstd's text (22)")."""
+    text = str(error)
+    for prefix in _ZSTANDARD_PREFIXES:
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return text
+
+
 cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
     """The decompressed payload of a checked zstd frame (exactly L.payload_len bytes). Never
     produces more than L.payload_len + 1 bytes, whatever the zstd frame holds."""
@@ -76,8 +92,10 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
         raise WireFormatError(f"zstd payload has {clen - flen} trailing bytes after its zstd frame")
     try:
         declared = zstd.frame_content_size(comp)
-    except zstd.ZstdError as e:
-        raise WireFormatError(f"zstd payload is corrupt: {e}") from None
+    except zstd.ZstdError:
+        # (the walk refuses the one header this can fail on: a window of 2**32 bytes or more)
+        raise WireFormatError("zstd payload is corrupt: error when determining content size") \
+            from None
     if declared != plen:
         raise WireFormatError(
             f"zstd payload declares {declared} bytes, the header needs {plen}"
@@ -94,7 +112,8 @@ cdef bytes _zstd_payload(const uint8_t* buf, FrameLayout* L):
             chunks.append(chunk)
             got += len(chunk)
     except zstd.ZstdError as e:
-        raise WireFormatError(f"zstd payload is corrupt: {e}") from None
+        raise WireFormatError(
+            f"zstd payload is corrupt: zstd decompress error: {_libzstd_text(e)}") from None
     if got != plen:
         raise WireFormatError(
             f"zstd payload decompresses to {'more than ' if got > plen else ''}"

@@ -464,7 +464,8 @@ static inline int tw_decode_pfor(const uint8_t *buf, const tw_layout *L,
 /* The size in bytes of the zstd frame at p (n bytes available), from its headers alone: nothing
  * is decompressed. It refuses, in this order (docs/wire-format.md, "The zstd walk"):
  *   - not the zstd magic over the first min(4, n) bytes; a frame header cut short; the reserved
- *     descriptor bit; a dictionary ID other than 0 (tokenwire frames use no dictionary);
+ *     descriptor bit; a dictionary ID other than 0 (tokenwire frames use no dictionary); a
+ *     Window_Descriptor exponent above 21 (a window of 2**32 bytes or more);
  *   - then block by block, K being the offset of the block's 3-byte header: a block header cut
  *     short; block type 3; a Block_Size above the block maximum min(Window_Size, 128 KiB) (for an
  *     RLE block Block_Size is what it regenerates); raw and RLE blocks regenerating more than
@@ -507,8 +508,10 @@ static inline int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t pa
     }
     size_t off = 5;
     uint64_t window;
+    unsigned exponent = 0;     /* the Window_Descriptor's (0 for a single-segment frame) */
     if (!single) {
         const unsigned wd = p[off++];
+        exponent = wd >> 3;
         const uint64_t base = UINT64_C(1) << (10 + (wd >> 3));
         window = base + (base / 8) * (wd & 7);
     } else {
@@ -520,6 +523,13 @@ static inline int64_t tw_zstd_frame_size(const uint8_t *p, size_t n, uint64_t pa
     if (dict != 0) {
         snprintf(msg, cap, "zstd payload is corrupt: the frame needs dictionary %llu "
                  "(tokenwire frames use none)", (unsigned long long)dict);
+        return -1;
+    }
+    /* A window of 2**32 bytes or more (exponent 22 and up) is refused here rather than left to
+     * libzstd, so that every decoder refuses it alike, whatever its libzstd's largest window;
+     * the text is libzstd's own for a frame header it cannot read. */
+    if (exponent > 21) {
+        snprintf(msg, cap, "zstd payload is corrupt: error when determining content size");
         return -1;
     }
     if (single) {
