@@ -84,3 +84,14 @@ def test_find_class_refuses_everything_else():
         tokenwire._core._restore_token_vector("\u0100abc")
 
 
+
+
+def test_check_pickle_is_the_native_walk_itself() -> None:
+    """The public name is the extension's function, not a Python wrapper around it (one call
+    less for every received pickle), and carries the documentation."""
+    import tokenwire._core
+
+    assert tokenwire.unpickle.check_pickle is tokenwire._core.check_pickle
+    assert "FRAME" in tokenwire.unpickle.check_pickle.__doc__
+    with pytest.raises(pickle.UnpicklingError, match="BINBYTES at offset 2 declares"):
+        tokenwire.unpickle.check_pickle(b"\x80\x05B\xff\xff\xff\x7f")

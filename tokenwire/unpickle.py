@@ -18,7 +18,7 @@ import importlib
 import pickle
 from typing import Any
 
-from tokenwire._core import _check_pickle, _load_scope, _LoadScope
+from tokenwire._core import _load_scope, _LoadScope, check_pickle
 
 __all__ = ["PICKLE_GLOBALS", "check_pickle", "load_scope"]      # find_class is public as tokenwire.find_class
 
@@ -55,34 +55,6 @@ def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def check_pickle(data: Any) -> None:
-    """Raise ``pickle.UnpicklingError`` when the pickle `data` (any bytes-like object) declares
-    an allocation larger than itself; return None otherwise. Call it on received bytes before
-    ``pickle.loads`` or an ``Unpickler``, restricted or not.
-
-    CPython's unpickler allocates a counted argument before reading it (``BINBYTES`` up to
-    4 GiB, ``BINBYTES8`` and ``BYTEARRAY8`` up to 2**64 bytes) and grows its memo to a put's
-    index, zeroing each slot (``LONG_BINPUT`` up to 2**32), so a 9-byte pickle can make a
-    process touch gigabytes whatever ``find_class`` allows. This walks the opcodes once, in C,
-    and refuses, naming the opcode and its offset, a counted argument longer than the bytes
-    after it, a memo index not below the pickle's length (a text ``PUT`` read as the
-    unpickler reads it), an opcode that runs past the end of its ``FRAME``, and a ``FRAME``
-    inside another: read from a file, CPython's unpickler parses those as other opcodes than
-    the walk reads (it rereads from the file what crosses a frame's end), so they could hide a
-    memo bomb. The walk stops where the unpickler itself would stop with an error.
-
-    What passes: every pickle ``pickle.dumps`` writes (memo entries numbered from 0, one per
-    memoized object; opcodes wholly inside or outside frames), and a ``Pickler``'s at
-    protocol 4 and later. A ``Pickler`` reused for several ``dump`` calls at protocol 3 or
-    lower keeps numbering its memo across them, so a later pickle may name an index beyond its
-    own length and is refused: call ``clear_memo()`` between dumps, or use protocol 4 or 5.
-    It reads `data` once and keeps nothing; it costs ~0.3 µs for a request whose ids travel as
-    a buffer, ~150 µs for the pickle of a plain list of 40,000 ints (a tenth of its load).
-    tokenwire's receivers (``loads_oob``, ``recv_pyobj_oob``, the channel's ``Receiver``) call
-    it on every pickle they load."""
-    _check_pickle(data)
 
 
 def load_scope() -> _LoadScope:
