@@ -970,3 +970,22 @@ def test_aux_ext_hook_bounds_the_reads_of_a_frame_whose_vectors_are_dropped() ->
     assert len(reads) == 128 + 129
     kept = decode([framed[0]] * 400)                            # one vector, kept: read once
     assert kept["k"] == list(range(20_000))
+
+
+def test_hooks_send_out_of_band_buffers_in_their_own_codec() -> None:
+    """`oob_codec` is the out-of-band buffers' codec apart from the inline Exts': a vector of
+    `threshold` bytes or more becomes a frame of `oob_codec` in the host's list, a small one an
+    inline Ext of `codec`; what the socket-aware Encoder(codec=None) uses."""
+    hooks = tm.Hooks(codec="auto", oob_codec="pfor", threshold=1024)
+    big, small = tokenwire.as_tokens(range(5_000)), tokenwire.as_tokens(range(60_000, 60_100))
+    buffers: List[Any] = [b""]
+    ref = hooks.aux_enc_hook(big, buffers)
+    assert ref.code == tm.BUFFER_EXT_CODE and tokenwire.frame_info(buffers[1]).codec == "pfor"
+    inline = hooks.aux_enc_hook(small, buffers)
+    assert inline.code == tm.EXT_CODE and tokenwire.frame_info(inline.data).codec == "u16"
+    raw = tm.Hooks(codec="packed", oob_codec="raw", threshold=1024)
+    views: List[Any] = [b""]
+    raw.aux_enc_hook(big, views)
+    assert type(views[1]) is memoryview and views[1].nbytes == big.nbytes
+    with pytest.raises(ValueError, match="unknown codec 'lz4'"):
+        tm.Hooks(oob_codec="lz4")  # type: ignore[arg-type]

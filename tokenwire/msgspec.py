@@ -25,7 +25,8 @@ from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError, _describe
 from tokenwire.text import from_base64, to_base64
 from tokenwire._oob import OOB_THRESHOLD
-from tokenwire.transport import received_buffer, recv_frames, send_frames, socket_codec
+from tokenwire.transport import (NETWORK_CODEC, received_buffer, recv_frames, send_frames,
+                                 socket_codec)
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -114,14 +115,17 @@ class Hooks:
     threshold, buffer_ext_code: `aux_enc_hook` puts a TokenVector of at least `threshold`
         bytes (``None``: never) into the host's buffer list, referenced by an Ext of type
         `buffer_ext_code`.
+    oob_codec: the codec of those out-of-band buffers (default None: `codec`), apart from the
+        inline Exts': a socket-aware encoder sends them raw on the host and compact across a
+        network while its inline Exts stay "auto".
     enc_hook, ext_hook, dec_hook: your hooks, called for every other type / Ext code (without
         them: TypeError "Encoding objects of type X is unsupported", an `Ext` object, a
         msgspec.ValidationError "Expected `X`, got `Y`", as msgspec says without hooks).
     """
 
-    __slots__ = ("ext_code", "codec", "checksum", "vocab_size", "json_array", "urlsafe",
-                 "threshold", "buffer_ext_code", "_next_enc", "_next_ext", "_next_dec",
-                 "_local")
+    __slots__ = ("ext_code", "codec", "oob_codec", "checksum", "vocab_size", "json_array",
+                 "urlsafe", "threshold", "buffer_ext_code", "_next_enc", "_next_ext",
+                 "_next_dec", "_local")
 
     def __init__(self, *, ext_code: int = EXT_CODE, codec: _Codec = "auto",
                  checksum: bool = False, vocab_size: Optional[int] = None,
@@ -130,13 +134,17 @@ class Hooks:
                  buffer_ext_code: int = BUFFER_EXT_CODE,
                  enc_hook: Optional[Callable[[Any], Any]] = None,
                  ext_hook: Optional[Callable[[int, memoryview], Any]] = None,
-                 dec_hook: Optional[Callable[[type, Any], Any]] = None) -> None:
+                 dec_hook: Optional[Callable[[type, Any], Any]] = None,
+                 oob_codec: Optional[_Codec] = None) -> None:
         self.ext_code = _check_ext_code("ext_code", ext_code)
         self.buffer_ext_code = _check_ext_code("buffer_ext_code", buffer_ext_code)
         if buffer_ext_code == ext_code:
             raise ValueError(f"buffer_ext_code and ext_code must differ, both are {ext_code}")
         check_codec(codec)                       # an unknown codec fails here, not mid-message
         self.codec = codec
+        if oob_codec is not None:
+            check_codec(oob_codec)
+        self.oob_codec: _Codec = codec if oob_codec is None else oob_codec
         self.checksum = bool(checksum)
         self.vocab_size = vocab_size
         self.json_array = bool(json_array)
@@ -149,12 +157,15 @@ class Hooks:
         self._next_dec = dec_hook
         self._local = threading.local()          # aux_ext_hook: this thread's _AuxRecord
 
-    def _frame(self, tv: TokenVector, reference: Optional[int] = None) -> Any:
-        """`tv`'s frame, or its list when codec is "auto" and what the message would hold (the
-        frame in an Ext, or a `reference`-byte Ext plus the frame) is larger than msgpack's
-        list of the ids: the one place of the rule that the default never sends more."""
-        frame = encode(tv, codec=self.codec, checksum=self.checksum)
-        if self.codec == "auto":
+    def _frame(self, tv: TokenVector, reference: Optional[int] = None,
+               codec: Optional[_Codec] = None) -> Any:
+        """`tv`'s frame in `codec` (default: this Hooks' inline codec), or its list when that
+        is "auto" and what the message would hold (the frame in an Ext, or a `reference`-byte
+        Ext plus the frame) is larger than msgpack's list of the ids: the one place of the rule
+        that the default never sends more."""
+        codec = self.codec if codec is None else codec
+        frame = encode(tv, codec=codec, checksum=self.checksum)
+        if codec == "auto":
             ext = len(frame) if reference is None else reference
             size = len(frame) + (reference or 0) + _msgpack_ext_header(ext)
             if _msgpack_list_bytes(tv, size) < size:
@@ -182,7 +193,7 @@ class Hooks:
         *buffers]``, as vLLM's ``MsgpackEncoder.aux_buffers``): a TokenVector of at least
         `threshold` bytes is appended to `buffers` and replaced by an
         ``Ext(buffer_ext_code, reference)``; smaller ones and other types go to `enc_hook`.
-        Under codec "raw" the buffer is a view of the vector (keep it alive until sent),
+        Under `oob_codec` "raw" the buffer is a view of the vector (keep it alive until sent),
         under others a frame of its own. `buffers` None (called outside the host's encode)
         raises ValueError."""
         if not self._out_of_band(obj):
@@ -191,14 +202,14 @@ class Hooks:
             raise ValueError("aux_enc_hook got no buffer list (None): call it from the host "
                              "encoder's enc_hook while it encodes, with its aux buffer list")
         index = len(buffers)
-        if self.codec == "raw" and not self.checksum:
+        if self.oob_codec == "raw" and not self.checksum:
             if _LITTLE_ENDIAN:
                 buffers.append(memoryview(cast(Any, obj)))   # (the stub lacks __buffer__)
             else:                                # the wire is little-endian: a raw frame's payload
                 frame = encode(obj, codec="raw")
                 buffers.append(memoryview(frame)[len(frame) - obj.nbytes:])
             return _Ext(self.buffer_ext_code, _REF.pack(index, len(obj)))
-        frame = self._frame(obj, _REF_FRAMED.size)
+        frame = self._frame(obj, _REF_FRAMED.size, self.oob_codec)
         if type(frame) is list:
             return frame
         buffers.append(frame)
@@ -463,15 +474,15 @@ class Encoder:
                  channel: Any = None) -> None:
         self.channel = channel
         self.codec = codec
-        self.hooks = Hooks(ext_code=ext_code, codec="auto" if codec is None else codec,
-                           checksum=checksum, enc_hook=enc_hook, threshold=threshold,
-                           buffer_ext_code=buffer_ext_code)
-        # codec=None: the out-of-band buffers' hooks, by the codec a message's socket picks.
-        self._by_codec: Dict[str, Hooks] = {}
-        self._hook_args: Dict[str, Any] = dict(ext_code=ext_code, checksum=checksum,
-                                               enc_hook=enc_hook,
-                                               threshold=threshold,
-                                               buffer_ext_code=buffer_ext_code)
+        hook_args: Dict[str, Any] = dict(ext_code=ext_code, checksum=checksum,
+                                         enc_hook=enc_hook, threshold=threshold,
+                                         buffer_ext_code=buffer_ext_code)
+        self.hooks = Hooks(codec="auto" if codec is None else codec, **hook_args)
+        # codec=None: inline Exts "auto", out-of-band buffers in the codec a message's socket
+        # picks (raw or NETWORK_CODEC; encode, without a socket: raw), one Hooks for each.
+        self._by_oob_codec: Dict[str, Hooks] = {} if codec is not None else {
+            c: Hooks(codec="auto", oob_codec=cast(Any, c), **hook_args)
+            for c in ("raw", NETWORK_CODEC)}
         self.buffer_ext_code = buffer_ext_code
         self.threshold = threshold
         self._encoder = msgspec.msgpack.Encoder(enc_hook=self._enc_hook)
@@ -486,12 +497,12 @@ class Encoder:
         frames: List[Any] = [b""]
         local = self._local
         local.frames = frames
-        local.oob = None if self.codec is not None else self._oob_hooks(oob_codec)
+        local.hooks = self.hooks if self.codec is not None else self._by_oob_codec[oob_codec]
         try:
             frames[0] = self._encoder.encode(obj)
         finally:
             local.frames = None
-            local.oob = None
+            local.hooks = None
         if self.channel is not None:
             desc, rest = self.channel.place(frames[1:])
             return [desc, frames[0], *rest]
@@ -513,18 +524,9 @@ class Encoder:
         else:
             send_frames(socket, frames, flags)
 
-    def _oob_hooks(self, codec: str) -> Hooks:
-        hooks = self._by_codec.get(codec)
-        if hooks is None:
-            hooks = self._by_codec[codec] = Hooks(codec=cast(Any, codec), **self._hook_args)
-        return hooks
-
     def _enc_hook(self, obj: Any) -> Any:
         local = self._local
-        oob = local.oob
-        if oob is not None and oob._out_of_band(obj):
-            return oob.aux_enc_hook(obj, local.frames)
-        return self.hooks.aux_enc_hook(obj, local.frames)
+        return local.hooks.aux_enc_hook(obj, local.frames)
 
 
 def _is_buffer(obj: Any) -> bool:
