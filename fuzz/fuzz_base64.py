@@ -20,7 +20,7 @@ import sys
 from typing import Any
 
 import atheris
-from harness import fuzz_main
+from harness import count_input, fuzz_main
 
 with atheris.instrument_imports():
     import tokenwire
@@ -61,10 +61,7 @@ def attempt(data: Any, urlsafe: bool, vocab: Any) -> tuple[str, Any]:
 
 @atheris.instrument_func
 def test_one_input(raw: bytes) -> None:
-    _stats["inputs"] += 1
-    if _stats["inputs"] & (_stats["inputs"] - 1) == 0 and _stats["inputs"] >= 1 << 14:
-        print(f"tokenwire fuzz base64: {_stats['inputs']} inputs, {_stats['accepted']} accepted",
-              file=sys.stderr, flush=True)
+    count_input("base64", _stats, lambda: f"{_stats['accepted']} accepted")
     fdp = atheris.FuzzedDataProvider(raw)
     mode = fdp.ConsumeIntInRange(0, 1)
     urlsafe = fdp.ConsumeBool()

@@ -27,7 +27,7 @@ import pathlib
 import sys
 
 import atheris
-from harness import fuzz_main
+from harness import count_input, fuzz_main
 
 with atheris.instrument_imports():
     import tokenwire
@@ -66,11 +66,7 @@ def build_damaged_frame(fdp: atheris.FuzzedDataProvider) -> bytes:
 
 @atheris.instrument_func
 def test_one_input(raw: bytes) -> None:
-    _stats["inputs"] += 1
-    if _stats["inputs"] & (_stats["inputs"] - 1) == 0 and _stats["inputs"] >= 1 << 16:
-        # libFuzzer exits without running Python's atexit: report on powers of two instead.
-        print(f"tokenwire fuzz: {_stats['inputs']} inputs, {_stats['decoded']} decoded to ids",
-              file=sys.stderr, flush=True)
+    count_input("decode", _stats, lambda: f"{_stats['decoded']} decoded to ids", 1 << 16)
     if raw and raw[0] & 1:
         data = build_damaged_frame(atheris.FuzzedDataProvider(raw[1:]))
     else:

@@ -22,7 +22,7 @@ import sys
 from typing import Any, List, Optional
 
 import atheris
-from harness import fuzz_main
+from harness import count_input, fuzz_main
 
 with atheris.instrument_imports():
     import msgspec
@@ -112,10 +112,7 @@ def wrap(frames: List[Any], fdp: atheris.FuzzedDataProvider) -> List[Any]:
 
 @atheris.instrument_func
 def test_one_input(raw: bytes) -> None:
-    _stats["inputs"] += 1
-    if _stats["inputs"] & (_stats["inputs"] - 1) == 0 and _stats["inputs"] >= 1 << 14:
-        print(f"tokenwire fuzz msgspec: {_stats['inputs']} inputs, {_stats['decoded']} decoded",
-              file=sys.stderr, flush=True)
+    count_input("msgspec", _stats, lambda: f"{_stats['decoded']} decoded")
     fdp = atheris.FuzzedDataProvider(raw)
     mode = fdp.ConsumeIntInRange(0, 2)
     expected: Any = None

@@ -40,7 +40,7 @@ import sys
 import tracemalloc
 
 import atheris
-from harness import fuzz_main
+from harness import count_input, fuzz_main
 
 with atheris.instrument_imports():
 
@@ -127,11 +127,8 @@ def mutate(fdp: atheris.FuzzedDataProvider, data: bytes) -> bytes:
 
 @atheris.instrument_func
 def test_one_input(raw: bytes) -> None:
-    _stats["inputs"] += 1
-    count = _stats["inputs"]
-    if count >= 1 << 14 and count & (count - 1) == 0:
-        print(f"tokenwire fuzz: pickle {count} inputs, {_stats['passed']} passed the check, "
-              f"{_stats['loaded']} loaded", file=sys.stderr, flush=True)
+    count_input("pickle", _stats,
+                lambda: f"{_stats['passed']} passed the check, {_stats['loaded']} loaded")
     fdp = atheris.FuzzedDataProvider(raw)
     if fdp.ConsumeIntInRange(0, 3) == 0:
         data = fdp.ConsumeBytes(fdp.remaining_bytes())

@@ -46,10 +46,9 @@ import os
 import pickle
 import struct
 import sys
-import traceback
 
 import atheris
-from harness import fuzz_main
+from harness import count_input, fuzz_main, raised_in
 
 with atheris.instrument_imports():
     import tokenwire
@@ -205,17 +204,13 @@ def as_type(fdp: atheris.FuzzedDataProvider, frames):
 
 def in_unpickler(e: BaseException) -> bool:
     """Was `e` raised while unpickling (below tokenwire._oob.unpickle)?"""
-    return any(frame.f_code is oob.unpickle.__code__
-               for frame, _ in traceback.walk_tb(e.__traceback__))
+    return raised_in(e, oob.unpickle.__code__)
 
 
 @atheris.instrument_func
 def test_one_input(raw: bytes) -> None:
-    _stats["inputs"] += 1
-    count = _stats["inputs"]
-    if count >= 1 << 14 and count & (count - 1) == 0:
-        print(f"tokenwire fuzz: shm {count} inputs, {_stats['loaded']} loaded, "
-              f"{_stats['slots']} buffers through slots", file=sys.stderr, flush=True)
+    count_input("shm", _stats, lambda: f"{_stats['loaded']} loaded, {_stats['slots']} "
+                                       f"buffers through slots")
     fdp = atheris.FuzzedDataProvider(raw)
     SENDER.reclaim()                              # every slot free again: the ring stays healthy
     mode = fdp.ConsumeIntInRange(0, 7)

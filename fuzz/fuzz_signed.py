@@ -31,10 +31,9 @@ from __future__ import annotations
 import pickle
 import struct
 import sys
-import traceback
 
 import atheris
-from harness import fuzz_main
+from harness import count_input, fuzz_main, raised_in
 
 with atheris.instrument_imports():
     import numpy as np
@@ -152,18 +151,14 @@ def damage(fdp: atheris.FuzzedDataProvider, frames: list):
 
 
 def in_unpickler(e: BaseException) -> bool:
-    return any(frame.f_code is oob.unpickle.__code__
-               for frame, _ in traceback.walk_tb(e.__traceback__))
+    return raised_in(e, oob.unpickle.__code__)
 
 
 @atheris.instrument_func
 def test_one_input(raw: bytes) -> None:
-    _stats["inputs"] += 1
-    count = _stats["inputs"]
-    if count >= 1 << 12 and count & (count - 1) == 0:
-        print(f"tokenwire fuzz: signed {count} inputs, {_stats['loaded']} loaded, "
-              f"{_stats['changed_loaded']} of them changed in transit", file=sys.stderr,
-              flush=True)
+    count_input("signed", _stats, lambda: f"{_stats['loaded']} loaded, "
+                                          f"{_stats['changed_loaded']} of them changed in transit",
+                1 << 12)
     fdp = atheris.FuzzedDataProvider(raw)
     obj, sign_buffers, frames = build(fdp)
     mode = fdp.ConsumeIntInRange(0, 7)

@@ -1,4 +1,5 @@
-"""What every atheris target of fuzz/ shares: its command line and the libFuzzer run.
+"""What every atheris target of fuzz/ shares: its command line and the libFuzzer run, its
+progress lines, and where an exception was raised.
 
     def main() -> int:
         return fuzz_main(__doc__, test_one_input, "msgspec", seconds=60, max_len=4096)
@@ -14,7 +15,9 @@ import argparse
 import pathlib
 import sys
 import tempfile
-from typing import Callable, Optional
+import traceback
+from types import CodeType
+from typing import Callable, Dict, Optional
 
 import atheris
 
@@ -36,3 +39,19 @@ def fuzz_main(doc: Optional[str], test_one_input: Callable[[bytes], None], name:
     atheris.Setup(argv, test_one_input)
     atheris.Fuzz()
     return 0
+
+
+def count_input(name: str, stats: Dict[str, int], line: Callable[[], str],
+                first: int = 1 << 14) -> None:
+    """Count one input in ``stats["inputs"]`` and, at each power of two from `first`, print
+    ``tokenwire fuzz: NAME N inputs, LINE`` to stderr (libFuzzer exits without running Python's
+    atexit, so a target reports as it goes)."""
+    stats["inputs"] += 1
+    count = stats["inputs"]
+    if count >= first and count & (count - 1) == 0:
+        print(f"tokenwire fuzz: {name} {count} inputs, {line()}", file=sys.stderr, flush=True)
+
+
+def raised_in(e: BaseException, code: CodeType) -> bool:
+    """Was `e` raised while `code` (a function's ``__code__``) ran?"""
+    return any(frame.f_code is code for frame, _ in traceback.walk_tb(e.__traceback__))
