@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import json
+import mmap
 import pathlib
 import random
 import struct
@@ -230,6 +231,61 @@ def test_vocab_size_below_one_is_refused_like_python(cpp: Conformance, vocab: in
 
 def test_decode_refuses_multi_sequence_frames(cpp: Conformance) -> None:
     assert_agree(cpp, tokenwire.encode_many([[1], [2, 3]]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Check 9 on a MULTI frame: N is the sum of the count table, not S (no fixture can show it)
+
+
+def test_check_9_sums_the_count_table(cpp: Conformance, tmp_path: pathlib.Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/wire-format.md, check 9: on a MULTI frame N is the sum of the table. The smallest
+    frame where that sum reaches 2**58 has a table of 2**26 + 1 entries of 2**32 - 1 (256 MiB;
+    S = 2**26 + 1 itself is far below 2**58, and a frame claiming S >= 2**58 fails check 7
+    first), too large to commit, so it is written here, read by the Python decoder, the C++
+    header (the server reads the file) and `tokenwire inspect`, each held to the exact message.
+    A decoder that took S for N in check 9 passes it and answers a later check: the zstd frame
+    (C = 1) check 12, `zstd payload of 1 bytes claims to expand to ...`, the pfor frame (L =
+    ceil(N/128), check 12 passed) check 13, `truncated: pfor payload needs L bytes, has 0`.
+    (A raw frame cannot tell the two apart: check 13 gives check 9's message.)"""
+    from tokenwire import cli
+    from tokenwire.memory import ImmutableBuffer
+
+    nseq = 2**26 + 1
+    total = nseq * (2**32 - 1)                       # 2**58 + 2**32 - 2**26 - 1
+    table_len = (4 * nseq + 7) // 8 * 8
+    path = tmp_path / "count_table_2_58.bin"
+    with path.open("wb") as f:
+        f.write(_header(flags=0x02, count=nseq))
+        chunk = b"\xff" * 2**24
+        for _ in range(4 * nseq // len(chunk)):
+            f.write(chunk)
+        f.write(b"\xff" * (4 * nseq % len(chunk)) + bytes(table_len - 4 * nseq))
+    cases = [   # codec, width, flags, what follows the table, check 9's B
+        (1, 16, 0x06, struct.pack("<Q", 1) + b"\0", 2 * total),       # ZSTD over u16
+        (3, 0, 0x02, struct.pack("<Q", -(-total // 128)), 8 + -(-total // 128)),   # pfor
+    ]
+    assert total >= 2**58 > nseq
+    for codec, width, flags, tail, need in cases:
+        with path.open("r+b") as f:
+            f.write(_header(codec=codec, width=width, flags=flags, count=nseq))
+            f.truncate(16 + table_len)
+            f.seek(0, 2)
+            f.write(tail)
+        message = f"truncated: payload needs {need} bytes, has {len(tail)}"
+        with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            frame = ImmutableBuffer(m)      # read in place: no copy of the table
+            for fn in (tokenwire.decode, tokenwire.decode_many, tokenwire.frame_info):
+                with pytest.raises(WireFormatError) as py:
+                    fn(frame)
+                assert (type(py.value), str(py.value)) == (WireFormatError, message), fn
+            del frame
+        # decode, decode_many, frame_info
+        assert cpp.on_file(path) == [("wire", message)] * 3
+        assert cli.main(["inspect", str(path)]) == 1
+        size = 16 + table_len + len(tail)
+        assert capsys.readouterr().err == f"tokenwire inspect: invalid frame ({size} bytes): " \
+                                          f"{message}\n"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """Points of docs/wire-format.md that no fixture shows by itself: the encoder's error for ids it
-cannot take (which error wins, and where `sequence K: ` goes), and that the pfor width-tie
-fixture really is a tie."""
+cannot take (which error wins, and where `sequence K: ` goes; a sequence of 2**32 ids), and that
+the pfor width-tie fixture really is a tie."""
 
 from __future__ import annotations
 
 import json
+import mmap
 import pathlib
 import struct
+import sys
 
 import pytest
 
@@ -62,6 +64,36 @@ def test_a_conversion_error_anywhere_wins_over_a_range_error(codec: str) -> None
 def test_the_codec_argument_is_checked_before_the_ids() -> None:
     with pytest.raises(ValueError, match=r"^unknown codec 'bogus' \(expected "):
         tokenwire.encode_many([[1], [2, "x"]], codec="bogus")
+
+
+@pytest.mark.skipif(sys.maxsize < 2**34, reason="a 16 GiB mapping needs a 64-bit address space")
+def test_a_sequence_of_2_32_ids_is_refused_by_its_count(tmp_path: pathlib.Path) -> None:
+    """encode_many's stage 3 ("Ids the encoder cannot take"): a sequence of 2**32 ids is refused
+    from its length alone, before any id is read. The ids are a TokenVector viewing a read-only
+    mapping of a sparse 16 GiB file: no page of it is ever touched, so the test needs no 16 GiB
+    of memory or disk."""
+    from tokenwire import TokenVector
+    from tokenwire.memory import ImmutableBuffer
+
+    path = tmp_path / "ids"
+    with path.open("wb") as f:
+        f.truncate(4 * 2**32)
+    with path.open("rb") as f:      # the mapping outlives the file object
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    huge = TokenVector.frombuffer(ImmutableBuffer(mapping))     # a view: nothing is read
+    assert len(huge) == 2**32
+    text = "sequence 1 has 4294967296 ids; a multi-sequence frame holds < 2**32 per sequence"
+    for codec in ("auto", "raw", "u16", "packed", "pfor"):
+        _raises(TokenIdOverflowError, text, tokenwire.encode_many, [[1, 2], huge],
+                codec=codec)
+    # stage 3 comes after every conversion (stage 2) and before a forced codec's range
+    # (stage 4): a bad id anywhere wins, sequence 0's 70000 under u16 does not
+    _raises(TokenIdTypeError, "sequence 2: token id at index 1 must be an int, got str",
+            tokenwire.encode_many, [[1], huge, [2, "x"]])
+    _raises(TokenIdOverflowError, text, tokenwire.encode_many, [[70000], huge],
+            codec="u16")
+    _raises(TokenIdOverflowError, text.replace("sequence 1", "sequence 0"),
+            tokenwire.encode_many, [huge, huge])
 
 
 def test_the_pfor_tie_fixture_is_a_tie_won_by_the_larger_width() -> None:
@@ -163,6 +195,40 @@ def test_rule_22_is_the_prefix_and_the_bare_libzstd_text() -> None:
         frame = (invalid / f"{name}.bin").read_bytes()
         _raises(tokenwire.WireFormatError,
                 f"zstd payload is corrupt: zstd decompress error: {text}", tokenwire.decode, frame)
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("zstd_falls_short_raw_block", "Data corruption detected"),
+    ("zstd_falls_short_rle_block", "Data corruption detected"),
+    ("zstd_overruns_by_one", "Data corruption detected"),
+    ("zstd_overruns", "Destination buffer is too small"),
+    ("zstd_literals_header_past_block", "Data corruption detected"),
+    ("zstd_literals_compressed_header_past_block", "Data corruption detected"),
+    ("zstd_sequences_header_past_block", "Src size is incorrect"),
+    ("zstd_sequences_mode_byte_past_block", "Src size is incorrect")])
+def test_libzstd_answers_first(name: str, text: str) -> None:
+    """Output that falls short of P or overruns it (rule 23) is refused by libzstd's own size
+    check first, and a block whose literals or sequences header the walk leaves unread (it is
+    not in the block) by libzstd's block decoder: rule 22, with the texts the spec gives
+    ("Output that overruns or falls short (23)", "The zstd walk (19)")."""
+    pytest.importorskip("zstandard")
+    frame = (FIXTURES / "invalid" / f"{name}.bin").read_bytes()
+    for fn in (tokenwire.decode, tokenwire.decode_many):
+        _raises(tokenwire.WireFormatError,
+                f"zstd payload is corrupt: zstd decompress error: {text}", fn, frame)
+
+
+def test_the_tests_the_spec_names_exist() -> None:
+    """docs/wire-format.md names a test beside each rule no fixture can pin
+    (`tests/test_….py::test_…`): each must exist."""
+    import re
+
+    root = FIXTURES.parent.parent
+    named = re.findall(r"`(tests/test_\w+\.py)::(test_\w+)`",
+                       (root / "docs" / "wire-format.md").read_text())
+    assert len(named) >= 2, named
+    for path, test in named:
+        assert re.search(rf"^def {test}\(", (root / path).read_text(), re.M), (path, test)
 
 
 def test_without_zstandard_a_zstd_frame_is_a_wire_format_error() -> None:

@@ -11,7 +11,10 @@
 //          successful decode the ids are re-encoded with `codec` unless codec is 255;
 //   op 'e' encode(ids), 'E' encode_many(seqs): data is u32 count + int32 ids (for 'E': u32
 //          nseq, then per sequence u32 count + int32 ids);
-//   op 'v': the libzstd version compiled in ("zstd 1.5.4", or "zstd none").
+//   op 'v': the libzstd version compiled in ("zstd 1.5.4", or "zstd none");
+//   op 'f': data is ops ('d', 'm', 'i'), a NUL byte, then a file path: each op on the file's
+//          bytes, read here once (a frame of hundreds of MiB, not sent through the pipe); the
+//          answer is each op's answer in turn, as "<its length in bytes>\n<it>".
 // codec: 0 auto, 1 raw, 2 u16, 3 packed, 4 zstd, 5 pfor.
 // Answer: u64 length, then that many bytes of text:
 //   "error <kind>\n<what()>"   kind: wire, checksum, invalid, length
@@ -20,7 +23,9 @@
 //   "frame <hex>\n"
 #include <tokenwire/wire.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -83,6 +88,9 @@ std::string ids_text(const std::vector<std::vector<int32_t>>& seqs) {
     return s;
 }
 
+std::string outcome(uint8_t op, uint8_t codec, bool checksum, std::optional<int64_t> vocab,
+                    const std::vector<uint8_t>& data);
+
 std::string serve(uint8_t op, uint8_t codec, bool checksum, std::optional<int64_t> vocab,
                   const std::vector<uint8_t>& data) {
     const uint8_t* p = data.data();
@@ -93,6 +101,23 @@ std::string serve(uint8_t op, uint8_t codec, bool checksum, std::optional<int64_
 #else
         return "zstd none";
 #endif
+    }
+    if (op == 'f') {
+        const auto nul = std::find(data.begin(), data.end(), uint8_t(0));
+        if (nul == data.end()) throw std::length_error("request too short");
+        std::ifstream file(std::string(nul + 1, data.end()), std::ios::binary | std::ios::ate);
+        if (!file) throw std::length_error("cannot open the file");
+        std::vector<uint8_t> bytes(size_t(file.tellg()));
+        file.seekg(0);
+        if (!file.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size())))
+            throw std::length_error("cannot read the file");
+        std::string s;
+        for (auto o = data.begin(); o != nul; ++o) {
+            if (*o == 'f') throw std::length_error("op 'f' in op 'f'");
+            const std::string part = outcome(*o, codec, checksum, vocab, bytes);
+            s += std::to_string(part.size()) + "\n" + part;
+        }
+        return s;
     }
     if (op == 'i') {
         const tokenwire::FrameInfo info = tokenwire::frame_info(p, n);
@@ -128,6 +153,22 @@ std::string serve(uint8_t op, uint8_t codec, bool checksum, std::optional<int64_
     return "frame " + hex(tokenwire::encode_many(seqs, codec_of(codec), checksum)) + "\n";
 }
 
+// serve's answer, or the exception it threw as "error <kind>\n<what()>".
+std::string outcome(uint8_t op, uint8_t codec, bool checksum, std::optional<int64_t> vocab,
+                    const std::vector<uint8_t>& data) {
+    try {
+        return serve(op, codec, checksum, vocab, data);
+    } catch (const tokenwire::checksum_error& e) {
+        return std::string("error checksum\n") + e.what();
+    } catch (const tokenwire::wire_format_error& e) {
+        return std::string("error wire\n") + e.what();
+    } catch (const std::invalid_argument& e) {
+        return std::string("error invalid\n") + e.what();
+    } catch (const std::length_error& e) {
+        return std::string("error length\n") + e.what();
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -138,17 +179,7 @@ int main() {
         const uint64_t len = tw_load_le64(le + 8);
         std::vector<uint8_t> data(len);
         if (!read_exact(data.data(), len)) return 1;
-        try {
-            answer(serve(head[0], head[1], head[2] != 0,
-                         head[3] ? std::optional<int64_t>(vocab) : std::nullopt, data));
-        } catch (const tokenwire::checksum_error& e) {
-            answer(std::string("error checksum\n") + e.what());
-        } catch (const tokenwire::wire_format_error& e) {
-            answer(std::string("error wire\n") + e.what());
-        } catch (const std::invalid_argument& e) {
-            answer(std::string("error invalid\n") + e.what());
-        } catch (const std::length_error& e) {
-            answer(std::string("error length\n") + e.what());
-        }
+        answer(outcome(head[0], head[1], head[2] != 0,
+                       head[3] ? std::optional<int64_t>(vocab) : std::nullopt, data));
     }
 }

@@ -145,6 +145,24 @@ class Conformance:
                 "checksum": checksum == "1", "nbytes": int(nbytes),
                 "counts": tuple(int(c) for c in lines[1:])}
 
+    def on_file(self, path: os.PathLike[str] | str,
+                fns: tuple[str, ...] = ("decode", "decode_many", "frame_info")
+                ) -> list[tuple[str, str]]:
+        """What each of `fns` (decode, decode_many, frame_info) gives on the bytes of the file
+        at `path`, which the server reads once itself: a frame of hundreds of MiB (check 9 on a
+        MULTI frame) is not sent through the pipe. Each answer is ("ok", the answer's text) or
+        (the error kind, its message)."""
+        ops = b"".join({"decode": b"d", "decode_many": b"m", "frame_info": b"i"}[fn]
+                       for fn in fns)
+        text = self._call(b"f", ops + b"\0" + os.fsencode(path))
+        out = []
+        while text:
+            size, _, text = text.partition("\n")
+            part, text = text[:int(size)], text[int(size):]
+            kind, _, message = part[6:].partition("\n")
+            out.append((kind, message) if part.startswith("error ") else ("ok", part))
+        return out
+
     def zstd_version(self) -> tuple[int, ...] | None:
         """The libzstd version the server was compiled against (None: built without zstd)."""
         v = self._call(b"v", b"").split()[1]
