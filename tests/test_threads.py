@@ -230,6 +230,32 @@ def test_a_fields_first_read_publishes_one_list() -> None:
     assert out.startswith("ok")
 
 
+def test_a_classs_first_pickles_from_threads() -> None:
+    """8 threads pickle the first objects of a class at once, 200 classes: its configuration
+    (computed on first use and cached on the class) is computed and published once, and no
+    thread trips over the class dict another one adds to meanwhile (found by the transport
+    test below as "dictionary changed size during iteration")."""
+    out = isolated(race=True, code="""
+        import pickle, tokenwire
+        from tokenwire.request import GenerationRequest
+        for trial in range(200):
+            # a class dict of some size: iterating it takes long enough to overlap a setattr
+            body = {"__module__": __name__, **{f"setting_{k}": k for k in range(500)}}
+            cls = type(f"Request{trial}", (GenerationRequest,), body)
+            globals()[cls.__name__] = cls                  # where pickle finds the class
+            objs = [cls(list(range(i, i + 100))) for i in range(THREADS)]
+            out = [None] * THREADS
+            def work(i):
+                out[i] = pickle.dumps(objs[i], protocol=5)
+            race(work)
+            assert "_tokenwire_config" in vars(cls)
+            assert all(pickle.loads(o).prompt_token_ids == objs[i].prompt_token_ids
+                       for i, o in enumerate(out)), trial
+        print("ok")
+    """)
+    assert out.startswith("ok")
+
+
 def test_shared_vectors_and_frames_from_threads() -> None:
     """One TokenVector and its frames, shared by 8 threads: encode (every codec), decode,
     decode_many, to_base64 / from_base64, tolist and pickling, each result checked id by id

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copyreg
 import functools
+import threading
 import types
 from typing import Any, Optional, Union, cast
 
@@ -220,7 +221,10 @@ class _Config:
     def __init__(self, cls: type) -> None:
         resolved: dict[str, Any] = {}
         for klass in reversed(cls.__mro__):        # later (more derived) classes win
-            resolved.update(vars(klass))
+            # A copy taken at once (the class dict's own copy, under its lock without the
+            # GIL): another thread may add to the class meanwhile (its cached configuration,
+            # copyreg's __slotnames__), which iterating the live dict would trip over.
+            resolved.update(vars(klass).copy())
         #: (name, field) of every token field, base classes' included, base order.
         _check_no_slot_fields(cls)
         self.fields: tuple[tuple[str, _FieldProtocol], ...] = tuple(
@@ -263,11 +267,19 @@ def _forget_config(cls: type) -> None:
         delattr(cls, _CONFIG_ATTR)
 
 
+#: Taken only while a class's configuration is first computed, so that it is computed and
+#: published once, whatever the threads pickling that class's first objects at once.
+_CONFIG_LOCK = threading.RLock()
+
+
 def _config(cls: type) -> _Config:
     config = cls.__dict__.get(_CONFIG_ATTR)
     if config is None:
-        config = _Config(cls)
-        setattr(cls, _CONFIG_ATTR, config)
+        with _CONFIG_LOCK:
+            config = cls.__dict__.get(_CONFIG_ATTR)
+            if config is None:
+                config = _Config(cls)
+                setattr(cls, _CONFIG_ATTR, config)
     return cast(_Config, config)
 
 
