@@ -8,7 +8,9 @@ off, anything else is an error naming the variable):
   TOKENWIRE_LINETRACE=1   compile with line tracing (coverage / line profilers; slow)
   TOKENWIRE_SANITIZE=address,undefined
                           compile (at -O1) and link with gcc's AddressSanitizer / UBSan; run the tests with
-                          LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0
+                          LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0;
+                          TOKENWIRE_SANITIZE=thread: ThreadSanitizer, for an interpreter built with
+                          it (.ci/tsan builds one, with clang)
   TOKENWIRE_FUZZ=1        coverage for libFuzzer/atheris: -fsanitize=fuzzer-no-link (needs clang:
                           CC=clang LDSHARED="clang -shared"); combine with TOKENWIRE_SANITIZE=address
                           and see docs/fuzzing.md for how to run it
