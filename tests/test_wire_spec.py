@@ -234,6 +234,7 @@ def test_the_tests_the_spec_names_exist() -> None:
 def test_without_zstandard_a_zstd_frame_is_a_wire_format_error() -> None:
     import subprocess
     import sys
+    import tempfile
 
     code = ("import sys; sys.modules['zstandard'] = None\n"
             "import tokenwire, pathlib\n"
@@ -243,7 +244,8 @@ def test_without_zstandard_a_zstd_frame_is_a_wire_format_error() -> None:
             "    tokenwire.decode(frame)\n"
             "except tokenwire.WireFormatError as e:\n"
             "    print(type(e).__name__, isinstance(e, ValueError), e)\n")
+    # From a directory of its own: the clone's root would import its uncompiled sources.
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, cwd=tempfile.gettempdir()).stdout
     assert out == ("WireFormatError True zstd-compressed frame, but the zstandard package is "
                    "not installed (pip install tokenwire[zstd])\n")
