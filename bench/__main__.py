@@ -17,6 +17,7 @@
                              settling on against off (tokenwire.memory.malloc_settling)
   python -m bench net        proxy and worker in two network namespaces over TCP (rate-limited
                              with tbf): plain lists, in-band, out-of-band raw and coded
+  python -m bench threads    1 thread against N on a free-threaded CPython: ops/s and scaling
   python -m bench mpi        rank 0 broadcasts each iteration's new requests to the other MPI
                              ranks (comm.bcast, pkl5): plain lists against tokenwire requests
 
@@ -50,6 +51,7 @@ SUBCOMMANDS: dict[str, str] = {
     "malloc": "bench.malloc",
     "mpi": "bench.mpi",
     "net": "bench.net",
+    "threads": "bench.threads",
 }
 
 

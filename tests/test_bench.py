@@ -180,6 +180,30 @@ def test_shm_suite_quick() -> None:
     assert "x one memcpy" in r.stdout
 
 
+def test_threads_suite_quick(tmp_path: Path) -> None:
+    """`python -m bench threads`: every row at 1 and 2 threads (each thread checks the ids it
+    got back), the interpreter's free-threading in the header, throughput, scaling and x floor
+    in the table and the JSON."""
+    import sysconfig
+
+    from bench.threads import FLOOR, ROWS
+    out = tmp_path / "threads.json"
+    r = run_bench("threads", "--quick", "--threads", "1,2", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    free = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    assert f"free-threaded build (Py_GIL_DISABLED): {'yes' if free else 'no'}" in r.stdout
+    assert "GIL enabled now: " in r.stdout and "scaling 2/1" in r.stdout
+    assert "Targets at 2 threads" in r.stdout
+    data = json.loads(out.read_text())
+    assert data["free_threaded"] is free and data["threads"] == [1, 2]
+    rows = {(row["name"], row["threads"]): row for row in data["rows"]}
+    assert set(rows) == {(row.name, k) for row in ROWS for k in (1, 2)}
+    assert all(row["ops_per_s"] > 0 and len(row["samples_ops_per_s"]) == 2
+               for row in rows.values())
+    assert all(rows[(row.name, 1)]["scaling"] == 1.0 for row in ROWS)
+    assert rows[(FLOOR, 2)]["x_floor_scaling"] == 1.0
+
+
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_e2e_through_ray(nodes: int, tmp_path: Path) -> None:
     """Ray's workers get bench/ shipped as a module (runtime_env py_modules); with two nodes the

@@ -1,0 +1,387 @@
+"""Threads: does tokenwire's work scale across threads of one process (free-threaded CPython)?
+
+    python -m bench threads                      # 1 and 2 threads, 40,000 ids
+    python3.13t -m bench threads                 # a free-threaded build: the GIL stays off
+
+A worker that handles requests on several threads (one per connection, or an executor's pool)
+only gains from them if the work scales. Each row is run with 1 thread and with N (`--threads
+1,2`): every thread builds its OWN inputs (seeded ids, a thread's own list, arrays and
+vector), warms up, waits at a threading.Barrier that releases all of them together, then does
+the same fixed number of operations; throughput = total operations / wall time (the first
+thread's start to the last one's end). Scaling = N threads' throughput / one thread's: N with
+perfect scaling, 1 when the threads take turns (the GIL). Beside each throughput, where scaling
+goes: CPU, the threads' CPU seconds per wall second (N when all N ran at once; the footer says
+how many CPUs other processes kept busy, from /proc/stat), and flt/op, the threads' minor page
+faults per operation (memory an allocator gave back to the OS and touches again). Rows:
+
+  tokenwire round trip  a tokenizer's list[int] -> tokenwire.as_tokens -> a GenerationRequest
+                        -> pickle.dumps (protocol 5) -> pickle.loads -> tokenwire.token_buffer
+                        (the proxy's and the worker's side of one request)
+  plain-list baseline   the same with PlainGenerationRequest (bench.baseline) holding the list:
+                        pickle.dumps + loads + the worker's copy, np.array(list, dtype=int32)
+  pfor encode + decode  tokenwire.encode(tv, codec="pfor") + tokenwire.decode(frame)
+  floor: memcpy         np.copyto of the ids' 4 bytes per id into a preallocated array: what the
+                        machine's cores and memory allow N threads copying as many bytes
+
+The rows, and the thread counts within a row, take turns round after round, so a noisy
+neighbour weighs on all of them alike; figures are medians over rounds, spread the interquartile
+range. The target (on a free-threaded build with the GIL off): N = 2 threads give >= 1.8x one
+thread's throughput on the tokenwire rows, or at least 0.9x the floor row's scaling. The header
+says whether the build is free-threaded and whether the GIL is on now: an extension module that
+does not declare free-threading support turns it back on at import unless PYTHON_GIL=0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pickle
+import platform
+import statistics
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import tokenwire
+from tokenwire import GenerationRequest, token_buffer
+from bench.baseline import PlainGenerationRequest, SamplingParams
+from bench.data import token_stream
+from bench.harness import (Target, _calibrate, end_progress, machine, report_targets,
+                           stderr_progress)
+
+try:
+    import resource
+    RUSAGE_THREAD: int | None = getattr(resource, "RUSAGE_THREAD", None)     # Linux
+except ImportError:                                                          # Windows
+    RUSAGE_THREAD = None
+
+PROTOCOL = 5
+#: Untimed operations each thread runs on its own inputs before the barrier.
+WARMUP = 3
+#: The target for the tokenwire rows at 2 threads: this scaling, or this fraction of the
+#: floor row's.
+TARGET_SCALING = 1.8
+TARGET_OF_FLOOR = 0.9
+
+Op = Callable[[], Any]
+
+
+def round_trip(ids: np.ndarray) -> Op:
+    lst = ids.tolist()                      # the tokenizer's output, this thread's own list
+
+    def op() -> Any:
+        req = GenerationRequest(tokenwire.as_tokens(lst), SamplingParams(), id=1)
+        got = pickle.loads(pickle.dumps(req, protocol=PROTOCOL))
+        return token_buffer(got, "prompt_token_ids")
+    return op
+
+
+def plain_list(ids: np.ndarray) -> Op:
+    lst = ids.tolist()
+
+    def op() -> Any:
+        req = PlainGenerationRequest(lst, SamplingParams(), id=1)
+        got = pickle.loads(pickle.dumps(req, protocol=PROTOCOL))
+        return np.array(got.prompt_token_ids, dtype=np.int32)
+    return op
+
+
+def pfor(ids: np.ndarray) -> Op:
+    tv = tokenwire.as_tokens(ids)
+    return lambda: tokenwire.decode(tokenwire.encode(tv, codec="pfor"))
+
+
+def floor(ids: np.ndarray) -> Op:
+    dst = np.empty_like(ids)
+
+    def op() -> Any:
+        np.copyto(dst, ids)
+        return dst
+    return op
+
+
+@dataclass
+class Row:
+    name: str
+    make: Callable[[np.ndarray], Op]     # a thread's operation, built from its own ids
+    tokenwire: bool = False              # the target applies
+
+
+ROWS = [
+    Row("tokenwire round trip", round_trip, tokenwire=True),
+    Row("plain-list baseline", plain_list),
+    Row("pfor encode + decode", pfor, tokenwire=True),
+    Row("floor: memcpy (np.copyto)", floor),
+]
+FLOOR = ROWS[-1].name
+
+
+def minor_faults() -> int:
+    """The calling thread's minor page faults so far (0 where the OS does not count them)."""
+    return 0 if RUSAGE_THREAD is None else resource.getrusage(RUSAGE_THREAD).ru_minflt
+
+
+def run_threads(row: Row, inputs: Sequence[np.ndarray], ops: int) -> tuple[float, float, float]:
+    """`len(inputs)` threads, each on its own copy of its ids, released together after the
+    warm-up, `ops` operations each: total operations per second of wall time; the CPU time the
+    threads spent in their timed loops per second of wall time (N when all N ran all the time;
+    less when they waited: for a lock, the GIL, a stop-the-world collection, or a CPU another
+    process held); minor page faults per operation (memory the allocator gave back to the OS
+    and touches again). Every thread checks its last result against its ids (a thread-safety
+    bug shows as wrong ids)."""
+    k = len(inputs)
+    barrier = threading.Barrier(k)
+    starts, ends, cpu, faults = [0.0] * k, [0.0] * k, [0.0] * k, [0] * k
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            ids = inputs[t].copy()
+            op = row.make(ids)
+            for _ in range(WARMUP):
+                op()
+            barrier.wait()
+            t0, c0, f0 = time.perf_counter(), time.thread_time(), minor_faults()
+            for _ in range(ops):
+                op()
+            ends[t], cpu[t] = time.perf_counter(), time.thread_time() - c0
+            starts[t], faults[t] = t0, minor_faults() - f0
+            if not np.array_equal(np.asarray(op()), ids):
+                raise AssertionError(f"{row.name}: thread {t} of {k} got wrong ids")
+        except threading.BrokenBarrierError:
+            pass                            # another thread failed: its error is reported
+        except BaseException as e:
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=work, args=(t,), name=f"bench-{t}") for t in range(k)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+    wall = max(ends) - min(starts)
+    return k * ops / wall, sum(cpu) / wall, sum(faults) / (k * ops)
+
+
+@dataclass
+class Figure:
+    row: str
+    threads: int
+    ops: int                     # per thread
+    samples: list[float]         # ops/s, one per round
+    cpu: list[float]             # the threads' CPU seconds per wall second, one per round
+    faults: list[float]          # minor page faults per operation, one per round
+
+    @property
+    def ops_per_s(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def iqr_pct(self) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        q = statistics.quantiles(self.samples, n=4)
+        return 100 * (q[2] - q[0]) / self.ops_per_s
+
+    @property
+    def cpu_per_wall(self) -> float:
+        return statistics.median(self.cpu)
+
+    @property
+    def faults_per_op(self) -> float:
+        return statistics.median(self.faults) if RUSAGE_THREAD is not None else math.nan
+
+
+class Figures:
+    """The run's figures by (row, threads), and the scaling ratios taken from them."""
+
+    def __init__(self, figures: Sequence[Figure]) -> None:
+        self.by = {(f.row, f.threads): f for f in figures}
+
+    def scaling(self, row: str, n: int) -> float:
+        return self.by[(row, n)].ops_per_s / self.by[(row, 1)].ops_per_s
+
+    def of_floor(self, row: str, n: int) -> float:
+        return self.scaling(row, n) / self.scaling(FLOOR, n)
+
+
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds every process on the machine has used since boot (/proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)          # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")        # up to steal
+
+
+def measure(rows: Sequence[Row], counts: Sequence[int], isl: int, repeat: int, seconds: float,
+            ops: int | None) -> tuple[list[Figure], float | None]:
+    """The figures, and the CPUs other processes kept busy on average meanwhile (None when
+    /proc/stat cannot tell): N threads need N free CPUs."""
+    inputs = [token_stream(isl, seed=t) for t in range(max(counts))]
+    per_thread = {}
+    for r in rows:
+        # The first use of a request class configures it (tokenwire caches per-class state):
+        # here, in one thread, as a server's first request would; the threads measure the
+        # steady state. (The calibration doubles as this warm-up.)
+        warm = r.make(inputs[0].copy())
+        per_thread[r.name] = ops or _calibrate(warm, seconds)
+        warm()
+    figures = {(r.name, k): Figure(r.name, k, per_thread[r.name], [], [], []) for r in rows
+               for k in counts}
+    busy0, own0, t0 = busy_cpu_seconds(), os.times(), time.perf_counter()
+    for i in range(repeat):
+        for r in rows:
+            stderr_progress(f"round {i + 1}/{repeat}: {r.name}")
+            for k in counts:
+                rate, cpu, faults = run_threads(r, inputs[:k], per_thread[r.name])
+                figures[(r.name, k)].samples.append(rate)
+                figures[(r.name, k)].cpu.append(cpu)
+                figures[(r.name, k)].faults.append(faults)
+    busy1, own1, wall = busy_cpu_seconds(), os.times(), time.perf_counter() - t0
+    end_progress()
+    others = None
+    if busy0 is not None and busy1 is not None:
+        own = own1.user + own1.system - own0.user - own0.system
+        others = max(0.0, (busy1 - busy0 - own) / wall)
+    return list(figures.values()), others
+
+
+def interpreter() -> dict[str, Any]:
+    gil = getattr(sys, "_is_gil_enabled", None)
+    return {"python": platform.python_version(),
+            "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+            "gil_enabled": True if gil is None else bool(gil()),
+            "cpu_count": os.cpu_count()}
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def print_table(figures: Figures, rows: Sequence[Row], counts: Sequence[int]) -> None:
+    many = [k for k in counts if k > 1]
+    width = max(len(r.name) for r in rows) + 4
+    print(f"{'':<{width}}" + "".join(f"{format(k, ',') + ' thread' + 's' * (k > 1):>32}"
+                                     for k in counts)
+          + "".join(f"{'scaling ' + str(k) + '/1':>13}{'x floor':>9}" for k in many))
+    print(f"{'row':<{width}}"
+          + "".join(f"{'ops/s':>13}{'±IQR':>7}{'CPU':>5}{'flt/op':>7}" for _ in counts)
+          + "".join(f"{'':>13}{'scaling':>9}" for _ in many))
+    for r in rows:
+        cells = "".join(f"{figures.by[(r.name, k)].ops_per_s:>13,.0f}"
+                        f"{figures.by[(r.name, k)].iqr_pct:>6.0f}%"
+                        f"{figures.by[(r.name, k)].cpu_per_wall:>5.2f}"
+                        f"{figures.by[(r.name, k)].faults_per_op:>7.1f}" for k in counts)
+        cells += "".join(f"{figures.scaling(r.name, k):>12.2f}x{figures.of_floor(r.name, k):>9.2f}"
+                         for k in many)
+        print(f"  {r.name:<{width - 2}}{cells}")
+
+
+def targets(rows: Sequence[Row]) -> list[Target]:
+    """At 2 threads: scaling >= 1.8x, or >= 0.9x the floor's. The value is the larger of the two
+    margins (>= 1 meets the target)."""
+    out = []
+    for r in rows:
+        if not r.tokenwire:
+            continue
+
+        def value(f: Figures, name: str = r.name) -> float:
+            return max(f.scaling(name, 2) / TARGET_SCALING, f.of_floor(name, 2) / TARGET_OF_FLOOR)
+
+        def shown(f: Figures, v: float, name: str = r.name) -> str:
+            return (f"{f.scaling(name, 2):.2f}x one thread's throughput, "
+                    f"{f.of_floor(name, 2):.2f} of the floor's {f.scaling(FLOOR, 2):.2f}x")
+
+        out.append(Target(f"{r.name}: 2 threads >= {TARGET_SCALING:g}x one thread, or >= "
+                          f"{TARGET_OF_FLOOR:g}x the floor's scaling", value, lambda v: v >= 1.0,
+                          shown))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench threads",
+                                description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--threads", default="1,2",
+                   help="comma-separated thread counts (1 is always measured: the reference)")
+    p.add_argument("--isl", type=int, default=40_000, help="ids per operation")
+    p.add_argument("--seconds", type=float, default=0.2,
+                   help="duration of one run of a row at 1 thread (sets the operations per thread)")
+    p.add_argument("--ops", type=int, default=None,
+                   help="operations per thread per run, instead of --seconds")
+    p.add_argument("--repeat", type=int, default=7, help="rounds (median)")
+    p.add_argument("--rows", default=None,
+                   help="comma-separated substrings of the rows to run (the floor always runs)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 20 operations, 2 rounds")
+    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    p.add_argument("--check-targets", action="store_true",
+                   help="exit 1 when a target is missed on a free-threaded build with the GIL off")
+    args = p.parse_args(argv)
+    try:
+        counts = sorted({1, *(int(x) for x in args.threads.split(",") if x)})
+    except ValueError:
+        p.error(f"--threads: comma-separated integers, not {args.threads!r}")
+    if counts[0] < 1 or args.isl < 1:
+        p.error("--threads and --isl must be >= 1")
+    ops, repeat = (20, 2) if args.quick else (args.ops, args.repeat)
+    rows = [r for r in ROWS if r.name == FLOOR or args.rows is None
+            or any(s and s in r.name for s in args.rows.split(","))]
+
+    info = interpreter()
+    print(f"# tokenwire threads benchmark — {machine()}")
+    print(f"# {sys.version.splitlines()[0]}; free-threaded build (Py_GIL_DISABLED): "
+          f"{yes(info['free_threaded'])}; GIL enabled now: {yes(info['gil_enabled'])}; "
+          f"os.cpu_count(): {info['cpu_count']}")
+    if info["free_threaded"] and info["gil_enabled"]:
+        print("# note: a free-threaded build running with the GIL (an extension module that does "
+              "not declare free-threading support turned it on at import; PYTHON_GIL=0 keeps it "
+              "off)")
+    how = (f"{ops} operations per thread" if ops
+           else f"operations per thread set for ~{args.seconds:g} s at 1 thread")
+    print(f"# {args.isl:,} ids per operation (seeded Zipf stream, 151,936-id vocabulary), each "
+          f"thread on its own inputs, released by a Barrier; throughput = total ops / wall time; "
+          f"median of {repeat} interleaved rounds, {how}\n")
+
+    figs, others = measure(rows, counts, args.isl, repeat, args.seconds, ops)
+    figures = Figures(figs)
+    print_table(figures, rows, counts)
+    print("\n  ops/s: operations per second of all threads together; CPU: the threads' CPU "
+          "seconds per second of wall time\n  (N when all N ran all along); flt/op: minor page "
+          "faults per operation; scaling N/1: N threads' throughput\n  / one thread's; x floor: "
+          "that scaling / the floor row's (1.00: scales as well as N threads copying as many "
+          "bytes)")
+    if others is not None:
+        print(f"  other processes kept {others:.2f} of {info['cpu_count']} CPUs busy during the "
+              f"run (/proc/stat)" + ("; N threads need N free CPUs" if others >= 0.1 else ""))
+    free = info["free_threaded"] and not info["gil_enabled"]
+    heading = ("Targets at 2 threads (from this run):" if free else
+               "Targets at 2 threads (for a free-threaded build with the GIL off; this run holds "
+               "the GIL, so they are informational):")
+    ok = report_targets(figures, targets(rows), heading)
+    if args.json:
+        doc = {"machine": machine(), "suite": "threads", **info, "isl": args.isl,
+               "threads": counts, "repeat": repeat, "other_processes_cpus": others,
+               "rows": [{"name": f.row, "threads": f.threads, "ops_per_thread": f.ops,
+                         "ops_per_s": f.ops_per_s, "iqr_pct": f.iqr_pct,
+                         "scaling": figures.scaling(f.row, f.threads),
+                         "x_floor_scaling": figures.of_floor(f.row, f.threads),
+                         "cpu_per_wall": f.cpu_per_wall,
+                         "faults_per_op": None if math.isnan(f.faults_per_op) else f.faults_per_op,
+                         "samples_ops_per_s": f.samples, "samples_cpu_per_wall": f.cpu,
+                         "samples_faults_per_op": f.faults} for f in figs]}
+        with open(args.json, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        print(f"\nwrote {args.json}")
+    return 1 if args.check_targets and free and not ok else 0
