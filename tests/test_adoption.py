@@ -334,7 +334,7 @@ def test_no_buffer_kept_alive_after_sending():
 def test_worker_handoff_public_name_and_seed_alias():
     ids = ids_of(1000)
     out = roundtrip(tokenwire.GenerationRequest(list(ids)))
-    assert token_buffer(out, "prompt_token_ids") is out._prompt_token_ids_i32   # the seed's name
+    assert token_buffer(out, "prompt_token_ids") is out._prompt_token_ids_i32   # TensorRT-LLM's attribute name
     proxy_side = tokenwire.GenerationRequest(list(ids))
     assert proxy_side._prompt_token_ids_i32 is None          # seed semantics: list-built
     assert token_buffer(proxy_side, "prompt_token_ids") == ids  # the public name converts
