@@ -88,9 +88,9 @@ _WIRE_COUNT = struct.Struct("<Q")        # the wire header's id count, at byte 8
 
 
 class CodecHeader(NamedTuple):
-    """A message's codec header, checked against its frames (`codec_kinds`): the kind of each
-    buffer frame, and for each encoded one (kind 1) the wire header it must start with."""
-    kinds: bytes
+    """A message's codec header, checked against its frames (`codec_kinds`): for each encoded
+    buffer frame (kind 1), by its index, the wire header it must start with (a raw frame has
+    none, so the kinds need no field of their own)."""
     wire_headers: dict[int, bytes]
 
 FindClass = Callable[[str, str], Any]
@@ -281,7 +281,7 @@ def codec_kinds(frames: Sequence[Any]) -> Optional[CodecHeader]:
         if kind == _FRAMED:
             wire_headers[i] = body[at:at + _WIRE_HEADER].tobytes()
             at += _WIRE_HEADER
-    return CodecHeader(kinds, wire_headers)
+    return CodecHeader(wire_headers)
 
 
 def load(head: Any, buffers: Sequence[Any], header: Optional[CodecHeader],
