@@ -81,7 +81,10 @@ def _forget_restored(key):
     def forget(ref):
         entry = _restored.get(key)
         if entry is not None and entry[1] is ref:
-            del _restored[key]
+            # pop, not del: without the GIL another thread may have replaced or removed the
+            # entry since the get (a lost entry costs a copy, a KeyError here would be raised
+            # from a weakref callback)
+            _restored.pop(key, None)
     return forget
 
 
