@@ -24,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 CHILD = r"""
@@ -92,8 +93,13 @@ def run_once(settle: bool, args: argparse.Namespace, seed: int) -> dict[str, Any
     env["TOKENWIRE_MALLOC_SETTLE"] = "1" if settle else "0"
     argv = [str(v) for v in (seed, args.steps, args.tensors, args.requests, args.min_ids,
                              args.max_ids, args.min_kib, args.max_kib)]
+    # Started outside the clone: `-c` puts the working directory first on the child's sys.path,
+    # where the checkout's tokenwire/ (sources, no compiled extension) would shadow the
+    # installed one.
     out = subprocess.run([sys.executable, "-c", CHILD, *argv], env=env, capture_output=True,
-                         text=True, check=True)
+                         text=True, cwd=tempfile.gettempdir())
+    if out.returncode != 0:
+        raise RuntimeError(f"the measured process failed ({out.returncode}):\n{out.stderr}")
     return dict(json.loads(out.stdout))
 
 

@@ -180,6 +180,53 @@ def test_every_position_of_a_list_is_as_tokens(ext: ModuleType, n: int) -> None:
                     base[k + 1:]
 
 
+_COUNT_AS_TOKENS = """
+import importlib.util, pathlib, sys
+import numpy as np
+import tokenwire._core as core
+
+calls = []
+real = core.as_tokens
+def counting(*args, **kwargs):
+    calls.append(len(args[0]))
+    return real(*args, **kwargs)
+core.as_tokens = counting               # before the extension's first call looks it up
+
+path = pathlib.Path(sys.argv[1])
+spec = importlib.util.spec_from_file_location(path.name.split(".")[0], path)
+ext = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ext)
+
+class IntSub(int):
+    pass
+
+ids = list(range(128_000))
+for odd in (np.int64(7), IntSub(7), 2**30 + 7):
+    lst = ids[:-1] + [odd]
+    assert np.frombuffer(ext.to_vector_bytes(lst), np.int32).tolist() == ids[:-1] + [int(odd)]
+for bad, error in (([*ids[:-1], "x"], TypeError), ([*ids[:-1], 2**31], OverflowError)):
+    try:
+        ext.to_vector_bytes(bad)
+    except error as e:
+        assert f"index {len(ids) - 1}" in str(e), e
+    else:
+        raise AssertionError("accepted")
+print(calls)
+"""
+
+
+def test_an_odd_item_late_in_a_list_is_read_once(ext: ModuleType) -> None:
+    """A 128k-id list whose last item the typed loop does not take (a numpy scalar, an int
+    subclass, an int of two digits; a str, an int outside int32): the hand-off converts that
+    item with as_tokens' own function, from where its loop stopped, and never hands the whole
+    list to as_tokens for a second pass. Run in a fresh interpreter, where the extension's first
+    call looks up a counting as_tokens."""
+    r = subprocess.run([sys.executable, "-c", _COUNT_AS_TOKENS, ext.__file__],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", f"as_tokens converted the whole list: {r.stdout}"
+
+
 @pytest.mark.parametrize("vocab", [0, -1, -5, 3, 4, 151_936, 2**40])
 @pytest.mark.parametrize("ids", [[1, 2, 3], [0, 3, -1], np.array([1, 2, 3], dtype=np.int64),
                                  np.array([3, 2, 1], dtype=np.int32)], ids=repr)

@@ -367,25 +367,39 @@ cdef TokenVector _from_sequence(object seq):
     A list is read inside its critical section (free-threaded CPython: its per-object lock, so
     a thread that appends to it meanwhile waits, and the item array read here is never freed
     under it; nothing on a build with the GIL). A tuple is immutable: no lock."""
+    cdef TokenVector tv
     if isinstance(seq, list):
         with cython.critical_section(seq):
-            return _from_items(seq, True)
-    return _from_items(seq, False)
+            tv = tv_alloc(PyList_GET_SIZE(seq))
+            _items_into(seq, 0, tv._len, tv._data)
+        return tv
+    tv = tv_alloc(PyTuple_GET_SIZE(seq))
+    _items_into(seq, 0, tv._len, tv._data)
+    return tv
 
 
-cdef TokenVector _from_items(object seq, bint is_list):
-    cdef Py_ssize_t n = PySequence_Fast_GET_SIZE(seq)
-    cdef TokenVector tv = tv_alloc(n)
-    cdef int32_t* out = tv._data
+cdef int _items_into(object seq, Py_ssize_t start, Py_ssize_t n, int32_t* out) except -1:
+    """Items [start, n) of a list or tuple into out[start..n): the one conversion of a sequence
+    of ids, which as_tokens runs from 0 and the C++ hand-off (tokenwire/python.hpp) from where
+    its own loop stopped, through the capsule `_items_into_capi` (tokenwire/pyint.h describes
+    the contract). A list's critical section is the caller's to hold."""
+    cdef bint is_list = PyList_Check(seq)
+    if not is_list and not PyTuple_Check(seq):
+        raise TypeError(f"_items_into takes a list or tuple, got {type(seq).__name__}")
+    if is_list and PyList_GET_SIZE(seq) != n:
+        raise RuntimeError("list changed size during as_tokens()")
+    if not 0 <= start <= n or PySequence_Fast_GET_SIZE(seq) != n:
+        raise ValueError(f"_items_into: items [{start}, {n}) of a sequence of "
+                         f"{PySequence_Fast_GET_SIZE(seq)}")
     cdef PyObject** items = PySequence_Fast_ITEMS(seq)
     cdef PyObject* o
-    cdef Py_ssize_t i = 0
+    cdef Py_ssize_t i = start
     while True:
         # Exact ints of one digit (every real token id) in one C loop; it stops at the first
         # other item, which takes the general path (subclasses, bools, big ints, errors).
         i += pyints_small_values(items + i, n - i, out + i)
         if i >= n:
-            break
+            return 0
         o = items[i]
         out[i] = _item_slow(<object>o, i)
         if is_list:
@@ -396,7 +410,11 @@ cdef TokenVector _from_items(object seq, bint is_list):
                 raise RuntimeError("list changed size during as_tokens()")
             items = PySequence_Fast_ITEMS(seq)
         i += 1
-    return tv
+
+
+cdef tw_items_into_fn _items_into_fn = _items_into
+#: _items_into for C and C++ callers (tokenwire/python.hpp), found with PyCapsule_Import.
+_items_into_capi = PyCapsule_New(<void*>_items_into_fn, TW_ITEMS_INTO_CAPSULE, NULL)
 
 
 cdef TokenVector _from_range(object r):

@@ -37,7 +37,9 @@ from cpython.buffer cimport (
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check, PyLong_CheckExact
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc
+from cpython.list cimport PyList_Check
 from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_New
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport (
     INT32_MAX,
@@ -56,7 +58,12 @@ from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcmp, memcpy
 
 from tokenwire._byteorder cimport TW_HOST_BIG_ENDIAN, tw_bswap16, tw_bswap32, tw_bswap64
-from tokenwire._pyint cimport pyint_small_value, pyints_small_values
+from tokenwire._pyint cimport (
+    TW_ITEMS_INTO_CAPSULE,
+    pyint_small_value,
+    pyints_small_values,
+    tw_items_into_fn,
+)
 
 import operator
 import sys
@@ -82,6 +89,8 @@ cdef extern from "Python.h":
     Py_ssize_t PySequence_Fast_GET_SIZE(object o)
     PyObject** PySequence_Fast_ITEMS(object o)
     Py_ssize_t PyList_GET_SIZE(object o)
+    Py_ssize_t PyTuple_GET_SIZE(object o)
+    bint PyTuple_Check(object o)
 
 
 include "_memory.pxi"

@@ -18,3 +18,8 @@ cdef extern from "tokenwire/pyint.h":
     # that is not, or n. (The items must stay alive: the caller holds the sequence.)
     Py_ssize_t pyints_small_values "tw_pyints_small_values"(PyObject** items, Py_ssize_t n,
                                                             int32_t* out) noexcept nogil
+    # The C type of _convert.pxi's `_items_into` (the rest of a sequence after the loop above
+    # stopped), and the name of the capsule that exports it to tokenwire/python.hpp.
+    ctypedef int (*tw_items_into_fn)(object seq, Py_ssize_t start, Py_ssize_t n,
+                                     int32_t* out) except -1
+    const char* TW_ITEMS_INTO_CAPSULE

@@ -83,4 +83,21 @@ static inline Py_ssize_t tw_pyints_small_values(PyObject *const *items, Py_ssize
     return n;
 }
 
+/* The rest of a list or tuple of token ids after tw_pyints_small_values stopped: items
+   [start, n) of `seq` into out[start..n), every item as tokenwire.as_tokens takes it (int
+   subclasses, numpy integer scalars, anything with __index__; bools refused), with as_tokens'
+   errors naming the item's index in `seq`. Returns 0, or -1 with a Python error set (out's
+   contents then undefined). n is the sequence's length as the caller read it: a list whose
+   length is no longer n (changed by an item's __index__, or by another thread while it ran) is
+   a RuntimeError. The caller holds the list's critical section on a free-threaded build, as it
+   did for the loop before (the function does not take it again: CPython 3.13's per-object lock
+   is not re-entrant).
+
+   One function, defined once in tokenwire._core (_convert.pxi, `_items_into`): as_tokens calls
+   it directly, and the C++ hand-off (tokenwire/python.hpp) through the capsule
+   TW_ITEMS_INTO_CAPSULE, so an odd item late in a long list costs that item, not a second
+   conversion of the list. */
+typedef int (*tw_items_into_fn)(PyObject *seq, Py_ssize_t start, Py_ssize_t n, int32_t *out);
+#define TW_ITEMS_INTO_CAPSULE "tokenwire._core._items_into_capi"
+
 #endif /* TOKENWIRE_PYINT_H */

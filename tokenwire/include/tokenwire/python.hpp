@@ -7,11 +7,13 @@
 // tokenwire.as_tokens itself, so a bad input raises exactly what as_tokens raises.
 //   * 1-D native int32 buffer (TokenVector, numpy int32, array('i'), memoryview.cast('i')):
 //     one memcpy, or one strided copy; the GIL is released from tokenwire.gil_release_threshold().
-//   * list / tuple whose items are exact ints of one CPython digit (every real token id): one
-//     typed loop reading the ints in place (tokenwire/pyint.h, the kernel as_tokens uses).
-//   * anything else (other integer dtypes, byte-swapped buffers, int subclasses, numpy scalars,
-//     big ints, ranges, iterables, and all errors): as_tokens' own one range-checked pass, then
-//     a memcpy of its result.
+//   * list / tuple: one typed loop reading exact ints of one CPython digit (every real token
+//     id) in place (tokenwire/pyint.h, the kernel as_tokens uses); from the first other item
+//     on, as_tokens' own conversion of the rest (tokenwire._core, through a capsule), with its
+//     errors.
+//   * anything else (other integer dtypes, byte-swapped buffers, ranges, iterables, and every
+//     error outside a list or tuple): as_tokens' own one range-checked pass, then a memcpy of
+//     its result.
 // vocab_size is as_tokens' (and wire.hpp's decode): std::nullopt (Python: None) checks nothing;
 // a value must be >= 1 and every id must lie in [0, vocab_size). A bad value or a failing check
 // is handed to as_tokens(obj, vocab_size=...) so that the ValueError is the one Python users see
@@ -39,9 +41,10 @@ namespace detail_py {
 
 // A new reference to tokenwire._core.<name>, or nullptr with an error set. The function is
 // looked up once and kept for the life of the process (one reference, never released): a
-// lookup per call would cost more than copying a short prompt. Plain statics, set under the
-// GIL (not a C++ function-local static: its guard could deadlock with an import that releases
-// the GIL); a race between two first calls at worst looks the function up twice.
+// lookup per call would cost more than copying a short prompt. Each is a plain static slot (not
+// a C++ function-local static: its guard could deadlock with an import that releases the GIL),
+// filled with one compare-and-swap (tokenwire/compat.h): on a free-threaded build two first
+// calls may look the function up at once, and the one that loses drops its reference.
 inline PyObject* core_attr(const char* name) {
     PyObject* mod = PyImport_ImportModule("tokenwire._core");
     if (!mod) return nullptr;
@@ -50,19 +53,38 @@ inline PyObject* core_attr(const char* name) {
     return attr;
 }
 
-inline PyObject* cached(PyObject** slot, const char* name) {
-    if (!*slot) *slot = core_attr(name);
-    Py_XINCREF(*slot);
-    return *slot;
+inline PyObject* cached(void** slot, const char* name) {
+    PyObject* f = static_cast<PyObject*>(tw_ptr_load_acquire(slot));
+    if (!f) {
+        PyObject* mine = core_attr(name);
+        if (!mine) return nullptr;
+        f = static_cast<PyObject*>(tw_ptr_publish(slot, mine));
+        if (f != mine) Py_DECREF(mine);
+    }
+    Py_INCREF(f);
+    return f;
 }
 
 inline PyObject* as_tokens_function() {
-    static PyObject* fn = nullptr;
+    static void* fn = nullptr;
     return cached(&fn, "as_tokens");
 }
 
+// tokenwire._core's conversion of a sequence's remaining items (tokenwire/pyint.h,
+// TW_ITEMS_INTO_CAPSULE), or nullptr with an error set. Kept like the functions above.
+inline tw_items_into_fn items_into_function() {
+    static void* fn = nullptr;
+    void* f = tw_ptr_load_acquire(&fn);
+    if (!f) {
+        f = PyCapsule_Import(TW_ITEMS_INTO_CAPSULE, 0);
+        if (!f) return nullptr;
+        tw_ptr_publish(&fn, f);                 // a loser found the same pointer
+    }
+    return reinterpret_cast<tw_items_into_fn>(f);
+}
+
 inline PyObject* gil_release_threshold_function() {
-    static PyObject* fn = nullptr;
+    static void* fn = nullptr;
     return cached(&fn, "gil_release_threshold");
 }
 
@@ -206,10 +228,17 @@ inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
         PyObject** items = PySequence_Fast_ITEMS(obj);
         if (!resize(out, size_t(n))) return false;
-        // as_tokens' own loop (tokenwire/pyint.h). Where it stops, as_tokens' slow path would
-        // take the item (an int subclass, a numpy scalar, a big int, a bool, a non-int): the
-        // whole sequence goes to as_tokens, whose one loop converts it or raises its error.
-        done = tw_pyints_small_values(items, n, out.data()) == n;
+        // as_tokens' own loop (tokenwire/pyint.h). Where it stops, the item needs as_tokens'
+        // general path (an int subclass, a numpy scalar, a big int, a bool, a non-int): the
+        // rest of the sequence, from that item on, is converted by as_tokens' own function
+        // (which raises its error, naming the index), still inside the list's lock; the items
+        // before it are not read again.
+        const Py_ssize_t stop = tw_pyints_small_values(items, n, out.data());
+        if (stop < n) {
+            tw_items_into_fn items_into = items_into_function();
+            if (!items_into || items_into(obj, stop, n, out.data()) != 0) return false;
+        }
+        done = true;
     } else if (PyObject_CheckBuffer(obj) && !PyBytes_Check(obj) && !PyByteArray_Check(obj)) {
         Py_buffer view;
         if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) == 0) {
