@@ -1,6 +1,9 @@
-"""Seeded, realistic token streams generated in-process (no download needed)."""
+"""The benchmarks' ids: seeded, realistic token streams generated in-process (no download
+needed), or real ids read from a file (`--ids`)."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -18,3 +21,21 @@ def token_stream(n: int, vocab: int = VOCABS["qwen"], seed: int = 0) -> np.ndarr
         ranks = np.concatenate([ranks, draw[draw < vocab]])
     perm = np.random.default_rng(12345 + vocab).permutation(vocab)
     return perm[ranks[:n]].astype(np.int32)
+
+
+_FILES: dict[str, np.ndarray] = {}
+
+
+def load_ids(n: int, path: str | os.PathLike[str] | None = None) -> np.ndarray:
+    """`n` int32 ids: `token_stream(n)`, or the ids of `path` (raw little-endian int32, as
+    `--ids` takes them: a real prompt tokenized beforehand), the first `n`, repeated from the
+    start when the file holds fewer. The file is read once per process."""
+    if path is None:
+        return token_stream(n)
+    key = os.fspath(path)
+    if key not in _FILES:
+        ids = np.fromfile(key, dtype="<i4").astype(np.int32)
+        if ids.size == 0:
+            raise SystemExit(f"{key} holds no ids")
+        _FILES[key] = ids
+    return np.resize(_FILES[key], n)

@@ -73,6 +73,7 @@ untimed requests first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import multiprocessing as mp
@@ -93,7 +94,8 @@ from tokenwire import GenerationRequest, TokenIds, as_tokens, shm, token_buffer
 from tokenwire.memory import malloc_settling
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
-from bench.harness import Target, machine, report_targets, stderr_progress
+from bench.harness import (Target, machine, percentile, ray_cluster, report_targets,
+                           stderr_progress, turns)
 from tokenwire.transport import dumps_oob, recv_pyobj_oob, send_frames, send_pyobj_oob
 
 MODES = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin")
@@ -141,9 +143,10 @@ class PforGenerationRequest(GenerationRequest):
     prompt_token_ids = TokenIds(codec="pfor", doc="The prompt's token ids, pickled as pfor.")
 
 
-def make_request(mode: str, ids: np.ndarray, i: int) -> Any:
-    """What the proxy holds: the ids arrive from the tokenizer as a list[int]."""
-    lst = ids.tolist()
+def make_request(mode: str, ids: np.ndarray | list[int], i: int) -> Any:
+    """What the proxy holds: the ids arrive from the tokenizer as a list[int] (`ids` is that
+    list, which the request takes as it is, or an array that one is built from)."""
+    lst = ids if isinstance(ids, list) else ids.tolist()
     if mode == FLOOR:
         return lst
     params = SamplingParams()
@@ -342,7 +345,8 @@ class GilMonitor:
 # Worker process (zmq)
 
 
-def _receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
+def receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
+    """The worker's side of a message of `mode`: what `send` put on the socket, received."""
     if mode == FLOOR:
         return sock.recv()                      # the 1-byte message
     if mode == "tokenwire-shm-spin":
@@ -393,7 +397,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
                 else:
                     data.poll()
                 t0 = time.perf_counter()
-                req = _receive(data, mode, receiver)
+                req = receive(data, mode, receiver)
                 ta = time.perf_counter()
                 source = floor_ids if mode == FLOOR else token_source(req)
                 tb = time.perf_counter()
@@ -454,7 +458,7 @@ class ModeResult:
     gc_us: list[float] = field(default_factory=list)       # GC passes inside the worker's submits
 
     def p(self, values: list[float], q: float) -> float:
-        return float(np.percentile(values, q)) if values else float("nan")
+        return percentile(values, q)
 
     @property
     def transit_us(self) -> list[float]:
@@ -684,6 +688,18 @@ def serialize(mode: str, req: Any, sender: shm.Sender) -> list[Any]:
     return [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)]   # = socket.send_pyobj
 
 
+def send(sock: Any, mode: str, frames: list[Any], sender: shm.Sender) -> None:
+    """The proxy's send of `serialize`'s frames, as send_pyobj / send_pyobj_oob / the channel
+    send them. The pickles of send_pyobj are copied into zmq's message, as pyzmq's send_pyobj
+    does; the other frames are sent without a copy."""
+    if mode == "tokenwire-oob":
+        send_frames(sock, frames)               # = send_pyobj_oob's send
+    elif mode in SHM_MODES:
+        sender.send_frames(sock, frames)        # = the channel's send (publishes)
+    else:
+        sock.send_multipart(frames, copy=mode == "baseline" or mode == "tokenwire")
+
+
 def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
             engine_path: str | None = None, modes: Sequence[str] = ZMQ_MODES,
             warmup: int = WARMUP, gil_monitor: bool = True) -> list[ModeResult]:
@@ -729,10 +745,9 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                                      gil_resolution_us=idle_gap_us, correct=True)
                     for mode in modes}
             # The modes take turns, BLOCK requests each, so that a shared machine's load weighs
-            # on every row alike; each mode's warm-up comes first, in its first turn.
-            turns = [(mode, lo, min(lo + BLOCK, count))
-                     for lo in range(0, count, BLOCK) for mode in modes]
-            for mode, lo, hi in turns:
+            # on every row alike (both processes pin glibc's malloc thresholds: main and
+            # worker_main); each mode's warm-up comes first, in its first turn.
+            for mode, lo, hi in turns(modes, count, BLOCK):
                 stderr_progress(f"e2e zmq/{transport}: ISL {isl:,}, {mode} {hi}/{count}")
                 res = rows[mode]
                 first = 0 if lo == 0 else warmup + lo
@@ -751,13 +766,7 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                     t0 = time.perf_counter()
                     frames = serialize(mode, req, sender)
                     t1 = time.perf_counter()
-                    if mode == "tokenwire-oob":
-                        send_frames(data, frames)        # = send_pyobj_oob's send
-                    elif mode.startswith("tokenwire-shm"):
-                        sender.send_frames(data, frames)  # = the channel's send (publishes)
-                    else:
-                        data.send_multipart(frames,
-                                            copy=mode == "baseline" or mode == "tokenwire")
+                    send(data, mode, frames, sender)
                     if i >= warmup:
                         res.send_us.append((t1 - t0) * 1e6)
                         starts.append(t0)
@@ -889,54 +898,36 @@ def run_ray(isls: Sequence[int], count: int, nodes: int = 1,
 
     import bench
 
+    # A Ray already running (a caller's) is used as it is, one node; else one is started for
+    # the run. Its workers get bench/ (not installed) as a module Ray ships them.
     started = not ray.is_initialized()
-    cluster = None
-    store = 256 * 1024**2
-    if started:
-        # Ray puts the driver's working directory on every worker's sys.path; run from a source
-        # checkout, its tokenwire/ (no compiled extension) would shadow the installed package.
-        # The workers get bench/ (not installed) alone instead, as a module Ray ships them.
-        cwd = os.getcwd()
-        os.chdir(tempfile.gettempdir())
-        try:
-            address = None
-            if nodes == 2:
-                from ray.cluster_utils import Cluster
-                cluster = Cluster(initialize_head=True, head_node_args={
-                    "num_cpus": 1, "resources": {"tw_proxy": 1}, "object_store_memory": store,
-                    "include_dashboard": False})
-                cluster.add_node(num_cpus=1, resources={"tw_worker": 1},
-                                 object_store_memory=store)
-                address = cluster.address
-            local: dict[str, Any] = {} if address else {
-                "num_cpus": 2, "include_dashboard": False, "object_store_memory": store}
-            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
-                     runtime_env={"py_modules": [bench],
-                                  "excludes": ["engine_src", "results", "__pycache__"]}, **local)
-        finally:
-            os.chdir(cwd)
-    try:
-        two = nodes == 2 and cluster is not None
-        worker_cls: Any = ray.remote(num_cpus=0, resources={"tw_worker": 1} if two else {})(
-            _RayWorker)
-        proxy_cls: Any = ray.remote(num_cpus=0, resources={"tw_proxy": 1} if two else {})(
-            _RayProxy)
-        worker, proxy = worker_cls.remote(gil_monitor), proxy_cls.remote()
-        out = []
-        for call in RAY_CALLS:
-            label = ("ray-2node" if two else "ray") + ("-arg" if call == "arg" else "")
-            for isl in isls:
-                for mode in RAY_MODES:
-                    stderr_progress(f"e2e {label}: ISL {isl:,}, {mode}")
-                    r = ray.get(proxy.run.remote(worker, mode, call, isl, count))
-                    out.append(ModeResult(label, mode, isl, count, r["latency_us"], r["gil_us"],
-                                          r["send_us"], r["correct"], trip_us=r["trip_us"]))
-        return out
-    finally:
-        if started:
-            ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()  # type: ignore[no-untyped-call]
+    cluster: Any = ray_cluster(
+        nodes, 256 * 1024**2, ("tw_proxy", "tw_worker"), logging_level=logging.ERROR,
+        log_to_driver=False, runtime_env={"py_modules": [bench], "excludes": [
+            "engine_src", "results", "__pycache__"]}) if started else contextlib.nullcontext(False)
+    with cluster as two:
+        return _run_ray_actors(isls, count, two, gil_monitor)
+
+
+def _run_ray_actors(isls: Sequence[int], count: int, two: bool,
+                    gil_monitor: bool) -> list[ModeResult]:
+    import ray
+
+    worker_cls: Any = ray.remote(num_cpus=0, resources={"tw_worker": 1} if two else {})(
+        _RayWorker)
+    proxy_cls: Any = ray.remote(num_cpus=0, resources={"tw_proxy": 1} if two else {})(
+        _RayProxy)
+    worker, proxy = worker_cls.remote(gil_monitor), proxy_cls.remote()
+    out = []
+    for call in RAY_CALLS:
+        label = ("ray-2node" if two else "ray") + ("-arg" if call == "arg" else "")
+        for isl in isls:
+            for mode in RAY_MODES:
+                stderr_progress(f"e2e {label}: ISL {isl:,}, {mode}")
+                r = ray.get(proxy.run.remote(worker, mode, call, isl, count))
+                out.append(ModeResult(label, mode, isl, count, r["latency_us"], r["gil_us"],
+                                      r["send_us"], r["correct"], trip_us=r["trip_us"]))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,9 @@ the median.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import platform
 import signal
@@ -18,9 +20,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 Op = Callable[[], object]
 
@@ -150,6 +152,83 @@ def tagged_result(run: subprocess.CompletedProcess[str], tag: str, what: str) ->
     result: dict[str, Any] = json.loads(lines[-1].split(" ", 1)[1])
     result["exit"] = run.returncode
     return result
+
+
+# --------------------------------------------------------------------------------------------
+# Processes, rows and clusters shared by the multi-process benchmarks (e2e, load, net, mpi)
+
+R = TypeVar("R")
+
+
+def turns(rows: Sequence[R], count: int, block: int) -> list[tuple[R, int, int]]:
+    """The order a benchmark times `count` requests of each row in: (row, lo, hi) turns of
+    `block` requests, the rows taking turns (`block` < `count`: interleaved, so a shared
+    machine's load weighs on every row alike), or each row's requests back to back (`block` >=
+    `count`). Which a benchmark may use is docs/benchmarks.md's rule ("Rows: interleaved or back
+    to back"): rows of plain and tokenwire requests interleave in a process only where glibc's
+    malloc thresholds are pinned (`malloc_settling(True)`), else a row measures the allocator
+    history the other rows left."""
+    step = max(1, block)
+    return [(row, lo, min(lo + step, count)) for lo in range(0, count, step) for row in rows]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile of `values` (numpy's linear interpolation); NaN when there are none."""
+    import numpy
+    return float(numpy.percentile(values, q)) if len(values) else math.nan
+
+
+def wait_while_parent_lives(sock: Any, parent: int, interval_ms: int = 500) -> bool:
+    """Waits until zmq socket `sock` has a message: True then, False as soon as this process's
+    parent is no longer `parent` (given by pid, so that a parent gone before this process
+    started counts too). A benchmark's worker stops on False: a parent killed with SIGKILL
+    leaves no worker behind."""
+    import zmq
+    while True:
+        if os.getppid() != parent:
+            return False
+        if sock.poll(interval_ms, zmq.POLLIN):
+            return True
+
+
+@contextlib.contextmanager
+def ray_cluster(nodes: int, store: int, resources: tuple[str, str],
+                **init: Any) -> Iterator[bool]:
+    """A local Ray for the life of the block, shut down after it: with `nodes` 1, ray.init's
+    own one-node cluster (2 CPUs); with 2, two raylets on this machine (ray.cluster_utils), each
+    with one CPU, its own object store of `store` bytes and a custom resource, `resources[0]`
+    on the head and `resources[1]` on the other, so that an actor can be placed on each and
+    every object passed between them moves from one store to the other. `init` goes to
+    ray.init. Yields True when two nodes run.
+
+    Ray puts the driver's working directory on its workers' sys.path: from a checkout, its
+    tokenwire/ (no compiled extension) would shadow the installed package, so Ray is started
+    from the temporary directory."""
+    import tempfile
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = None
+    cwd = os.getcwd()
+    os.chdir(tempfile.gettempdir())
+    try:
+        if nodes == 2:
+            cluster = Cluster(initialize_head=True, head_node_args={
+                "num_cpus": 1, "resources": {resources[0]: 1}, "object_store_memory": store,
+                "include_dashboard": False})
+            cluster.add_node(num_cpus=1, resources={resources[1]: 1}, object_store_memory=store)
+            ray.init(address=cluster.address, **init)
+            cluster.wait_for_nodes()
+        else:
+            ray.init(num_cpus=2, include_dashboard=False, object_store_memory=store, **init)
+        os.chdir(cwd)
+        yield cluster is not None
+    finally:
+        os.chdir(cwd)
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()  # type: ignore[no-untyped-call]
 
 
 def stderr_progress(msg: str) -> None:

@@ -1,13 +1,13 @@
 """Under load: one proxy process pushes requests to one worker process over a zmq ipc:// PUSH/PULL
 pair as fast as a bound on in-flight requests allows, and at Poisson rates below that.
 
-The worker receives each message (bench.e2e's `_receive`), hands every request's ids to the
+The worker receives each message (bench.e2e's `receive`), hands every request's ids to the
 engine (`--engine`, as bench e2e's: `numpy`, an owned int32 array; `nanobind`, the C++ Request of
 bench/engine.py, the baseline's list through nanobind's stock std::vector caster and tokenwire's
 buffer through tokenwire::Tokens), checks them against the ids the proxy sent and acknowledges the
 request's id on a second socket. The proxy (this process) builds each
 request from a `list[int]` the tokenizer already returned (a pool of seeded streams per ISL,
-bench.e2e's `make_request`), serializes it (bench.e2e's `serialize`) and sends it.
+bench.e2e's `make_request`), serializes it and sends it (bench.e2e's `serialize` and `send`).
 
   closed loop  the proxy keeps WINDOW requests in flight for `--seconds`: requests/s at
                saturation, CPU µs per request of each process (its process CPU time over the
@@ -28,6 +28,14 @@ worker (bench.e2e's floor, at saturation). A row's proxy and worker CPU are also
 multiple of the floor's, and baseline / floor is the largest ratio to the baseline any row can
 show in that run.
 
+Proxy threads (`--proxy-threads 1,2`): the rows run again with the proxy's building and
+serializing done by N threads, as a threaded front end's request handlers do it, each sending on
+a zmq socket of its own (a socket belongs to one thread); the main thread hands them requests
+(at the closed loop's window, or at the open loop's arrival times) and reads the acks. On a
+free-threaded CPython the threads serialize in parallel; with the GIL they take turns. The
+shared-memory row is left out there: a shm.Sender is one thread's (docs/api.md, "Threads").
+Each row is compared with the same row at 1 thread of the same run.
+
 Correctness: the worker compares every request's int32 ids (the floor's messages carry none) with
 the ids of the stream the proxy built it from (the same seeded pool, rebuilt in the worker); the
 comparison's own CPU time (thread CPU time around it) is subtracted from the worker's CPU per
@@ -38,15 +46,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing as mp
 import os
 import pickle
+import queue
 import random
 import resource
 import struct
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -56,11 +65,12 @@ import numpy as np
 
 from tokenwire import shm
 from tokenwire.memory import malloc_settling
-from tokenwire.transport import recv_pyobj_oob, send_frames, send_pyobj_oob
+from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 from bench.data import token_stream
-from bench.e2e import (FLOOR, Engine, NanobindEngine, _receive, build_engine, engine_ids,
-                       make_request, serialize, token_source)
-from bench.harness import Target, exit_on_sigterm, machine, report_targets, stderr_progress
+from bench.e2e import (FLOOR, Engine, NanobindEngine, build_engine, engine_ids, make_request,
+                       receive, send, serialize, token_source)
+from bench.harness import (Target, exit_on_sigterm, machine, percentile, report_targets,
+                           stderr_progress, wait_while_parent_lives)
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
 ROWS: dict[str, tuple[str, int]] = {
@@ -87,21 +97,10 @@ def pool(isl: int) -> list[np.ndarray]:
     return [token_stream(isl, seed=7000 + 1000 * isl + k) for k in range(POOL)]
 
 
-class _Listed:
-    """A stream the tokenizer already returned as a list: make_request's `ids.tolist()` hands
-    it over without building it again inside the timed loop."""
-
-    def __init__(self, ids: np.ndarray) -> None:
-        self.ids: list[int] = ids.tolist()
-
-    def tolist(self) -> list[int]:
-        return self.ids
-
-
 def _send(sock: Any, mode: str, obj: Any, sender: shm.Sender, i: int = -1) -> None:
-    """bench.e2e's send of `serialize`'s frames, for any mode. The floor's message is request
-    `i`'s id (8 bytes: what any message must carry) after `serialize`'s `as_tokens`; its
-    control messages are pickles (longer than 8 bytes)."""
+    """bench.e2e's serialize and send, for any mode. The floor's message is request `i`'s id
+    (8 bytes: what any message must carry) after `serialize`'s `as_tokens`; its control
+    messages are pickles (longer than 8 bytes)."""
     if mode == FLOOR:
         if isinstance(obj, dict):
             sock.send_pyobj(obj)
@@ -109,13 +108,7 @@ def _send(sock: Any, mode: str, obj: Any, sender: shm.Sender, i: int = -1) -> No
             serialize(mode, obj, sender)
             sock.send(_ID.pack(i))
         return
-    frames = serialize(mode, obj, sender)
-    if mode == "tokenwire-oob":
-        send_frames(sock, frames)
-    elif mode == "tokenwire-shm":
-        sender.send_frames(sock, frames)
-    else:
-        sock.send_multipart(frames)
+    send(sock, mode, serialize(mode, obj, sender), sender)
 
 
 _ID = struct.Struct("<q")
@@ -131,16 +124,19 @@ def _cpu_s() -> float:
 # Worker process
 
 
-def worker_main(data_addr: str, ack_addr: str, parent: int,
+def worker_main(data_addrs: list[str], ack_addr: str, parent: int,
                 engine_path: str | None = None) -> None:
     """Idle: wait for a row's set-up on the channel. In a row: requests (acked by id), "begin"
-    (CPU snapshot), "end" (report CPU, requests, wrong ones) and "done" (back to idle)."""
+    (CPU snapshot, acked), "end" (report CPU, requests, wrong ones) and "done" (back to idle).
+    The first data address is the proxy's main socket (control messages, and requests at one
+    proxy thread), the others its threads' (requests): one PULL socket reads them all."""
     import zmq
     malloc_settling(True)
     eng = NanobindEngine(engine_path) if engine_path else Engine()
     ctx = zmq.Context()
     data = ctx.socket(zmq.PULL)
-    data.connect(data_addr)
+    for addr in data_addrs:
+        data.connect(addr)
     acks = ctx.socket(zmq.PUSH)
     acks.connect(ack_addr)
     receiver = shm.Receiver()
@@ -149,9 +145,8 @@ def worker_main(data_addr: str, ack_addr: str, parent: int,
     isl = -1
     try:
         while True:
-            while not data.poll(1000):
-                if os.getppid() != parent:          # the proxy is gone: so are we
-                    return
+            if not wait_while_parent_lives(data, parent, 1000):
+                return                              # the proxy is gone: so are we
             ctl = recv_pyobj_oob(data, channel=receiver)
             if ctl is None:
                 return
@@ -166,10 +161,9 @@ def worker_main(data_addr: str, ack_addr: str, parent: int,
             count = bad = 0
             acks.send_pyobj(None)                   # set up
             while True:
-                while not data.poll(1000):
-                    if os.getppid() != parent:
-                        return
-                msg = _receive(data, mode, receiver)
+                if not wait_while_parent_lives(data, parent, 1000):
+                    return
+                msg = receive(data, mode, receiver)
                 if mode == FLOOR:
                     if len(msg) == _ID.size:        # a request: the engine's one memcpy
                         np.array(floor_ids)
@@ -183,6 +177,9 @@ def worker_main(data_addr: str, ack_addr: str, parent: int,
                     if msg["op"] == "begin":
                         cpu0, thread0 = _cpu_s(), time.thread_time()
                         check_s, count, bad = 0.0, 0, 0
+                        # Acked: no request of the phase, which the proxy's threads send on
+                        # their own sockets, may arrive before it.
+                        acks.send_pyobj(None)
                     elif msg["op"] == "end":
                         acks.send_pyobj({"cpu_s": _cpu_s() - cpu0 - check_s, "requests": count,
                                          "thread_s": time.thread_time() - thread0 - check_s,
@@ -227,6 +224,7 @@ class LoadRow:
     row: str
     isl: int
     seconds: float
+    threads: int = 1                     # the proxy's serializing threads
     requests: int = 0
     rps: float = 0.0
     proxy_cpu_us: float = 0.0
@@ -246,18 +244,15 @@ class LoadRow:
         return self.wrong == 0
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(values, q)) if len(values) else math.nan
-
-
 # --------------------------------------------------------------------------------------------
 # Proxy
 
 
 class Proxy:
-    """This process's side: the sockets, the shared-memory Sender and the worker process."""
+    """This process's side: the sockets, the shared-memory Sender and the worker process; with
+    `threads` > 1, the serializing threads, each with its socket."""
 
-    def __init__(self, engine_path: str | None = None) -> None:
+    def __init__(self, engine_path: str | None = None, threads: int = 1) -> None:
         import zmq
         self.zmq = zmq
         # A slot for every request in flight (a server sizes its ring for its window).
@@ -266,16 +261,29 @@ class Proxy:
         self.data = self.ctx.socket(zmq.PUSH)
         self.acks = self.ctx.socket(zmq.PULL)
         self.tmp = tempfile.mkdtemp(prefix="tokenwire-load-")
+        self.names = ["data", "acks"] + [f"data{k}" for k in range(threads if threads > 1 else 0)]
         data_addr, ack_addr = f"ipc://{self.tmp}/data", f"ipc://{self.tmp}/acks"
         self.data.bind(data_addr)
         self.acks.bind(ack_addr)
+        self.threads = threads
+        self.socks = [self.ctx.socket(zmq.PUSH) for _ in self.names[2:]]
+        for sock, name in zip(self.socks, self.names[2:]):
+            sock.bind(f"ipc://{self.tmp}/{name}")
+        self.todo: queue.SimpleQueue[tuple[str, int, list[list[int]], int] | None] = \
+            queue.SimpleQueue()
+        self.failed: list[BaseException] = []
+        self.workers = [threading.Thread(target=self._serialize, args=(sock,), daemon=True)
+                        for sock in self.socks]
         self.proc = mp.get_context("spawn").Process(
-            target=worker_main, args=(data_addr, ack_addr, os.getpid(), engine_path),
-            daemon=True)
+            target=worker_main,
+            args=([data_addr] + [f"ipc://{self.tmp}/{n}" for n in self.names[2:]], ack_addr,
+                  os.getpid(), engine_path), daemon=True)
         self.starts: dict[int, float] = {}
         self.lat_us: list[float] = []
         self.next_id = 0
         self.proc.start()
+        for t in self.workers:
+            t.start()
         try:
             send_pyobj_oob(self.data, {"op": "attach"}, channel=self.sender)
             self._reply(120_000)
@@ -283,7 +291,22 @@ class Proxy:
             self.close()
             raise
 
+    def _serialize(self, sock: Any) -> None:
+        """A serializing thread: builds and serializes the requests of each message it is handed
+        and sends it on its own socket, until handed None."""
+        try:
+            while (job := self.todo.get()) is not None:
+                mode, batch, lists, first = job
+                reqs = [make_request(mode, lists[i % POOL], i) for i in range(first, first + batch)]
+                _send(sock, mode, reqs if batch > 1 else reqs[0], self.sender, first + batch - 1)
+        except BaseException as e:          # reported by the main thread's next wait
+            self.failed.append(e)
+
     def close(self) -> None:
+        for _ in self.workers:
+            self.todo.put(None)
+        for t in self.workers:
+            t.join(10)
         try:
             if self.proc.is_alive():
                 send_pyobj_oob(self.data, None, self.zmq.NOBLOCK, channel=self.sender)
@@ -299,25 +322,36 @@ class Proxy:
                 self.proc.join()
             self.data.close(0)
             self.acks.close(0)
+            for sock in self.socks:
+                sock.close(0)
             self.ctx.term()
             self.sender.close()
-            for name in ("data", "acks"):
+            for name in self.names:
                 try:
                     os.unlink(os.path.join(self.tmp, name))
                 except OSError:
                     pass
             os.rmdir(self.tmp)
 
+    def _wait(self, timeout_ms: int) -> None:
+        """Until an ack (or reply) can be read; RuntimeError when a serializing thread failed or
+        nothing came for `timeout_ms`."""
+        for _ in range(max(1, timeout_ms // 1000)):
+            if self.failed:
+                raise RuntimeError("a serializing thread failed") from self.failed[0]
+            if self.acks.poll(1000):
+                return
+        raise RuntimeError("the worker process stopped answering")
+
     def _reply(self, timeout_ms: int = 60_000) -> Any:
-        if not self.acks.poll(timeout_ms):
-            raise RuntimeError("the worker process stopped answering")
+        self._wait(timeout_ms)
         return self.acks.recv_pyobj()
 
     def _drain(self, block: bool) -> None:
         """Take the acks that have arrived (at least one with `block`)."""
         zmq, acks, starts, lat = self.zmq, self.acks, self.starts, self.lat_us
-        if block and not acks.poll(60_000):
-            raise RuntimeError("the worker process stopped answering")
+        if block:
+            self._wait(60_000)
         while True:
             try:
                 msg = acks.recv(zmq.NOBLOCK)
@@ -327,22 +361,27 @@ class Proxy:
             for i in np.frombuffer(msg, dtype=np.int64).tolist():
                 lat.append((now - starts.pop(i)) * 1e6)
 
-    def _message(self, mode: str, batch: int, lists: list[_Listed], at: float) -> None:
-        reqs = []
-        for _ in range(batch):
-            i = self.next_id
-            self.next_id += 1
+    def _message(self, mode: str, batch: int, lists: list[list[int]], at: float) -> None:
+        """A message of `batch` requests arriving at `at`: built, serialized and sent here, or
+        handed to the serializing threads."""
+        first = self.next_id
+        self.next_id += batch
+        for i in range(first, first + batch):
             self.starts[i] = at
-            reqs.append(make_request(mode, lists[i % POOL], i))   # type: ignore[arg-type]
-        _send(self.data, mode, reqs if batch > 1 else reqs[0], self.sender, i)
+        if self.workers:
+            self.todo.put((mode, batch, lists, first))
+            return
+        reqs = [make_request(mode, lists[i % POOL], i) for i in range(first, first + batch)]
+        _send(self.data, mode, reqs if batch > 1 else reqs[0], self.sender, first + batch - 1)
 
-    def phase(self, row: str, lists: list[_Listed], seconds: float,
+    def phase(self, row: str, lists: list[list[int]], seconds: float,
               rate: float | None) -> tuple[int, float, tuple[float, float], dict[str, Any]]:
         """One phase: closed loop (`rate` None) or Poisson arrivals at `rate` requests/s.
         (requests, wall s, proxy CPU s (process, main thread), the worker's report); latencies
         in self.lat_us."""
         mode, batch = ROWS[row]
         _send(self.data, mode, {"op": "begin"}, self.sender)
+        self._reply()
         self.lat_us = []
         pc, rng = time.perf_counter, random.Random(len(lists) * 7919 + int(rate or 0))
         starts = self.starts
@@ -378,17 +417,19 @@ class Proxy:
         report = self._reply()
         return report["requests"], wall, cpu, report
 
-    def run_row(self, row: str, isl: int, lists: list[_Listed], seconds: float,
+    def run_row(self, row: str, isl: int, lists: list[list[int]], seconds: float,
                 fractions: Sequence[float]) -> LoadRow:
         mode, batch = ROWS[row]
         send_pyobj_oob(self.data, {"op": "row", "mode": mode, "isl": isl}, channel=self.sender)
         self._reply()
-        res = LoadRow(row, isl, seconds, checked=mode != FLOOR)
+        res = LoadRow(row, isl, seconds, self.threads, checked=mode != FLOOR)
         try:
-            stderr_progress(f"load: ISL {isl:,}, {row}: warm-up")
+            what = f"load: ISL {isl:,}, {row}" + (f", {self.threads} proxy threads"
+                                                    if self.threads > 1 else "")
+            stderr_progress(f"{what}: warm-up")
             n, _, _, rep = self.phase(row, lists, WARMUP_S, None)
             res.wrong += rep["bad"]
-            stderr_progress(f"load: ISL {isl:,}, {row}: closed loop")
+            stderr_progress(f"{what}: closed loop")
             shm0 = dict(self.sender.stats)
             n, wall, cpu, rep = self.phase(row, lists, seconds, None)
             res.shm_slots = self.sender.stats["shm"] - shm0["shm"]
@@ -397,13 +438,13 @@ class Proxy:
             res.requests, res.rps = n, n / wall
             res.proxy_cpu_us, res.worker_cpu_us = cpu[0] / n * 1e6, rep["cpu_s"] / n * 1e6
             res.proxy_main_us, res.worker_main_us = cpu[1] / n * 1e6, rep["thread_s"] / n * 1e6
-            res.p50_us, res.p99_us = _pct(self.lat_us, 50), _pct(self.lat_us, 99)
+            res.p50_us, res.p99_us = percentile(self.lat_us, 50), percentile(self.lat_us, 99)
             for frac in fractions:
-                stderr_progress(f"load: ISL {isl:,}, {row}: open loop at {frac:g} x saturation")
+                stderr_progress(f"{what}: open loop at {frac:g} x saturation")
                 n, wall, _, rep = self.phase(row, lists, seconds, frac * res.rps)
                 res.wrong += rep["bad"]
                 res.open_loop.append(OpenPoint(frac, frac * res.rps, n / wall, n,
-                                               _pct(self.lat_us, 50), _pct(self.lat_us, 99)))
+                                               percentile(self.lat_us, 50), percentile(self.lat_us, 99)))
         finally:
             _send(self.data, mode, {"op": "done"}, self.sender)
         return res
@@ -418,10 +459,11 @@ def _best(rows: Sequence[LoadRow], isl: int, key: Callable[[LoadRow], float]) ->
 
 
 class LoadFigures:
-    """What the targets read: the rows of one run at TARGET_ISL (KeyError when not measured)."""
+    """What the targets read: the rows of one run at TARGET_ISL and one proxy thread (KeyError
+    when not measured)."""
 
     def __init__(self, rows: Sequence[LoadRow]) -> None:
-        self.rows = [r for r in rows if r.isl == TARGET_ISL]
+        self.rows = [r for r in rows if r.isl == TARGET_ISL and r.threads == 1]
         if not any(r.row == "baseline" for r in self.rows) or len(self.rows) < 2:
             raise KeyError(TARGET_ISL)
         self.base = next(r for r in self.rows if r.row == "baseline")
@@ -471,19 +513,23 @@ def _targets() -> list[Target]:
     ]
 
 
+def _label(r: LoadRow) -> str:
+    return r.row if r.threads == 1 else f"{r.row} x{r.threads}t"
+
+
 def print_table(rows: Sequence[LoadRow]) -> None:
-    base = {r.isl: r for r in rows if r.row == "baseline"}
+    base = {(r.isl, r.threads): r for r in rows if r.row == "baseline"}
     fracs = sorted({p.fraction for r in rows for p in r.open_loop})
-    print(f"{'ISL':>8}  {'row':<21}{'req/s':>9}{'x':>7}{'proxy CPU':>11}{'x':>7}"
+    print(f"{'ISL':>8}  {'row':<25}{'req/s':>9}{'x':>7}{'proxy CPU':>11}{'x':>7}"
           f"{'worker CPU':>12}{'x':>7}{'p50':>10}{'p99':>10}"
           + "".join(f"{f'open {f:g}: p50':>16}{'p99':>9}" for f in fracs) + "  ok")
     for r in rows:
-        b = base.get(r.isl, r)
+        b = base.get((r.isl, r.threads), r)
         opened = {p.fraction: p for p in r.open_loop}
         cells = "".join(
             f"{opened[f].p50_us:>14,.0f}µs{opened[f].p99_us:>7,.0f}µs" if f in opened
             else f"{'':>16}{'':>9}" for f in fracs)
-        print(f"{r.isl:>8,}  {r.row:<21}{r.rps:>9,.0f}{r.rps / b.rps:>6.1f}x"
+        print(f"{r.isl:>8,}  {_label(r):<25}{r.rps:>9,.0f}{r.rps / b.rps:>6.1f}x"
               f"{r.proxy_cpu_us:>9,.1f}µs{b.proxy_cpu_us / r.proxy_cpu_us:>6.1f}x"
               f"{r.worker_cpu_us:>10,.1f}µs{b.worker_cpu_us / r.worker_cpu_us:>6.1f}x"
               f"{r.p50_us:>8,.0f}µs{r.p99_us:>8,.0f}µs{cells}  "
@@ -493,19 +539,34 @@ def print_table(rows: Sequence[LoadRow]) -> None:
 def print_floor(rows: Sequence[LoadRow]) -> None:
     """Each row's CPU per request as a multiple of the floor's at its ISL, and baseline / floor:
     the largest ratio to the baseline any row could show in this run."""
-    floor = {r.isl: r for r in rows if r.row == FLOOR and r.requests}
+    floor = {(r.isl, r.threads): r for r in rows if r.row == FLOOR and r.requests}
     if not floor:
         return
     print("\nAgainst the floor (CPU per request / the floor's; baseline / floor = the largest "
           "ratio to the baseline this run allows):")
     for r in rows:
-        f = floor.get(r.isl)
+        f = floor.get((r.isl, r.threads))
         if f is None or r.row == FLOOR:
             continue
-        print(f"  {r.isl:>8,}  {r.row:<21} proxy {r.proxy_cpu_us / f.proxy_cpu_us:>5.2f}x floor"
+        print(f"  {r.isl:>8,}  {_label(r):<25} proxy {r.proxy_cpu_us / f.proxy_cpu_us:>5.2f}x floor"
               f" ({f.proxy_cpu_us:,.1f}µs)   worker {r.worker_cpu_us / f.worker_cpu_us:>5.2f}x "
               f"floor ({f.worker_cpu_us:,.1f}µs)   requests/s {f.rps / r.rps:>5.2f}x below "
               f"the floor's {f.rps:,.0f}")
+
+
+def print_threads(rows: Sequence[LoadRow]) -> None:
+    """Each row at N proxy threads against the same row at 1 thread of this run."""
+    one = {(r.isl, r.row): r for r in rows if r.threads == 1}
+    more = [r for r in rows if r.threads > 1 and (r.isl, r.row) in one]
+    if not more:
+        return
+    print("\nProxy threads (requests/s and proxy CPU per request at N threads / at 1 thread):")
+    for r in more:
+        o = one[(r.isl, r.row)]
+        print(f"  {r.isl:>8,}  {_label(r):<25} requests/s {r.rps:>9,.0f} = {r.rps / o.rps:>5.2f}x"
+              f" of {o.rps:,.0f}   proxy CPU {r.proxy_cpu_us:>9,.1f}µs = "
+              f"{r.proxy_cpu_us / o.proxy_cpu_us:>5.2f}x   p50 {r.p50_us:>9,.0f}µs, p99 "
+              f"{r.p99_us:>9,.0f}µs (1 thread: {o.p50_us:,.0f}µs, {o.p99_us:,.0f}µs)")
 
 
 def plot(rows: Sequence[LoadRow], path: str) -> None:
@@ -521,8 +582,8 @@ def plot(rows: Sequence[LoadRow], path: str) -> None:
             pts.append((r.rps, r.p50_us, r.p99_us))
             xs = [p[0] for p in pts]
             color = f"C{k}"
-            ax.plot(xs, [p[1] / 1e3 for p in pts], "o-", color=color, label=f"{r.row} p50")
-            ax.plot(xs, [p[2] / 1e3 for p in pts], "x--", color=color, label=f"{r.row} p99")
+            ax.plot(xs, [p[1] / 1e3 for p in pts], "o-", color=color, label=f"{_label(r)} p50")
+            ax.plot(xs, [p[2] / 1e3 for p in pts], "x--", color=color, label=f"{_label(r)} p99")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("throughput (requests/s); last point: closed loop")
@@ -546,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows")
     p.add_argument("--quick", action="store_true",
                    help="ISL 1k/40k, 1 s, the closed loop and the open loop at 0.5: a smoke test")
+    p.add_argument("--proxy-threads", default="1", metavar="N,...",
+                   help="comma-separated counts of the proxy's serializing threads: every row "
+                        "runs at each (default 1; 1 is always run first, the reference)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--plot", metavar="PNG", help="latency (p50, p99) against throughput per row")
     p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
@@ -558,6 +622,12 @@ def main(argv: list[str] | None = None) -> int:
     seconds = args.seconds or (1.0 if args.quick else 1.5)
     fractions = (0.5,) if args.quick else FRACTIONS
     names = [x for x in args.rows.split(",") if x]
+    try:
+        threads = sorted({1, *(int(x) for x in args.proxy_threads.split(",") if x)})
+    except ValueError:
+        p.error(f"--proxy-threads takes comma-separated counts, got {args.proxy_threads!r}")
+    if threads[0] < 1:
+        p.error("--proxy-threads: a count is at least 1")
     unknown = [x for x in names if x not in ROWS]
     if unknown:
         p.error(f"unknown rows {unknown} (choose from {', '.join(ROWS)})")
@@ -568,32 +638,43 @@ def main(argv: list[str] | None = None) -> int:
     engine_path = build_engine(args.engine)
     engine = "nanobind C++ Request" if engine_path else "numpy stand-in"
     print(f"# tokenwire load — {machine()}")
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    print(f"# proxy threads {', '.join(map(str, threads))}; the GIL "
+          f"{'on' if gil else 'off (free-threaded)'}")
     print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; proxy -> worker over "
           f"zmq ipc://, closed loop {WINDOW} requests in flight for {seconds:g} s, open loop "
           f"(Poisson) at {', '.join(f'{f:g}' for f in fractions)} x each row's saturation; CPU = "
           f"process CPU time / requests; latency = request built -> ack; engine: {engine}\n")
     rows: list[LoadRow] = []
-    proxy = Proxy(engine_path)
+    proxies: dict[int, Proxy] = {}
     try:
-        if "tokenwire-shm" in names and not proxy.sender.attached():
+        for n in threads:
+            proxies[n] = Proxy(engine_path, n)
+        if "tokenwire-shm" in names and not proxies[1].sender.attached():
             stderr_progress("tokenwire-shm: the worker could not map the segment: its ids "
                             "travel as out-of-band frames")
         for isl in isls:
-            lists = [_Listed(ids) for ids in pool(isl)]
+            # The tokenizer's lists, built once: make_request takes them as they are.
+            lists = [ids.tolist() for ids in pool(isl)]
             for name in names:
-                rows.append(proxy.run_row(name, isl, lists, seconds, fractions))
+                for n, proxy in proxies.items():
+                    if n == 1 or name != "tokenwire-shm":    # a Sender is one thread's
+                        rows.append(proxy.run_row(name, isl, lists, seconds, fractions))
     finally:
-        proxy.close()
+        for proxy in proxies.values():
+            proxy.close()
     print("", file=sys.stderr)
     print_table(rows)
     print("\nx = ratio to the baseline (requests/s: row / baseline; CPU: baseline / row); "
           "open f = Poisson arrivals at f x the row's closed-loop requests/s")
-    print("\nCPU per request in the main threads (the rest of each process's: zmq's I/O thread):")
+    print("\nCPU per request in the main threads (the rest of each process's: zmq's I/O thread, "
+          "and at N proxy threads the serializing threads):")
     for r in rows:
-        print(f"  {r.isl:>8,}  {r.row:<21} proxy {r.proxy_main_us:>9,.1f}µs of "
+        print(f"  {r.isl:>8,}  {_label(r):<25} proxy {r.proxy_main_us:>9,.1f}µs of "
               f"{r.proxy_cpu_us:>9,.1f}µs   worker {r.worker_main_us:>9,.1f}µs of "
               f"{r.worker_cpu_us:>9,.1f}µs")
     print_floor(rows)
+    print_threads(rows)
     try:
         targets_ok = report_targets(LoadFigures(rows), _targets(),
                                     f"Targets (this run, ISL {TARGET_ISL:,}; engine: {engine}):")
@@ -608,7 +689,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"machine": machine(), "loadavg": os.getloadavg(), "window": WINDOW,
-                       "seconds": seconds, "engine": engine,
+                       "seconds": seconds, "engine": engine, "gil": gil,
+                       "proxy_threads": threads,
                        "rows": [{**asdict(r), "correct": r.correct} for r in rows]}, f, indent=1)
     if args.plot:
         plot(rows, args.plot)

@@ -45,22 +45,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench.harness import clone_env, exit_on_sigterm, machine, run_group, tagged_result
+from bench.baseline import PlainGenerationRequest
+from bench.harness import (clone_env, exit_on_sigterm, machine, percentile, run_group,
+                           tagged_result)
 
 #: Rows: (request kind, broadcast); the first is the baseline.
 ROWS = [("plain list", "comm.bcast"), ("plain list", "pkl5"),
         ("tokenwire", "comm.bcast"), ("tokenwire", "pkl5")]
 #: The target, a ratio of the baseline's p50 iteration time to the best tokenwire row's.
 TARGET_RATIO = 10.0
-
-
-class PlainRequest:
-    """A request as serving stacks hold one today: prompt ids as a list, a few scalar fields."""
-
-    def __init__(self, req_id: int, input_token_ids: list[int], max_tokens: int) -> None:
-        self.id = req_id
-        self.input_token_ids = input_token_ids
-        self.sampling_config = {"max_tokens": max_tokens, "temperature": 0.0, "top_k": 1}
 
 
 def expected_ids(isl: int, requests: int) -> list[np.ndarray]:
@@ -73,7 +66,8 @@ def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
     """Rank 0's batch as the executor holds it: received from the proxy (one pickle hop), so a
     plain request holds a list and a tokenwire request the int32 buffer it arrived in."""
     if kind == "plain list":
-        reqs: list[Any] = [PlainRequest(i, a.tolist(), 64) for i, a in enumerate(ids)]
+        reqs: list[Any] = [PlainGenerationRequest(a.tolist(), {"max_tokens": 64}, id=i)
+                           for i, a in enumerate(ids)]
     else:
         from tokenwire import GenerationRequest
         reqs = [GenerationRequest(a.tolist(), {"max_tokens": 64}, id=i) for i, a in enumerate(ids)]
@@ -83,7 +77,7 @@ def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
 def to_engine(kind: str) -> Callable[[Any], np.ndarray]:
     """What a rank does with a received request: its ids as an owned int32 array."""
     if kind == "plain list":
-        return lambda r: np.array(r.input_token_ids, dtype=np.int32)
+        return lambda r: np.array(r.prompt_token_ids, dtype=np.int32)
     from tokenwire import token_buffer
     return lambda r: np.array(token_buffer(r, "prompt_token_ids"), dtype=np.int32)
 
@@ -121,8 +115,8 @@ def rank_main(cfg: dict[str, Any]) -> int:
         every_rank = comm.gather(times, root=0)
         if rank == 0:
             slowest = np.max(np.array(every_rank), axis=0)
-            results[row] = {"p50_ms": float(np.percentile(slowest, 50) * 1e3),
-                            "p99_ms": float(np.percentile(slowest, 99) * 1e3)}
+            results[row] = {"p50_ms": percentile(slowest, 50) * 1e3,
+                            "p99_ms": percentile(slowest, 99) * 1e3}
     stages = {kind: stage_times(comm, kind, ids, cfg["iters"]) for kind in ("plain list",
                                                                             "tokenwire")}
     wrong_total = comm.allreduce(wrong, op=MPI.SUM)

@@ -43,8 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.harness import (clone_env, exit_on_sigterm, kill_group, machine, run_group,
-                           tagged_result)
+from bench.baseline import PlainGenerationRequest
+from bench.data import load_ids
+from bench.harness import (clone_env, exit_on_sigterm, kill_group, machine, percentile,
+                           run_group, tagged_result, turns, wait_while_parent_lives)
 
 PREFIX = "twbench"
 ADDR_PROXY, ADDR_WORKER, PORT = "10.77.0.1", "10.77.0.2", 5591
@@ -133,26 +135,13 @@ def namespaces_usable() -> str | None:
 # ---------------------------------------------------------------------------------------------
 # The two processes
 
-class PlainRequest:
-    """The baseline: a request with a plain `list[int]` field."""
-
-    def __init__(self, req_id: int, prompt_token_ids: list[int]) -> None:
-        self.id = req_id
-        self.prompt_token_ids = prompt_token_ids
-        self.sampling_params = {"max_tokens": 64}
-
-
 def recv_while_parent_lives(sock: Any, parent: int) -> bytes:
     """The next message; exits the process once its parent is no longer `parent`, the launcher
-    (`ip netns exec` execs, so the launcher is the parent; given by pid, so that a launcher gone
-    before this process started counts too): a launcher killed with SIGKILL leaves no worker or
-    proxy behind."""
-    import zmq
-    while True:
-        if os.getppid() != parent:
-            os._exit(3)
-        if sock.poll(500, zmq.POLLIN):
-            return bytes(sock.recv())
+    (`ip netns exec` execs, so the launcher is the parent): a launcher killed with SIGKILL
+    leaves no worker or proxy behind."""
+    if not wait_while_parent_lives(sock, parent):
+        os._exit(3)
+    return bytes(sock.recv())
 
 
 def worker_main(endpoint: str, parent: int) -> int:
@@ -176,16 +165,6 @@ def worker_main(endpoint: str, parent: int) -> int:
         sock.send(zlib.crc32(ids.tobytes()).to_bytes(4, "little"))
 
 
-def load_ids(path: str | None, isl: int) -> np.ndarray:
-    if path is None:
-        from bench.data import token_stream
-        return np.asarray(token_stream(isl), dtype=np.int32)
-    ids = np.fromfile(path, dtype="<i4")
-    if ids.size == 0:
-        raise SystemExit(f"python -m bench net: {path} holds no ids")
-    return np.resize(ids, isl).astype(np.int32)
-
-
 def tx_bytes(dev: str) -> int:
     """The bytes the proxy's end of the veth pair has sent (IP packets: the request's frames
     with zmq's and TCP/IP's headers, and the ACKs of the answer). `ip netns exec` mounts the
@@ -202,7 +181,7 @@ def proxy_main(cfg: dict[str, Any]) -> int:
     from tokenwire.transport import send_pyobj_oob
 
     parent = cfg["launcher"]
-    ids = load_ids(cfg["ids"], cfg["isl"])
+    ids = load_ids(cfg["isl"], cfg["ids"])
     want = zlib.crc32(ids.tobytes()).to_bytes(4, "little")
     sock: Any = zmq.Context.instance().socket(zmq.PAIR)
     sock.connect(cfg["endpoint"])
@@ -210,7 +189,7 @@ def proxy_main(cfg: dict[str, Any]) -> int:
     def send(row: str, req_id: int, lst: list[int]) -> None:
         if row == "baseline":
             sock.send(b"pyobj", zmq.SNDMORE)
-            sock.send_pyobj(PlainRequest(req_id, lst))
+            sock.send_pyobj(PlainGenerationRequest(lst, {"max_tokens": 64}, id=req_id))
             return
         req = GenerationRequest(lst, {"max_tokens": 64}, id=req_id)
         if row == "tokenwire":
@@ -229,23 +208,21 @@ def proxy_main(cfg: dict[str, Any]) -> int:
     wire: dict[str, list[int]] = {r: [] for r in rows}
     wrong = 0
     total = cfg["warmup"] + cfg["requests"]
-    for start in range(0, total, BLOCK):
-        for row in rows:
-            for i in range(start, min(start + BLOCK, total)):
-                before = tx_bytes(cfg["dev"])
-                lst = ids.tolist()          # the tokenizer's fresh list, built outside the timing
-                t0 = time.perf_counter()
-                send(row, i, lst)
-                got = recv_while_parent_lives(sock, parent)
-                dt = time.perf_counter() - t0
-                wrong += got != want
-                if i >= cfg["warmup"]:
-                    trips[row].append(dt)
-                    wire[row].append(tx_bytes(cfg["dev"]) - before)
+    for row, lo, hi in turns(rows, total, BLOCK):
+        for i in range(lo, hi):
+            before = tx_bytes(cfg["dev"])
+            lst = ids.tolist()          # the tokenizer's fresh list, built outside the timing
+            t0 = time.perf_counter()
+            send(row, i, lst)
+            got = recv_while_parent_lives(sock, parent)
+            dt = time.perf_counter() - t0
+            wrong += got != want
+            if i >= cfg["warmup"]:
+                trips[row].append(dt)
+                wire[row].append(tx_bytes(cfg["dev"]) - before)
     sock.send(b"")
     sock.close(linger=1000)
-    out = {row: {"p50_ms": float(np.percentile(t, 50) * 1e3),
-                 "p99_ms": float(np.percentile(t, 99) * 1e3),
+    out = {row: {"p50_ms": percentile(t, 50) * 1e3, "p99_ms": percentile(t, 99) * 1e3,
                  "wire_bytes": int(np.median(wire[row]))} for row, t in trips.items()}
     print("TOKENWIRE-NET " + json.dumps({"rows": out, "wrong": int(wrong)}), flush=True)
     return 1 if wrong else 0

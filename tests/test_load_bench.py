@@ -38,3 +38,22 @@ def test_load_quick(tmp_path: Path) -> None:
     assert "correctness: tokens received == tokens sent" in r.stdout
     # Every other row's proxy and worker CPU against the floor's, at both ISLs.
     assert r.stdout.count("x floor (") == 2 * 2 * (len({row["row"] for row in rows}) - 1)
+
+
+def test_load_with_proxy_threads(tmp_path: Path) -> None:
+    """`--proxy-threads 2`: every row runs again with two serializing threads in the proxy, each
+    sending on its own socket, except the shared-memory row (a Sender is one thread's); the
+    worker still checks every id."""
+    out = tmp_path / "load.json"
+    r = run_bench("load", "--quick", "--rows", "baseline,tokenwire-oob,tokenwire-shm,floor",
+                  "--proxy-threads", "2", "--json", str(out), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    by = {(row["row"], row["threads"], row["isl"]) for row in rows}
+    for isl in (1000, 40_000):
+        for name in ("baseline", "tokenwire-oob", "floor"):
+            assert {(name, 1, isl), (name, 2, isl)} <= by
+        assert ("tokenwire-shm", 1, isl) in by and ("tokenwire-shm", 2, isl) not in by
+    for row in rows:
+        assert row["correct"] and row["requests"] > 0 and row["rps"] > 0, row["row"]
+    assert r.stdout.count(" x2t ") >= 6 and "Proxy threads (requests/s" in r.stdout

@@ -6,9 +6,6 @@ copy on the receiving worker's heap."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-
 import numpy as np
 import pytest
 
@@ -24,27 +21,16 @@ STORE = 96 * 1024**2
 
 @pytest.fixture(scope="module")
 def cluster():
-    from ray.cluster_utils import Cluster
+    """The two-node cluster of `python -m bench e2e --ray --ray-nodes 2` (bench.harness), a
+    resource on each node to place an actor there."""
+    from bench.harness import ray_cluster
 
     ray.cloudpickle.register_pickle_by_value(ray_nodes)
-    # Ray puts the driver's working directory on its workers' sys.path: from a checkout, its
-    # tokenwire/ (no compiled extension) would shadow the installed package.
-    cwd = os.getcwd()
-    os.chdir(tempfile.gettempdir())
-    c = None
     try:
-        c = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "resources": {"node_a": 1}, "object_store_memory": STORE,
-            "include_dashboard": False})
-        c.add_node(num_cpus=1, resources={"node_b": 1}, object_store_memory=STORE)
-        ray.init(address=c.address, log_to_driver=False, logging_level="ERROR")
-        c.wait_for_nodes()
-        yield c
+        with ray_cluster(2, STORE, ("node_a", "node_b"), log_to_driver=False,
+                         logging_level="ERROR"):
+            yield
     finally:
-        os.chdir(cwd)
-        ray.shutdown()
-        if c is not None:
-            c.shutdown()
         ray.cloudpickle.unregister_pickle_by_value(ray_nodes)
 
 
