@@ -1,0 +1,93 @@
+"""tokenwire.shm.Receiver: what it returns is its own copy, never a view of the segment; and
+what it attaches to: not a segment others could open, nor one it cannot reach (the sender then
+keeps sending frames, unnoticed by the caller), again after the sender reset its reader, and
+from the offer a doorbell carries when it has not mapped the segment.
+
+In-process tests over real zmq sockets and a real segment.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+from support import shm_helpers
+from support.shm_helpers import N, attach, ids, shm
+
+from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+
+# The fixtures the tests take by name (pytest finds them as attributes of this module).
+pair = shm_helpers.pair
+channel = shm_helpers.channel
+
+
+# -- what the receiver holds -----------------------------------------------------------------------
+
+def test_received_ids_are_a_copy_not_a_view_of_the_segment(pair, channel):
+    """Rewriting the slot after the message was read never changes what the worker holds."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    array = np.arange(N, dtype=np.int32)          # numpy views whatever buffer it is given
+    send_pyobj_oob(push, {"ids": ids(), "array": array}, channel=sender)
+    got = recv_pyobj_oob(pull, channel=receiver)
+    assert sender.stats["shm"] == 2
+    sender.reclaim()
+    for k in range(sender.slots):               # every slot rewritten with other ids
+        sender.dumps({"ids": ids(start=1000 + k)})
+    assert sender.stats["shm"] == 2 + sender.slots
+    assert got["ids"] == ids()
+    assert np.array_equal(got["array"], array)
+    assert not got["array"].flags.writeable     # it views the worker's own read-only copy
+
+
+# -- what the receiver attaches to -----------------------------------------------------------------
+
+def test_receiver_refuses_a_segment_others_could_open(pair, channel):
+    """A segment readable by group or others is not attached to: the ids come as frames."""
+    sender, receiver = channel
+    os.fchmod(sender.fd, 0o644)
+    push, pull = pair
+    for k in range(3):
+        send_pyobj_oob(push, {"ids": ids(start=k)}, channel=sender)
+        assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=k)
+    assert sender.attached() == 0 and sender.stats == {"shm": 0, "frames": 3, "ring": 0}
+
+
+def test_unreachable_segment_falls_back_without_the_caller_noticing(pair, channel):
+    """A receiver that cannot open the segment (another host, another pid namespace) never
+    attaches, so the sender keeps sending frames."""
+    sender, receiver = channel
+    frames = sender.dumps({"ids": ids()})
+    desc = bytearray(frames[0])
+    struct.pack_into("<I", desc, 20, 2**22 + 1)      # a pid that cannot exist here
+    assert receiver.loads([bytes(desc), *frames[1:]])["ids"] == ids()
+    assert sender.attached() == 0
+    assert receiver.loads(sender.dumps({"ids": ids()}))["ids"] == ids()  # refused once: frames
+
+
+def test_a_receiver_announces_itself_again_after_the_sender_reset(pair, channel):
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    sender._words.store(5, 0)                   # what the sender does when its reader died
+    push, pull = pair
+    send_pyobj_oob(push, {"ids": ids()}, channel=sender)
+    assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids()
+    assert sender.attached() == os.getpid()
+
+
+def test_a_new_receiver_attaches_from_a_doorbell(pair):
+    """A receiver that has not mapped the segment (a new Receiver in the same process: the
+    attached pid is alive) takes a ring message from the offer its doorbell carries."""
+    push, pull = pair
+    with shm.Sender(slots=4, slot_bytes=256 * 1024) as sender:
+        with shm.Receiver() as first:
+            attach(pair, sender, first)
+            send_pyobj_oob(push, {"n": 1, "ids": ids(start=1)}, channel=sender)
+            assert recv_pyobj_oob(pull, channel=first)["n"] == 1
+        with shm.Receiver() as second:
+            sender.send(push, {"n": 2, "ids": ids(start=2)})
+            got = second.recv(pull)
+            assert got["n"] == 2 and got["ids"] == ids(start=2)
+            assert second.stats["ring"] == 1 and sender._id in second._segments
