@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Dict, List, Optional
 
 import msgspec
+import numpy as np
 
 import tokenwire
 import tokenwire.msgspec as tw_msgspec
@@ -35,36 +36,38 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fal
     seed: Optional[int] = None
 
 
-class ListRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    request_id: str
-    prompt_token_ids: Optional[List[int]]
-    mm_features: Optional[List[Any]]
-    sampling_params: Optional[SamplingParams]
-    pooling_params: Optional[Dict[str, Any]]
-    eos_token_id: Optional[int]
-    arrival_time: float
-    lora_request: Optional[Dict[str, Any]]
-    cache_salt: Optional[str]
-    data_parallel_rank: Optional[int]
-    client_index: int = 0
-    current_wave: int = 0
-    priority: int = 0
+def engine_core_request(name: str, ids: Any,
+                        embeds_and_trace: bool = True) -> type[msgspec.Struct]:
+    """vLLM's `EngineCoreRequest` with ``prompt_token_ids: Optional[ids]``: its fields, in its
+    order, with its Struct options. `embeds_and_trace` False leaves out `prompt_embeds` and
+    `trace_headers`, as this suite's request does: msgspec writes an array_like Struct's default
+    values too (omit_defaults drops none of them), so each would add a nil to every message
+    measured here. The upstream suite's request has them."""
+    fields: list[Any] = [
+        ("request_id", str),
+        ("prompt_token_ids", Optional[ids]),
+        ("mm_features", Optional[List[Any]]),
+        ("sampling_params", Optional[SamplingParams]),
+        ("pooling_params", Optional[Dict[str, Any]]),
+        ("eos_token_id", Optional[int]),
+        ("arrival_time", float),
+        ("lora_request", Optional[Dict[str, Any]]),
+        ("cache_salt", Optional[str]),
+        ("data_parallel_rank", Optional[int]),
+        ("prompt_embeds", Optional[np.ndarray], None),
+        ("client_index", int, 0),
+        ("current_wave", int, 0),
+        ("priority", int, 0),
+        ("trace_headers", Optional[Dict[str, str]], None),
+    ]
+    if not embeds_and_trace:
+        fields = [f for f in fields if f[0] not in ("prompt_embeds", "trace_headers")]
+    return msgspec.defstruct(name, fields, module=__name__, array_like=True, omit_defaults=True,
+                             gc=False)
 
 
-class TokenRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    request_id: str
-    prompt_token_ids: Optional[TokenVector]
-    mm_features: Optional[List[Any]]
-    sampling_params: Optional[SamplingParams]
-    pooling_params: Optional[Dict[str, Any]]
-    eos_token_id: Optional[int]
-    arrival_time: float
-    lora_request: Optional[Dict[str, Any]]
-    cache_salt: Optional[str]
-    data_parallel_rank: Optional[int]
-    client_index: int = 0
-    current_wave: int = 0
-    priority: int = 0
+ListRequest = engine_core_request("ListRequest", List[int], embeds_and_trace=False)
+TokenRequest = engine_core_request("TokenRequest", TokenVector, embeds_and_trace=False)
 
 
 def _request(cls: type, prompt: Any) -> Any:

@@ -139,31 +139,22 @@ def _struct_classes() -> tuple[Any, Any]:
     import msgspec
     from array import array
 
-    class StructReq(msgspec.Struct):
-        rid: str
-        input_text: str
-        input_ids: array  # type: ignore[type-arg]   # array[int] only from Python 3.12 on
-        sampling_params: Dict[str, Any]
-        return_logprob: bool = False
-        logprob_start_len: int = -1
-        top_logprobs_num: int = 0
-        stream: bool = False
-        lora_path: Any = None
-        session_params: Any = None
+    def struct(name: str, ids: Any) -> Any:
+        return msgspec.defstruct(name, [
+            ("rid", str),
+            ("input_text", str),
+            ("input_ids", ids),
+            ("sampling_params", Dict[str, Any]),
+            ("return_logprob", bool, False),
+            ("logprob_start_len", int, -1),
+            ("top_logprobs_num", int, 0),
+            ("stream", bool, False),
+            ("lora_path", Any, None),
+            ("session_params", Any, None),
+        ], module=__name__)
 
-    class TwStructReq(msgspec.Struct):
-        rid: str
-        input_text: str
-        input_ids: tokenwire.TokenVector
-        sampling_params: Dict[str, Any]
-        return_logprob: bool = False
-        logprob_start_len: int = -1
-        top_logprobs_num: int = 0
-        stream: bool = False
-        lora_path: Any = None
-        session_params: Any = None
-
-    StructReq.__qualname__, TwStructReq.__qualname__ = "StructReq", "TwStructReq"
+    StructReq = struct("StructReq", array)
+    TwStructReq = struct("TwStructReq", tokenwire.TokenVector)
     globals().update(StructReq=StructReq, TwStructReq=TwStructReq)   # pickles name them here
     return StructReq, TwStructReq
 
@@ -256,33 +247,34 @@ def request_methods(n: int) -> list[Method]:
     ]
 
 
+def _faster(what: str, group: str, method: str, times: int) -> Target:
+    """The target "`what`: >= `times`x faster": `method`'s ratio to its group's baseline."""
+    return ratio_target(f"{what}: >= {times}x faster", group, method, lambda r: r >= times)
+
+
 #: The targets: (description, group, method, check on ratio = baseline / method time)
 TARGETS: list[Target] = [
-    ratio_target("pickle.dumps+loads, decoded & unread: >= 50x faster", G_PICKLE_HELD,
-     "decoded from the wire, unread", lambda r: r >= 50),
-    ratio_target("pickle.dumps+loads, built from an ndarray: >= 50x faster", G_PICKLE_HELD,
-     "built from an ndarray", lambda r: r >= 50),
-    ratio_target("pickle.dumps+loads, built from a list: >= 15x faster", G_PICKLE_LIST,
-     "GenerationRequest(list), built", lambda r: r >= 15),
-    ratio_target("copy.deepcopy, ids held as a buffer: >= 100x faster", G_DEEPCOPY,
-     "decoded from the wire, unread", lambda r: r >= 100),
-    # "No more than TokenVector.tolist()": the descriptor adds well under a microsecond to a
-    # ~50 µs build, below this machine's run-to-run noise, so 5% is allowed for noise.
-    # The descriptor adds one dict lookup to a ~50 µs build: 2% is for run-to-run noise only.
+    _faster("pickle.dumps+loads, decoded & unread", G_PICKLE_HELD,
+            "decoded from the wire, unread", 50),
+    _faster("pickle.dumps+loads, built from an ndarray", G_PICKLE_HELD,
+            "built from an ndarray", 50),
+    _faster("pickle.dumps+loads, built from a list", G_PICKLE_LIST,
+            "GenerationRequest(list), built", 15),
+    _faster("copy.deepcopy, ids held as a buffer", G_DEEPCOPY,
+            "decoded from the wire, unread", 100),
+    # "No more than TokenVector.tolist()": the descriptor adds one dict lookup to a ~50 µs
+    # build, so 2% is for run-to-run noise only.
     ratio_target("first read of prompt_token_ids <= TokenVector.tolist() (within 2% noise)",
      G_FIRST_READ, "reset + req.prompt_token_ids (first read)", lambda r: 1 / r <= 1.02),
     # the adopted dataclass
-    ratio_target("dataclass pickle.dumps+loads, protocol 4: >= 15x faster", G_DC_P4,
-     "token_fields dataclass", lambda r: r >= 15),
-    ratio_target("dataclass pickle.dumps+loads, protocol 5: >= 15x faster", G_DC_P5,
-     "token_fields dataclass", lambda r: r >= 15),
-    ratio_target("whole submit with the documented worker changes: >= 20x faster", G_SUBMIT,
-     "+ no deepcopy (list(ids))", lambda r: r >= 20),
+    _faster("dataclass pickle.dumps+loads, protocol 4", G_DC_P4, "token_fields dataclass", 15),
+    _faster("dataclass pickle.dumps+loads, protocol 5", G_DC_P5, "token_fields dataclass", 15),
+    _faster("whole submit with the documented worker changes", G_SUBMIT,
+            "+ no deepcopy (list(ids))", 20),
     # SGLang's pickled Struct
-    ratio_target("SGLang Struct, array('q') -> TokenVector field: >= 3x faster", G_STRUCT,
-                 "TokenVector field", lambda r: r >= 3),
-    ratio_target("SGLang Struct built from an array('q'): >= 3x faster", G_STRUCT_ARR,
-                 "TokenVector field (as_tokens(arr))", lambda r: r >= 3),
+    _faster("SGLang Struct, array('q') -> TokenVector field", G_STRUCT, "TokenVector field", 3),
+    _faster("SGLang Struct built from an array('q')", G_STRUCT_ARR,
+            "TokenVector field (as_tokens(arr))", 3),
     # the proxy's serialize
     ratio_target("proxy serialize <= 1.5x (as_tokens(list) + dumps of the built request)", G_PROXY,
      "dumps(GenerationRequest(list))", lambda r: 1 / r <= 1.5),

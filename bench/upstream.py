@@ -24,57 +24,25 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, List, Optional, cast
 
 import msgspec
 import numpy as np
 import zmq
 
 import tokenwire.msgspec as tw_msgspec
-from bench.data import token_stream
+from bench.data import load_ids
 from bench.harness import Method, Result, Suite, Target, ratio_target, suite_main
-from bench.msgspec_json import SamplingParams   # the same sampling Struct as the msgspec suite
+# vLLM's request Struct is built where the msgspec suite, which needs no pyzmq, can build it too.
+from bench.msgspec_json import SamplingParams, engine_core_request
 from tokenwire import TokenVector, as_tokens
 
 CUSTOM_TYPE_RAW_VIEW = 3          # the host's own Ext codes (1-5); tokenwire uses 84 and 85
 MSGPACK_ZERO_COPY_THRESHOLD = 256
 REQUEST_TYPE_ADD = b"\x00"
 
-
-class ListRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    request_id: str
-    prompt_token_ids: Optional[List[int]]
-    mm_features: Optional[List[Any]]
-    sampling_params: Optional[SamplingParams]
-    pooling_params: Optional[Dict[str, Any]]
-    eos_token_id: Optional[int]
-    arrival_time: float
-    lora_request: Optional[Dict[str, Any]]
-    cache_salt: Optional[str]
-    data_parallel_rank: Optional[int]
-    prompt_embeds: Optional[np.ndarray] = None
-    client_index: int = 0
-    current_wave: int = 0
-    priority: int = 0
-    trace_headers: Optional[Dict[str, str]] = None
-
-
-class TokenRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    request_id: str
-    prompt_token_ids: Optional[TokenVector]
-    mm_features: Optional[List[Any]]
-    sampling_params: Optional[SamplingParams]
-    pooling_params: Optional[Dict[str, Any]]
-    eos_token_id: Optional[int]
-    arrival_time: float
-    lora_request: Optional[Dict[str, Any]]
-    cache_salt: Optional[str]
-    data_parallel_rank: Optional[int]
-    prompt_embeds: Optional[np.ndarray] = None
-    client_index: int = 0
-    current_wave: int = 0
-    priority: int = 0
-    trace_headers: Optional[Dict[str, str]] = None
+ListRequest = engine_core_request("ListRequest", List[int])
+TokenRequest = engine_core_request("TokenRequest", TokenVector)
 
 
 class HostEncoder:
@@ -152,20 +120,6 @@ G_CODEC = "vLLM shape: encode + decode alone"
 LIST = "prompt_token_ids: list[int], stock msgspec"
 AUTO = "prompt_token_ids: TokenVector (default codec)"
 RAW = "prompt_token_ids: TokenVector, codec=\"raw\""
-
-_IDS: Dict[str, np.ndarray] = {}
-
-
-def load_ids(n: int, path: Optional[str]) -> np.ndarray:
-    if path is None:
-        return token_stream(n)
-    if path not in _IDS:
-        _IDS[path] = np.fromfile(path, dtype="<i4").astype(np.int32)
-        if _IDS[path].size == 0:
-            raise SystemExit(f"{path}: no ids")
-    ids = _IDS[path]
-    return np.resize(ids, n) if n > ids.size else ids[:n].copy()
-
 
 class _Pair:
     """A PUSH/PULL pair over ipc (tcp where ipc is missing), the engine core's input socket."""
