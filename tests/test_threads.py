@@ -154,6 +154,70 @@ def test_as_tokens_of_a_list_another_thread_resizes() -> None:
     assert out.startswith("ok")
 
 
+@pytest.fixture(scope="module")
+def pybind_engine(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The pybind11 engine stand-in (tests/cpp/pybind_engine.cpp), built for this interpreter:
+    its `to_vector_bytes` is the C++ hand-off, tokenwire/python.hpp."""
+    pytest.importorskip("pybind11")
+    from support.cpp_harness import compile_pybind_engine, require_compiler
+    require_compiler()
+    return str(compile_pybind_engine(tmp_path_factory.mktemp("pybind-engine")))
+
+
+def test_cpp_to_vector_of_a_list_another_thread_resizes(pybind_engine: str) -> None:
+    """The C++ hand-off reads a list as as_tokens does, inside the list's critical section: 8
+    threads convert two lists while another thread appends to them and clears them, and every
+    result is a list as it was at some moment. The second list starts with an int subclass, so
+    its typed loop stops at once and as_tokens' own conversion of the rest (the capsule
+    tokenwire._core._items_into_capi) reads it, under the same lock."""
+    out = isolated(race=True, code=f"""
+        import importlib.util, time
+        import numpy as np
+        spec = importlib.util.spec_from_file_location("_tokenwire_pybind_engine",
+                                                      {pybind_engine!r})
+        ext = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ext)
+        assert not getattr(sys, "_is_gil_enabled", lambda: False)(), "the engine turned the GIL on"
+
+        class IntSub(int):
+            pass
+
+        lists = [[], [IntSub(0)]]
+        done = threading.Event()
+        writes = [0]
+        def writer():
+            while not done.is_set():
+                for lst in lists:
+                    n = len(lst)
+                    if n > 60_000:
+                        del lst[1 if type(lst[0]) is IntSub else 0:]
+                    else:
+                        lst.extend(range(n, n + 997))
+                writes[0] += 1
+        sizes = set()
+        def reader(i):
+            lst = lists[i % 2]
+            end = time.monotonic() + 0.5            # long enough for a GIL build to switch
+            while time.monotonic() < end:
+                ids = np.frombuffer(ext.to_vector_bytes(lst), np.int32)
+                assert np.array_equal(ids, np.arange(len(ids), dtype=np.int32)), \\
+                    f"a result that the list never was ({{len(ids)}} ids)"
+                sizes.add((i % 2, len(ids)))
+        w = threading.Thread(target=writer)
+        w.start()
+        try:
+            race(reader)
+        finally:
+            done.set()
+            w.join()
+        # The writer ran during the reads: both lists were seen at many sizes.
+        assert writes[0] > 100 and all(len({{n for k, n in sizes if k == j}}) > 1
+                                       for j in (0, 1)), (writes, len(sizes))
+        print("ok", writes[0])
+    """)
+    assert out.startswith("ok")
+
+
 def test_tolist_fills_each_int_table_slot_once() -> None:
     """8 threads materialize the same ids, whose int-table slots are all empty at the start (a
     fresh process; ids no import touches): every list is equal, and each id is one object in

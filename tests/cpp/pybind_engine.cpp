@@ -26,7 +26,9 @@ template <class R> py::bytes ids_bytes(const R& r) {
 }
 }  // namespace
 
-PYBIND11_MODULE(_tokenwire_pybind_engine, m) {
+// mod_gil_not_used: on a free-threaded CPython the module keeps the GIL off (the hand-off reads a
+// list inside its critical section: tokenwire/python.hpp); nothing on a build with the GIL.
+PYBIND11_MODULE(_tokenwire_pybind_engine, m, py::mod_gil_not_used()) {
     py::class_<RequestStock>(m, "RequestStock")
         .def(py::init([](std::vector<int32_t> ids, int32_t max_tokens) {
                  return RequestStock{{std::move(ids), max_tokens}};

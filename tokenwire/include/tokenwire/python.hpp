@@ -224,6 +224,10 @@ inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
         return via_as_tokens(obj, vocab_size, out);
     bool done = false;
     if (PyList_Check(obj) || PyTuple_Check(obj)) {
+        // Looked up before the list is read: the first lookup imports, which may let other
+        // threads run (and change the list) between the read of its size and the conversion.
+        const tw_items_into_fn items_into = items_into_function();
+        if (!items_into) return false;
         list_lock lock(obj);
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
         PyObject** items = PySequence_Fast_ITEMS(obj);
@@ -234,10 +238,7 @@ inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
         // (which raises its error, naming the index), still inside the list's lock; the items
         // before it are not read again.
         const Py_ssize_t stop = tw_pyints_small_values(items, n, out.data());
-        if (stop < n) {
-            tw_items_into_fn items_into = items_into_function();
-            if (!items_into || items_into(obj, stop, n, out.data()) != 0) return false;
-        }
+        if (stop < n && items_into(obj, stop, n, out.data()) != 0) return false;
         done = true;
     } else if (PyObject_CheckBuffer(obj) && !PyBytes_Check(obj) && !PyByteArray_Check(obj)) {
         Py_buffer view;
