@@ -46,9 +46,10 @@ import os
 import pickle
 import struct
 import sys
+from typing import Any, Dict
 
 import atheris
-from harness import count_input, fuzz_main, raised_in
+from harness import count_input, edit_bytes, fuzz_main, raised_in
 
 with atheris.instrument_imports():
     import tokenwire
@@ -104,28 +105,11 @@ def build(fdp: atheris.FuzzedDataProvider):
     return obj, key, sign_buffers, [bytes(memoryview(f)) for f in frames]
 
 
-@atheris.instrument_func
-def edit_bytes(fdp: atheris.FuzzedDataProvider, data: bytes, fields: int) -> bytes:
-    """One edit of a frame: a bit flip, a byte, a 64-bit field at a multiple of 4 (the
-    descriptor's counts and entries), a cut or an insert."""
-    b = bytearray(data)
-    op = fdp.ConsumeIntInRange(0, 4)
-    if op == 0 and b:
-        i = fdp.ConsumeIntInRange(0, len(b) - 1)
-        b[i] ^= 1 << fdp.ConsumeIntInRange(0, 7)
-    elif op == 1 and b:
-        b[fdp.ConsumeIntInRange(0, len(b) - 1)] = fdp.ConsumeIntInRange(0, 255)
-    elif op == 2 and len(b) >= 8 and fields:
-        at = 4 * fdp.ConsumeIntInRange(0, (len(b) - 8) // 4)
-        value = (0, 1, 2**64 - 1, 2**63, fdp.ConsumeIntInRange(0, 2**64 - 1),
-                 fdp.ConsumeIntInRange(0, 8))[fdp.ConsumeIntInRange(0, 5)]
-        struct.pack_into("<Q", b, at, value)
-    elif op == 3:
-        del b[fdp.ConsumeIntInRange(0, len(b)):]
-    else:
-        at = fdp.ConsumeIntInRange(0, len(b))
-        b[at:at] = fdp.ConsumeBytes(fdp.ConsumeIntInRange(1, 24))
-    return bytes(b)
+#: edit_bytes' edits of a descriptor (64-bit fields at multiples of 4: its counts and entries,
+#: slot index, generation, length, sequence) and of any other frame (no word edits).
+DESCRIPTOR_EDITS: Dict[str, Any] = dict(words=(0, 1, 2**64 - 1, 2**63), small=8, align=4,
+                                        max_insert=24)
+FRAME_EDITS: Dict[str, Any] = dict(words=(), align=4, max_insert=24)
 
 
 def pin_pid(frame: bytes) -> bytes:
@@ -153,13 +137,13 @@ def damage(fdp: atheris.FuzzedDataProvider, key, sign_buffers, frames):
     for _ in range(fdp.ConsumeIntInRange(1, 4)):
         what = fdp.ConsumeIntInRange(0, 5)
         if what <= 1 and has_desc and desc_at < len(parts):      # the descriptor
-            parts[desc_at] = edit_bytes(fdp, parts[desc_at], True)
+            parts[desc_at] = edit_bytes(fdp, parts[desc_at], **DESCRIPTOR_EDITS)
         elif what == 2 and head_at < len(parts):                 # the pickle
-            parts[head_at] = edit_bytes(fdp, parts[head_at], False)
+            parts[head_at] = edit_bytes(fdp, parts[head_at], **FRAME_EDITS)
             pickle_changed = True
         elif what == 3 and parts:                                # any frame's bytes
             i = fdp.ConsumeIntInRange(0, len(parts) - 1)
-            parts[i] = edit_bytes(fdp, parts[i], True)
+            parts[i] = edit_bytes(fdp, parts[i], **DESCRIPTOR_EDITS)
             pickle_changed |= i == head_at
         elif what == 4:                                          # the frames themselves
             op = fdp.ConsumeIntInRange(0, 4)
@@ -181,7 +165,7 @@ def damage(fdp: atheris.FuzzedDataProvider, key, sign_buffers, frames):
         else:                                                    # the signature
             op = fdp.ConsumeIntInRange(0, 2)
             if op == 0 and signed and parts:
-                parts[0] = edit_bytes(fdp, parts[0], False)
+                parts[0] = edit_bytes(fdp, parts[0], **FRAME_EDITS)
             elif op == 1 and signed and parts:
                 del parts[0]
                 pickle_changed = True

@@ -33,7 +33,7 @@ import struct
 import sys
 
 import atheris
-from harness import count_input, fuzz_main, raised_in
+from harness import count_input, edit_bytes, fuzz_main, raised_in
 
 with atheris.instrument_imports():
     import numpy as np
@@ -87,24 +87,8 @@ def forged_frame(length: int, codec: str) -> bytes:
     return (frame + bytes(length))[:length]
 
 
-@atheris.instrument_func
 def edit(fdp: atheris.FuzzedDataProvider, data: bytes) -> bytes:
-    b = bytearray(data)
-    op = fdp.ConsumeIntInRange(0, 4)
-    if op == 0 and b:
-        b[fdp.ConsumeIntInRange(0, len(b) - 1)] ^= 1 << fdp.ConsumeIntInRange(0, 7)
-    elif op == 1 and b:
-        b[fdp.ConsumeIntInRange(0, len(b) - 1)] = fdp.ConsumeIntInRange(0, 255)
-    elif op == 2 and len(b) >= 8:
-        at = fdp.ConsumeIntInRange(0, len(b) - 8)
-        struct.pack_into("<Q", b, at, (0, 1, 2**64 - 1, fdp.ConsumeIntInRange(0, 2**64 - 1))
-                         [fdp.ConsumeIntInRange(0, 3)])
-    elif op == 3:
-        del b[fdp.ConsumeIntInRange(0, len(b)):]
-    else:
-        at = fdp.ConsumeIntInRange(0, len(b))
-        b[at:at] = fdp.ConsumeBytes(fdp.ConsumeIntInRange(1, 16))
-    return bytes(b)
+    return edit_bytes(fdp, data, words=(0, 1, 2**64 - 1))
 
 
 @atheris.instrument_func
