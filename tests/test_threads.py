@@ -10,7 +10,8 @@ the calls), so it cannot pass by running the threads one after another. On a bui
 the same tests run and must pass as well (there the threads interleave rather than overlap).
 
 Each protection was planted out once on 3.13t to watch its test fail (CHANGELOG): the list's
-critical section (the reader crashes: SIGSEGV), the int table's compare-and-swap (two objects
+critical section, in as_tokens and in the C++ hand-off (the reader crashes: SIGSEGV), the int
+table's compare-and-swap (two objects
 for one id), the aligned copy's compare-and-swap (two copies), the field's one publication
 (two lists for one field).
 """
