@@ -124,8 +124,11 @@ def test_as_tokens_of_a_list_another_thread_resizes() -> None:
         import time
         sizes = set()
         def reader(i):
-            end = time.monotonic() + 0.5            # long enough for a GIL build to switch
-            while time.monotonic() < end:
+            # At least 0.5 s (long enough for a GIL build to switch), and on a starved machine
+            # (ThreadSanitizer's) until the list was seen at two sizes (10 s more at most).
+            start = time.monotonic()
+            while (time.monotonic() - start < 0.5
+                   or len(sizes) < 2 and time.monotonic() - start < 10.5):
                 tv = tokenwire.as_tokens(lst)
                 ids = np.frombuffer(tv, np.int32)
                 assert np.array_equal(ids, np.arange(len(ids), dtype=np.int32)), \\
@@ -199,7 +202,7 @@ def test_cpp_to_vector_of_a_list_another_thread_resizes(pybind_engine: str) -> N
         def reader(i):
             lst, seen = lists[i % 2], sizes[i % 2]
             # At least 0.5 s (long enough for a GIL build to switch), and on a starved machine
-            # until the list was seen at two sizes (10 s more at most).
+            # (ThreadSanitizer's) until the list was seen at two sizes (10 s more at most).
             start = time.monotonic()
             while (time.monotonic() - start < 0.5
                    or len(seen) < 2 and time.monotonic() - start < 10.5):
