@@ -165,9 +165,10 @@ def turns(rows: Sequence[R], count: int, block: int) -> list[tuple[R, int, int]]
     `block` requests, the rows taking turns (`block` < `count`: interleaved, so a shared
     machine's load weighs on every row alike), or each row's requests back to back (`block` >=
     `count`). Which a benchmark may use is docs/benchmarks.md's rule ("Rows: interleaved or back
-    to back"): rows of plain and tokenwire requests interleave in a process only where glibc's
-    malloc thresholds are pinned (`malloc_settling(True)`), else a row measures the allocator
-    history the other rows left."""
+    to back"): every row is timed after a warm-up of its own; rows of plain and tokenwire
+    requests interleave in a process only where each figure is large against the allocator's
+    effect (trips of milliseconds) or the processes settle malloc (`malloc_settling(True)`),
+    else a row measures, in part, the allocator history the other rows left."""
     step = max(1, block)
     return [(row, lo, min(lo + step, count)) for lo in range(0, count, step) for row in rows]
 

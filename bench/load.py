@@ -268,6 +268,9 @@ class Proxy:
         self.threads = threads
         self.socks = [self.ctx.socket(zmq.PUSH) for _ in self.names[2:]]
         for sock, name in zip(self.socks, self.names[2:]):
+            # A send the worker no longer takes fails after 10 s (the thread reports it and
+            # ends) rather than blocking the thread, and close() with it, for ever.
+            sock.setsockopt(zmq.SNDTIMEO, 10_000)
             sock.bind(f"ipc://{self.tmp}/{name}")
         self.todo: queue.SimpleQueue[tuple[str, int, list[list[int]], int] | None] = \
             queue.SimpleQueue()
@@ -293,20 +296,36 @@ class Proxy:
 
     def _serialize(self, sock: Any) -> None:
         """A serializing thread: builds and serializes the requests of each message it is handed
-        and sends it on its own socket, until handed None."""
+        and sends it on its own socket, until handed None. Its requests are built from lists of
+        its own, as a request handler's tokenizer returns them: on a free-threaded build an
+        object another thread created is reference-counted atomically, which would slow the
+        plain-list pickle (it increfs every item) more than the tokenwire rows."""
+        source: Any = None
+        mine: list[list[int]] = []
         try:
             while (job := self.todo.get()) is not None:
                 mode, batch, lists, first = job
-                reqs = [make_request(mode, lists[i % POOL], i) for i in range(first, first + batch)]
+                if lists is not source:         # a new ISL: made here, outside the timing
+                    source, mine = lists, [np.array(x, np.int32).tolist() for x in lists]
+                reqs = [make_request(mode, mine[i % POOL], i) for i in range(first, first + batch)]
                 _send(sock, mode, reqs if batch > 1 else reqs[0], self.sender, first + batch - 1)
         except BaseException as e:          # reported by the main thread's next wait
             self.failed.append(e)
 
+    def _discard_jobs(self) -> None:
+        """Drops the messages no serializing thread has taken yet (a phase that failed)."""
+        while True:
+            try:
+                self.todo.get_nowait()
+            except queue.Empty:
+                return
+
     def close(self) -> None:
+        self._discard_jobs()
         for _ in self.workers:
             self.todo.put(None)
         for t in self.workers:
-            t.join(10)
+            t.join(15)                          # a blocked send gives up after 10 s
         try:
             if self.proc.is_alive():
                 send_pyobj_oob(self.data, None, self.zmq.NOBLOCK, channel=self.sender)
@@ -446,6 +465,7 @@ class Proxy:
                 res.open_loop.append(OpenPoint(frac, frac * res.rps, n / wall, n,
                                                percentile(self.lat_us, 50), percentile(self.lat_us, 99)))
         finally:
+            self._discard_jobs()
             _send(self.data, mode, {"op": "done"}, self.sender)
         return res
 

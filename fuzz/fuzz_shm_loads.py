@@ -105,11 +105,12 @@ def build(fdp: atheris.FuzzedDataProvider):
     return obj, key, sign_buffers, [bytes(memoryview(f)) for f in frames]
 
 
-#: edit_bytes' edits of a descriptor (64-bit fields at multiples of 4: its counts and entries,
-#: slot index, generation, length, sequence) and of any other frame (no word edits).
-DESCRIPTOR_EDITS: Dict[str, Any] = dict(words=(0, 1, 2**64 - 1, 2**63), small=8, align=4,
+#: edit_bytes' edits: with word edits (64-bit fields at multiples of 4: a descriptor's counts and
+#: entries, slot index, generation, length, sequence) for the descriptor and for any frame, which
+#: may be one; without them for the pickle and the signature.
+WORD_EDITS: Dict[str, Any] = dict(words=(0, 1, 2**64 - 1, 2**63), small=8, align=4,
                                         max_insert=24)
-FRAME_EDITS: Dict[str, Any] = dict(words=(), align=4, max_insert=24)
+BYTE_EDITS: Dict[str, Any] = dict(words=(), align=4, max_insert=24)
 
 
 def pin_pid(frame: bytes) -> bytes:
@@ -137,13 +138,13 @@ def damage(fdp: atheris.FuzzedDataProvider, key, sign_buffers, frames):
     for _ in range(fdp.ConsumeIntInRange(1, 4)):
         what = fdp.ConsumeIntInRange(0, 5)
         if what <= 1 and has_desc and desc_at < len(parts):      # the descriptor
-            parts[desc_at] = edit_bytes(fdp, parts[desc_at], **DESCRIPTOR_EDITS)
+            parts[desc_at] = edit_bytes(fdp, parts[desc_at], **WORD_EDITS)
         elif what == 2 and head_at < len(parts):                 # the pickle
-            parts[head_at] = edit_bytes(fdp, parts[head_at], **FRAME_EDITS)
+            parts[head_at] = edit_bytes(fdp, parts[head_at], **BYTE_EDITS)
             pickle_changed = True
         elif what == 3 and parts:                                # any frame's bytes
             i = fdp.ConsumeIntInRange(0, len(parts) - 1)
-            parts[i] = edit_bytes(fdp, parts[i], **DESCRIPTOR_EDITS)
+            parts[i] = edit_bytes(fdp, parts[i], **WORD_EDITS)
             pickle_changed |= i == head_at
         elif what == 4:                                          # the frames themselves
             op = fdp.ConsumeIntInRange(0, 4)
@@ -165,7 +166,7 @@ def damage(fdp: atheris.FuzzedDataProvider, key, sign_buffers, frames):
         else:                                                    # the signature
             op = fdp.ConsumeIntInRange(0, 2)
             if op == 0 and signed and parts:
-                parts[0] = edit_bytes(fdp, parts[0], **FRAME_EDITS)
+                parts[0] = edit_bytes(fdp, parts[0], **BYTE_EDITS)
             elif op == 1 and signed and parts:
                 del parts[0]
                 pickle_changed = True

@@ -381,7 +381,7 @@ cdef TokenVector _from_sequence(object seq):
 cdef int _items_into(object seq, Py_ssize_t start, Py_ssize_t n, int32_t* out) except -1:
     """Items [start, n) of a list or tuple into out[start..n): the one conversion of a sequence
     of ids, which as_tokens runs from 0 and the C++ hand-off (tokenwire/python.hpp) from where
-    its own loop stopped, through the capsule `_items_into_capi` (tokenwire/pyint.h describes
+    its own loop stopped, through the capsule `_items_into_v1` (tokenwire/pyint.h describes
     the contract). A list's critical section is the caller's to hold."""
     cdef bint is_list = PyList_Check(seq)
     if not is_list and not PyTuple_Check(seq):
@@ -413,8 +413,9 @@ cdef int _items_into(object seq, Py_ssize_t start, Py_ssize_t n, int32_t* out) e
 
 
 cdef tw_items_into_fn _items_into_fn = _items_into
-#: _items_into for C and C++ callers (tokenwire/python.hpp), found with PyCapsule_Import.
-_items_into_capi = PyCapsule_New(<void*>_items_into_fn, TW_ITEMS_INTO_CAPSULE, NULL)
+#: _items_into for C and C++ callers (tokenwire/python.hpp), found with PyCapsule_Import; the
+#: name's version changes with the function's signature (tokenwire/pyint.h).
+_items_into_v1 = PyCapsule_New(<void*>_items_into_fn, TW_ITEMS_INTO_CAPSULE, NULL)
 
 
 cdef TokenVector _from_range(object r):

@@ -90,14 +90,18 @@ static inline Py_ssize_t tw_pyints_small_values(PyObject *const *items, Py_ssize
    contents then undefined). n is the sequence's length as the caller read it: a list whose
    length is no longer n (changed by an item's __index__, or by another thread while it ran) is
    a RuntimeError. The caller holds the list's critical section on a free-threaded build, as it
-   did for the loop before (the function does not take it again: CPython 3.13's per-object lock
-   is not re-entrant).
+   did for the loop before; the function does not begin it again (on CPython 3.13 that would
+   suspend the caller's section, letting other threads change the list between the caller's
+   loop and this one).
 
    One function, defined once in tokenwire._core (_convert.pxi, `_items_into`): as_tokens calls
    it directly, and the C++ hand-off (tokenwire/python.hpp) through the capsule
    TW_ITEMS_INTO_CAPSULE, so an odd item late in a long list costs that item, not a second
    conversion of the list. */
 typedef int (*tw_items_into_fn)(PyObject *seq, Py_ssize_t start, Py_ssize_t n, int32_t *out);
-#define TW_ITEMS_INTO_CAPSULE "tokenwire._core._items_into_capi"
+/* The name carries the signature's version: a binding built against these headers and run
+   with a tokenwire whose function differs finds no capsule (and falls back), never a wrong
+   function. */
+#define TW_ITEMS_INTO_CAPSULE "tokenwire._core._items_into_v1"
 
 #endif /* TOKENWIRE_PYINT_H */

@@ -3,8 +3,9 @@
 // (before any standard header, as Python requires; a no-op after a binding library's).
 //
 // The rules are as_tokens' (tokenwire/_core.pyx), and so are the error types and messages: every
-// input the fast paths below do not take, and every input they reject, goes to
-// tokenwire.as_tokens itself, so a bad input raises exactly what as_tokens raises.
+// input the fast paths below do not take, and every input they reject, goes to as_tokens' own
+// code (tokenwire.as_tokens, or for the rest of a list its item conversion, through a capsule),
+// so a bad input raises exactly what as_tokens raises.
 //   * 1-D native int32 buffer (TokenVector, numpy int32, array('i'), memoryview.cast('i')):
 //     one memcpy, or one strided copy; the GIL is released from tokenwire.gil_release_threshold().
 //   * list / tuple: one typed loop reading exact ints of one CPython digit (every real token
@@ -44,7 +45,9 @@ namespace detail_py {
 // lookup per call would cost more than copying a short prompt. Each is a plain static slot (not
 // a C++ function-local static: its guard could deadlock with an import that releases the GIL),
 // filled with one compare-and-swap (tokenwire/compat.h): on a free-threaded build two first
-// calls may look the function up at once, and the one that loses drops its reference.
+// calls may look the function up at once, and the one that loses drops its reference (when
+// both found the same object, as they do, the loser cannot tell it lost, and that function
+// keeps one more reference: it is kept for the whole process anyway).
 inline PyObject* core_attr(const char* name) {
     PyObject* mod = PyImport_ImportModule("tokenwire._core");
     if (!mod) return nullptr;
@@ -71,16 +74,23 @@ inline PyObject* as_tokens_function() {
 }
 
 // tokenwire._core's conversion of a sequence's remaining items (tokenwire/pyint.h,
-// TW_ITEMS_INTO_CAPSULE), or nullptr with an error set. Kept like the functions above.
+// TW_ITEMS_INTO_CAPSULE), or nullptr (no error set) when the tokenwire installed does not
+// export it -- an older one than these headers, or one whose function has another signature
+// (a new capsule name): then such sequences go to as_tokens whole, as before the capsule. Looked
+// up once, like the functions above; a failed lookup is remembered too.
 inline tw_items_into_fn items_into_function() {
     static void* fn = nullptr;
+    static char missing;
     void* f = tw_ptr_load_acquire(&fn);
     if (!f) {
         f = PyCapsule_Import(TW_ITEMS_INTO_CAPSULE, 0);
-        if (!f) return nullptr;
+        if (!f) {
+            PyErr_Clear();                      // as_tokens, if it is called, reports its own
+            f = &missing;
+        }
         tw_ptr_publish(&fn, f);                 // a loser found the same pointer
     }
-    return reinterpret_cast<tw_items_into_fn>(f);
+    return f == &missing ? nullptr : reinterpret_cast<tw_items_into_fn>(f);
 }
 
 inline PyObject* gil_release_threshold_function() {
@@ -227,7 +237,6 @@ inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
         // Looked up before the list is read: the first lookup imports, which may let other
         // threads run (and change the list) between the read of its size and the conversion.
         const tw_items_into_fn items_into = items_into_function();
-        if (!items_into) return false;
         list_lock lock(obj);
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
         PyObject** items = PySequence_Fast_ITEMS(obj);
@@ -238,8 +247,12 @@ inline bool to_vector(PyObject* obj, std::optional<int64_t> vocab_size,
         // (which raises its error, naming the index), still inside the list's lock; the items
         // before it are not read again.
         const Py_ssize_t stop = tw_pyints_small_values(items, n, out.data());
-        if (stop < n && items_into(obj, stop, n, out.data()) != 0) return false;
-        done = true;
+        if (stop == n) {
+            done = true;
+        } else if (items_into) {
+            if (items_into(obj, stop, n, out.data()) != 0) return false;
+            done = true;
+        }
     } else if (PyObject_CheckBuffer(obj) && !PyBytes_Check(obj) && !PyByteArray_Check(obj)) {
         Py_buffer view;
         if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) == 0) {
