@@ -72,6 +72,26 @@ def race(work, threads=THREADS, extra=None):
         t.join()
     if errors:
         raise errors[0]
+
+# work() while writer(done) runs in a thread of its own until done is set.
+def while_writing(writer, work):
+    done = threading.Event()
+    w = threading.Thread(target=writer, args=(done,))
+    w.start()
+    try:
+        work()
+    finally:
+        done.set()
+        w.join()
+
+# A reader's loop: at least 0.5 s (long enough for a GIL build to switch), and on a starved
+# machine (ThreadSanitizer's) until `seen` holds two sizes (10 s more at most).
+def reading(seen):
+    import time
+    start = time.monotonic()
+    while (time.monotonic() - start < 0.5
+           or len(seen) < 2 and time.monotonic() - start < 10.5):
+        yield
 """
 
 
@@ -111,9 +131,8 @@ def test_as_tokens_of_a_list_another_thread_resizes() -> None:
     out = isolated(race=True, code="""
         import numpy as np, tokenwire
         lst = []
-        done = threading.Event()
         writes = [0]
-        def writer():
+        def writer(done):
             while not done.is_set():
                 n = len(lst)
                 if n > 60_000:
@@ -121,38 +140,21 @@ def test_as_tokens_of_a_list_another_thread_resizes() -> None:
                 else:
                     lst.extend(range(n, n + 997))
                 writes[0] += 1
-        import time
         sizes = set()
         def reader(i):
-            # At least 0.5 s (long enough for a GIL build to switch), and on a starved machine
-            # (ThreadSanitizer's) until the list was seen at two sizes (10 s more at most).
-            start = time.monotonic()
-            while (time.monotonic() - start < 0.5
-                   or len(sizes) < 2 and time.monotonic() - start < 10.5):
+            for _ in reading(sizes):
                 tv = tokenwire.as_tokens(lst)
                 ids = np.frombuffer(tv, np.int32)
                 assert np.array_equal(ids, np.arange(len(ids), dtype=np.int32)), \\
                     f"a result that the list never was ({len(ids)} ids)"
                 sizes.add(len(ids))
                 assert tv == list(range(len(ids)))     # TokenVector.__eq__ of a list
-        w = threading.Thread(target=writer)
-        w.start()
-        try:
-            race(reader)
-        finally:
-            done.set()
-            w.join()
+        while_writing(writer, lambda: race(reader))
         # The writer ran during the reads: they saw the list at many sizes.
         assert writes[0] > 100 and len(sizes) > 1, (writes, len(sizes))
         # __eq__ against the list being resized, from the readers' side
-        done.clear()
-        w = threading.Thread(target=writer)
-        w.start()
-        try:
-            race(lambda i: [tokenwire.TokenVector(range(5000)) == lst for _ in range(400)])
-        finally:
-            done.set()
-            w.join()
+        while_writing(writer, lambda: race(
+            lambda i: [tokenwire.TokenVector(range(5000)) == lst for _ in range(400)]))
         print("ok", writes[0])
     """)
     assert out.startswith("ok")
@@ -189,9 +191,8 @@ def test_cpp_to_vector_of_a_list_another_thread_resizes(pybind_engine: str) -> N
             pass
 
         lists = [[], [IntSub(0)]]
-        done = threading.Event()
         writes = [0]
-        def writer():
+        def writer(done):
             while not done.is_set():
                 for lst in lists:
                     n = len(lst)
@@ -203,22 +204,12 @@ def test_cpp_to_vector_of_a_list_another_thread_resizes(pybind_engine: str) -> N
         sizes = (set(), set())                      # the sizes each list was seen at
         def reader(i):
             lst, seen = lists[i % 2], sizes[i % 2]
-            # At least 0.5 s (long enough for a GIL build to switch), and on a starved machine
-            # (ThreadSanitizer's) until the list was seen at two sizes (10 s more at most).
-            start = time.monotonic()
-            while (time.monotonic() - start < 0.5
-                   or len(seen) < 2 and time.monotonic() - start < 10.5):
+            for _ in reading(seen):
                 ids = np.frombuffer(ext.to_vector_bytes(lst), np.int32)
                 assert np.array_equal(ids, np.arange(len(ids), dtype=np.int32)), \\
                     f"a result that the list never was ({{len(ids)}} ids)"
                 seen.add(len(ids))
-        w = threading.Thread(target=writer)
-        w.start()
-        try:
-            race(reader)
-        finally:
-            done.set()
-            w.join()
+        while_writing(writer, lambda: race(reader))
         # The writer ran during the reads: both lists were seen at many sizes.
         assert writes[0] > 100 and all(len(seen) > 1 for seen in sizes), \\
             (writes, [len(seen) for seen in sizes])
