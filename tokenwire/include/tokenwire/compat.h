@@ -40,10 +40,14 @@
 
 #if TW_GNUC
 #  define TW_INLINE static inline __attribute__((always_inline))
+/* A static function kept out of line (unused: a header's includer may not call it). */
+#  define TW_NOINLINE __attribute__((noinline, unused))
 #elif TW_MSVC
 #  define TW_INLINE static __forceinline
+#  define TW_NOINLINE __declspec(noinline)
 #else
 #  define TW_INLINE static inline
+#  define TW_NOINLINE
 #endif
 
 #if defined(__cplusplus)
