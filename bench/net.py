@@ -144,6 +144,13 @@ def recv_while_parent_lives(sock: Any, parent: int) -> bytes:
     return bytes(sock.recv())
 
 
+def exit_unless_sendable(sock: Any, parent: int) -> None:
+    """Returns when `sock` can send; exits the process, as recv_while_parent_lives does, when
+    the launcher is gone first (the peer may be gone too: a PAIR socket's send would block)."""
+    if not wait_while_parent_lives(sock, parent, send=True):
+        os._exit(3)
+
+
 def worker_main(endpoint: str, parent: int) -> int:
     """Receives requests until an empty message; answers each with the CRC-32 of its ids."""
     import zmq
@@ -162,6 +169,7 @@ def worker_main(endpoint: str, parent: int) -> int:
             ids = np.array(token_buffer(req, "prompt_token_ids"), dtype=np.int32)
         else:
             ids = np.array(req.prompt_token_ids, dtype=np.int32)
+        exit_unless_sendable(sock, parent)
         sock.send(zlib.crc32(ids.tobytes()).to_bytes(4, "little"))
 
 
@@ -187,6 +195,7 @@ def proxy_main(cfg: dict[str, Any]) -> int:
     sock.connect(cfg["endpoint"])
 
     def send(row: str, req_id: int, lst: list[int]) -> None:
+        exit_unless_sendable(sock, parent)
         if row == "baseline":
             sock.send(b"pyobj", zmq.SNDMORE)
             sock.send_pyobj(PlainGenerationRequest(lst, {"max_tokens": 64}, id=req_id))

@@ -90,6 +90,9 @@ def test_nothing_outlives_a_stopped_or_killed_run(how: signal.Signals) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+        for pipe in (proc.stdout, proc.stderr):     # closed even when communicate timed out
+            if pipe is not None:
+                pipe.close()
     deadline = time.monotonic() + 30
     while bench_processes() and time.monotonic() < deadline:
         time.sleep(0.1)                   # the worker and the proxy notice their parent is gone
