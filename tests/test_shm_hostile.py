@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 from support import shm_helpers
-from support.shm_helpers import KEY, N, OTHER_KEY, _entry, _spawn, attach, ids, shm, shm_segment
+from support.shm_helpers import KEY, N, OTHER_KEY, _entry, _spawn, attach, ids, shm, shm_segment, worker_sockets
 
 from tokenwire import WireFormatError
 from tokenwire.errors import AuthenticationError
@@ -173,12 +173,7 @@ def test_a_late_free_by_the_receiver_keeps_the_slot_of_a_newer_message(zmq_ctx, 
     it. The receiver's free is a compare-and-swap from the generation it read, so it fails and
     the message is refused; the new message's slot stays FULL and reads back intact."""
     zmq, ctx = zmq_ctx
-    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
-    push = ctx.socket(zmq.PUSH)
-    push.bind(out)
-    ctl = ctx.socket(zmq.PAIR)
-    ctl.bind(back)
-    ctl.setsockopt(zmq.RCVTIMEO, 30_000)
+    out, back, push, ctl = worker_sockets(zmq, ctx, tmp_path, zmq.PAIR)
     proc = _spawn(PAUSED_RECEIVER, out, back)
     try:
         with shm.Sender(slots=1, slot_bytes=256 * 1024) as sender:

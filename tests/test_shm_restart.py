@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 from support import shm_helpers
-from support.shm_helpers import _spawn, attach, dev_shm, ids, mapped_segments, shm
+from support.shm_helpers import _spawn, attach, dev_shm, ids, mapped_segments, shm, worker_sockets
 
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 
@@ -79,12 +79,7 @@ def test_worker_killed_holding_slots_then_replaced(zmq_ctx, tmp_path):
     next worker attaches and every message it reads carries the right ids."""
     zmq, ctx = zmq_ctx
     before = dev_shm()
-    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
-    push = ctx.socket(zmq.PUSH)
-    push.bind(out)
-    pull = ctx.socket(zmq.PULL)
-    pull.bind(back)
-    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    out, back, push, pull = worker_sockets(zmq, ctx, tmp_path)
     sender = shm.Sender(slots=2, slot_bytes=256 * 1024)
     workers = []
     try:
@@ -181,13 +176,8 @@ def test_a_worker_restarted_after_kill_9_gets_every_message(zmq_ctx, tmp_path, s
     proxy sees that the attached pid no longer runs and offers the segment again, and a
     doorbell carries the offer too."""
     zmq, ctx = zmq_ctx
-    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
-    push = ctx.socket(zmq.PUSH)
+    out, back, push, pull = worker_sockets(zmq, ctx, tmp_path)
     monitor = push.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-    push.bind(out)
-    pull = ctx.socket(zmq.PULL)
-    pull.bind(back)
-    pull.setsockopt(zmq.RCVTIMEO, 30_000)
     sender = shm.Sender(slots=16, slot_bytes=256 * 1024)
     workers = []
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from support import shm_helpers
-from support.shm_helpers import KEY, N, OTHER_KEY, _seq_of, _spawn, attach, ids, shm, shm_segment
+from support.shm_helpers import KEY, N, OTHER_KEY, _seq_of, _spawn, attach, ids, shm, shm_segment, worker_sockets
 
 from tokenwire.errors import AuthenticationError
 
@@ -184,12 +184,7 @@ def test_a_spinning_worker_process_reads_every_message_in_order(zmq_ctx, tmp_pat
     """A worker process spinning on the ring: ring messages, frame fallbacks and messages sent
     while it sleeps on the socket all arrive once, in order, with the right ids."""
     zmq, ctx = zmq_ctx
-    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
-    push = ctx.socket(zmq.PUSH)
-    push.bind(out)
-    pull = ctx.socket(zmq.PULL)
-    pull.bind(back)
-    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    out, back, push, pull = worker_sockets(zmq, ctx, tmp_path)
     proc = _spawn(SPINNING_WORKER, out, back)
     try:
         with shm.Sender(slots=4, slot_bytes=256 * 1024) as sender:

@@ -105,3 +105,17 @@ def _seq_of(frames, signed=False) -> int:
 def _spawn(code: str, *args: str) -> subprocess.Popen:
     # A neutral cwd: from the clone, its uncompiled tokenwire/ would shadow the installed one.
     return subprocess.Popen([sys.executable, "-c", code, *args], cwd=tempfile.gettempdir())
+
+
+def worker_sockets(zmq, ctx, tmp_path, back_type=None):
+    """The test's ends of a worker process's two sockets, over ipc:// in `tmp_path`: a PUSH bound
+    to `out` (the worker connects and pulls the messages) and a socket of `back_type` (PULL
+    unless given) bound to `back`, whose receives time out after 30 s. Returns (out, back, push,
+    pull)."""
+    out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
+    push = ctx.socket(zmq.PUSH)
+    push.bind(out)
+    pull = ctx.socket(zmq.PULL if back_type is None else back_type)
+    pull.bind(back)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    return out, back, push, pull
