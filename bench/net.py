@@ -195,7 +195,6 @@ def proxy_main(cfg: dict[str, Any]) -> int:
     sock.connect(cfg["endpoint"])
 
     def send(row: str, req_id: int, lst: list[int]) -> None:
-        exit_unless_sendable(sock, parent)
         if row == "baseline":
             sock.send(b"pyobj", zmq.SNDMORE)
             sock.send_pyobj(PlainGenerationRequest(lst, {"max_tokens": 64}, id=req_id))
@@ -221,6 +220,7 @@ def proxy_main(cfg: dict[str, Any]) -> int:
         for i in range(lo, hi):
             before = tx_bytes(cfg["dev"])
             lst = ids.tolist()          # the tokenizer's fresh list, built outside the timing
+            exit_unless_sendable(sock, parent)          # outside the timing too
             t0 = time.perf_counter()
             send(row, i, lst)
             got = recv_while_parent_lives(sock, parent)
