@@ -20,7 +20,7 @@ import sysconfig
 import pytest
 
 import tokenwire
-from support import msvc_view
+from support import msvc_view, system
 
 pytestmark = pytest.mark.integration
 
@@ -33,10 +33,15 @@ WARNINGS = ["-Wall", "-Wextra", "-pedantic", "-Werror"]
 NEEDS_PYTHON = {"pyint.h", "python.hpp", "nanobind.hpp", "pybind11.hpp"}
 
 
+#: The system part (tests/support/system.py) that brings each compiler; gcc builds the extension.
+PART = {"g++": "g++", "clang": "clang", "clang++": "clang"}
+
+
 def _compiler(name: str) -> str:
+    if name in PART:
+        system.require(PART[name])
     path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed (Debian: apt-get install {name.rstrip('+')})")
+    assert path is not None, f"{name} is not on PATH"
     return path
 
 

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("mpi4py")
 
+from support import system  # noqa: E402
 from support.bench_cli import run_bench  # noqa: E402
 
 RANKS = Path(__file__).resolve().parent / "support" / "mpi_ranks.py"
@@ -21,9 +22,9 @@ pytestmark = pytest.mark.integration
 
 def mpiexec() -> str:
     from bench.mpi import find_mpiexec
+    system.require("mpiexec")
     found = find_mpiexec()
-    if found is None:
-        pytest.skip("no mpiexec beside this Python or on PATH (the mpi extra brings MPICH's)")
+    assert found is not None
     return found
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import net
+from support import system
 
 pytest.importorskip("zmq")
 
@@ -27,9 +28,7 @@ pytestmark = pytest.mark.integration
 def _namespaces_usable() -> None:
     """Skip with the reason where this process cannot make network namespaces. The probe makes
     and removes one, so it runs when the first test here runs, not when pytest collects."""
-    why = net.namespaces_usable()
-    if why is not None:
-        pytest.skip(f"network namespaces: {why}")
+    system.require("netns")
 
 
 def namespaces_of(pid: int) -> list[str]:
