@@ -4,9 +4,11 @@ the pfor width-tie fixture really is a tie."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import mmap
 import pathlib
+import re
 import struct
 import sys
 
@@ -231,6 +233,23 @@ def test_the_tests_the_spec_names_exist() -> None:
         assert re.search(rf"^def {test}\(", (root / path).read_text(), re.M), (path, test)
 
 
+_EXAMPLE_ROW = re.compile(r"^  \| `((?:encode|encode_many)\(.*\))` \| `(\w+)` \| `(.*)` \|$", re.M)
+
+
+def test_the_spec_s_encoder_examples_are_what_the_code_raises() -> None:
+    """docs/wire-format.md, "The encoder's texts, exactly as raised": every row's call raises
+    exactly the row's class (by name: a subclass does not do) and text."""
+    import tokenwire.errors
+
+    text = (FIXTURES.parent.parent / "docs" / "wire-format.md").read_text()
+    rows = _EXAMPLE_ROW.findall(text)
+    assert len(rows) >= 20, rows
+    namespace = {"encode": tokenwire.encode, "encode_many": tokenwire.encode_many}
+    for call, cls_name, message in rows:
+        cls = getattr(tokenwire.errors, cls_name, None) or getattr(builtins, cls_name)
+        _raises(cls, message, eval, call, namespace)  # noqa: S307 - the spec's own examples
+
+
 def test_without_zstandard_a_zstd_frame_is_a_wire_format_error() -> None:
     import subprocess
     import sys
@@ -249,3 +268,42 @@ def test_without_zstandard_a_zstd_frame_is_a_wire_format_error() -> None:
                          check=True, cwd=tempfile.gettempdir()).stdout
     assert out == ("WireFormatError True zstd-compressed frame, but the zstandard package is "
                    "not installed (pip install tokenwire[zstd])\n")
+
+
+@pytest.mark.parametrize(("change", "text"), [
+    ("+ b'\\x05'", "zstd payload decompresses to more than 8 bytes, the header needs 8"),
+    ("[:7]", "zstd payload decompresses to 7 bytes, the header needs 8")])
+def test_check_23_texts_with_a_libzstd_that_misses_the_size(change: str, text: str) -> None:
+    """Check 23 ("Output that overruns or falls short (23)"): libzstd refuses every such frame
+    by 22 first, so its two texts are shown with a stand-in zstandard module whose reader gives
+    one byte more, or one less, than the valid section of zstd_window_exponent_21 holds."""
+    import subprocess
+    import tempfile
+
+    code = ("import sys, zstandard, types\n"
+            "real = zstandard.ZstdDecompressor\n"
+            "class Reader:\n"
+            "    def __init__(self, comp):\n"
+            f"        self.out = real().decompress(comp){change}\n"
+            "    def read(self, n):\n"
+            "        out, self.out = self.out[:n], self.out[n:]\n"
+            "        return out\n"
+            "class Decompressor:\n"
+            "    def stream_reader(self, comp, read_across_frames=False):\n"
+            "        return Reader(comp)\n"
+            "fake = types.ModuleType('zstandard')\n"
+            "fake.ZstdError = zstandard.ZstdError\n"
+            "fake.frame_content_size = zstandard.frame_content_size\n"
+            "fake.ZstdDecompressor = Decompressor\n"
+            "sys.modules['zstandard'] = fake\n"
+            "import tokenwire, pathlib\n"
+            f"frame = pathlib.Path({str(FIXTURES / 'zstd_window_exponent_21.bin')!r}).read_bytes()\n"
+            "for fn in (tokenwire.decode, tokenwire.decode_many):\n"
+            "    try:\n"
+            "        fn(frame)\n"
+            "    except tokenwire.WireFormatError as e:\n"
+            "        print(type(e).__name__, e)\n")
+    pytest.importorskip("zstandard")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=tempfile.gettempdir()).stdout
+    assert out == f"WireFormatError {text}\n" * 2
