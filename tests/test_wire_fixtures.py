@@ -162,10 +162,12 @@ _PLACEHOLDER_REGEX = {"0x%08x": "0x[0-9a-f]{8}", "0xNN": "0x[0-9a-f]{2}", "b'…
                       "…": ".*"}
 
 
-def spec_message_patterns() -> list[re.Pattern[str]]:
-    """Each message of the spec's decoding-rules table as a regex (placeholders: numbers)."""
-    text = (ROOT / "docs" / "wire-format.md").read_text()
-    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
+def spec_message_patterns(rows: list[str] | None = None) -> list[re.Pattern[str]]:
+    """Each message of the spec's decoding-rules table (or of `rows` of it) as a regex
+    (placeholders: numbers)."""
+    if rows is None:
+        text = (ROOT / "docs" / "wire-format.md").read_text()
+        rows = [line for line in text.splitlines() if re.match(r"\| \d+ \|", line)]
     patterns = []
     for row in rows:
         message_column = row.split(" | ", 2)[2]
