@@ -53,7 +53,7 @@ MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 INVALID = FIXTURES / "invalid"
 INVALID_MANIFEST = json.loads((INVALID / "manifest.json").read_text())
 #: The manifest's exception classes as the conformance server names them.
-CPP_ERROR_KINDS = {"WireFormatError": "wire", "ChecksumError": "checksum"}
+CPP_ERROR_KINDS = {"WireFormatError": "wire", "ChecksumError": "checksum", "ValueError": "invalid"}
 
 
 # The fixtures `cpp_build_dir` and `cpp` (the conformance server) are tests/conftest.py's:

@@ -199,6 +199,8 @@ WIRE_ERROR_KINDS = [
 #: `vocab_size=`; the others are listed in WIRE_ERROR_KINDS_WITHOUT_FIXTURE.
 WIRE_ERROR_KINDS_RARE = [
     "token id at index", "zstd payload decompresses to", "zstd-compressed frame, but",
+    # not a frame error: a vocab_size below 1 is a plain ValueError, before the frame is read
+    "vocab_size must be positive",
 ]
 #: Rejections that no committed frame can produce, and where each is tested instead. Every other
 #: kind has a negative fixture in tests/fixtures/invalid/ (tests/test_wire_fixtures.py checks).
