@@ -19,7 +19,8 @@ import struct
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 SPEC = ROOT / "docs" / "wire-format.md"
-START, END = "<!-- coverage table: tests/test_wire_coverage.py -->", "<!-- end of coverage table -->"
+START = "<!-- coverage table: tests/test_wire_coverage.py -->"
+END = "<!-- end of coverage table -->"
 
 #: Rules no committed frame can show, and the test that pins each instead.
 WITHOUT_FIXTURE = {
