@@ -72,6 +72,14 @@ def test_inspect_rejects_a_corrupted_frame(mangle, message: str) -> None:  # typ
     assert b"invalid frame" in r.stderr and message.encode() in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("size", ["0", "-5", "many"])
+def test_inspect_refuses_a_vocabulary_size_below_1(size: str) -> None:
+    """A usage error (exit 2, naming the option), not a traceback from decode_many."""
+    r = run("inspect", "-", "--vocab-size", size, stdin=tokenwire.encode([1, 2, 3]))
+    assert r.returncode == 2 and b"Traceback" not in r.stderr, r.stderr
+    assert f"--vocab-size: must be a whole number above 0, not '{size}'".encode() in r.stderr
+
+
 def test_inspect_missing_file() -> None:
     r = run("inspect", "/nonexistent/frame.bin")
     assert r.returncode == 2 and b"No such file" in r.stderr

@@ -16,13 +16,24 @@ import sys
 from typing import Callable
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a whole number above 0 (a vocabulary size)."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number above 0, not {text!r}")
+    return n
+
+
 def _inspect(argv: list[str]) -> int:
     import tokenwire
 
     p = argparse.ArgumentParser(prog="tokenwire inspect",
                                 description="Print a frame's header and validate the whole frame.")
     p.add_argument("file", help="a file holding one frame, or - for standard input")
-    p.add_argument("--vocab-size", type=int, default=None, help="also check every id is below this")
+    p.add_argument("--vocab-size", type=_positive, default=None, help="also check every id is below this")
     p.add_argument("--show", type=int, default=8, metavar="N", help="print the first N ids of each sequence")
     args = p.parse_args(argv)
     try:
