@@ -119,7 +119,7 @@ def main() -> None:
         # the shared state is made safe, not to silence the warning: the int table's slots are
         # published with one compare-and-swap, lists are read inside their critical sections,
         # settings are atomic words (tokenwire/include/tokenwire/compat.h), and the Python layer
-        # publishes lazily built values once (docs/api.md, "Threads"; tests/test_threads.py).
+        # publishes lazily built values once (docs/api/threads.rst; tests/test_threads.py).
         "freethreading_compatible": True,
     }
 

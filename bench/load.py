@@ -33,7 +33,7 @@ serializing done by N threads, as a threaded front end's request handlers do it,
 a zmq socket of its own (a socket belongs to one thread); the main thread hands them requests
 (at the closed loop's window, or at the open loop's arrival times) and reads the acks. On a
 free-threaded CPython the threads serialize in parallel; with the GIL they take turns. The
-shared-memory row is left out there: a shm.Sender is one thread's (docs/api.md, "Threads").
+shared-memory row is left out there: a shm.Sender is one thread's (docs/api/threads.rst).
 Each row is compared with the same row at 1 thread of the same run.
 
 Correctness: the worker compares every request's int32 ids (the floor's messages carry none) with

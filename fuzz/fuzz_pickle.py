@@ -17,7 +17,7 @@ with `peek`: the unpickler's prefetching path). (`pickle.loads`, reading memory,
 hint to it.) Each load may fail with any error a corrupt pickle raises, but
 
 * its traced peak (tracemalloc) stays within `RATIO` times the pickle's size plus `SLACK`: the
-  ratio docs/api.md gives for what CPython builds from a pickle the check passes (at most
+  ratio the docstring of check_pickle gives for what CPython builds from a pickle the check passes (at most
   ~256x, an EMPTY_SET byte making a set) and for token data it decodes (a compact frame in a
   request's token field: up to 2,048x its bytes); a memo bomb or a counted argument that got
   past the check takes millions of times its size;

@@ -1,5 +1,5 @@
-"""Threads running at once: what tokenwire promises where an object is shared (docs/api.md,
-"Threads").
+"""Threads running at once: what tokenwire promises where an object is shared
+(docs/api/threads.rst).
 
 On free-threaded CPython (3.13t, 3.14t) Python threads run in parallel: a list can be resized
 while C code reads it, a lazily filled slot can be filled by two threads at once. Each race runs

@@ -8,7 +8,13 @@
 # Frame info
 
 cdef class FrameInfo:
-    """What a frame's header says (see tokenwire.frame_info)."""
+    """What a frame's header says, returned by `tokenwire.frame_info` (not constructed directly).
+
+    Read-only attributes: `version`; `codec` ("raw", "u16", "packed" or "pfor"); `width` (bits
+    per id; 0 for pfor, whose width is per block); `counts` (one count per sequence); `checksum`;
+    `multi` (written by `encode_many`); `compression` (None or "zstd"); `nbytes` (the frame's
+    size).
+    """
     cdef readonly int version
     cdef readonly str codec
     cdef readonly int width

@@ -35,7 +35,8 @@ _INT32_MAX = 2**31 - 1
 
 def json_default(obj: Any) -> Any:
     """`default=` for `json.dump(s)`: a TokenVector as a list of ints; for anything else the
-    TypeError json itself raises."""
+    TypeError json itself raises. (A TokenVector is also a pydantic v2 field type: it validates
+    lists, tuples, arrays and TokenVectors and dumps as a list of ints.)"""
     if type(obj) is TokenVector:
         return obj.tolist()
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")

@@ -132,9 +132,19 @@ cdef size_t _malloc_settling = _env_flag("TOKENWIRE_MALLOC_SETTLE")   # 0 or 1, 
 
 
 def malloc_settling(enabled=None):
-    """Whether tokenwire makes glibc's malloc settle before a large vector (see above). With
-    `enabled`, set it and return the previous value; without, return it. Starts from the
-    environment variable TOKENWIRE_MALLOC_SETTLE (read once, at import)."""
+    """Whether tokenwire makes glibc's malloc settle before it allocates a large vector.
+
+    Process-wide, off unless asked for. Settling mallocs and frees one untouched block of four
+    times the vector (a power of two, at most 32 MiB), which raises glibc's mmap threshold to
+    that size and its trim threshold to twice it, for the whole process and for good: a proxy
+    that pickles 40,000-id requests then stops page-faulting its blocks in again; in exchange,
+    blocks below the threshold come from the heap and up to twice it of free heap may stay with
+    the process (docs/benchmarks.md, "glibc malloc settling", measures both). With `enabled`,
+    sets it and returns the previous value; without, returns it. Starts from the environment
+    variable TOKENWIRE_MALLOC_SETTLE (1/true/yes/on or 0/false/no/off, unset off; any other
+    value fails at import). No effect off glibc, or when the process fixes the thresholds itself
+    (``MALLOC_MMAP_THRESHOLD_``, ``mallopt``).
+    """
     previous = bool(tw_size_load_relaxed(&_malloc_settling))
     if enabled is not None:
         tw_size_store_relaxed(&_malloc_settling, 1 if enabled else 0)
@@ -306,7 +316,9 @@ cpdef bint is_immutable_source(object obj):
     A read-only flag is not enough (a read-only memoryview of a bytearray still changes), so
     this follows memoryviews and PickleBuffers to the object that owns the memory and accepts
     `bytes`, `TokenVector` and `ImmutableBuffer` (an explicit promise; see there), and a read-only
-    buffer of Ray's object store (`_is_ray_object_buffer`).
+    buffer of Ray's object store (`ray._raylet.SubBuffer`: Ray seals an object before any
+    reader gets it and never changes it, so a request Ray delivers views its ids in the
+    receiving node's object store, as numpy arrays do; Ray is never imported for the check).
     """
     cdef object t = type(obj)
     while t is memoryview or t is PickleBuffer:

@@ -41,20 +41,23 @@ __all__ = ["CODEC_HEADER_MAGIC", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "S
 #: 64 KiB (16,384 ids) is pyzmq's own threshold below which zero-copy sends are not worth it,
 #: and about where an out-of-band frame stops costing more than the pickle's copy:
 #: `python -m bench shm` prints in-band against out-of-band by size (docs/transport.md,
-#: "Which path a buffer takes").
+#: "Which path a buffer takes"). Also the default `threshold` of the msgspec `Hooks` and
+#: `Encoder`.
 OOB_THRESHOLD = 64 * 1024
 
 #: The environment variable `key_from_env` reads by default (hex-encoded key).
 KEY_ENV = "TOKENWIRE_KEY"
-#: Keys shorter than this are refused: HMAC's strength is bounded by the key's.
+#: Keys shorter than this are refused (HMAC's strength is bounded by the key's), as are all-zero,
+#: `int` and `str` keys.
 MIN_KEY_BYTES = 16
 # A key of fewer distinct byte values is refused as guessable (b"\x01" + 15 zeros): 16 random
 # bytes hold fewer than 8 distinct values with probability below 2**-39.
 _MIN_DISTINCT_KEY_BYTES = 8
 
-# The signature frame: a 4-byte marker, then the 32-byte HMAC-SHA256 digest. "TWS2": the HMAC
-# key is SHA-256(key) (see _keyed).
+# "TWS2": the HMAC key is SHA-256(key) (see _keyed).
 _SIG_MAGIC = b"TWS2"
+#: The size of the signature frame that leads a signed message: a 4-byte marker, then the
+#: 32-byte HMAC-SHA256 digest.
 SIGNATURE_BYTES = len(_SIG_MAGIC) + hashlib.sha256().digest_size
 # What the MAC covers starts with this tag, so a signature made for another purpose with the
 # same key can never pass as one of these.

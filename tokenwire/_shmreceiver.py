@@ -24,6 +24,10 @@ class Receiver:
     ``stats`` counts buffers taken from slots (``"shm"``) and from frames (``"frames"``), and
     whole messages `recv` took from a slot (``"ring"``).
     Used by one thread at a time.
+
+    Before it maps a segment it checks its owner, mode, seals and size; it copies each slot
+    into a TokenVector it owns before anything is checked, and frees the slot at once. Messages
+    must be loaded in the order they arrive.
     """
 
     def __init__(self, max_segments: int = 4) -> None:

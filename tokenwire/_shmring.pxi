@@ -10,8 +10,7 @@ cdef extern from "tokenwire/shmring.h" nogil:
     int tw_shm_cas(uint64_t* word, uint64_t expect, uint64_t desired)
     int tw_shm_wait(const uint64_t* word, uint64_t value, int64_t timeout_ns)
 
-# The longest spin `_ShmWords.wait` accepts, in microseconds (a minute); tokenwire.shm checks
-# every spin_us against MAX_SPIN_US.
+#: The longest spin `Receiver.recv` and `Receiver.poll` accept, in microseconds (a minute).
 cdef double _max_spin_us = 60_000_000.0
 MAX_SPIN_US = _max_spin_us
 

@@ -25,6 +25,7 @@ from tokenwire.transport import send_frames
 SHM_THRESHOLD = 32 * 1024
 #: Default ring: SLOTS slots of SLOT_BYTES bytes each (memory is committed only when touched).
 SLOTS = 16
+#: The default size of a slot: 1 MiB (262,144 ids).
 SLOT_BYTES = 1 << 20
 
 
@@ -37,6 +38,11 @@ class Sender:
     `send` put in a slot (``"ring"``). `close` (or garbage
     collection, or the process's exit) releases the segment. Like a zmq socket, a Sender is
     used by one thread at a time.
+
+    The segment is a sealed memfd that only its owner may open. A full ring, an oversize buffer
+    or an unattached receiver falls back to frames; a worker whose pid no longer runs is no
+    longer attached, and `send` offers the segment again, for the worker started in its place.
+    `slots`, `slot_bytes` and `threshold` must be ints in range (TypeError, ValueError).
     """
 
     def __init__(self, slots: int = SLOTS, slot_bytes: int = SLOT_BYTES, *,

@@ -38,6 +38,13 @@ cdef class TokenVector:
     pickling sends the ids as one bytes payload (out-of-band at protocol 5). Build one with
     `TokenVector(ids)` or `as_tokens(ids)`. It compares equal to a list, tuple or integer
     array.array of the same values, and is a pydantic v2 field type.
+
+    It accepts what `as_tokens` accepts. Indexing, iteration, `len`, `in`, `count` and `index`
+    behave like a list's; `tobytes()` gives the ids as little-endian int32 on every host (the
+    raw codec's and the pickle's bytes; `memoryview(tv)` is native order). `copy()` returns a new
+    list, because code written for a list field calls ``ids = req.ids.copy()`` and appends to
+    it, while `copy.copy(tv)` returns `tv` itself. ``+`` and ``*`` give a TokenVector when every
+    operand is one (a list when mixed with a list or tuple). It is unhashable.
     """
 
     def __cinit__(self, tokens=_NOTHING, *, vocab_size=None):

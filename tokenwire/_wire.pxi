@@ -294,7 +294,9 @@ def decode(data, *, vocab_size=None):
 
 def decode_many(data, *, vocab_size=None):
     """Decode a frame to a list of TokenVectors: one per sequence of a multi-sequence frame, a
-    one-element list for a single-sequence frame. Same checks and zero-copy rule as `decode`."""
+    one-element list for a single-sequence frame. Same checks and zero-copy rule as `decode`; the
+    count table is checked against the input's size before anything is allocated, so a frame
+    cannot claim more than it holds."""
     cdef Py_buffer view
     cdef FrameLayout L
     cdef const uint8_t* buf

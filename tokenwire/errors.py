@@ -30,7 +30,9 @@ __all__ = [
 
 
 class TokenwireError(Exception):
-    """Root of tokenwire's own exceptions."""
+    """Root of tokenwire's own exceptions: catching it catches every error tokenwire raises
+    about its input. Each subclass also derives from the built-in exception callers already
+    catch (ValueError, TypeError, OverflowError)."""
 
 
 class TokenIdError(TokenwireError, ValueError):

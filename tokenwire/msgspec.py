@@ -2,7 +2,7 @@
 
 Needs the optional `msgspec` package (``pip install 'tokenwire[msgspec]'``); importing
 `tokenwire` itself never imports it. The guide (hooks, out-of-band frames, a host's own buffer
-list, JSON, bad input) is docs/msgspec.md; each name's reference, docs/api.md.
+list, JSON, bad input) is docs/msgspec.md; each name's reference, the API reference (docs/api/).
 """
 
 from __future__ import annotations
@@ -103,24 +103,25 @@ class Hooks:
     """`enc_hook` / `ext_hook` / `dec_hook` / `json_enc_hook` for msgspec, carrying TokenVectors,
     and `aux_enc_hook` / `aux_ext_hook` for a host encoder that keeps its own buffer list.
 
-    ext_code: the msgpack Ext type of a TokenVector (default `EXT_CODE`).
-    codec, checksum: how the Ext payload's frame is encoded (see `encode`). The default "auto"
-        is the smallest of raw / u16 / packed, and a vector whose Ext would take more bytes
-        than msgpack's list of the same ids is written as that list (a field typed
-        TokenVector reads it back): the default never sends more than the list it replaces.
-        "raw" (4 bytes per id) decodes without a copy; a forced codec is always used.
-    vocab_size: when given, decoding checks every id is in [0, vocab_size).
-    json_array: `json_enc_hook` writes a JSON array of ints instead of a base64 string.
-    urlsafe: the base64 alphabet of the JSON string.
-    threshold, buffer_ext_code: `aux_enc_hook` puts a TokenVector of at least `threshold`
-        bytes (``None``: never) into the host's buffer list, referenced by an Ext of type
-        `buffer_ext_code`.
-    oob_codec: the codec of those out-of-band buffers (default None: `codec`), apart from the
-        inline Exts': a socket-aware encoder sends them raw on the host and compact across a
-        network while its inline Exts stay "auto".
-    enc_hook, ext_hook, dec_hook: your hooks, called for every other type / Ext code (without
-        them: TypeError "Encoding objects of type X is unsupported", an `Ext` object, a
-        msgspec.ValidationError "Expected `X`, got `Y`", as msgspec says without hooks).
+    Args:
+        ext_code: the msgpack Ext type of a TokenVector (default `EXT_CODE`).
+        codec, checksum: how the Ext payload's frame is encoded (see `encode`). The default "auto"
+            is the smallest of raw / u16 / packed, and a vector whose Ext would take more bytes
+            than msgpack's list of the same ids is written as that list (a field typed
+            TokenVector reads it back): the default never sends more than the list it replaces.
+            "raw" (4 bytes per id) decodes without a copy; a forced codec is always used.
+        vocab_size: when given, decoding checks every id is in [0, vocab_size).
+        json_array: `json_enc_hook` writes a JSON array of ints instead of a base64 string.
+        urlsafe: the base64 alphabet of the JSON string.
+        threshold, buffer_ext_code: `aux_enc_hook` puts a TokenVector of at least `threshold`
+            bytes (``None``: never) into the host's buffer list, referenced by an Ext of type
+            `buffer_ext_code`.
+        oob_codec: the codec of those out-of-band buffers (default None: `codec`), apart from the
+            inline Exts': a socket-aware encoder sends them raw on the host and compact across a
+            network while its inline Exts stay "auto".
+        enc_hook, ext_hook, dec_hook: your hooks, called for every other type / Ext code (without
+            them: TypeError "Encoding objects of type X is unsupported", an `Ext` object, a
+            msgspec.ValidationError "Expected `X`, got `Y`", as msgspec says without hooks).
     """
 
     __slots__ = ("ext_code", "codec", "oob_codec", "checksum", "vocab_size", "json_array",

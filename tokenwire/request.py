@@ -37,7 +37,8 @@ class GenerationRequest(TokenwireMixin):
     ``prompt_token_ids`` / ``query_token_ids`` read as ``list[int]`` (lazily, see TokenIds);
     worker code that hands the ids to a native constructor takes
     ``tokenwire.token_buffer(request, "prompt_token_ids")`` instead and never builds the list
-    (``_prompt_token_ids_i32`` reads the held buffer, or None).
+    (``_prompt_token_ids_i32`` reads the held buffer, or None). ``prompt_len`` is the prompt's
+    count without building the list.
     """
 
     prompt_token_ids = TokenIds(doc="The prompt's token ids, a list[int] built on first read.")

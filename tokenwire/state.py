@@ -46,7 +46,8 @@ from tokenwire.errors import WireFormatError, _describe
 
 __all__ = ["STATE_VERSION"]       # list_on_wire is public as tokenwire.list_on_wire
 
-#: Version of the pickled state written by ``TokenwireMixin.__getstate__``.
+#: Version of the pickled state written by ``TokenwireMixin.__getstate__`` (under the key
+#: ``"__tokenwire__"``); ``__setstate__`` reads versions 1..STATE_VERSION and the list form.
 STATE_VERSION = 1
 
 #: Key of the version in the pickled state; its absence marks a list-form (legacy) state.
