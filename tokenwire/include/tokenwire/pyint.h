@@ -66,9 +66,8 @@ TW_INLINE int tw_pyint_small_value(PyObject *o, int32_t *out) {
    its general path for that one and calls again after it), or n. Reads each item pointer and
    each object once; prefetches the object TW_PYINT_PREFETCH items ahead. The one loop of both
    as_tokens(list) (_convert.pxi) and the C++ hand-off (python.hpp), whatever their -O level.
-   Never inlined: a call per list (or per odd item) costs nothing, while inlined into a caller
-   that keeps more values live GCC spilled &PyLong_Type to the stack and reloaded it on every
-   item (as_tokens of a 40k-id list: 38.5 us against 33.8 us). */
+   Never inlined: a call per list costs nothing, and inlined GCC may spill &PyLong_Type
+   (docs/design.md, "Why tw_pyints_small_values is never inlined"). */
 static TW_NOINLINE Py_ssize_t tw_pyints_small_values(PyObject *const *items, Py_ssize_t n,
                                                      int32_t *out) {
     PyTypeObject *long_type = &PyLong_Type;     /* the PyLong_CheckExact test, hoisted */
