@@ -1,0 +1,58 @@
+"""Every ```python block of README.md and docs/*.md runs as written.
+
+Each block runs in a fresh interpreter from the clone's root, so it must import what it uses.
+A block that cannot run here says so on the line before it, with the reason:
+``<!-- docs-test: skip (REASON) -->``. A block that talks to a worker starts it itself.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: a ```python block, and the line before it (where a skip marker goes)
+BLOCK = re.compile(r"(?:^([^\n]*)\n)?^```python\n(.*?)^```", re.S | re.M)
+SKIP = re.compile(r"<!-- docs-test: skip \((.+)\) -->")
+
+
+def blocks() -> list[tuple[str, int, str, str | None]]:
+    """(file, line, code, skip reason or None) for every python block of the docs."""
+    out = []
+    for path in DOCS:
+        text = path.read_text()
+        for match in BLOCK.finditer(text):
+            line = text.count("\n", 0, match.start(2)) + 1
+            skip = SKIP.search(match.group(1) or "")
+            out.append((path.relative_to(ROOT).as_posix(), line, match.group(2),
+                        skip.group(1) if skip else None))
+    return out
+
+
+BLOCKS = blocks()
+
+
+RUNNABLE = [(doc, line, code) for doc, line, code, skip in BLOCKS if skip is None]
+
+
+def test_every_block_runs_or_says_why_not() -> None:
+    assert len(RUNNABLE) >= 13
+    for doc, line, _, skip in BLOCKS:
+        assert skip is None or len(skip.split()) >= 3, f"{doc}:{line}: say why it cannot run"
+    # a marker stands only before a block: a stray one would mean nothing
+    markers = sum(len(SKIP.findall(p.read_text())) for p in DOCS)
+    assert markers == len(BLOCKS) - len(RUNNABLE)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("doc, line, code", RUNNABLE,
+                         ids=[f"{doc}:{line}" for doc, line, _ in RUNNABLE])
+def test_block_runs(doc: str, line: int, code: str) -> None:
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"{doc}:{line}\n{r.stdout}{r.stderr}"
