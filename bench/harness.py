@@ -294,12 +294,14 @@ class Figures:
 
 @dataclass
 class Target:
-    """A figure of the run and the bound it must meet, printed as `[ok]` or `[MISSED]`."""
+    """A figure of the run and the bound it must meet, printed as `[ok]` or `[MISSED]`; a
+    `[MISSED]` line is followed by `miss`, what missing it means for a user."""
 
     description: str
     value: Callable[[Any], float]
     ok: Callable[[float], bool]
     shown: Callable[[Any, float], str] = lambda f, v: f"{v:.2f}"
+    miss: str = ""
 
 
 def ratio_target(description: str, group: str, name: str,
@@ -325,6 +327,8 @@ def report_targets(figures: Any, targets: Sequence[Target], heading: str) -> boo
         ok = t.ok(value)
         ok_all &= ok
         lines.append(f"  [{'ok' if ok else 'MISSED'}] {t.description}: {t.shown(figures, value)}")
+        if not ok and t.miss:
+            lines.append(f"           means: {t.miss}")
     if lines:
         print(f"\n{heading}")
         print("\n".join(lines))
