@@ -363,7 +363,7 @@ def test_every_wide_dtype_range_checks(dtype: object) -> None:
 
 
 def test_empty_inputs_follow_the_readme_table():
-    """README, "What as_tokens accepts": empty accepted inputs give an empty TokenVector; the
+    """docs/guide.md, "What as_tokens accepts": empty accepted inputs give an empty TokenVector; the
     dtype and shape rules still apply to empty arrays."""
     import numpy as np
     import pytest

@@ -1,26 +1,5 @@
 """tokenwire: move LLM token ids across process and machine boundaries at memcpy speed.
-
-The top level holds what most code needs: token ids (``TokenVector``, ``as_tokens``,
-``tolist``), frames (``encode``, ``decode``, ``encode_many``, ``decode_many``, ``frame_info``),
-text (``to_base64``, ``from_base64``), request objects (``GenerationRequest``, ``TokenIds``,
-``TokenwireMixin``, ``token_fields``, ``token_buffer``, ``list_on_wire``, ``find_class``), and
-the three errors most code catches. The rest lives in submodules:
-
-* tokenwire.errors -- the other exceptions (``ChecksumError``, ``AuthenticationError``,
-  ``TokenIdOverflowError``, ``TokenIdTypeError``);
-* tokenwire.wire -- ``CODECS``, ``check_codec``, ``FrameInfo``;
-* tokenwire.memory -- ``ImmutableBuffer``, ``is_immutable_source``, ``gil_release_threshold``,
-  ``malloc_settling``, ``INT_CACHE_SIZE``;
-* tokenwire.unpickle -- ``PICKLE_GLOBALS``;
-* tokenwire.state -- ``STATE_VERSION``;
-* tokenwire.transport, tokenwire.msgspec, tokenwire.shm -- sockets, msgspec hooks, shared memory.
-
-Each public name has one public path: the top level's names are in no submodule's ``__all__``.
-The modules that implement them (tokenwire.fields, tokenwire.adopt, tokenwire.request,
-tokenwire.text) export nothing of their own; tokenwire.request stays importable because pickles
-name ``tokenwire.request.GenerationRequest`` and ``tokenwire.request._TokenField``.
-``import tokenwire`` imports neither numpy nor the optional extras (msgspec, pyzmq, pydantic).
-"""
+The layout of the modules: CONTRIBUTING.md, "Building and layout"."""
 
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
 # cython: language_level=3
 """tokenwire's native core: the int32 token buffer and the conversions into and out of it.
-
-This file is the hub (asyncpg's pgproto layout): it only cimports, imports and includes one
-file per concept, all compiled into this one module (kernels compute, wrappers check):
-  * _memory.pxi       -- the GIL-release threshold, allocation (tv_*), the zero-copy rule;
-  * _convert.pxi      -- as_tokens: every input a submit path sees, one pass in C; the buffer
-                         helper and the vocabulary check every entry point shares;
-  * _tolist.pxi       -- list[int] materialization through a process-wide table of int objects;
-  * _tokenvector.pxi  -- TokenVector, an immutable native int32 sequence (buffer protocol);
-  * _restore.pxi      -- token data restored from a pickle (one rule for a repeated source);
-  * _wire.pxi         -- the wire codec (encode / decode / encode_many / decode_many);
-  * _zstd.pxi         -- zstd: the optional zstandard module, compressing and decompressing
-                         payloads (included by _wire.pxi);
-  * _inspect.pxi      -- frame_info, and which kernels this CPU runs;
-  * _picklescan.pxi   -- a received pickle's declared allocations, bounded by its size;
-  * _shmring.pxi      -- the shared-memory ring's atomic state words.
-C-level concepts have one .pxd each (_byteorder, _bitpack, _crc32c, _frame, _pyint) over the C
-headers in include/tokenwire/, which the C++ header wire.hpp shares. Kernels take raw pointers,
-hold no references and are `noexcept nogil`; argument checks and error messages live in the
-Python-facing wrappers above them.
-"""
+The layout of the modules: CONTRIBUTING.md, "Building and layout"."""
 
 cimport cython
 from cpython.buffer cimport (

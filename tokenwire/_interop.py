@@ -1,21 +1,5 @@
 """TokenVector in JSON and in pydantic v2 models.
-
-* `json_default`: the stdlib's `default=` hook (`json.dumps(obj, default=tokenwire.json_default)`):
-  a TokenVector becomes a list of ints.
-* `TokenVector.__get_pydantic_core_schema__` (in the extension) asks `pydantic_core_schema` here,
-  so a model field can be typed `TokenVector` (`pip install 'tokenwire[pydantic]'`; pydantic is
-  imported only when a model uses the type):
-
-  - lax mode (the default), Python input: a list, tuple, numpy integer array, integer
-    array.array or TokenVector -> a TokenVector (one pass in C; a TokenVector is kept as it is);
-  - strict mode, Python input: a TokenVector only (as pydantic's strict mode takes a UUID only
-    as a UUID);
-  - JSON input (`model_validate_json`), either mode: an array of ints;
-  - ids are ints in every mode: a bool, str or float item, or an id outside int32, is a
-    ValidationError naming the index (tokenwire's own message, the one `as_tokens` raises);
-  - `model_dump` / `model_dump_json` write a list of ints; `model_json_schema()` says an array
-    of int32 integers.
-"""
+See docs/design.md, "tokenwire/_interop.py"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
 """The out-of-band layer, transport-neutral: an object as a protocol-5 pickle and its large
 buffers as frames of their own, optionally signed, and back (no transport is imported here).
-
-`dumps_oob` / `loads_oob` are the public functions (documented in tokenwire.transport, their
-public home, which re-exports them). The names below without a leading underscore are this
-layer's declared interface for the transports built on it -- the pyzmq functions in
-tokenwire.transport, the shared-memory channel (tokenwire.shm) and tokenwire.msgspec -- and for a
-new one: `as_key` (a key checked), `signature` / `sign_frames` / `verify` / `is_signature` (the
-signature frame, docs/transport.md "Signed messages: the format"), `check_unsigned`,
-`codec_kinds` / `load` (the codec header, docs/transport.md "Encoded token frames: the format")
-and `unpickle` (the pickle loaded with its buffers, `find_class` restricting its globals). A
-transport moves the frames these functions make and take, and decides which received frames may
-be viewed (tokenwire.transport.received_buffer for zmq).
-
-This layer runs no codec itself: `dumps_oob` takes an `encode_ids` function, `loads_oob` /
-`load` a `decode_ids` one; tokenwire.transport plugs in the wire codec. The one native check it
-makes is `tokenwire.unpickle.check_pickle`, on every pickle before it is loaded.
-"""
+See docs/design.md, "tokenwire/_oob.py"."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """The shared-memory channel's segment: its layout, creating one, and a receiver's checked view of
 a sender's (tokenwire.shm builds the channel on it; docs/transport.md says what it promises).
-
-A segment is a sealed memfd: a 64-byte header, RECORDS message records, one 64-byte header per
-slot, then the slots' data from the next page boundary. Every word both processes use is an
-aligned u64 read and written through `_ShmWords` (C atomics, include/tokenwire/shmring.h).
-"""
+See docs/design.md, "tokenwire/_shmsegment.py"."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
-"""Adopting tokenwire in a request class. ``_adopt`` is the one hook that adopts a class: a
-``TokenIds`` field line runs it (``TokenIds.__set_name__``, through tokenwire.fields'
-adoption hook, which this module installs), and so does the ``token_fields`` class decorator,
-which converts named attributes without touching their lines; the ``TokenwireMixin`` base class
+"""Adopting tokenwire in a request class: ``_adopt``, the one hook that adopts a class, run by a
+``TokenIds`` field line and by the ``token_fields`` decorator; the ``TokenwireMixin`` base class
 adds ``__repr__`` and a per-class ``list_on_wire=``.
-
-Either gives the class ``__getstate__`` / ``__setstate__`` that send each ``TokenIds`` field as
-its buffer (an unread field is never turned into a list on either side) and ``__copy__`` /
-``__deepcopy__`` that share or memcpy the buffer; slots of base classes travel and are copied
-too. ``token_fields`` wraps a ``__getstate__`` / ``__setstate__`` the class already has. Each
-class (each subclass too) is configured from its own attributes, resolved through the MRO as
-attribute lookup resolves them, on first use (tokenwire.state).
-
-See docs/adopting.md for converting an existing request class.
-"""
+See docs/design.md, "tokenwire/adopt.py"."""
 
 from __future__ import annotations
 

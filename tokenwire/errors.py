@@ -1,21 +1,5 @@
 """tokenwire's exception tree: catch `TokenwireError` for anything tokenwire raises on purpose.
-
-One root, built-in bases (msgspec's model): every class is also the built-in a caller would
-catch, so `except ValueError` / `except TypeError` code written before this tree keeps working.
-
-    TokenwireError
-    ├── TokenIdError          (ValueError)     an id outside the vocabulary or a codec's range,
-    │                                          ids of the wrong shape or byte count
-    ├── TokenIdOverflowError  (OverflowError)  an id (or a sequence length) outside int32 / uint32
-    ├── TokenIdTypeError      (TypeError)      not token ids: a float dtype, a bool, a str, a set
-    ├── WireFormatError       (ValueError)     a byte string is not a valid frame
-    │   └── ChecksumError                      its checksum does not match
-    └── AuthenticationError   (ValueError)     a signed message failed verification
-
-Messages name the index, value, type, shape or byte count. Errors in how tokenwire is called (an
-unknown codec name, `vocab_size <= 0`, a negative GIL threshold) are plain ValueError/TypeError,
-as in msgspec: they are programming mistakes, not bad data.
-"""
+See docs/design.md, "tokenwire/errors.py"."""
 
 from typing import Callable
 

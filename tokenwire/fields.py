@@ -1,33 +1,6 @@
 """Token-id fields: the ``TokenIds`` descriptor, what an instance stores for one field, and
 ``token_buffer``, the hand-off of the ids to native code.
-
-``TokenIds`` is a data descriptor for one token-id field. Ids that arrive as a buffer are held
-as a ``TokenVector`` (native int32) and a ``list`` is built from it, in C, only when someone
-reads the attribute; the list is cached and later reads return the same object. A list, tuple or
-``array.array`` the user sets is kept as that very object (no copy, no conversion until the ids
-are pickled), and a receiver reads back the same kind of container: a list, a tuple, an
-``array`` of the same typecode (its *kind*, carried beside the buffer). A list, tuple or array
-that is not int32 ids (a nested list, ids >= 2**31, bools, strings...) is kept and pickled
-exactly as the unmodified class would: whatever pickled before adoption pickles after it.
-
-Why a descriptor and not a class-level ``__getattr__``: ``__getattr__`` runs a Python frame and
-raises for *every* missing-attribute lookup on the object (``hasattr`` probes, copy/pickle dunder
-lookups, duck typing); a descriptor is scoped to its one attribute, so everything else keeps the
-interpreter's C-level miss. Why the attribute stays a ``list`` and not an array: ``ids[1:] +
-[first]`` silently broadcasts on an ndarray and ``if ids:`` raises.
-
-Never stale: a consumer may mutate the materialized list in place (append, sort, slice
-assignment). Whenever the ids are needed as a buffer (``token_buffer``, pickling, copying) a
-field whose list exists re-reads that list with ``as_tokens`` -- one C pass, about the cost of
-``TokenVector.tolist()`` -- and keeps the held vector only if it is byte-identical (a memcmp).
-A vector built from a user's list is not kept: it lives as long as the pickling that needed it.
-
-``TokenIds`` implements tokenwire.state's field protocol (``_FieldProtocol``): the pickled
-format -- what a field contributes to a state and how it is read back -- is tokenwire.state's,
-which asks the field for its ids (``_state_ids``) and hands it received ids (``_held``); nothing
-outside this module looks into what an instance stores. A field line adopts its class through
-the adoption hook (``_adoption_hook``, tokenwire.adopt's ``_adopt``).
-"""
+See docs/design.md, "tokenwire/fields.py"."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 (``ImmutableBuffer``, ``is_immutable_source``), the size above which it releases the GIL
 (``gil_release_threshold``), whether it settles glibc's malloc before a large vector
 (``malloc_settling``), and the table of int objects behind ``tolist`` (``INT_CACHE_SIZE``).
-The README's "Zero-copy views and immutability", "When the GIL is released" and "The int table
-behind tolist" describe them; `malloc_settling` its own docstring."""
+docs/guide.md describes them ("Zero-copy views and immutability", "When the GIL is released")."""
 
 from tokenwire._core import (
     INT_CACHE_SIZE,

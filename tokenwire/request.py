@@ -1,21 +1,5 @@
 """``GenerationRequest``: a reference drop-in request whose token ids travel as int32 buffers.
-
-Serving frameworks pickle their request objects across the proxy -> worker boundary, and many
-consumers read ``request.prompt_token_ids`` as a ``list[int]``. Pickling that list costs one
-PyLong frame per token each way; tokenwire keeps the ``list[int]`` contract while the hot path
-never builds the list. The parts, one module each:
-
-* tokenwire.fields -- ``TokenIds``, the descriptor of one token-id field, and ``token_buffer``,
-  the worker's hand-off (the ids as a TokenVector, no list built);
-* tokenwire.adopt -- ``TokenwireMixin`` (a base class) and ``token_fields`` (a class decorator)
-  that give a class tokenwire's pickling and copying;
-* tokenwire.state -- the pickled state's format, per-class configuration, ``list_on_wire``;
-* tokenwire.unpickle -- ``PICKLE_GLOBALS`` and ``find_class`` for restricted unpicklers.
-
-``GenerationRequest`` is public as ``tokenwire.GenerationRequest``; this module keeps the names
-pickles carry: ``tokenwire.request.GenerationRequest`` and ``tokenwire.request._TokenField``.
-See docs/adopting.md for converting an existing request class.
-"""
+The layout of the modules: CONTRIBUTING.md, "Building and layout"."""
 
 from __future__ import annotations
 

@@ -2,35 +2,7 @@
 token field contributes to it -- the protocol a token field answers for it, the per-class
 configuration that writes and checks it, and the process-wide "list on the wire" switch for
 rolling upgrades.
-
-Pickled state (version 1) is a dict::
-
-    {"__tokenwire__": 1,                   # state version
-     "<field>": <field payload>,           # one entry per set token field, under its public name
-     "<attr>": value, ...}                 # every other instance attribute, pickled as usual
-
-or ``(that dict, {slot: value})`` when base classes have slots. A field's payload is one of:
-
-* ``None`` -- the field is None;
-* the ids: a ``TokenVector`` (codec "raw"), or a wire frame of the field's codec (``bytes``; a
-  latin-1 ``str`` below protocol 3, which has no bytes opcode);
-* ``(ids,)`` -- ids that were a tuple; ``(ids, typecode)`` -- ids that were an ``array.array``
-  of that integer typecode (the receiver reads back the same kind of container);
-* a list or tuple that is not int32 ids (a nested list, ids >= 2**31, bools, strings...) as
-  itself, as the unmodified class sent it;
-* ``{"as_is": value}`` -- any other value that is not int32 ids, and a tuple that has the shape
-  of the forms above.
-
-A ``TokenVector`` pickles as raw int32 bytes, and at protocol 5 as a ``pickle.PickleBuffer``, so
-a pickler with a ``buffer_callback`` sends it out-of-band (zero-copy through ZMQ multipart
-frames, Ray, Dask). A state without ``"__tokenwire__"`` is the list form: what the class pickled
-before tokenwire was adopted (a plain ``list[int]`` under the public name or under
-``_<field>``), and what ``list_on_wire`` writes during a rolling upgrade; it loads.
-
-This module writes and reads the format (`_to_state`, `_field_payload`; `_checked_state`,
-`_field_from_payload`); what an instance stores for a field is the field's own business
-(tokenwire.fields), reached only through the methods `_FieldProtocol` declares.
-"""
+See docs/design.md, "tokenwire/state.py"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,5 @@
 """Text-safe frames: a tokenwire frame as base64, for JSON bodies, HTTP and relays between servers.
-
-    s = to_base64(tokens)            # str, standard alphabet with padding (codec "auto")
-    tv = from_base64(s)              # TokenVector; no list[int] is built on either side
-
-The text is the base64 of an ordinary frame (`encode`), so everything a frame carries (codec,
-checksum) travels with it and `from_base64` applies `decode`'s checks. 18-bit ids take 3.0
-characters each ("packed" at 2.25 bytes per id, times 4/3).
-
-Base64 runs through `pybase64` (SIMD) when it is installed (`pip install 'tokenwire[base64]'`)
-and through the standard library's `binascii` otherwise; the output is the same either way, and
-so is what is accepted: the chosen alphabet, padded to a multiple of 4 characters, no whitespace,
-and canonical (the unused low bits of the last character before "=" are zero, so each frame has
-exactly one text).
-With ``urlsafe=True`` the alphabet uses "-" and "_" instead of "+" and "/" (on both sides).
-
-``format="int32"`` (both sides) is the bare form other servers relay: the base64 of the ids as
-little-endian int32 bytes, no header (``base64.b64encode(np.asarray(ids, np.int32).tobytes())``),
-for a peer that reads or writes that; the default ``format="frame"`` is tokenwire's frame.
-"""
+See docs/design.md, "tokenwire/text.py"."""
 
 from __future__ import annotations
 

@@ -1,56 +1,5 @@
 """Send Python objects with their large buffers out-of-band: protocol-5 pickling over frames.
-
-    frames = dumps_oob(request, key=KEY)      # [signature, pickle, buffer, buffer, ...]
-    request = loads_oob(frames, key=KEY)      # verified, then buffers used where they lie
-
-    send_pyobj_oob(socket, request, key=KEY)  # pyzmq: one multipart message, copy=False
-    request = recv_pyobj_oob(socket, key=KEY)
-
-With protocol 5 and a ``buffer_callback``, a TokenVector (and an ndarray, ...) is not copied into
-the pickle stream: its memory is handed over as a ``pickle.PickleBuffer``, sent as its own frame,
-and on the receiving side the unpickler is given the received frames as they are, so a token
-field ends up viewing the received message memory (a frame read from a tcp or ipc stream; one
-received over inproc is the sender's memory and is copied once, see `received_buffer`). Buffers
-smaller than ``oob_threshold`` bytes stay in-band: for a few hundred bytes an extra frame costs
-more than the copy.
-
-Authentication. Unpickling runs code chosen by whoever wrote the pickle, so a worker must never
-unpickle a message that anyone able to reach its socket could have sent. With ``key=`` the sender
-puts an HMAC-SHA256 signature frame in front of the message, computed over a domain tag, the
-pickle frame, and the number and byte lengths of the buffer frames; the receiver checks it (in
-constant time) *before* anything is unpickled and raises `AuthenticationError` for an unsigned,
-truncated or tampered message, or one whose frames were dropped, added or moved to where a frame
-of another length stood. The buffer frames' *contents* are not covered by default: they are raw
-bytes that the signed pickle hands to a type it names (a TokenVector takes them as int32 ids), so
-they cannot run code; changing them (or swapping two buffers of the same length) can only change
-the ids, and their count and sizes are signed. Pass ``sign_buffers=True`` (on both sides) to
-cover every byte as well, at the cost of one SHA-256 pass over the ids, which is what the
-default avoids.
-``find_class=`` additionally restricts which globals the pickle may name (an allow-list, see
-`pickle.Unpickler.find_class`).
-
-Leading frames. ``send_pyobj_oob(..., prefix=[type], routing=[identity])`` sends
-``[*routing, *prefix, (signature,) pickle, *buffers]`` and ``recv_pyobj_oob(..., prefix=1,
-routing=1)`` returns ``(leading, obj)``. The signature covers the `prefix` frames (their count,
-lengths and bytes, under modes 4 and 5, so such a message never verifies without them nor a
-plain one with them): a signed message cannot be replayed under another message type. The
-`routing` frames are not covered: a ROUTER identity is consumed by the sending ROUTER and
-written by the receiving one, so no party could sign the frame the other sees.
-
-Codecs. Token ids cross a network 2-4x smaller encoded: ``codec=`` ("raw", "packed", "pfor",
-"zstd", "auto", ...) encodes each out-of-band TokenVector buffer as a tokenwire wire frame
-(other buffers go raw), marked in a codec header in front of the pickle; the receiver reads
-the header and needs no argument. The default, None, sends raw where the bytes stay on the host
-and compact where they cross a network: `send_pyobj_oob` looks at the socket's last endpoint
-(ipc://, inproc:// raw; tcp:// and the other network transports `NETWORK_CODEC`; an endpoint it
-cannot tell, raw), `dumps_oob` (no socket) sends raw. docs/transport.md, "Codecs".
-
-pyzmq stays optional: this module never imports it; the zmq functions only call methods of the
-socket they are given. The out-of-band layer itself (the pickle and its frames, keys, the
-signature) is transport-neutral and lives in tokenwire._oob; this module is its pyzmq glue and
-the public home of its functions. `send_frames` / `recv_frames` / `received_buffer` are the
-glue's declared names, which the shared-memory channel and tokenwire.msgspec send through.
-"""
+See docs/design.md, "tokenwire/transport.py"."""
 
 from __future__ import annotations
 

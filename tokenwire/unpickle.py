@@ -2,14 +2,7 @@
 ``find_class`` that resolves only an allow-list of them, ``check_pickle``, which refuses a
 pickle that would make the unpickler allocate more than the pickle's own size, and
 ``load_scope``, which bounds how often one pickle may restore token data from one source.
-
-A pickle can name any importable callable; an unpickler that receives bytes from another party
-should resolve only the globals it expects. ``PICKLE_GLOBALS`` lists tokenwire's own; a request
-class adds itself (``(module, qualified name)``) to the allow-list it passes to ``find_class``.
-An allow-list does not bound memory: CPython's unpickler allocates what some opcodes declare
-before it reads their bytes, so a stack that loads received pickles itself calls
-``check_pickle`` first and loads inside ``load_scope()`` (tokenwire's own receivers always do).
-"""
+See docs/design.md, "tokenwire/unpickle.py"."""
 
 from __future__ import annotations
 
