@@ -9,11 +9,11 @@ at a barrier; each test also checks that the race really happened (the other thr
 the calls), so it cannot pass by running the threads one after another. On a build with the GIL
 the same tests run and must pass as well (there the threads interleave rather than overlap).
 
-Each protection was planted out once on 3.13t to watch its test fail (CHANGELOG): the list's
-critical section, in as_tokens and in the C++ hand-off (the reader crashes: SIGSEGV), the int
-table's compare-and-swap (two objects
-for one id), the aligned copy's compare-and-swap (two copies), the field's one publication
-(two lists for one field).
+Each protection was planted out once on 3.13t to watch its test fail (docs/design.md,
+"Free-threaded CPython"): the list's critical section, in as_tokens and in the C++ hand-off
+(the reader crashes: SIGSEGV), the int table's compare-and-swap (two objects for one id), the
+aligned copy's compare-and-swap (two copies), the field's one publication (two lists for one
+field).
 """
 
 from __future__ import annotations
