@@ -1,6 +1,7 @@
 """Every ```python block of README.md and docs/*.md runs as written.
 
-Each block runs in a fresh interpreter from the clone's root, so it must import what it uses.
+Each block runs in a fresh interpreter, in an empty directory (so that it imports the installed
+tokenwire, not the clone's sources), and must import what it uses.
 A block that cannot run here says so on the line before it, with the reason:
 ``<!-- docs-test: skip (REASON) -->``. A block that talks to a worker starts it itself.
 """
@@ -52,7 +53,7 @@ def test_every_block_runs_or_says_why_not() -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("doc, line, code", RUNNABLE,
                          ids=[f"{doc}:{line}" for doc, line, _ in RUNNABLE])
-def test_block_runs(doc: str, line: int, code: str) -> None:
-    r = subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=ROOT,
+def test_block_runs(doc: str, line: int, code: str, tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{doc}:{line}\n{r.stdout}{r.stderr}"
