@@ -3,7 +3,10 @@
 Each block runs in a fresh interpreter, in an empty directory (so that it imports the installed
 tokenwire, not the clone's sources), and must import what it uses.
 A block that cannot run here says so on the line before it, with the reason:
-``<!-- docs-test: skip (REASON) -->``. A block that talks to a worker starts it itself.
+``<!-- docs-test: skip (REASON) -->``. A block marked ``<!-- docs-test: loopback -->`` shows a
+proxy and a worker on one pyzmq socket: it runs after LOOPBACK, which gives it that socket
+(``sock`` or ``socket``: sends leave from the proxy's end of an ipc:// pair, receives read the
+worker's end), a `request` and a key in $TOKENWIRE_KEY.
 """
 
 from __future__ import annotations
@@ -20,6 +23,20 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: a ```python block, and the line before it (where a skip marker goes)
 BLOCK = re.compile(r"(?:^([^\n]*)\n)?^```python\n(.*?)^```", re.S | re.M)
 SKIP = re.compile(r"<!-- docs-test: skip \((.+)\) -->")
+MARK = "<!-- docs-test: loopback -->"
+LOOPBACK = """
+import os, tempfile, zmq, tokenwire
+os.environ["TOKENWIRE_KEY"] = "00112233445566778899aabbccddeeff"
+_dir = tempfile.mkdtemp()
+_proxy, _worker = zmq.Context.instance().socket(zmq.PAIR), zmq.Context.instance().socket(zmq.PAIR)
+_worker.bind(f"ipc://{_dir}/s")
+_proxy.connect(f"ipc://{_dir}/s")
+class _Loopback:
+    def __getattr__(self, name):
+        return getattr(_proxy if name.startswith("send") else _worker, name)
+sock = socket = _Loopback()
+request = tokenwire.GenerationRequest(list(range(40_000)))
+"""
 
 
 def blocks() -> list[tuple[str, int, str, str | None]]:
@@ -29,8 +46,10 @@ def blocks() -> list[tuple[str, int, str, str | None]]:
         text = path.read_text()
         for match in BLOCK.finditer(text):
             line = text.count("\n", 0, match.start(2)) + 1
-            skip = SKIP.search(match.group(1) or "")
-            out.append((path.relative_to(ROOT).as_posix(), line, match.group(2),
+            before = match.group(1) or ""
+            skip = SKIP.search(before)
+            code = (LOOPBACK if before == MARK else "") + match.group(2)
+            out.append((path.relative_to(ROOT).as_posix(), line, code,
                         skip.group(1) if skip else None))
     return out
 
@@ -42,7 +61,8 @@ RUNNABLE = [(doc, line, code) for doc, line, code, skip in BLOCKS if skip is Non
 
 
 def test_every_block_runs_or_says_why_not() -> None:
-    assert len(RUNNABLE) >= 13
+    assert len(RUNNABLE) >= 17
+    assert sum(code.startswith(LOOPBACK) for _, _, code in RUNNABLE) >= 4
     for doc, line, _, skip in BLOCKS:
         assert skip is None or len(skip.split()) >= 3, f"{doc}:{line}: say why it cannot run"
     # a marker stands only before a block: a stray one would mean nothing
