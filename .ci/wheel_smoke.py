@@ -15,8 +15,9 @@ import numpy as np
 
 import tokenwire
 
-# A free-threaded interpreter (cp314t wheels) keeps the GIL off: the extension declares itself
-# free-threading compatible (CPython would turn the GIL on, and warn, at the import otherwise).
+# A free-threaded interpreter (cp314t, cp315t wheels) keeps the GIL off: the extension declares
+# itself free-threading compatible (CPython would turn the GIL on, and warn, at the import
+# otherwise).
 if sysconfig.get_config_var("Py_GIL_DISABLED"):
     assert not sys._is_gil_enabled(), "importing tokenwire turned the GIL on"
 
