@@ -167,8 +167,10 @@ class _Segment:
         self.words = _ShmWords(m, self.data // 8)
         self.words.store(_READER_WORD, os.getpid())
         self.published = 0                       # the last sequence this receiver published
+        self.closed = False
 
     def close(self) -> None:
+        self.closed = True                       # before the release: a wait it ends reads it
         self.words.release()
         self.mv.release()
         self.map.close()
@@ -198,11 +200,16 @@ class _Segment:
         the token is (has_record): the sequence word before and after the rest."""
         rec = _record_word(seq)
         words = self.words
-        if not words.wait(rec, seq, spin_us):
-            return None
-        where, gen, n = words.load(rec + 2), words.load(rec + 3), words.load(rec + 4)
-        if words.load(rec) != seq or where == 0:
-            return None
+        try:
+            if not words.wait(rec, seq, spin_us):
+                return None
+            where, gen, n = words.load(rec + 2), words.load(rec + 3), words.load(rec + 4)
+            if words.load(rec) != seq or where == 0:
+                return None
+        except ValueError:
+            if self.closed:
+                raise ValueError("the receiver was closed while it waited on the ring") from None
+            raise
         return seq, where - 1, gen, n
 
     def holds(self, i: int, gen: int, seq: int) -> bool:

@@ -157,7 +157,8 @@ class Sender:
 
     def _write(self, raw: memoryview, reader: int, seq: int) -> Tuple[int, int]:
         """Copy `raw` into a free slot: (index, generation), or (-1, 0) when the ring is full."""
-        assert self._mv is not None and self._words is not None
+        if self._words is None:
+            raise ValueError("the sender was closed during send")
         i = self._free_slot()
         if i < 0 and (self._collect() or self._reclaim_dead()):
             i = self._free_slot()
@@ -180,7 +181,7 @@ class Sender:
         words.store(state + 1, n)
         words.store(state + 2, seq)
         start = self._data + i * self.slot_bytes
-        self._mv[start:start + n] = raw
+        words.write(start, raw)
         words.store(state, gen << 2 | _FULL)     # last (release): the bytes are in place
         return i, gen
 

@@ -83,9 +83,69 @@ static inline void tw_shm_cpu_relax(void) {
 #endif
 }
 
+/* A mapping's users: every access to the mapping enters (tw_shm_enter) and leaves
+ * (tw_shm_leave); tw_shm_close marks it closing and returns once no access is in progress, so
+ * the caller may then unmap. An access that enters after the mark is refused (0). Both sides
+ * are sequentially consistent: either the access sees `closing`, or the close sees the access. */
+typedef struct {
+    int64_t users;
+    int32_t closing;
+} tw_shm_guard;
+
+static inline int tw_shm_closing(const tw_shm_guard *g) {
+#if TW_SHM_ATOMICS
+    return __atomic_load_n(&g->closing, __ATOMIC_SEQ_CST);
+#else
+    return *(const volatile int32_t *)&g->closing;
+#endif
+}
+
+static inline int tw_shm_enter(tw_shm_guard *g) {
+#if TW_SHM_ATOMICS
+    __atomic_fetch_add(&g->users, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&g->closing, __ATOMIC_SEQ_CST)) {
+        __atomic_fetch_sub(&g->users, 1, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    return 1;
+#else
+    if (g->closing) return 0;     /* not used: shm is Linux only */
+    ++g->users;
+    return 1;
+#endif
+}
+
+static inline void tw_shm_leave(tw_shm_guard *g) {
+#if TW_SHM_ATOMICS
+    __atomic_fetch_sub(&g->users, 1, __ATOMIC_SEQ_CST);
+#else
+    --g->users;
+#endif
+}
+
+/* 1 for the caller that marked the guard closing (it waited for every access to leave), 0 when
+ * another caller had marked it already. Callers run it without the GIL. */
+static inline int tw_shm_close(tw_shm_guard *g) {
+#if TW_SHM_ATOMICS
+    int32_t open = 0;
+    if (!__atomic_compare_exchange_n(&g->closing, &open, 1, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST))
+        return 0;
+    while (__atomic_load_n(&g->users, __ATOMIC_SEQ_CST) != 0)
+        tw_shm_cpu_relax();
+    return 1;
+#else
+    if (g->closing) return 0;
+    g->closing = 1;
+    return 1;
+#endif
+}
+
 /* Spin (without sleeping) until *word == value or `timeout_ns` have passed: 1 if it holds the
- * value. Callers run it without the GIL. */
-static inline int tw_shm_wait(const uint64_t *word, uint64_t value, int64_t timeout_ns) {
+ * value, 0 on timeout, -1 when `guard` was marked closing meanwhile (the caller entered it, so
+ * the mapping stays until it leaves). Callers run it without the GIL. */
+static inline int tw_shm_wait(const uint64_t *word, uint64_t value, int64_t timeout_ns,
+                              const tw_shm_guard *guard) {
 #if defined(__linux__)
     struct timespec t0, t;
     unsigned spins = 0;
@@ -95,6 +155,7 @@ static inline int tw_shm_wait(const uint64_t *word, uint64_t value, int64_t time
     for (;;) {
         tw_shm_cpu_relax();
         if (tw_shm_load(word) == value) return 1;
+        if (tw_shm_closing(guard)) return -1;
         if ((++spins & 63) == 0) {
             clock_gettime(CLOCK_MONOTONIC, &t);
             if ((int64_t)(t.tv_sec - t0.tv_sec) * 1000000000 + (t.tv_nsec - t0.tv_nsec)
@@ -104,6 +165,7 @@ static inline int tw_shm_wait(const uint64_t *word, uint64_t value, int64_t time
     }
 #else
     (void)timeout_ns;
+    (void)guard;
     return tw_shm_load(word) == value;
 #endif
 }

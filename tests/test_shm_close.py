@@ -1,0 +1,123 @@
+"""Closing a channel end from another thread while it works: a Receiver closed while its recv
+or poll spins on the ring ends that call with ValueError, and a Sender closed while another
+thread sends ends that send with a Python error or lets it finish; the process lives. Each
+scenario runs in a child process, so a fault (the ring's memory unmapped under a spinning
+thread) fails the test instead of ending pytest.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+from support import shm_helpers  # noqa: F401  (skips this module where there is no shm)
+
+_PRELUDE = textwrap.dedent("""
+    import os, sys, threading, time, uuid
+    import numpy as np
+    import zmq
+    import tokenwire.shm as shm
+    from tokenwire import TokenVector
+    from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+
+    ctx = zmq.Context()
+    path = f"/tmp/tw-close-{uuid.uuid4().hex}.ipc"
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(f"ipc://{path}")
+    push = ctx.socket(zmq.PUSH)
+    push.connect(f"ipc://{path}")
+    pull.setsockopt(zmq.RCVTIMEO, 120_000)
+    sender, receiver = shm.Sender(slots=4, slot_bytes=256 * 1024), shm.Receiver()
+    ids = TokenVector(np.arange(40_000, dtype=np.int32))
+    send_pyobj_oob(push, {"ids": ids}, channel=sender)        # offers the segment
+    recv_pyobj_oob(pull, channel=receiver)                    # ...and the receiver maps it
+    assert sender.attached() == os.getpid()
+    barrier = threading.Barrier(2)
+    outcome = []
+
+    def until(condition, what):
+        deadline = time.monotonic() + 120
+        while not condition():
+            if time.monotonic() > deadline:
+                sys.exit(f"timed out waiting for {what}")
+            time.sleep(0.001)
+""")
+
+_SPIN = _PRELUDE + textwrap.dedent("""
+    segment = receiver._last
+    def spin():
+        barrier.wait()
+        try:
+            if sys.argv[1] == "recv":
+                receiver.recv(pull, spin_us=60_000_000)          # nothing comes: a minute
+            else:
+                receiver.poll(pull, spin_us=60_000_000)
+            outcome.append("returned")
+        except ValueError as e:
+            outcome.append(str(e))
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    barrier.wait()
+    until(lambda: segment.words.users > 0, "the spin on the ring")
+    receiver.close()                                # unmaps the segment under the spin
+    thread.join(120)
+    assert not thread.is_alive(), "the spinning thread did not end"
+    print(outcome[0])
+    os._exit(0)
+""")
+
+_SEND = _PRELUDE + textwrap.dedent("""
+    closed, sent = threading.Event(), []
+    def send():
+        barrier.wait()
+        try:
+            while not closed.is_set():
+                sender.send(push, {"ids": ids})             # reads the slots' state words
+                sent.append(1)
+            sender.send(push, {"ids": ids})                 # after the close: frames
+            outcome.append("sent")
+        except Exception as e:                              # a Python error: not a fault
+            outcome.append(type(e).__name__)
+    def drain():
+        while True:
+            try:
+                pull.recv_multipart()
+            except zmq.ZMQError:
+                return
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    barrier.wait()
+    until(lambda: len(sent) >= 20, "sends")
+    sender.close()                                  # unmaps the segment under the sends
+    closed.set()
+    thread.join(120)
+    assert not thread.is_alive(), "the sending thread did not end"
+    print(outcome[0])
+    os._exit(0)                                     # the drainer blocks in recv
+""")
+
+
+def _run(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=tempfile.gettempdir(),
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("call", ["recv", "poll"])
+def test_closing_a_receiver_under_a_spin_on_the_ring_ends_the_spin(call: str) -> None:
+    """The spin holds the ring's mapping: close() waits for it to leave, and the spinning call
+    ends with ValueError naming the close (no fault, however long it was to spin)."""
+    done = _run(_SPIN, call)
+    assert done.returncode == 0, f"the child ended with {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.strip() == "the receiver was closed while it waited on the ring"
+
+
+def test_closing_a_sender_under_a_send_ends_the_send_with_an_error_or_lets_it_finish() -> None:
+    done = _run(_SEND)
+    assert done.returncode == 0, f"the child ended with {done.returncode}: {done.stderr[-2000:]}"
+    outcome = done.stdout.strip()
+    assert outcome == "sent" or outcome.endswith("Error"), outcome
