@@ -407,11 +407,25 @@ def test_one_mutable_buffer_named_many_times_is_refused_past_a_bound() -> None:
     # Each repeat of a mutable source costs a full comparison (its bytes may have changed since):
     # 50,000 references to one 8 MiB bytearray took 12 s. tokenwire never names one buffer twice,
     # so past a small bound the pickle is refused.
-    few = _AllowListed(io.BytesIO(_bytearray_named(64, 4096))).load()
+    with tokenwire.unpickle.load_scope():
+        few = _AllowListed(io.BytesIO(_bytearray_named(64, 4096))).load()
     assert len({id(v) for v in few}) == 1 and few[0].tolist() == [0x01010101] * 1024
     with pytest.raises(pickle.UnpicklingError,
                        match="names one mutable buffer of 4096 bytes more than 64"):
-        _AllowListed(io.BytesIO(_bytearray_named(65 + 1000, 4096))).load()
+        with tokenwire.unpickle.load_scope():
+            _AllowListed(io.BytesIO(_bytearray_named(65 + 1000, 4096))).load()
+
+
+def test_bare_loads_of_one_message_into_one_buffer_all_load() -> None:
+    """Outside a load scope nothing is counted from one load to the next: a worker that
+    receives every message into the same buffer and keeps its requests loads 100 identical
+    messages with bare pickle.loads, each naming its buffer once."""
+    request = GenerationRequest(list(range(40_000)))
+    views: list = []
+    payload = pickle.dumps(request, protocol=5, buffer_callback=views.append)
+    received = [bytearray(v.raw()) for v in views]           # the worker's receive buffer
+    kept = [pickle.loads(payload, buffers=received) for _ in range(100)]
+    assert all(r.prompt_token_ids == request.prompt_token_ids for r in kept)
 
 
 def _bytearray_popped(rounds: int, nbytes: int) -> bytes:

@@ -31,18 +31,20 @@ _frombuffer = TokenVector.frombuffer
 #   mutable source (bytearray, a memoryview of writable memory, a zmq.Frame): copied once into
 #     a bytes snapshot, keyed by (address, size); a hit returns the earlier vector only when
 #     the memory still equals the snapshot (memcmp), so a write made since is never hidden, and
-#     a reused address holding other bytes is a miss. A hit costs a comparison, never memory;
-#     and since a pickle can name one buffer again in 2 bytes, the comparisons are bounded too:
-#     more than _MAX_REPEATS hits on one mutable source are refused (tokenwire never names one
-#     buffer twice: each vector pickles its own, and the pickler memoizes the vector itself).
+#     a reused address holding other bytes is a miss. A hit costs a comparison, never memory.
 #
 # Inside a load scope (`_load_scope`: tokenwire's receivers open one around each pickle they
 # load; tokenwire.unpickle.load_scope for a stack's own unpickler) the table is the load's own:
 # it holds its entries strongly and counts repeats per pickle, and it is dropped when the load
-# returns. So dropping a restored vector (a pickle can pop what it built) neither forgets the
-# source nor resets its count, and one message's count never reaches the next message, however
-# its frames land at the address of the last one. Outside a scope (a bare pickle.loads) the
-# table is the process-wide weak one above.
+# returns. Since a pickle can name one buffer again in 2 bytes, the comparisons are bounded
+# there: more than _MAX_REPEATS hits on one mutable source in one load are refused (tokenwire
+# never names one buffer twice: each vector pickles its own, and the pickler memoizes the
+# vector itself). Dropping a restored vector (a pickle can pop what it built) neither forgets
+# the source nor resets its count, and one message's count never reaches the next message,
+# however its frames land at the address of the last one. Outside a scope (a bare
+# pickle.loads) the table is the process-wide weak one above, which counts nothing: it cannot
+# tell where one load ends and the next begins, and a count kept across loads would refuse a
+# valid message that arrives into the same buffer as 64 before it.
 cdef dict _restored = {}
 cdef Py_ssize_t _MAX_REPEATS = 64
 _scope = _threading.local()              # .table: the table of this thread's load in progress
@@ -89,7 +91,7 @@ def _forget_restored(key):
 
 
 cdef object _remember(object key, object source, object result):
-    _restored[key] = (source, _weakref.ref(result, _forget_restored(key)), [0])
+    _restored[key] = (source, _weakref.ref(result, _forget_restored(key)))
     return result
 
 
@@ -122,9 +124,6 @@ def _restore_shared(data, make):
         if entry is not None:
             result = entry[1]()
             if result is not None:
-                entry[2][0] += 1
-                if entry[2][0] > _MAX_REPEATS:
-                    raise _too_many_repeats(view.len)
                 if memcmp(PyBytes_AS_STRING(entry[0]), view.buf, <size_t>view.len) == 0:
                     return result
         snapshot = PyBytes_FromStringAndSize(<const char*>view.buf, view.len)
