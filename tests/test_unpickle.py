@@ -95,3 +95,54 @@ def test_check_pickle_is_the_native_walk_itself() -> None:
     assert "FRAME" in tokenwire.unpickle.check_pickle.__doc__
     with pytest.raises(pickle.UnpicklingError, match="BINBYTES at offset 2 declares"):
         tokenwire.unpickle.check_pickle(b"\x80\x05B\xff\xff\xff\x7f")
+
+
+_RESTORE = b"\x8c\x0ftokenwire._core\x94\x8c\x15_restore_token_vector\x94\x93\x94"   # memo 0-2
+_RECONSTRUCTOR = b"\x8c\x07copyreg\x94\x8c\x0e_reconstructor\x94\x93\x94"              # memo 0-2
+
+# Pickles that change a global (an object the pickle did not create): each would rename an
+# allowed function, fill its __dict__, or call a mutator on it for the rest of the process.
+_CHANGING_A_GLOBAL = {
+    "BUILD a slot state": b"\x80\x05" + _RESTORE
+    + b"N}\x94\x8c\x0c__qualname__\x94\x8c\x04gone\x94s\x86\x94b.",
+    "BUILD a dict state": b"\x80\x05" + _RESTORE + b"}(\x8c\x01k\x8c\x01vub.",
+    "BUILD from the memo": b"\x80\x05" + _RESTORE + b"0h\x02}(\x8c\x01k\x8c\x01vub.",
+    "BUILD on a DUP": b"\x80\x05" + _RESTORE + b"2}b0.",
+    "BUILD a user's global": b"\x80\x05" + _RECONSTRUCTOR + b"}(\x8c\x01k\x8c\x01vub.",
+    "BUILD a text GLOBAL": b"ctokenwire._core\n_restore_token_vector\np0\n0g0\n(dS'k'\nS'v'\nsb.",
+    "APPEND": b"\x80\x05" + _RESTORE + b"Na.",
+    "APPENDS": b"\x80\x05" + _RESTORE + b"(Ne.",
+    "SETITEM": b"\x80\x05" + _RESTORE + b"NNs.",
+    "SETITEMS": b"\x80\x05" + _RESTORE + b"(NNu.",
+    "ADDITEMS": b"\x80\x05" + _RESTORE + b"(N\x90.",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CHANGING_A_GLOBAL))
+def test_a_pickle_that_changes_a_global_is_refused(name: str) -> None:
+    """check_pickle refuses an opcode that changes a global, so a restricted load (the
+    receivers' find_class, an allow-list with a user's own globals) ends with the load: the
+    function keeps its name and an empty __dict__, and a TokenVector still pickles."""
+    from tokenwire._core import _restore_token_vector
+    from tokenwire.transport import loads_oob
+
+    data = _CHANGING_A_GLOBAL[name]
+    with pytest.raises(pickle.UnpicklingError, match="changes a global"):
+        tokenwire.unpickle.check_pickle(data)
+    allow = {("copyreg", "_reconstructor")}
+    with pytest.raises(pickle.UnpicklingError, match="changes a global"):
+        loads_oob([data], find_class=lambda m, n: tokenwire.find_class(m, n, allow=allow))
+    assert _restore_token_vector.__qualname__ == "_restore_token_vector"
+    assert _restore_token_vector.__dict__ == {}
+    vector = tokenwire.as_tokens([1, 2, 3])
+    assert pickle.loads(pickle.dumps(vector)) == vector
+
+
+def test_what_a_pickle_made_may_still_be_built() -> None:
+    """BUILD, APPENDS and SETITEMS onto what REDUCE, NEWOBJ or a new container made pass: every
+    pickle the pickler writes does that (a popped global leaves the object below unchanged)."""
+    made = (b"\x80\x05" + _RECONSTRUCTOR + b"\x8c\x08builtins\x8c\x06object\x93\x94N\x87R"
+            b"}(\x8c\x01k\x8c\x01vub.")
+    tokenwire.unpickle.check_pickle(made)
+    tokenwire.unpickle.check_pickle(b"\x80\x05]\x94(" + _RESTORE + b"0Ne.")
+    tokenwire.unpickle.check_pickle(b"\x80\x05}" + _RESTORE + b"0NNs.")

@@ -115,7 +115,10 @@ def check_pickle(data):
     as the unpickler reads it), an opcode that runs past the end of its ``FRAME``, and a
     ``FRAME`` inside another: read from a file, CPython's unpickler parses those as other opcodes than
     the walk reads (it rereads from the file what crosses a frame's end), so they could hide a
-    memo bomb. The walk stops where the unpickler itself would stop with an error.
+    memo bomb. It also refuses an opcode that changes a global (``BUILD``, ``APPEND(S)``,
+    ``SETITEM(S)``, ``ADDITEMS`` onto what ``GLOBAL``, ``STACK_GLOBAL`` or ``EXT1/2/4``
+    pushed): a restricted load would rename an allowed function or fill its ``__dict__`` for
+    the rest of the process. The walk stops where the unpickler itself would stop with an error.
 
     What passes: every pickle ``pickle.dumps`` writes (memo entries numbered from 0, one per
     memoized object; opcodes wholly inside or outside frames), and a ``Pickler``'s at
@@ -160,7 +163,263 @@ cdef int _refuse_crossing(const unsigned char* p, Py_ssize_t start,
         f"frame at offset {frame_end}: read from a file it would parse as other opcodes")
 
 
+# What the walk knows of the unpickler's stack, to refuse an opcode that changes an object the
+# pickle did not create: a global (GLOBAL, STACK_GLOBAL, EXT1/2/4) is the process's own object,
+# and BUILD onto it (or APPEND(S), SETITEM(S), ADDITEMS) would change it for the process
+# (a function's name or __dict__, a class's attributes) whatever find_class allows. The
+# pickler never writes that: it builds what its REDUCE, NEWOBJ or OBJ made. Each stack entry
+# is one byte (_K_OBJECT, _K_GLOBAL, or _K_MARK for a MARK), each memo entry two bits (set,
+# global). Where the unpickler would stop with an error (an empty stack, no MARK, an unset
+# memo entry) the walk stops too.
+cdef extern from *:
+    """
+    #define TWPK_K_OBJECT 1
+    #define TWPK_K_GLOBAL 2
+    #define TWPK_K_MARK 3
+    #define TWPK_LOCAL_STACK 64
+    #define TWPK_LOCAL_MEMO 64
+    """
+    const unsigned char _K_OBJECT "TWPK_K_OBJECT"
+    const unsigned char _K_GLOBAL "TWPK_K_GLOBAL"
+    const unsigned char _K_MARK "TWPK_K_MARK"
+    const Py_ssize_t _LOCAL_STACK "TWPK_LOCAL_STACK"
+    const Py_ssize_t _LOCAL_MEMO "TWPK_LOCAL_MEMO"   # bytes of each memo bitmap on the C stack
+    void* PyMem_Calloc(size_t nelem, size_t elsize)
+    void* memset(void* s, int c, size_t n) nogil
+
+cdef struct _PickleStack:
+    unsigned char* kinds
+    Py_ssize_t depth
+    Py_ssize_t room
+    unsigned char* memo_set
+    unsigned char* memo_global
+    Py_ssize_t memo_bits
+    Py_ssize_t memo_len         # distinct memo entries set: MEMOIZE's index
+    unsigned char local[64]             # _LOCAL_STACK
+    unsigned char local_set[64]         # _LOCAL_MEMO
+    unsigned char local_global[64]
+
+
+cdef int _stack_push(_PickleStack* st, unsigned char kind) except -1:
+    cdef unsigned char* grown
+    if st.depth == st.room:
+        grown = <unsigned char*>PyMem_Malloc(<size_t>(2 * st.room))
+        if grown == NULL:
+            raise MemoryError()
+        memcpy(grown, st.kinds, <size_t>st.depth)
+        if st.kinds != st.local:
+            PyMem_Free(st.kinds)
+        st.kinds = grown
+        st.room *= 2
+    st.kinds[st.depth] = kind
+    st.depth += 1
+    return 0
+
+
+cdef inline int _stack_top(_PickleStack* st) noexcept:
+    # The kind on top, above the last MARK; 0 when there is none (the unpickler underflows).
+    if st.depth == 0 or st.kinds[st.depth - 1] == _K_MARK:
+        return 0
+    return st.kinds[st.depth - 1]
+
+
+cdef inline Py_ssize_t _stack_mark(_PickleStack* st) noexcept:
+    # The position of the last MARK, -1 when there is none.
+    cdef Py_ssize_t i = st.depth - 1
+    while i >= 0 and st.kinds[i] != _K_MARK:
+        i -= 1
+    return i
+
+
+cdef int _memo_put(_PickleStack* st, uint64_t index) noexcept:
+    # 1 when the unpickler would stop (nothing on top); index < memo_bits (checked by the walk).
+    cdef int top = _stack_top(st)
+    cdef unsigned char bit = <unsigned char>(1 << (index & 7))
+    if top == 0 or index >= <uint64_t>st.memo_bits:
+        return 1
+    if not st.memo_set[index >> 3] & bit:
+        st.memo_set[index >> 3] |= bit
+        st.memo_len += 1
+    if top == _K_GLOBAL:
+        st.memo_global[index >> 3] |= bit
+    else:
+        st.memo_global[index >> 3] &= ~bit
+    return 0
+
+
+cdef int _memo_get(_PickleStack* st, uint64_t index) except -1:
+    # 1 when the unpickler would stop (no such entry).
+    cdef unsigned char bit = <unsigned char>(1 << (index & 7))
+    if index >= <uint64_t>st.memo_bits or not st.memo_set[index >> 3] & bit:
+        return 1
+    _stack_push(st, _K_GLOBAL if st.memo_global[index >> 3] & bit else _K_OBJECT)
+    return 0
+
+
+cdef int _refuse_changing_a_global(unsigned char op, Py_ssize_t start) except -1:
+    raise _UnpicklingError(
+        f"pickle opcode {_opcode_name(op)} at offset {start} changes a global (an object the "
+        f"pickle did not create)")
+
+
+# Each opcode's effect on the stack (_stack_effect), by opcode; 0: none (PROTO, FRAME, STOP).
+cdef enum:
+    _E_NONE, _E_PUSH, _E_GLOBAL, _E_STACK_GLOBAL, _E_GET, _E_PUT, _E_MEMOIZE, _E_NEW1, _E_NEW2,
+    _E_NEW3, _E_DUP, _E_POP, _E_CHANGE1, _E_SETITEM, _E_CHANGE_MARK, _E_POP_MARK, _E_TO_MARK,
+    _E_OBJ, _E_MARK
+
+cdef unsigned char _pickle_effect[256]
+
+
+cdef void _pickle_effect_init() noexcept:
+    cdef int i
+    for i in range(256):
+        _pickle_effect[i] = _E_NONE
+    for c in b"INFLSTUBCXVPGKJM]})":                     # a new object on top
+        _pickle_effect[c] = _E_PUSH
+    for i in (0x8a, 0x8b, 0x8c, 0x8d, 0x8e, 0x96, 0x88, 0x89, 0x8f, 0x97):
+        _pickle_effect[i] = _E_PUSH
+    for i in (ord("c"), 0x82, 0x83, 0x84):              # GLOBAL, EXT1/2/4
+        _pickle_effect[i] = _E_GLOBAL
+    _pickle_effect[0x93] = _E_STACK_GLOBAL
+    for c in b"hjg":                                    # BINGET, LONG_BINGET, GET
+        _pickle_effect[c] = _E_GET
+    for c in b"qrp":                                    # BINPUT, LONG_BINPUT, PUT
+        _pickle_effect[c] = _E_PUT
+    _pickle_effect[0x94] = _E_MEMOIZE
+    for i in (0x85, ord("Q"), 0x98):                    # TUPLE1, BINPERSID, READONLY_BUFFER
+        _pickle_effect[i] = _E_NEW1
+    for i in (0x86, ord("R"), 0x81):                    # TUPLE2, REDUCE, NEWOBJ
+        _pickle_effect[i] = _E_NEW2
+    for i in (0x87, 0x92):                              # TUPLE3, NEWOBJ_EX
+        _pickle_effect[i] = _E_NEW3
+    _pickle_effect[ord("2")] = _E_DUP
+    _pickle_effect[ord("0")] = _E_POP
+    for c in b"ba":                                     # BUILD, APPEND
+        _pickle_effect[c] = _E_CHANGE1
+    _pickle_effect[ord("s")] = _E_SETITEM
+    for i in (ord("e"), ord("u"), 0x90):                # APPENDS, SETITEMS, ADDITEMS
+        _pickle_effect[i] = _E_CHANGE_MARK
+    _pickle_effect[ord("1")] = _E_POP_MARK
+    for i in (ord("t"), ord("l"), ord("d"), 0x91, ord("i")):   # TUPLE, LIST, DICT,
+        _pickle_effect[i] = _E_TO_MARK                          # FROZENSET, INST
+    _pickle_effect[ord("o")] = _E_OBJ
+    _pickle_effect[ord("(")] = _E_MARK
+
+
+_pickle_effect_init()
+
+
+cdef inline bint _above_fence(_PickleStack* st, Py_ssize_t k) noexcept:
+    # Whether the top k entries are objects above the last MARK (else the unpickler underflows).
+    cdef Py_ssize_t i
+    if st.depth < k:
+        return False
+    for i in range(st.depth - k, st.depth):
+        if st.kinds[i] == _K_MARK:
+            return False
+    return True
+
+
+cdef int _stack_effect(_PickleStack* st, const unsigned char* p, Py_ssize_t start,
+                       uint64_t arg) except -1:
+    """Apply opcode p[start] (its integer argument `arg`, where it has one) to the stack: 0,
+    or 1 where the unpickler would stop with an error."""
+    cdef unsigned char op = p[start]
+    cdef unsigned char effect = _pickle_effect[op]
+    cdef Py_ssize_t mark, k
+    if effect == _E_NONE:
+        return 0
+    if effect == _E_PUSH:
+        return _stack_push(st, _K_OBJECT)
+    if effect == _E_MARK:
+        return _stack_push(st, _K_MARK)
+    if effect == _E_GLOBAL:
+        return _stack_push(st, _K_GLOBAL)
+    if effect == _E_GET:
+        return _memo_get(st, arg)
+    if effect == _E_PUT:
+        return _memo_put(st, arg)
+    if effect == _E_MEMOIZE:
+        return _memo_put(st, <uint64_t>st.memo_len)
+    if effect == _E_STACK_GLOBAL or effect == _E_NEW1 or effect == _E_NEW2 \
+            or effect == _E_NEW3:
+        k = 2 if effect == _E_STACK_GLOBAL else effect - _E_NEW1 + 1
+        if not _above_fence(st, k):
+            return 1
+        st.depth -= k - 1
+        st.kinds[st.depth - 1] = _K_GLOBAL if effect == _E_STACK_GLOBAL else _K_OBJECT
+        return 0
+    if effect == _E_DUP:
+        if not _above_fence(st, 1):
+            return 1
+        return _stack_push(st, st.kinds[st.depth - 1])
+    if effect == _E_POP:                               # (a MARK on top is popped too)
+        if st.depth == 0:
+            return 1
+        st.depth -= 1
+        return 0
+    if effect == _E_CHANGE1 or effect == _E_SETITEM:  # the object below the 1 or 2 arguments
+        k = 3 if effect == _E_SETITEM else 2
+        if not _above_fence(st, k):
+            return 1
+        if st.kinds[st.depth - k] == _K_GLOBAL:
+            _refuse_changing_a_global(op, start)
+        st.depth -= k - 1
+        return 0
+    mark = _stack_mark(st)
+    if mark < 0:
+        return 1
+    if effect == _E_CHANGE_MARK:                      # the object below the MARK
+        if mark == 0 or st.kinds[mark - 1] == _K_MARK:
+            return 1
+        if st.kinds[mark - 1] == _K_GLOBAL:
+            _refuse_changing_a_global(op, start)
+        st.depth = mark
+        return 0
+    if effect == _E_POP_MARK:
+        st.depth = mark
+        return 0
+    if effect == _E_OBJ and mark == st.depth - 1:     # OBJ needs the class above the MARK
+        return 1
+    st.depth = mark                                   # _E_TO_MARK, _E_OBJ: a new object
+    return _stack_push(st, _K_OBJECT)
+
+
+cdef int _stack_open(_PickleStack* st, Py_ssize_t n) except -1:
+    cdef Py_ssize_t bits = (n if n > 256 else 256) + 1
+    cdef Py_ssize_t nbytes = (bits + 7) // 8
+    st.kinds, st.depth, st.room = st.local, 0, _LOCAL_STACK
+    st.memo_bits, st.memo_len = bits, 0
+    if nbytes <= _LOCAL_MEMO:
+        st.memo_set, st.memo_global = st.local_set, st.local_global
+        memset(st.local_set, 0, _LOCAL_MEMO)
+        memset(st.local_global, 0, _LOCAL_MEMO)
+        return 0
+    st.memo_set = <unsigned char*>PyMem_Calloc(<size_t>nbytes, 2)
+    if st.memo_set == NULL:
+        raise MemoryError()
+    st.memo_global = st.memo_set + nbytes
+    return 0
+
+
+cdef void _stack_close(_PickleStack* st) noexcept:
+    if st.kinds != st.local:
+        PyMem_Free(st.kinds)
+    if st.memo_set != st.local_set:
+        PyMem_Free(st.memo_set)
+
+
 cdef int _walk_pickle(const unsigned char* p, Py_ssize_t n) except -1:
+    cdef _PickleStack st
+    _stack_open(&st, n)
+    try:
+        return _walk_opcodes(p, n, &st)
+    finally:
+        _stack_close(&st)
+
+
+cdef int _walk_opcodes(const unsigned char* p, Py_ssize_t n, _PickleStack* st) except -1:
     # `limit`: where the current frame ends (`in_frame`), else the pickle's end. An argument
     # that runs past the pickle's end outside a frame is truncated: the unpickler stops there
     # too (return). Past a frame's end it is refused (_refuse_crossing).
@@ -170,6 +429,7 @@ cdef int _walk_pickle(const unsigned char* p, Py_ssize_t n) except -1:
     cdef int k
     cdef uint64_t length
     cdef const unsigned char* nl
+    cdef Py_ssize_t index
     while pos < n:
         if in_frame and pos == limit:
             in_frame = False                               # the frame ended between opcodes
@@ -179,6 +439,8 @@ cdef int _walk_pickle(const unsigned char* p, Py_ssize_t n) except -1:
         pos += 1
         left = limit - pos
         if kind == 0:
+            if _stack_effect(st, p, start, 0):
+                return 0
             continue
         if kind == _STOP or kind == _UNKNOWN:
             return 0
@@ -207,6 +469,8 @@ cdef int _walk_pickle(const unsigned char* p, Py_ssize_t n) except -1:
                         f"{n - pos} follow it")
                 in_frame = True
                 limit = pos + <Py_ssize_t>length
+            elif _stack_effect(st, p, start, length):
+                return 0
             continue
         if kind < 0:
             k = -kind
@@ -226,14 +490,21 @@ cdef int _walk_pickle(const unsigned char* p, Py_ssize_t n) except -1:
             if length > <uint64_t>(left - k):
                 _refuse_crossing(p, start, limit)
             pos += k + <Py_ssize_t>length
+            if _stack_effect(st, p, start, 0):
+                return 0
             continue
         nl = <const unsigned char*>memchr(p + pos, ord("\n"), <size_t>left)
         if nl == NULL:
             if in_frame:
                 _refuse_crossing(p, start, limit)
             return 0                                       # no newline: the unpickler stops
-        if kind == _PUT_TEXT:
-            _check_put_text(p, start, pos, nl - p, n)
+        if kind == _PUT_TEXT or p[start] == ord("g"):
+            index = _check_put_text(p, start, pos, nl - p, n, kind == _PUT_TEXT)
+            pos = nl - p + 1
+            if index < 0 or (_memo_put(st, <uint64_t>index) if kind == _PUT_TEXT
+                             else _memo_get(st, <uint64_t>index)):
+                return 0                                   # the unpickler stops there too
+            continue
         pos = nl - p + 1
         if kind == _TWO_LINES:
             left = limit - pos
@@ -244,15 +515,18 @@ cdef int _walk_pickle(const unsigned char* p, Py_ssize_t n) except -1:
                     _refuse_crossing(p, start, limit)
                 return 0
             pos = nl - p + 1
+        if _stack_effect(st, p, start, 0):
+            return 0
     return 0
 
 
-cdef int _check_put_text(const unsigned char* p, Py_ssize_t start, Py_ssize_t pos,
-                         Py_ssize_t eol, Py_ssize_t n) except -1:
-    """PUT's index: the unpickler parses the line as a C string with PyLong_FromString (as
-    int() does: signs, spaces, "\r", underscores; and the string ends at its first NUL byte)
-    and refuses what does not parse or is negative; so does this, and a parsed index must be
-    below the pickle's length."""
+cdef Py_ssize_t _check_put_text(const unsigned char* p, Py_ssize_t start, Py_ssize_t pos,
+                         Py_ssize_t eol, Py_ssize_t n, bint put) except -2:
+    """The memo index of a text PUT (`put`) or GET: the unpickler parses the line as a C string
+    with PyLong_FromString (as int() does: signs, spaces, "\r", underscores; and the string
+    ends at its first NUL byte) and refuses what does not parse or is negative; so does this
+    (-1), and a PUT's index must be below the pickle's length (a GET's beyond it names no
+    entry: -1)."""
     cdef const unsigned char* nul = <const unsigned char*>memchr(p + pos, 0, <size_t>(eol - pos))
     if nul != NULL:
         eol = nul - p
@@ -260,9 +534,11 @@ cdef int _check_put_text(const unsigned char* p, Py_ssize_t start, Py_ssize_t po
     try:
         index = int(text)
     except ValueError:
-        return 0                                           # the unpickler stops there too
+        return -1                                          # the unpickler stops there too
     if index >= n:
+        if not put:
+            return -1
         raise _UnpicklingError(
             f"pickle opcode PUT at offset {start} puts memo index {text[:24]!r}: beyond a "
             f"{n}-byte pickle")
-    return 0
+    return -1 if index < 0 else <Py_ssize_t>index
