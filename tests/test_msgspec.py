@@ -972,6 +972,37 @@ def test_aux_ext_hook_bounds_the_reads_of_a_frame_whose_vectors_are_dropped() ->
     assert kept["k"] == list(range(20_000))
 
 
+def _map_dropping_each_vector(refs: int, payload: bytes) -> bytes:
+    """A msgpack map {"k": ref, "k": 0, ...}: each reference's vector is dropped by the entry
+    after it, so the message holds no vector of its frame between two references."""
+    ext = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, payload))
+    out = bytearray(b"\xde" + (2 * refs).to_bytes(2, "big"))
+    for _ in range(refs):
+        out += b"\xa1k" + ext + b"\xa1k\x00"
+    return bytes(out)
+
+
+def test_aux_ext_hook_keeps_the_read_bound_when_a_message_drops_every_vector() -> None:
+    """The hook lets go of a message's list when its last vector is dropped, but not of the
+    counts: 400 references to one frame, each dropped before the next, are refused at the
+    65th read, not decoded 400 times. The next messages, each within the bound, all load."""
+    frame = tokenwire.encode(tokenwire.as_tokens(np.arange(20_000)), codec="pfor")
+    payload = tm._REF_FRAMED.pack(1, 20_000, 1)
+    reads = []
+
+    def decode(main: bytes) -> Any:
+        bufs = [main, frame]
+        return msgspec.msgpack.decode(main, ext_hook=lambda c, d: reads.append(1) or
+                                      TW.aux_ext_hook(c, d, bufs))
+
+    with pytest.raises(WireFormatError, match="out-of-band frame 1 is read more than 64 times "
+                                              "in one message"):
+        decode(_map_dropping_each_vector(400, payload))
+    assert len(reads) == 65
+    for _ in range(100):                         # lists and buffers at recycled addresses
+        assert decode(_map_dropping_each_vector(60, payload)) == {"k": 0}
+
+
 def test_hooks_send_out_of_band_buffers_in_their_own_codec() -> None:
     """`oob_codec` is the out-of-band buffers' codec apart from the inline Exts': a vector of
     `threshold` bytes or more becomes a frame of `oob_codec` in the host's list, a small one an

@@ -170,6 +170,16 @@ cdef void malloc_settle(size_t nbytes) noexcept nogil:
     tw_malloc_free_block(want)
 
 
+def _buffer_address(obj):
+    """The address of `obj`'s buffer, an int (where an Ext's data lies in the message msgspec
+    decodes: tokenwire.msgspec's aux_ext_hook follows one decode by it)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)
+    address = <uintptr_t>view.buf
+    PyBuffer_Release(&view)
+    return address
+
+
 def _malloc_settled_bytes():
     """The largest block size tokenwire has made glibc's malloc settle for (0: none yet, or
     not glibc). For tests."""

@@ -21,7 +21,7 @@ except ImportError as e:
         f"tokenwire.msgspec needs the msgspec package: pip install 'tokenwire[msgspec]' ({e})"
     ) from e
 
-from tokenwire._core import TokenVector, as_tokens, check_codec, decode, encode
+from tokenwire._core import TokenVector, _buffer_address, as_tokens, check_codec, decode, encode
 from tokenwire.errors import WireFormatError, _describe
 from tokenwire.text import from_base64, to_base64
 from tokenwire._oob import OOB_THRESHOLD
@@ -237,7 +237,8 @@ class Hooks:
         go of the list when every vector it made from it is dropped, or a reference fails:
         once the decoded message and its frames are dropped, they are freed. A frame whose
         vectors are dropped while the message still names it is read again, at most 64 times
-        in one message (WireFormatError past that).
+        in one message (one host decode, whatever it dropped in between; WireFormatError past
+        that).
         A bad reference, or `buffers` None, raises WireFormatError."""
         if code != self.buffer_ext_code:
             return self.ext_hook(code, data)
@@ -245,9 +246,10 @@ class Hooks:
             record = self._local.record
         except AttributeError:
             record = self._local.record = _AuxRecord()
+        at = _buffer_address(data)
         if record.buffers is not buffers:
-            record.release()
-            record.buffers = buffers
+            record.begin(buffers, data.obj, at)
+        record.at = at
         try:
             return _resolve(self, code, data, buffers, record.made, record.forget, record.decoded)
         except BaseException:
@@ -304,30 +306,46 @@ class _AuxRecord:
     the vectors made from it (index -> (buffer, _VectorRef)) and how often each frame was
     decoded. The vectors are held weakly; a dropped one is forgotten alone (`forget`), and the
     list is let go once none is left, so the record never keeps a message's frames -- the
-    host's tensors among them -- alive after the message itself. While the list is held, a
-    frame decoded more than _MAX_DECODES times is refused: a message that names frames again
-    and again, dropping what it made (a msgpack map repeating a key), cannot make the hook
-    decode them without bound."""
+    host's tensors among them -- alive after the message itself.
 
-    __slots__ = ("buffers", "made", "decodes", "forget")
+    A frame decoded more than _MAX_DECODES times in one message is refused: a message that
+    names frames again and again, dropping what it made (a msgpack map repeating a key), cannot
+    make the hook decode them without bound. The counts outlive the list: a message is one
+    host decode, and msgspec reads its Exts in order from the one buffer it decodes, so a
+    reference in the same list (by id: the list itself is let go), from the same buffer, at a
+    later address than the last one read, is the same message and its counts go on; any other
+    starts a message with none."""
+
+    __slots__ = ("buffers", "made", "decodes", "forget", "message", "at")
 
     def __init__(self) -> None:
         self.buffers: Any = _NO_LIST
         self.made: Dict[int, Tuple[Any, Any]] = {}
         self.decodes: Dict[int, int] = {}
         self.forget = self._forget               # the callback of each _VectorRef, made once
+        self.message: Tuple[int, int] = (0, 0)   # ids of the list and of the decoded buffer
+        self.at = 0                              # the address of the last reference read
 
     def _forget(self, ref: _VectorRef) -> None:
         entry = self.made.get(ref.index)
         if entry is not None and entry[1] is ref:            # a vector of the current message
             del self.made[ref.index]
-            if not self.made:
-                self.release()
+            if not self.made:                    # let the list go, keep the counts
+                self.buffers = _NO_LIST
+
+    def begin(self, buffers: Any, source: Any, at: int) -> None:
+        """A reference in a list the record does not hold: the message whose list it let go
+        read on (its counts go on), or a new message."""
+        message = (id(buffers), id(source))
+        if not (self.buffers is _NO_LIST and message == self.message and at > self.at):
+            self.decodes = {}
+        self.buffers, self.made, self.message = buffers, {}, message
 
     def release(self) -> None:
         self.buffers = _NO_LIST
         self.made = {}
         self.decodes = {}
+        self.message = (0, 0)
 
     def decoded(self, index: int) -> None:
         count = self.decodes.get(index, 0) + 1
