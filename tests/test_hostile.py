@@ -22,6 +22,7 @@ import sys
 import textwrap
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -476,6 +477,44 @@ def test_the_repeat_count_does_not_carry_over_to_the_next_message(zmq_ctx) -> No
         kept.append(recv_pyobj_oob(pull, find_class=functools.partial(
             tokenwire.find_class, allow={("tokenwire.request", "GenerationRequest")})))
     assert all(r.prompt_token_ids == request.prompt_token_ids for r in kept)
+
+
+def _one_state_built_into_many(keys: int, requests: int, slots: bool) -> bytes:
+    """A pickle that builds one memoized `keys`-entry state into `requests` GenerationRequests,
+    7 bytes each (9 with a (state, slots) tuple around it): each request copies the state."""
+    out = bytearray(b"\x80\x05\x8c\x11tokenwire.request\x94\x8c\x11GenerationRequest\x94"
+                    b"\x93\x94}\x94(")                                       # memo 0-3
+    for k in range(keys):
+        name = f"a{k}".encode()
+        out += b"\x8c" + bytes([len(name)]) + name + b"K\x01"
+    out += b"u0" + (b"h\x02)\x81h\x03" + (b"N\x86" if slots else b"") + b"b") * requests
+    return bytes(out + b".")
+
+
+@pytest.mark.parametrize("slots", [False, True])
+def test_one_state_built_into_many_requests_is_refused(slots: bool) -> None:
+    """Each request takes a copy of its state, so one state named again for each request would
+    make memory quadratic in the pickle (a 21 KB pickle peaked at 78 MB): a load refuses a
+    state applied to a second object, and its traced peak stays within the documented 256
+    times the pickle's size plus 256 KiB. A pickle of many requests loads."""
+    from tokenwire.transport import loads_oob
+
+    allow = functools.partial(tokenwire.find_class,
+                              allow={("tokenwire.request", "GenerationRequest")})
+    data = _one_state_built_into_many(1000, 3000, slots)
+    check_pickle(data)
+    tracemalloc.start()
+    try:
+        with pytest.raises(pickle.UnpicklingError, match="applies one state of 1000 entries "
+                                                         "to more than one object"):
+            loads_oob([data], find_class=allow)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= 256 * len(data) + (256 << 10), f"{peak} bytes for {len(data)}"
+    many = [GenerationRequest([k] * 10) for k in range(100)]
+    got = loads_oob([pickle.dumps(many, protocol=5)], find_class=allow)
+    assert [r.prompt_token_ids for r in got] == [r.prompt_token_ids for r in many]
 
 
 def test_load_scopes_nest_and_are_per_thread() -> None:

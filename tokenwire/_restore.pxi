@@ -169,3 +169,18 @@ cdef object _restore_in_load(dict table, object data, object make):
     result = make(snapshot)
     table[key] = (snapshot, result, repeats)
     return result
+
+
+def _claim_state(state):
+    """Inside a load scope, refuse a state object applied to a second object of the same load:
+    each object takes a copy of its state, so a pickle naming one state again in 2 bytes per
+    object would take memory quadratic in its size. The pickler writes each object's own
+    state; outside a scope nothing is counted (as for repeated buffers)."""
+    cdef object table = getattr(_scope, "table", None)
+    if table is None:
+        return
+    key = (_claim_state, id(state))
+    if key in table:
+        raise _UnpicklingError(f"the pickle applies one state of {len(state)} entries to more "
+                               f"than one object")
+    table[key] = state            # held: its id is not reused while the load lasts

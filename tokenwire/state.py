@@ -12,7 +12,7 @@ import threading
 import types
 from typing import Any, Optional, Union, cast
 
-from tokenwire._core import TokenVector, _restore_shared, decode, encode
+from tokenwire._core import TokenVector, _claim_state, _restore_shared, decode, encode
 from tokenwire._envflag import env_flag
 from tokenwire.errors import WireFormatError, _describe
 
@@ -323,6 +323,9 @@ def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any],
         raise WireFormatError(f"{owner} state must be a dict, got {type(state).__name__}")
     if slots is not None and type(slots) is not dict:
         raise WireFormatError(f"{owner} slot state must be a dict, got {type(slots).__name__}")
+    _claim_state(state)
+    if slots is not None:
+        _claim_state(slots)
     fields = config.fieldmap
     version = state.get(_VERSION_KEY)
     legacy = version is None
