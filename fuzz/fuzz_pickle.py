@@ -16,11 +16,12 @@ with `peek`: the unpickler's prefetching path). (`pickle.loads`, reading memory,
 `find_class`: a fuzzed pickle could name any global, so it is not run here; frames are only a
 hint to it.) Each load may fail with any error a corrupt pickle raises, but
 
-* its traced peak (tracemalloc) stays within `RATIO` times the pickle's size plus `SLACK`: the
-  ratio the docstring of check_pickle gives for what CPython builds from a pickle the check passes (at most
-  ~256x, an EMPTY_SET byte making a set) and for token data it decodes (a compact frame in a
-  request's token field: up to 2,048x its bytes); a memo bomb or a counted argument that got
-  past the check takes millions of times its size;
+* its traced peak (tracemalloc) stays within the bound docs/security.md gives (load-memory):
+  `RATIO` (256) times the pickle's size plus `SLACK` (256 KiB) for what CPython builds from a
+  pickle the check passes (an EMPTY_SET byte making a set: 225x), plus `TOKEN_RATIO` times the
+  bytes of its bytes arguments for the token data it decodes (a compact frame in a request's
+  token field: up to 2,048x its bytes); a memo bomb or a counted argument that got past the
+  check takes millions of times its size;
 * it raises no MemoryError (an allocation the size of the pickle never fails here);
 
 and the pure-Python unpickler (`pickle._Unpickler`, restricted the same way), which checks
@@ -36,6 +37,7 @@ from __future__ import annotations
 import functools
 import io
 import pickle
+import pickletools
 import sys
 import tracemalloc
 
@@ -48,8 +50,11 @@ with atheris.instrument_imports():
     import tokenwire.unpickle
     from tokenwire.request import GenerationRequest
 
-RATIO = 2_100
-SLACK = 1 << 20
+# docs/security.md, load-memory: 256 times the pickle plus 256 KiB, plus what its compact token
+# frames decode to (at most 2,048 times their bytes; in a pickle they are counted arguments).
+RATIO = 256
+TOKEN_RATIO = 2_048
+SLACK = 256 << 10
 ALLOW = {("tokenwire.request", "GenerationRequest"), ("copyreg", "__newobj__"),
          ("copyreg", "_reconstructor"), ("builtins", "object")}
 FIND = functools.partial(tokenwire.find_class, allow=ALLOW)
@@ -140,7 +145,7 @@ def test_one_input(raw: bytes) -> None:
     except pickle.UnpicklingError:
         return
     _stats["passed"] += 1
-    bound = RATIO * len(data) + SLACK
+    bound = RATIO * len(data) + TOKEN_RATIO * _bytes_arguments(data) + SLACK
     for how, file in (("BytesIO", io.BytesIO(data)),
                       ("BufferedReader", io.BufferedReader(io.BytesIO(data)))):
         tracemalloc.reset_peak()
@@ -165,6 +170,19 @@ def test_one_input(raw: bytes) -> None:
                                             f"a frame ({e}): {data!r}")
     except Exception:                # noqa: BLE001 -- a corrupt pickle may raise anything
         pass
+
+
+def _bytes_arguments(data: bytes) -> int:
+    """The bytes of the pickle's bytes arguments the unpickler reads (where a compact token
+    frame can be), as far as the opcodes parse."""
+    total = 0
+    try:
+        for _, arg, _ in pickletools.genops(data):
+            if isinstance(arg, (bytes, bytearray)):
+                total += len(arg)
+    except Exception:                # noqa: BLE001 -- the unpickler stops there too
+        pass
+    return total
 
 
 def main() -> int:
