@@ -200,17 +200,21 @@ cdef struct _PickleStack:
     unsigned char local_global[64]
 
 
-cdef int _stack_push(_PickleStack* st, unsigned char kind) except -1:
-    cdef unsigned char* grown
+cdef int _stack_grow(_PickleStack* st) except -1:
+    cdef unsigned char* grown = <unsigned char*>PyMem_Malloc(<size_t>(2 * st.room))
+    if grown == NULL:
+        raise MemoryError()
+    memcpy(grown, st.kinds, <size_t>st.depth)
+    if st.kinds != st.local:
+        PyMem_Free(st.kinds)
+    st.kinds = grown
+    st.room *= 2
+    return 0
+
+
+cdef inline int _stack_push(_PickleStack* st, unsigned char kind) except -1:
     if st.depth == st.room:
-        grown = <unsigned char*>PyMem_Malloc(<size_t>(2 * st.room))
-        if grown == NULL:
-            raise MemoryError()
-        memcpy(grown, st.kinds, <size_t>st.depth)
-        if st.kinds != st.local:
-            PyMem_Free(st.kinds)
-        st.kinds = grown
-        st.room *= 2
+        _stack_grow(st)
     st.kinds[st.depth] = kind
     st.depth += 1
     return 0
@@ -231,12 +235,34 @@ cdef inline Py_ssize_t _stack_mark(_PickleStack* st) noexcept:
     return i
 
 
-cdef int _memo_put(_PickleStack* st, uint64_t index) noexcept:
-    # 1 when the unpickler would stop (nothing on top); index < memo_bits (checked by the walk).
+cdef int _memo_grow(_PickleStack* st, uint64_t index) except -1:
+    # Room for memo entry `index` (below the pickle's length or 256: checked by the walk), so
+    # the bitmaps cost what the pickle's memo uses, not its size.
+    cdef Py_ssize_t bits = 2 * st.memo_bits
+    cdef Py_ssize_t old = st.memo_bits // 8, nbytes
+    cdef unsigned char* grown
+    if <uint64_t>bits <= index:
+        bits = <Py_ssize_t>index + 1
+    nbytes = (bits + 7) // 8
+    grown = <unsigned char*>PyMem_Calloc(<size_t>nbytes, 2)
+    if grown == NULL:
+        raise MemoryError()
+    memcpy(grown, st.memo_set, <size_t>old)
+    memcpy(grown + nbytes, st.memo_global, <size_t>old)
+    if st.memo_set != st.local_set:
+        PyMem_Free(st.memo_set)
+    st.memo_set, st.memo_global, st.memo_bits = grown, grown + nbytes, nbytes * 8
+    return 0
+
+
+cdef inline int _memo_put(_PickleStack* st, uint64_t index) except -1:
+    # 1 when the unpickler would stop (nothing on top).
     cdef int top = _stack_top(st)
     cdef unsigned char bit = <unsigned char>(1 << (index & 7))
-    if top == 0 or index >= <uint64_t>st.memo_bits:
+    if top == 0:
         return 1
+    if index >= <uint64_t>st.memo_bits:
+        _memo_grow(st, index)
     if not st.memo_set[index >> 3] & bit:
         st.memo_set[index >> 3] |= bit
         st.memo_len += 1
@@ -247,7 +273,7 @@ cdef int _memo_put(_PickleStack* st, uint64_t index) noexcept:
     return 0
 
 
-cdef int _memo_get(_PickleStack* st, uint64_t index) except -1:
+cdef inline int _memo_get(_PickleStack* st, uint64_t index) except -1:
     # 1 when the unpickler would stop (no such entry).
     cdef unsigned char bit = <unsigned char>(1 << (index & 7))
     if index >= <uint64_t>st.memo_bits or not st.memo_set[index >> 3] & bit:
@@ -321,7 +347,7 @@ cdef inline bint _above_fence(_PickleStack* st, Py_ssize_t k) noexcept:
     return True
 
 
-cdef int _stack_effect(_PickleStack* st, const unsigned char* p, Py_ssize_t start,
+cdef inline int _stack_effect(_PickleStack* st, const unsigned char* p, Py_ssize_t start,
                        uint64_t arg) except -1:
     """Apply opcode p[start] (its integer argument `arg`, where it has one) to the stack: 0,
     or 1 where the unpickler would stop with an error."""
@@ -386,20 +412,12 @@ cdef int _stack_effect(_PickleStack* st, const unsigned char* p, Py_ssize_t star
     return _stack_push(st, _K_OBJECT)
 
 
-cdef int _stack_open(_PickleStack* st, Py_ssize_t n) except -1:
-    cdef Py_ssize_t bits = (n if n > 256 else 256) + 1
-    cdef Py_ssize_t nbytes = (bits + 7) // 8
+cdef int _stack_open(_PickleStack* st) except -1:
     st.kinds, st.depth, st.room = st.local, 0, _LOCAL_STACK
-    st.memo_bits, st.memo_len = bits, 0
-    if nbytes <= _LOCAL_MEMO:
-        st.memo_set, st.memo_global = st.local_set, st.local_global
-        memset(st.local_set, 0, _LOCAL_MEMO)
-        memset(st.local_global, 0, _LOCAL_MEMO)
-        return 0
-    st.memo_set = <unsigned char*>PyMem_Calloc(<size_t>nbytes, 2)
-    if st.memo_set == NULL:
-        raise MemoryError()
-    st.memo_global = st.memo_set + nbytes
+    st.memo_set, st.memo_global = st.local_set, st.local_global
+    st.memo_bits, st.memo_len = 8 * _LOCAL_MEMO, 0
+    memset(st.local_set, 0, _LOCAL_MEMO)
+    memset(st.local_global, 0, _LOCAL_MEMO)
     return 0
 
 
@@ -412,7 +430,7 @@ cdef void _stack_close(_PickleStack* st) noexcept:
 
 cdef int _walk_pickle(const unsigned char* p, Py_ssize_t n) except -1:
     cdef _PickleStack st
-    _stack_open(&st, n)
+    _stack_open(&st)
     try:
         return _walk_opcodes(p, n, &st)
     finally:
