@@ -57,7 +57,7 @@ def load_scope() -> _LoadScope:
     once; mutable: copied once while its bytes are unchanged), and a pickle that names one
     mutable buffer more than 64 times is refused with ``pickle.UnpicklingError``, counted per
     pickle: a vector dropped during the load does not reset the count, and nothing carries over
-    to the next pickle. tokenwire's receivers load every pickle in one; a stack with its own
+    to the next pickle. A request state applied to a second object of the load is refused. tokenwire's receivers load every pickle in one; a stack with its own
     ``Unpickler`` opens it around ``load()``. Outside a scope the table is process-wide and
     weak (an entry lives as long as its vector), which bounds only what stays alive."""
     return _load_scope()
