@@ -121,3 +121,45 @@ def test_closing_a_sender_under_a_send_ends_the_send_with_an_error_or_lets_it_fi
     assert done.returncode == 0, f"the child ended with {done.returncode}: {done.stderr[-2000:]}"
     outcome = done.stdout.strip()
     assert outcome == "sent" or outcome.endswith("Error"), outcome
+
+
+_ACCESS = textwrap.dedent("""
+    import mmap, threading
+    from tokenwire._core import _ShmWords
+
+    for _ in range(100):
+        m = mmap.mmap(-1, 1 << 16)
+        words = _ShmWords(m, 512)
+        barrier, ended = threading.Barrier(3), []
+
+        def hammer(i):
+            barrier.wait()
+            try:
+                while True:
+                    words.store(i, words.load(i) + 1)
+                    words.cas(i + 8, 0, 0)
+            except ValueError:
+                ended.append(i)
+
+        threads = [threading.Thread(target=hammer, args=(i,)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        while words.load(0) < 100 or words.load(1) < 100:   # both threads are in their loops
+            pass
+        words.release()
+        m.close()                                  # unmaps: no access may be in progress
+        for t in threads:
+            t.join()
+        assert sorted(ended) == [0, 1]
+    print("ok")
+""")
+
+
+def test_releasing_the_words_under_accesses_from_other_threads() -> None:
+    """Without a GIL, loads, stores and compare-and-swaps run alongside release(): each enters
+    the use count release() waits for, so the mapping is closed only once none is in progress
+    and later ones raise ValueError (with a GIL they never overlap)."""
+    done = _run(_ACCESS)
+    assert done.returncode == 0, f"the child ended with {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.strip() == "ok"
