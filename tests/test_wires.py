@@ -1,0 +1,437 @@
+"""tokenwire.wires: msgpack, JSON and protobuf id arrays read into a TokenVector and written from
+one, checked against the stacks' own encoders and decoders (msgspec, orjson, json, protobuf):
+the same bytes out, the same ids in, and every malformed input refused with its exact message.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import tokenwire
+import tokenwire.wires as wires
+from tokenwire import TokenVector, WireFormatError
+
+from support.leaks import traced_peak
+from support.strategies import BOUNDARY_IDS, int32s, token_lists
+
+msgspec = pytest.importorskip("msgspec")
+orjson = pytest.importorskip("orjson")
+pb_descriptor = pytest.importorskip("google.protobuf.descriptor_pb2")
+
+from google.protobuf import descriptor_pool, message_factory  # noqa: E402
+
+nonneg_lists = st.lists(st.one_of(st.integers(0, 2**31 - 1), st.sampled_from(
+    [b for b in BOUNDARY_IDS if b >= 0])), max_size=300)
+# Sizes either side of msgpack's array header forms (fixarray < 16 <= array16 < 65536).
+sized_lists = st.integers(0, 70_000).flatmap(
+    lambda n: st.lists(int32s, min_size=n, max_size=n) if n < 40 else st.just(
+        [(i * 7919) % 151_936 - (i % 3) * 40_000 for i in range(n)]))
+
+
+# --------------------------------------------------------------------------------------------
+# A gRPC request shaped like the serving stacks' protos: ids are `repeated uint32` (packed)
+
+def _request_class() -> type:
+    F = pb_descriptor.FieldDescriptorProto
+    fdp = pb_descriptor.FileDescriptorProto(name="tokenwire_wires_test.proto",
+                                            package="tokenwire_test", syntax="proto3")
+    msg = fdp.message_type.add(name="GenerateRequest")
+    msg.field.add(name="request_id", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="input_ids", number=2, type=F.TYPE_UINT32, label=F.LABEL_REPEATED)
+    msg.field.add(name="signed_ids", number=3, type=F.TYPE_INT32, label=F.LABEL_REPEATED)
+    msg.field.add(name="max_tokens", number=4, type=F.TYPE_UINT32, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="temperature", number=5, type=F.TYPE_FLOAT, label=F.LABEL_OPTIONAL)
+    msg.field.add(name="seed", number=6, type=F.TYPE_FIXED64, label=F.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("tokenwire_test.GenerateRequest"))
+
+
+GenerateRequest = _request_class()
+
+
+# --------------------------------------------------------------------------------------------
+# Writers: byte-identical to the stacks' encoders
+
+@given(token_lists)
+def test_msgpack_writer_is_msgspecs_bytes(ids: list[int]) -> None:
+    assert wires.write(ids, "msgpack") == msgspec.msgpack.encode(ids)
+    assert wires.write(TokenVector(ids), "msgpack") == msgspec.msgpack.encode(ids)
+
+
+@given(sized_lists)
+def test_msgpack_writer_array_headers(ids: list[int]) -> None:
+    data = wires.write(ids, "msgpack")
+    assert data == msgspec.msgpack.encode(ids)
+    assert wires.read(data, "msgpack") == ids
+
+
+@given(token_lists)
+def test_json_writer_is_compact_json(ids: list[int]) -> None:
+    out = wires.write(ids, "json")
+    assert out == orjson.dumps(ids) == msgspec.json.encode(ids)
+    assert out == json.dumps(ids, separators=(",", ":")).encode()
+
+
+@given(nonneg_lists)
+def test_protobuf_writer_is_the_packed_field(ids: list[int]) -> None:
+    assert wires.write(ids, "protobuf", field=2) == \
+        GenerateRequest(input_ids=ids).SerializeToString()
+    payload = wires.write(ids, "protobuf")
+    assert wires.write(ids, "protobuf", field=2).endswith(payload)
+
+
+@given(token_lists)
+def test_protobuf_writer_int32_field(ids: list[int]) -> None:
+    assert wires.write(ids, "protobuf", field=3) == \
+        GenerateRequest(signed_ids=ids).SerializeToString()
+
+
+def test_writers_of_nothing() -> None:
+    assert wires.write([], "msgpack") == b"\x90"
+    assert wires.write([], "json") == b"[]"
+    assert wires.write([], "protobuf", field=2) == b""
+    assert wires.write([], "protobuf") == b""
+
+
+# --------------------------------------------------------------------------------------------
+# Readers: the same ids as the stacks' decoders
+
+@given(token_lists)
+def test_msgpack_round_trip(ids: list[int]) -> None:
+    data = msgspec.msgpack.encode(ids)
+    tv = wires.read(data, "msgpack")
+    assert type(tv) is TokenVector and tv == ids
+    assert msgspec.msgpack.decode(wires.write(tv, "msgpack")) == ids
+
+
+#: Every msgpack integer form, at its edges: (encoding, value).
+INT_FORMS = [
+    (b"\x00", 0), (b"\x7f", 127), (b"\xff", -1), (b"\xe0", -32),
+    (b"\xcc\x00", 0), (b"\xcc\xff", 255),
+    (b"\xcd\x00\x00", 0), (b"\xcd\xff\xff", 65535),
+    (b"\xce\x00\x00\x00\x00", 0), (b"\xce\x7f\xff\xff\xff", 2**31 - 1),
+    (b"\xcf" + (2**31 - 1).to_bytes(8, "big"), 2**31 - 1), (b"\xcf" + bytes(8), 0),
+    (b"\xd0\x80", -128), (b"\xd0\x7f", 127),
+    (b"\xd1\x80\x00", -32768), (b"\xd1\x7f\xff", 32767),
+    (b"\xd2\x80\x00\x00\x00", -(2**31)), (b"\xd2\x7f\xff\xff\xff", 2**31 - 1),
+    (b"\xd3" + (-(2**31)).to_bytes(8, "big", signed=True), -(2**31)),
+    (b"\xd3" + (2**31 - 1).to_bytes(8, "big", signed=True), 2**31 - 1),
+]
+
+
+@pytest.mark.parametrize("item,value", INT_FORMS, ids=lambda x: x.hex() if isinstance(x, bytes)
+                         else str(x))
+def test_msgpack_every_integer_form(item: bytes, value: int) -> None:
+    for header in (b"\x93", b"\xdc\x00\x03", b"\xdd\x00\x00\x00\x03"):
+        data = header + item * 3
+        assert msgspec.msgpack.decode(data) == [value] * 3
+        assert wires.read(data, "msgpack") == [value] * 3
+
+
+@given(token_lists, st.sampled_from(["ws", "indent", "str", "bytearray", "memoryview"]))
+def test_json_round_trip(ids: list[int], form: str) -> None:
+    text = json.dumps(ids, indent=2 if form == "indent" else None)
+    data: object = text
+    if form == "ws":
+        data = (" \n\t\r" + text.replace(",", " ,\r\n") + "\n ").encode()
+    elif form == "bytearray":
+        data = bytearray(text.encode())
+    elif form == "memoryview":
+        data = memoryview(text.encode())
+    assert wires.read(data, "json") == ids
+    assert orjson.loads(wires.write(wires.read(data, "json"), "json")) == ids
+
+
+@given(nonneg_lists, st.text(max_size=20), st.integers(0, 2**32 - 1))
+def test_protobuf_reads_the_field_of_a_message(ids: list[int], rid: str, mt: int) -> None:
+    msg = GenerateRequest(request_id=rid, input_ids=ids, max_tokens=mt, temperature=0.5,
+                          seed=2**63, signed_ids=[-1, 5])
+    data = msg.SerializeToString()
+    assert wires.read(data, "protobuf", field=2) == ids
+    assert wires.read(data, "protobuf", field=3) == [-1, 5]
+    assert wires.read(data, "protobuf", field=9) == []
+    assert wires.read(wires.write(ids, "protobuf"), "protobuf") == ids
+
+
+@given(token_lists)
+def test_protobuf_int32_round_trip(ids: list[int]) -> None:
+    data = GenerateRequest(signed_ids=ids).SerializeToString()
+    assert wires.read(data, "protobuf", field=3) == ids
+    parsed = GenerateRequest.FromString(wires.write(ids, "protobuf", field=3))
+    assert list(parsed.signed_ids) == ids
+
+
+def test_protobuf_unpacked_and_split_chunks_concatenate() -> None:
+    # Parsers accept an unpacked element (tag, varint) and several packed chunks for one field.
+    chunk1 = wires.write([1, 300], "protobuf", field=2)
+    unpacked = b"\x10" + b"\x05"                        # field 2, wire type 0, value 5
+    chunk2 = wires.write([70_000], "protobuf", field=2)
+    data = chunk1 + unpacked + chunk2
+    assert list(GenerateRequest.FromString(data).input_ids) == [1, 300, 5, 70_000]
+    assert wires.read(data, "protobuf", field=2) == [1, 300, 5, 70_000]
+
+
+def test_protobuf_non_minimal_varints_are_read() -> None:
+    data = b"\x12\x03" + b"\x81\x80\x00"               # 1, in three bytes
+    assert list(GenerateRequest.FromString(data).input_ids) == [1]
+    assert wires.read(data, "protobuf", field=2) == [1]
+
+
+def test_as_tokens_of_upb_and_pure_python_repeated_fields() -> None:
+    # The upb runtime's repeated scalar field exports a buffer, the pure-Python runtime's is a
+    # sequence: as_tokens reads both. Each runtime is chosen before protobuf is first imported.
+    code = textwrap.dedent("""
+        import sys
+        from google.protobuf.internal import api_implementation
+        from tokenwire import as_tokens, TokenVector
+        from test_wires import GenerateRequest
+        ids = [0, 1, 151_935, 2**31 - 1]
+        msg = GenerateRequest.FromString(GenerateRequest(input_ids=ids).SerializeToString())
+        tv = as_tokens(msg.input_ids, vocab_size=2**31)
+        assert type(tv) is TokenVector and tv == ids, tv
+        print(api_implementation.Type())
+    """)
+    seen = set()
+    for impl in ("upb", "python"):
+        env = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": impl, "PATH": "/usr/bin:/bin"}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        seen.add(proc.stdout.strip())
+    assert seen == {"upb", "python"}
+
+
+def test_vocab_size_is_checked_once_for_every_wire() -> None:
+    for fmt in wires.FORMATS:
+        data = wires.write([3, 151_936], fmt)
+        assert wires.read(data, fmt, vocab_size=151_937) == [3, 151_936]
+        with pytest.raises(WireFormatError, match=r"^token id at index 1 is 151936, outside "
+                           r"the vocabulary \[0, 151936\)$"):
+            wires.read(data, fmt, vocab_size=151_936)
+        with pytest.raises(ValueError, match="vocab_size must be positive"):
+            wires.read(data, fmt, vocab_size=0)
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match=r"^format must be 'msgpack', 'json' or 'protobuf', "
+                       r"got 'cbor'$"):
+        wires.read(b"\x90", "cbor")
+    with pytest.raises(ValueError, match="format must be"):
+        wires.write([1], "JSON")
+    with pytest.raises(ValueError, match=r"^field= is for format='protobuf' only$"):
+        wires.read(b"[]", "json", field=1)
+    with pytest.raises(ValueError, match=r"field must be a protobuf field number in "
+                       r"\[1, 2\*\*29 - 1\], got 0"):
+        wires.write([1], "protobuf", field=0)
+    with pytest.raises(ValueError, match=r"got 536870912"):
+        wires.read(b"", "protobuf", field=2**29)
+    with pytest.raises(TypeError, match=r"^format='msgpack' reads bytes, got str$"):
+        wires.read("\x90", "msgpack")
+    with pytest.raises(tokenwire.errors.TokenIdOverflowError):
+        wires.write([2**31], "json")
+    with pytest.raises(TypeError):
+        wires.read(12, "json")
+    assert wires.FORMATS == ("msgpack", "json", "protobuf")
+
+
+# --------------------------------------------------------------------------------------------
+# Malformed input: the exact message, nothing partial
+
+def _arr(*items: bytes) -> bytes:
+    return bytes([0x90 | len(items)]) + b"".join(items)
+
+
+MSGPACK_ERRORS = [
+    (b"", "msgpack: empty input, expected an array of integers"),
+    (b"\x01", "msgpack: expected an array of integers, got an integer (type byte 0x01) at "
+     "byte offset 0"),
+    (b"\x81\x01\x02", "msgpack: expected an array of integers, got a map (type byte 0x81) at "
+     "byte offset 0"),
+    (b"\xdc\x00", "msgpack: truncated array header: array16 needs 3 bytes, the input has 2"),
+    (b"\xdd\x00\x00\x01", "msgpack: truncated array header: array32 needs 5 bytes, the input "
+     "has 4"),
+    (b"\xdd\xff\xff\xff\xff\x01\x02", "msgpack: the array header declares 4294967295 items, "
+     "but only 2 bytes follow it (an item takes at least 1)"),
+    (b"\x92\x01", "msgpack: the array header declares 2 items, but only 1 bytes follow it (an "
+     "item takes at least 1)"),
+    (b"\x92\xcd\x01", "msgpack: truncated: item 0 at byte offset 1 needs 3 bytes, 2 remain"),
+    (b"\x93\xcd\x01\x00", "msgpack: truncated: item 1 at byte offset 4 is missing (the array "
+     "declares 3 items)"),
+    (_arr(b"\x01", b"\xc0"), "msgpack: item 1 at byte offset 2 is nil (type byte 0xc0), not "
+     "an integer"),
+    (_arr(b"\xcb" + struct.pack(">d", 1.0)), "msgpack: item 0 at byte offset 1 is a float "
+     "(type byte 0xcb), not an integer"),
+    (_arr(b"\xca" + struct.pack(">f", 1.0)), "msgpack: item 0 at byte offset 1 is a float "
+     "(type byte 0xca), not an integer"),
+    (_arr(b"\xa1a"), "msgpack: item 0 at byte offset 1 is a string (type byte 0xa1), not an "
+     "integer"),
+    (_arr(b"\x00", b"\x91\x01"), "msgpack: item 1 at byte offset 2 is an array (type byte "
+     "0x91), not an integer"),
+    (_arr(b"\xc3"), "msgpack: item 0 at byte offset 1 is a bool (type byte 0xc3), not an "
+     "integer"),
+    (_arr(b"\xc4\x00"), "msgpack: item 0 at byte offset 1 is binary (type byte 0xc4), not an "
+     "integer"),
+    (_arr(b"\xd4\x01\x00"), "msgpack: item 0 at byte offset 1 is an extension (type byte "
+     "0xd4), not an integer"),
+    (_arr(b"\xc1"), "msgpack: item 0 at byte offset 1 is the unused type byte 0xc1 (type "
+     "byte 0xc1), not an integer"),
+    (_arr(b"\xce\x80\x00\x00\x00"), "msgpack: item 0 at byte offset 1 is 2147483648, outside "
+     "int32"),
+    (_arr(b"\x05", b"\xcf" + (2**64 - 1).to_bytes(8, "big")), "msgpack: item 1 at byte offset "
+     "2 is 18446744073709551615, outside int32"),
+    (_arr(b"\xd3" + (-(2**31) - 1).to_bytes(8, "big", signed=True)), "msgpack: item 0 at byte "
+     "offset 1 is -2147483649, outside int32"),
+    (_arr(b"\x01") + b"\x02", "msgpack: 1 trailing bytes at byte offset 2, after the array's 1 "
+     "items"),
+]
+
+
+@pytest.mark.parametrize("data,message", MSGPACK_ERRORS, ids=lambda x: x.hex()[:24]
+                         if isinstance(x, bytes) else "")
+def test_msgpack_errors(data: bytes, message: str) -> None:
+    with pytest.raises(WireFormatError) as info:
+        wires.read(data, "msgpack")
+    assert str(info.value) == message
+    assert _msgspec_refuses(data)
+
+
+def _msgspec_refuses(data: bytes) -> bool:
+    """msgspec refuses `data` as a list[int] too, or reads ids outside int32."""
+    try:
+        values = msgspec.msgpack.decode(data, type=list[int])
+    except msgspec.DecodeError:
+        return True
+    return not all(-(2**31) <= v < 2**31 for v in values)
+
+
+JSON_ERRORS = [
+    ("", "JSON: expected '[' at byte offset 0, found the end of the input"),
+    ("  {}", "JSON: expected '[' at byte offset 2, found '{'"),
+    ("[", "JSON: item 0 at byte offset 1: expected an integer, found the end of the input"),
+    ("[1,]", "JSON: item 1 at byte offset 3: expected an integer, found ']'"),
+    ("[1 2]", "JSON: expected ',' or ']' after item 0 at byte offset 3, found '2'"),
+    ("[1.0]", "JSON: item 0 at byte offset 1 is not an integer (a fraction or exponent): "
+     "token ids are written as integers"),
+    ("[1, 1e3]", "JSON: item 1 at byte offset 4 is not an integer (a fraction or exponent): "
+     "token ids are written as integers"),
+    ("[01]", "JSON: item 0 at byte offset 1: a number with a leading zero is not JSON"),
+    ("[-01]", "JSON: item 0 at byte offset 1: a number with a leading zero is not JSON"),
+    ("[+1]", "JSON: item 0 at byte offset 1: expected an integer, found '+'"),
+    ("[-]", "JSON: item 0 at byte offset 1: expected an integer, found '-'"),
+    ("[null]", "JSON: item 0 at byte offset 1: expected an integer, found 'n'"),
+    ('["1"]', "JSON: item 0 at byte offset 1: expected an integer, found '\"'"),
+    ("[[1]]", "JSON: item 0 at byte offset 1: expected an integer, found '['"),
+    ("[2147483648]", "JSON: item 0 at byte offset 1 is outside int32 (2147483648)"),
+    ("[-2147483649]", "JSON: item 0 at byte offset 1 is outside int32 (-2147483649)"),
+    ("[1," + "9" * 40 + "]", "JSON: item 1 at byte offset 3 is outside int32 "
+     "(99999999999999999999...)"),
+    ("[1]x", "JSON: 1 trailing bytes at byte offset 3, after the array"),
+    ("[1][2]", "JSON: 3 trailing bytes at byte offset 3, after the array"),
+    ("[1,\x0b2]", "JSON: item 1 at byte offset 3: expected an integer, found byte 0x0b"),
+    ("\ufeff[1]", "JSON: expected '[' at byte offset 0, found byte 0xef"),
+]
+
+
+@pytest.mark.parametrize("text,message", JSON_ERRORS)
+def test_json_errors(text: str, message: str) -> None:
+    for data in (text, text.encode()):
+        with pytest.raises(WireFormatError) as info:
+            wires.read(data, "json")
+        assert str(info.value) == message
+
+
+def test_json_what_json_allows_and_tokenwire_refuses() -> None:
+    # JSON has fractions and exponents; token ids are integers, so tokenwire refuses them even
+    # when their value is whole (orjson would hand a float to the engine). -0 is an integer.
+    assert orjson.loads("[1.0, 1e3]") == [1.0, 1000.0]
+    assert wires.read("[-0, 0]", "json") == [0, 0] == orjson.loads("[-0, 0]")
+    for text in ("[1.0]", "[1e3]", "[1E3]"):
+        with pytest.raises(WireFormatError, match="fraction or exponent"):
+            wires.read(text, "json")
+    for text in ("[01]", "[1,]", "[NaN]"):       # not JSON at all: every parser refuses them
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(text)
+        with pytest.raises(WireFormatError):
+            wires.read(text, "json")
+
+
+def _pb(field: int, wire_type: int) -> bytes:
+    return wires.write([(field << 3) | wire_type], "protobuf")
+
+
+PROTOBUF_PAYLOAD_ERRORS = [
+    (b"\x01\x80", "protobuf: truncated varint (item 1) at byte offset 1"),
+    (b"\xff" * 10 + b"\x01", "protobuf: over-long varint (item 0) at byte offset 0 (more than "
+     "10 bytes or 64 bits)"),
+    (b"\x05" + b"\xff" * 9 + b"\x02", "protobuf: over-long varint (item 1) at byte offset 1 "
+     "(more than 10 bytes or 64 bits)"),
+    (b"\x80\x80\x80\x80\x08", "protobuf: item 0 at byte offset 0 is 2147483648, outside int32 "
+     "(an id is a uint32 below 2**31 or an int32)"),
+    (b"\x07\xff\xff\xff\xff\x0f", "protobuf: item 1 at byte offset 1 is 4294967295, outside "
+     "int32 (an id is a uint32 below 2**31 or an int32)"),
+]
+
+
+@pytest.mark.parametrize("data,message", PROTOBUF_PAYLOAD_ERRORS)
+def test_protobuf_payload_errors(data: bytes, message: str) -> None:
+    with pytest.raises(WireFormatError) as info:
+        wires.read(data, "protobuf")
+    assert str(info.value) == message
+
+
+PROTOBUF_MESSAGE_ERRORS = [
+    (b"\x12", "protobuf: truncated length at byte offset 1"),
+    (b"\x12\x05\x01", "protobuf: truncated: field 2 at byte offset 0 declares 5 bytes, 1 remain"),
+    (b"\x12\x02\x01\x80", "protobuf: truncated varint (item 1) at byte offset 3"),
+    (b"\x08", "protobuf: truncated varint at byte offset 1"),
+    (b"\x00", "protobuf: invalid field number 0 at byte offset 0"),
+    (b"\x15\x00\x00\x00\x00", "protobuf: field 2 at byte offset 0 has wire type 5, not varints"),
+    (b"\x0d\x00\x00", "protobuf: truncated field 1 at byte offset 0"),
+    (b"\x13", "protobuf: field 2 at byte offset 0 has wire type 3 (a group: not supported)"),
+    (b"\x16", "protobuf: field 2 at byte offset 0 has wire type 6 (not a protobuf wire type)"),
+    (b"\x80", "protobuf: truncated tag at byte offset 0"),
+    (b"\xf8\xff\xff\xff\xff\x01", "protobuf: invalid field number 8589934591 at byte offset 0"),
+]
+
+
+@pytest.mark.parametrize("data,message", PROTOBUF_MESSAGE_ERRORS)
+def test_protobuf_message_errors(data: bytes, message: str) -> None:
+    with pytest.raises(WireFormatError) as info:
+        wires.read(data, "protobuf", field=2)
+    assert str(info.value) == message
+
+
+# --------------------------------------------------------------------------------------------
+# Allocation bounded by the input's size
+
+@pytest.mark.parametrize("fmt", ["msgpack", "json", "protobuf"])
+def test_allocation_is_bounded_by_the_input(fmt: str) -> None:
+    ids = [(i * 7919) % 151_936 for i in range(100_000)]
+    data = wires.write(ids, fmt)
+    tv, peak = traced_peak(lambda: wires.read(data, fmt))
+    assert tv == ids
+    # The vector (400 kB) plus, for JSON and protobuf, the room the input's size allows before
+    # it is shrunk: at most two ids per JSON byte... four bytes per protobuf byte.
+    assert peak <= 4 * len(data) + 4 * len(ids) + 4096, (fmt, peak, len(data))
+
+
+def test_a_header_that_lies_allocates_nothing() -> None:
+    data = b"\xdd\xff\xff\xff\xff" + b"\x00" * 64
+
+    def refused() -> None:
+        with pytest.raises(WireFormatError, match="declares 4294967295 items"):
+            wires.read(data, "msgpack")
+
+    _, peak = traced_peak(refused)
+    assert peak < 65536            # the header alone would ask for 16 GiB

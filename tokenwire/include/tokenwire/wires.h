@@ -1,0 +1,562 @@
+/* Token-id arrays in the wires serving stacks already speak, read and written without a list:
+ *
+ *   - msgpack: an array of integers (every integer form: positive/negative fixint, uint8..64,
+ *     int8..64; fixarray, array16 and array32 headers);
+ *   - JSON: an array of integers, `-?(0|[1-9][0-9]*)` with JSON's four whitespace bytes between
+ *     tokens (a fraction, an exponent and a leading zero are refused: see docs/wires.md);
+ *   - protobuf: packed varints (a `repeated uint32` / `int32` field), as a field's payload or
+ *     inside a serialized message (tww_pb_read_field).
+ *
+ * Readers check every byte, read each byte once (the input may be memory another thread writes)
+ * and write int32 ids into a caller buffer whose size the caller derived from the input's size,
+ * never from a count the input declares (tww_*_cap). They return 0, or -1 with the message --
+ * the text of WireFormatError -- in the caller's buffer of TWW_MSG_SIZE bytes; on error the
+ * output holds garbage, which the caller drops. Writers fill a buffer of the exact size their
+ * tww_*_size function returned. Nothing here allocates, and nothing reads past `n`.
+ */
+#ifndef TOKENWIRE_WIRES_H
+#define TOKENWIRE_WIRES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compat.h"
+
+#define TWW_MSG_SIZE 256
+
+TW_INLINE uint16_t tww_load_be16(const uint8_t *p) {
+    return (uint16_t)(((unsigned)p[0] << 8) | p[1]);
+}
+TW_INLINE uint32_t tww_load_be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+TW_INLINE uint64_t tww_load_be64(const uint8_t *p) {
+    return ((uint64_t)tww_load_be32(p) << 32) | tww_load_be32(p + 4);
+}
+
+/* ---- msgpack ------------------------------------------------------------------------------ */
+
+/* What a msgpack type byte that is not an integer holds, as messages name it. */
+static inline const char *tww_msgpack_kind(uint8_t b) {
+    if (b >= 0x80 && b <= 0x8f) return "a map";
+    if (b >= 0x90 && b <= 0x9f) return "an array";
+    if (b >= 0xa0 && b <= 0xbf) return "a string";
+    switch (b) {
+    case 0xc0: return "nil";
+    case 0xc1: return "the unused type byte 0xc1";
+    case 0xc2: case 0xc3: return "a bool";
+    case 0xc4: case 0xc5: case 0xc6: return "binary";
+    case 0xc7: case 0xc8: case 0xc9: case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+        return "an extension";
+    case 0xca: case 0xcb: return "a float";
+    case 0xd9: case 0xda: case 0xdb: return "a string";
+    case 0xdc: case 0xdd: return "an array";
+    case 0xde: case 0xdf: return "a map";
+    default: return "an integer";
+    }
+}
+
+/* The array header at the start of `p`: its item count and the offset of the first item. The
+ * count is checked against the bytes that follow (every item takes at least one), so a caller
+ * may allocate `*count` ids: at most n. */
+static inline int tww_msgpack_header(const uint8_t *p, size_t n, size_t *count, size_t *off,
+                              char *msg, size_t msz) {
+    uint8_t b;
+    size_t c, o;
+    if (n == 0) {
+        snprintf(msg, msz, "msgpack: empty input, expected an array of integers");
+        return -1;
+    }
+    b = p[0];
+    if ((b & 0xf0) == 0x90) {
+        c = b & 0x0fu;
+        o = 1;
+    } else if (b == 0xdc || b == 0xdd) {
+        o = b == 0xdc ? 3 : 5;
+        if (n < o) {
+            snprintf(msg, msz, "msgpack: truncated array header: array%s needs %zu bytes, "
+                     "the input has %zu", b == 0xdc ? "16" : "32", o, n);
+            return -1;
+        }
+        c = b == 0xdc ? tww_load_be16(p + 1) : tww_load_be32(p + 1);
+    } else {
+        snprintf(msg, msz, "msgpack: expected an array of integers, got %s (type byte 0x%02x) "
+                 "at byte offset 0", tww_msgpack_kind(b), b);
+        return -1;
+    }
+    if (c > n - o) {
+        snprintf(msg, msz, "msgpack: the array header declares %zu items, but only %zu bytes "
+                 "follow it (an item takes at least 1)", c, n - o);
+        return -1;
+    }
+    *count = c;
+    *off = o;
+    return 0;
+}
+
+/* The `count` items from offset `off` (tww_msgpack_header's), into `out`; the input must end
+ * with the last item. */
+static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size_t count,
+                             int32_t *TW_RESTRICT out, char *msg, size_t msz) {
+    static const uint8_t size_of[32] = {  /* item size by type byte - 0xc0 (integers only) */
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 9, 2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0};
+    size_t i, pos = off, k;
+    for (i = 0; i < count; i++) {
+        uint8_t b;
+        int64_t v;
+        if (pos >= n) {
+            snprintf(msg, msz, "msgpack: truncated: item %zu at byte offset %zu is missing "
+                     "(the array declares %zu items)", i, pos, count);
+            return -1;
+        }
+        b = p[pos];
+        if (b < 0x80) {
+            out[i] = b;
+            pos++;
+            continue;
+        }
+        if (b >= 0xe0) {
+            out[i] = (int8_t)b;
+            pos++;
+            continue;
+        }
+        k = b >= 0xc0 ? size_of[b - 0xc0] : 0;
+        if (k == 0) {
+            snprintf(msg, msz, "msgpack: item %zu at byte offset %zu is %s (type byte 0x%02x), "
+                     "not an integer", i, pos, tww_msgpack_kind(b), b);
+            return -1;
+        }
+        if (k > n - pos) {
+            snprintf(msg, msz, "msgpack: truncated: item %zu at byte offset %zu needs %zu "
+                     "bytes, %zu remain", i, pos, k, n - pos);
+            return -1;
+        }
+        switch (b) {
+        case 0xcc: v = p[pos + 1]; break;
+        case 0xcd: v = tww_load_be16(p + pos + 1); break;
+        case 0xce: v = tww_load_be32(p + pos + 1); break;
+        case 0xcf: {
+            uint64_t u = tww_load_be64(p + pos + 1);
+            if (u > (uint64_t)INT32_MAX) {
+                snprintf(msg, msz, "msgpack: item %zu at byte offset %zu is %llu, outside int32",
+                         i, pos, (unsigned long long)u);
+                return -1;
+            }
+            v = (int64_t)u;
+            break;
+        }
+        case 0xd0: v = (int8_t)p[pos + 1]; break;
+        case 0xd1: v = (int16_t)tww_load_be16(p + pos + 1); break;
+        case 0xd2: v = (int32_t)tww_load_be32(p + pos + 1); break;
+        default: v = (int64_t)tww_load_be64(p + pos + 1); break;      /* 0xd3 */
+        }
+        if (v < INT32_MIN || v > INT32_MAX) {
+            snprintf(msg, msz, "msgpack: item %zu at byte offset %zu is %lld, outside int32",
+                     i, pos, (long long)v);
+            return -1;
+        }
+        out[i] = (int32_t)v;
+        pos += k;
+    }
+    if (pos != n) {
+        snprintf(msg, msz, "msgpack: %zu trailing bytes at byte offset %zu, after the array's "
+                 "%zu items", n - pos, pos, count);
+        return -1;
+    }
+    return 0;
+}
+
+/* The bytes msgpack takes for one id, in the smallest form (msgspec's choice). */
+TW_INLINE size_t tww_msgpack_id_size(int32_t v) {
+    if (v >= 0)
+        return v < 128 ? 1 : v < 256 ? 2 : v < 65536 ? 3 : 5;
+    return v >= -32 ? 1 : v >= -128 ? 2 : v >= -32768 ? 3 : 5;
+}
+
+static inline size_t tww_msgpack_size(const int32_t *ids, size_t n) {
+    size_t i, s = n < 16 ? 1 : n < 65536 ? 3 : 5;
+    for (i = 0; i < n; i++)
+        s += tww_msgpack_id_size(ids[i]);
+    return s;
+}
+
+TW_INLINE uint8_t *tww_store_be16(uint8_t *o, uint32_t v) {
+    o[0] = (uint8_t)(v >> 8);
+    o[1] = (uint8_t)v;
+    return o + 2;
+}
+TW_INLINE uint8_t *tww_store_be32(uint8_t *o, uint32_t v) {
+    o[0] = (uint8_t)(v >> 24);
+    o[1] = (uint8_t)(v >> 16);
+    o[2] = (uint8_t)(v >> 8);
+    o[3] = (uint8_t)v;
+    return o + 4;
+}
+
+/* Writes tww_msgpack_size(ids, n) bytes at `o` (n < 2**32: the caller checks). */
+static inline void tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
+    size_t i;
+    if (n < 16) {
+        *o++ = (uint8_t)(0x90 | n);
+    } else if (n < 65536) {
+        *o++ = 0xdc;
+        o = tww_store_be16(o, (uint32_t)n);
+    } else {
+        *o++ = 0xdd;
+        o = tww_store_be32(o, (uint32_t)n);
+    }
+    for (i = 0; i < n; i++) {
+        int32_t v = ids[i];
+        if (v >= -32 && v < 128) {
+            *o++ = (uint8_t)v;
+        } else if (v >= 0) {
+            if (v < 256) { *o++ = 0xcc; *o++ = (uint8_t)v; }
+            else if (v < 65536) { *o++ = 0xcd; o = tww_store_be16(o, (uint32_t)v); }
+            else { *o++ = 0xce; o = tww_store_be32(o, (uint32_t)v); }
+        } else {
+            if (v >= -128) { *o++ = 0xd0; *o++ = (uint8_t)v; }
+            else if (v >= -32768) { *o++ = 0xd1; o = tww_store_be16(o, (uint32_t)v); }
+            else { *o++ = 0xd2; o = tww_store_be32(o, (uint32_t)v); }
+        }
+    }
+}
+
+/* ---- JSON --------------------------------------------------------------------------------- */
+
+/* The most ids `n` bytes of JSON can hold: "[1,2]" is 2k + 1 bytes for k ids. */
+TW_INLINE size_t tww_json_cap(size_t n) { return n / 2; }
+
+TW_INLINE int tww_json_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/* What was found where a JSON integer belongs, as messages name it. */
+static inline void tww_json_found(const uint8_t *p, size_t n, size_t pos, char *buf, size_t bsz) {
+    if (pos >= n)
+        snprintf(buf, bsz, "the end of the input");
+    else if (p[pos] >= 0x20 && p[pos] < 0x7f)
+        snprintf(buf, bsz, "'%c'", p[pos]);
+    else
+        snprintf(buf, bsz, "byte 0x%02x", p[pos]);
+}
+
+/* A JSON array of integers into `out` (room for tww_json_cap(n) ids), its length in `*count`. */
+static inline int tww_json_read(const uint8_t *p, size_t n, int32_t *TW_RESTRICT out, size_t *count,
+                         char *msg, size_t msz) {
+    char what[32];
+    size_t pos = 0, i = 0;
+    while (pos < n && tww_json_ws(p[pos])) pos++;
+    if (pos >= n || p[pos] != '[') {
+        tww_json_found(p, n, pos, what, sizeof what);
+        snprintf(msg, msz, "JSON: expected '[' at byte offset %zu, found %s", pos, what);
+        return -1;
+    }
+    pos++;
+    while (pos < n && tww_json_ws(p[pos])) pos++;
+    if (pos < n && p[pos] == ']') {
+        pos++;
+    } else {
+        for (;;) {
+            size_t start = pos, digits;
+            int neg = 0;
+            uint64_t v = 0;
+            if (pos < n && p[pos] == '-') { neg = 1; pos++; }
+            digits = pos;
+            while (pos < n && (unsigned)(p[pos] - '0') < 10u) {
+                if (pos - digits < 11) v = v * 10 + (unsigned)(p[pos] - '0');
+                pos++;
+            }
+            if (pos == digits) {
+                tww_json_found(p, n, start, what, sizeof what);
+                snprintf(msg, msz, "JSON: item %zu at byte offset %zu: expected an integer, "
+                         "found %s", i, start, what);
+                return -1;
+            }
+            if (p[digits] == '0' && pos - digits > 1) {
+                snprintf(msg, msz, "JSON: item %zu at byte offset %zu: a number with a leading "
+                         "zero is not JSON", i, start);
+                return -1;
+            }
+            if (pos < n && (p[pos] == '.' || p[pos] == 'e' || p[pos] == 'E')) {
+                snprintf(msg, msz, "JSON: item %zu at byte offset %zu is not an integer (a "
+                         "fraction or exponent): token ids are written as integers", i, start);
+                return -1;
+            }
+            if (pos - digits > 10 || v > (uint64_t)INT32_MAX + (uint64_t)neg) {
+                snprintf(msg, msz, "JSON: item %zu at byte offset %zu is outside int32 "
+                         "(%.*s%s)", i, start, (int)(pos - start < 24 ? pos - start : 20),
+                         (const char *)p + start, pos - start < 24 ? "" : "...");
+                return -1;
+            }
+            out[i++] = neg ? (int32_t)(0 - v) : (int32_t)v;
+            while (pos < n && tww_json_ws(p[pos])) pos++;
+            if (pos < n && p[pos] == ',') {
+                pos++;
+                while (pos < n && tww_json_ws(p[pos])) pos++;
+                continue;
+            }
+            if (pos < n && p[pos] == ']') {
+                pos++;
+                break;
+            }
+            tww_json_found(p, n, pos, what, sizeof what);
+            snprintf(msg, msz, "JSON: expected ',' or ']' after item %zu at byte offset %zu, "
+                     "found %s", i - 1, pos, what);
+            return -1;
+        }
+    }
+    while (pos < n && tww_json_ws(p[pos])) pos++;
+    if (pos != n) {
+        snprintf(msg, msz, "JSON: %zu trailing bytes at byte offset %zu, after the array",
+                 n - pos, pos);
+        return -1;
+    }
+    *count = i;
+    return 0;
+}
+
+TW_INLINE size_t tww_dec_digits(uint32_t u) {
+    size_t d = 1;
+    while (u >= 10) { u /= 10; d++; }
+    return d;
+}
+
+/* Compact JSON, as msgspec and orjson write a list of ints: "[1,-2,3]". */
+static inline size_t tww_json_size(const int32_t *ids, size_t n) {
+    size_t i, s = n ? 1 + n : 2;
+    for (i = 0; i < n; i++) {
+        int32_t v = ids[i];
+        s += v < 0 ? 1 + tww_dec_digits(0u - (uint32_t)v) : tww_dec_digits((uint32_t)v);
+    }
+    return s;
+}
+
+static inline void tww_json_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
+    static const char pairs[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    size_t i;
+    *o++ = '[';
+    for (i = 0; i < n; i++) {
+        int32_t v = ids[i];
+        uint32_t u;
+        size_t d;
+        uint8_t *end;
+        if (i) *o++ = ',';
+        if (v < 0) { *o++ = '-'; u = 0u - (uint32_t)v; } else { u = (uint32_t)v; }
+        d = tww_dec_digits(u);
+        end = o + d;
+        o = end;
+        while (u >= 100) {
+            unsigned r = u % 100;
+            u /= 100;
+            end -= 2;
+            end[0] = (uint8_t)pairs[2 * r];
+            end[1] = (uint8_t)pairs[2 * r + 1];
+        }
+        if (u >= 10) {
+            end -= 2;
+            end[0] = (uint8_t)pairs[2 * u];
+            end[1] = (uint8_t)pairs[2 * u + 1];
+        } else {
+            end[-1] = (uint8_t)('0' + u);
+        }
+    }
+    *o = ']';
+}
+
+/* ---- protobuf ----------------------------------------------------------------------------- */
+
+/* The most ids `n` bytes of packed varints can hold (a varint takes at least one byte). */
+TW_INLINE size_t tww_pb_cap(size_t n) { return n; }
+
+/* One varint at `*pos` (at most 10 bytes, its value below 2**64): 0, or the reason it is
+ * refused (TWW_TRUNCATED, TWW_OVERLONG). */
+enum { TWW_TRUNCATED = 1, TWW_OVERLONG = 2 };
+
+static inline int tww_pb_varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *value) {
+    size_t at = *pos, k;
+    uint64_t v = 0;
+    for (k = 0; k < 10; k++) {
+        uint8_t b;
+        if (at + k >= n)
+            return TWW_TRUNCATED;
+        b = p[at + k];
+        if (k == 9 && b > 1)
+            return TWW_OVERLONG;
+        v |= (uint64_t)(b & 0x7f) << (7 * k);
+        if (b < 0x80) {
+            *pos = at + k + 1;
+            *value = v;
+            return 0;
+        }
+    }
+    return TWW_OVERLONG;          /* not reached: the 10th byte ends the varint or is refused */
+}
+
+/* The message for a varint tww_pb_varint refused. */
+static inline int tww_pb_bad_varint(int reason, const char *what, size_t at, char *msg, size_t msz) {
+    snprintf(msg, msz, "protobuf: %s %s at byte offset %zu%s",
+             reason == TWW_TRUNCATED ? "truncated" : "over-long", what, at,
+             reason == TWW_TRUNCATED ? "" : " (more than 10 bytes or 64 bits)");
+    return -1;
+}
+
+/* A varint as an id: a uint32 below 2**31, or an int32 (negative: sign-extended to 64 bits). */
+TW_INLINE int tww_pb_id(uint64_t v, size_t i, size_t at, int32_t *id, char *msg, size_t msz) {
+    if (v <= (uint64_t)INT32_MAX || v >= (uint64_t)0 - ((uint64_t)1 << 31)) {
+        *id = (int32_t)(uint32_t)v;
+        return 0;
+    }
+    snprintf(msg, msz, "protobuf: item %zu at byte offset %zu is %llu, outside int32 (an id is "
+             "a uint32 below 2**31 or an int32)", i, at, (unsigned long long)v);
+    return -1;
+}
+
+/* Packed varints (a field's payload: what follows its tag and length) from `out[*count]` on;
+ * `base` is the payload's offset in the caller's input, for messages. */
+static inline int tww_pb_read_packed(const uint8_t *p, size_t n, size_t base, int32_t *TW_RESTRICT out,
+                              size_t *count, char *msg, size_t msz) {
+    size_t pos = 0, i = *count;
+    while (pos < n) {
+        uint64_t v;
+        size_t at = pos;
+        uint8_t b = p[pos];
+        if (b < 0x80) {               /* the one-byte varint, the common case */
+            out[i++] = b;
+            pos++;
+            continue;
+        }
+        int r = tww_pb_varint(p, n, &pos, &v);
+        if (r != 0) {
+            char what[48];
+            snprintf(what, sizeof what, "varint (item %zu)", i);
+            return tww_pb_bad_varint(r, what, base + at, msg, msz);
+        }
+        if (tww_pb_id(v, i, base + at, &out[i], msg, msz) != 0)
+            return -1;
+        i++;
+    }
+    *count = i;
+    return 0;
+}
+
+/* Field `field`'s ids in a serialized message: its packed chunks and its unpacked elements, in
+ * order, as protobuf's parsers concatenate them; other fields are skipped (groups refused). */
+static inline int tww_pb_read_field(const uint8_t *p, size_t n, uint32_t field,
+                             int32_t *TW_RESTRICT out, size_t *count, char *msg, size_t msz) {
+    size_t pos = 0;
+    *count = 0;
+    while (pos < n) {
+        uint64_t tag, len, v;
+        size_t at = pos;
+        uint32_t number, type;
+        int r = tww_pb_varint(p, n, &pos, &tag);
+        if (r != 0)
+            return tww_pb_bad_varint(r, "tag", at, msg, msz);
+        number = (uint32_t)(tag >> 3);
+        type = (uint32_t)(tag & 7);
+        if (tag >> 32 || number == 0) {
+            snprintf(msg, msz, "protobuf: invalid field number %llu at byte offset %zu",
+                     (unsigned long long)(tag >> 3), at);
+            return -1;
+        }
+        switch (type) {
+        case 0:
+            at = pos;
+            r = tww_pb_varint(p, n, &pos, &v);
+            if (r != 0)
+                return tww_pb_bad_varint(r, "varint", at, msg, msz);
+            if (number == field) {
+                if (tww_pb_id(v, *count, at, &out[*count], msg, msz) != 0)
+                    return -1;
+                (*count)++;
+            }
+            break;
+        case 1: case 5: {
+            size_t k = type == 1 ? 8 : 4;
+            if (number == field) {
+                snprintf(msg, msz, "protobuf: field %u at byte offset %zu has wire type %u, "
+                         "not varints", number, at, type);
+                return -1;
+            }
+            if (k > n - pos) {
+                snprintf(msg, msz, "protobuf: truncated field %u at byte offset %zu", number, at);
+                return -1;
+            }
+            pos += k;
+            break;
+        }
+        case 2:
+            r = tww_pb_varint(p, n, &pos, &len);
+            if (r != 0)
+                return tww_pb_bad_varint(r, "length", pos, msg, msz);
+            if (len > n - pos) {
+                snprintf(msg, msz, "protobuf: truncated: field %u at byte offset %zu declares "
+                         "%llu bytes, %zu remain", number, at, (unsigned long long)len, n - pos);
+                return -1;
+            }
+            if (number == field &&
+                tww_pb_read_packed(p + pos, (size_t)len, pos, out, count, msg, msz) != 0)
+                return -1;
+            pos += (size_t)len;
+            break;
+        default:
+            snprintf(msg, msz, "protobuf: field %u at byte offset %zu has wire type %u (%s)",
+                     number, at, type, type == 3 || type == 4 ? "a group: not supported"
+                                                               : "not a protobuf wire type");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+TW_INLINE size_t tww_varint_size(uint64_t v) {
+    size_t k = 1;
+    while (v >= 0x80) { v >>= 7; k++; }
+    return k;
+}
+
+/* The payload of packed ids: a negative id takes 10 bytes (an int32 sign-extended). */
+static inline size_t tww_pb_payload_size(const int32_t *ids, size_t n) {
+    size_t i, s = 0;
+    for (i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)ids[i];
+        s += ids[i] < 0 ? 10 : u < (1u << 7) ? 1 : u < (1u << 14) ? 2 : u < (1u << 21) ? 3
+             : u < (1u << 28) ? 4 : 5;
+    }
+    return s;
+}
+
+/* Field `field` as protobuf serializes a packed repeated field: tag, length, payload; nothing
+ * at all for no ids. */
+static inline size_t tww_pb_size(size_t n, uint32_t field, size_t payload) {
+    if (n == 0) return 0;
+    return tww_varint_size(((uint64_t)field << 3) | 2) + tww_varint_size(payload) + payload;
+}
+
+TW_INLINE uint8_t *tww_put_varint(uint8_t *o, uint64_t v) {
+    while (v >= 0x80) { *o++ = (uint8_t)(v | 0x80); v >>= 7; }
+    *o++ = (uint8_t)v;
+    return o;
+}
+
+/* Writes tww_pb_size(n, field, payload) bytes at `o`; with field 0, the payload alone. */
+static inline void tww_pb_write(const int32_t *ids, size_t n, uint32_t field, size_t payload,
+                                uint8_t *TW_RESTRICT o) {
+    size_t i;
+    if (n == 0) return;
+    if (field) {
+        o = tww_put_varint(o, ((uint64_t)field << 3) | 2);
+        o = tww_put_varint(o, payload);
+    }
+    for (i = 0; i < n; i++) {
+        int32_t v = ids[i];
+        if ((uint32_t)v < 0x80u) *o++ = (uint8_t)v;
+        else o = tww_put_varint(o, (uint64_t)(int64_t)v);
+    }
+}
+
+#endif /* TOKENWIRE_WIRES_H */
