@@ -6,6 +6,8 @@
   python -m bench request    request objects against the same request holding a plain list
   python -m bench transport  what HMAC signing adds to an out-of-band request round trip
   python -m bench msgspec    msgspec Structs and JSON bodies: list[int] vs TokenVector, base64
+  python -m bench wires      msgpack / JSON / protobuf id arrays: each stack's path against
+                             tokenwire.wires (decode, encode, bytes/id, bytes/ns)
   python -m bench upstream   vLLM's engine-core request over zmq: list[int] against a TokenVector field
   python -m bench cpp        the C++ hand-off (to_vector, C++ decode) against memcpy and nanobind
   python -m bench e2e        proxy -> worker over pyzmq (and Ray): submit latency, GIL held,
@@ -43,6 +45,7 @@ SUBCOMMANDS: dict[str, str] = {
     "request": "bench.request",
     "transport": "bench.transport",
     "msgspec": "bench.msgspec_json",
+    "wires": "bench.wires",
     "upstream": "bench.upstream",
     "cpp": "bench.cpp",
     "e2e": "bench.e2e",

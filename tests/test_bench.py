@@ -272,3 +272,18 @@ def test_upstream_suite_quick() -> None:
     assert "prompt_token_ids: list[int], stock msgspec" in r.stdout
     assert "prompt_token_ids: TokenVector (default codec)" in r.stdout
     assert "[MISSED] ISL" not in r.stdout and "(default <= list)" in r.stdout
+
+
+def test_wires_suite(tmp_path: Path) -> None:
+    pytest.importorskip("orjson")
+    pytest.importorskip("google.protobuf")
+    out = tmp_path / "w.json"
+    r = run_bench("wires", "--isl", "300", "--repeat", "2", "--round-ms", "1", "--json", str(out),
+                  timeout=300)
+    assert r.returncode == 0, r.stderr
+    # every writer's bytes are the stack's own, and each reader's speed is printed
+    assert r.stdout.count("writer byte-identical to the stack's: True") == 3, r.stdout
+    assert r.stdout.count(" bytes/ns (memcpy ") == 3
+    names = {row["name"] for row in json.loads(out.read_text())["rows"]}
+    assert {"tokenwire.wires.read", "as_tokens(msg.input_ids)",
+            "memcpy of the wire's bytes (floor)"} <= names
