@@ -139,6 +139,42 @@ def test_msgpack_every_integer_form(item: bytes, value: int) -> None:
         assert wires.read(data, "msgpack") == [value] * 3
 
 
+#: (type byte, payload size, signed) of each msgpack integer form beyond fixint.
+_FORMS = [(0xcc, 1, False), (0xcd, 2, False), (0xce, 4, False), (0xcf, 8, False),
+          (0xd0, 1, True), (0xd1, 2, True), (0xd2, 4, True), (0xd3, 8, True)]
+
+
+@st.composite
+def msgpack_items(draw: st.DrawFn) -> bytes:
+    """One msgpack integer in any form that holds it (not only the smallest), or now and then an
+    integer outside int32, or another type."""
+    kind = draw(st.integers(0, 20))
+    if kind == 0:
+        return draw(st.sampled_from([b"\xc0", b"\xc3", b"\xa1a", b"\x91\x01", b"\xcb" + bytes(8)]))
+    if kind <= 3:
+        return bytes([draw(st.one_of(st.integers(0, 0x7f), st.integers(0xe0, 0xff)))])
+    tb, size, signed = draw(st.sampled_from(_FORMS))
+    lo, hi = (-(2 ** (8 * size - 1)), 2 ** (8 * size - 1) - 1) if signed else (0, 2 ** (8 * size) - 1)
+    value = draw(st.integers(max(lo, -(2**31) - 2), min(hi, 2**31 + 1)) if kind < 20
+                 else st.integers(lo, hi))
+    return bytes([tb]) + value.to_bytes(size, "big", signed=signed)
+
+
+@given(st.lists(msgpack_items(), max_size=60))
+def test_msgpack_any_form_agrees_with_msgspec(items: list[bytes]) -> None:
+    # Arrays long enough for the reader's 8-byte steps and their tail, in every form.
+    data = bytes([0xdc]) + len(items).to_bytes(2, "big") + b"".join(items)
+    try:
+        expected = msgspec.msgpack.decode(data, type=list[int])
+    except msgspec.DecodeError:
+        expected = None
+    if expected is not None and all(-(2**31) <= v < 2**31 for v in expected):
+        assert wires.read(data, "msgpack") == expected
+    else:
+        with pytest.raises(WireFormatError, match=r"^msgpack: item \d+ at byte offset \d+ is "):
+            wires.read(data, "msgpack")
+
+
 @given(token_lists, st.sampled_from(["ws", "indent", "str", "bytearray", "memoryview"]))
 def test_json_round_trip(ids: list[int], form: str) -> None:
     text = json.dumps(ids, indent=2 if form == "indent" else None)

@@ -10,6 +10,7 @@
 cdef extern from "tokenwire/wires.h" nogil:
     enum:
         TWW_MSG_SIZE
+        TWW_WRITE_SLACK
     int tww_msgpack_header(const uint8_t* p, size_t n, size_t* count, size_t* off, char* msg,
                            size_t msz)
     int tww_msgpack_items(const uint8_t* p, size_t n, size_t off, size_t count, int32_t* out,
@@ -189,13 +190,19 @@ def write_wire(tokens, format, *, field=None):
     else:
         payload = tww_pb_payload_size(ids, n)
         size = tww_pb_size(n, pb_field, payload) if pb_field else payload
-    out = PyBytes_FromStringAndSize(NULL, <Py_ssize_t>size)
-    cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(out)
+    # msgpack and JSON store 8 bytes at a time: room for that, given back once written.
+    cdef size_t slack = 0 if fmt == _W_PROTOBUF else TWW_WRITE_SLACK
+    cdef PyObject* raw = _tw_bytes_new(NULL, <Py_ssize_t>(size + slack))
+    cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(<object>raw)
     if _release_gil(<Py_ssize_t>size):
         with nogil:
             _wire_write(fmt, ids, n, pb_field, payload, o)
     else:
         _wire_write(fmt, ids, n, pb_field, payload, o)
+    if slack:
+        _PyBytes_Resize(&raw, <Py_ssize_t>size)       # on failure raw is released and NULL
+    out = <bytes>raw            # a second reference ...
+    Py_DECREF(out)              # ... and the raw one given up: `out` owns the object
     return out
 
 

@@ -22,9 +22,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compat.h"
+#include "byteorder.h"   /* TW_INLINE, tw_bswap32, tw_store_le64 */
 
 #define TWW_MSG_SIZE 256
+/* The msgpack and JSON writers store 8 bytes at a time: their buffer holds this many bytes more
+ * than the size their tww_*_size function returns. */
+#define TWW_WRITE_SLACK 8
 
 TW_INLINE uint16_t tww_load_be16(const uint8_t *p) {
     return (uint16_t)(((unsigned)p[0] << 8) | p[1]);
@@ -103,8 +106,29 @@ static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size
     static const uint8_t size_of[32] = {  /* item size by type byte - 0xc0 (integers only) */
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 9, 2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0,
         0, 0, 0, 0};
-    size_t i, pos = off, k;
-    for (i = 0; i < count; i++) {
+    size_t i = 0, pos = off, k;
+    /* While the widest item (9 bytes) fits, one item per step without a branch on its form:
+     * its size and value are computed from the type byte and the 8 bytes after it. Anything it
+     * does not take (not an integer, outside int32) ends it; the exact loop below resumes at
+     * that item and reports it. */
+    while (i < count && n - pos >= 9) {
+        uint8_t b = p[pos];
+        uint64_t w = tww_load_be64(p + pos + 1);
+        unsigned lg = b & 3u, nbytes = 1u << lg;             /* 0xcc..0xcf, 0xd0..0xd3 */
+        uint64_t vu = w >> (64 - 8 * nbytes);
+        uint64_t sign = (uint64_t)1 << (8 * nbytes - 1);
+        int fix = (b < 0x80) | (b >= 0xe0);
+        int isint = ((b & 0xfc) == 0xcc) | ((b & 0xfc) == 0xd0);
+        int issigned = (b & 0xfc) == 0xd0;
+        int64_t v = (int64_t)((vu ^ sign) - sign);          /* as a signed form reads it */
+        int ok = issigned ? (v >= INT32_MIN) & (v <= INT32_MAX) : vu <= (uint64_t)INT32_MAX;
+        v = fix ? (int64_t)(int8_t)b : issigned ? v : (int64_t)vu;
+        if (!(fix | (isint & ok)))
+            break;
+        out[i++] = (int32_t)v;
+        pos += fix ? 1 : 1 + (size_t)nbytes;
+    }
+    for (; i < count; i++) {
         uint8_t b;
         int64_t v;
         if (pos >= n) {
@@ -196,7 +220,9 @@ TW_INLINE uint8_t *tww_store_be32(uint8_t *o, uint32_t v) {
     return o + 4;
 }
 
-/* Writes tww_msgpack_size(ids, n) bytes at `o` (n < 2**32: the caller checks). */
+/* Writes tww_msgpack_size(ids, n) bytes at `o`, which has TWW_WRITE_SLACK bytes more (n < 2**32:
+ * the caller checks). Each id is one 8-byte store of its type byte and big-endian payload, its
+ * form chosen without a branch. */
 static inline void tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
     size_t i;
     if (n < 16) {
@@ -210,17 +236,15 @@ static inline void tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW_R
     }
     for (i = 0; i < n; i++) {
         int32_t v = ids[i];
-        if (v >= -32 && v < 128) {
-            *o++ = (uint8_t)v;
-        } else if (v >= 0) {
-            if (v < 256) { *o++ = 0xcc; *o++ = (uint8_t)v; }
-            else if (v < 65536) { *o++ = 0xcd; o = tww_store_be16(o, (uint32_t)v); }
-            else { *o++ = 0xce; o = tww_store_be32(o, (uint32_t)v); }
-        } else {
-            if (v >= -128) { *o++ = 0xd0; *o++ = (uint8_t)v; }
-            else if (v >= -32768) { *o++ = 0xd1; o = tww_store_be16(o, (uint32_t)v); }
-            else { *o++ = 0xd2; o = tww_store_be32(o, (uint32_t)v); }
-        }
+        uint32_t u = (uint32_t)v;
+        int neg = v < 0, fix = (v >= -32) & (v < 128);
+        uint32_t mag = neg ? ~u : u;                         /* the form's range, either sign */
+        unsigned lg = (unsigned)(mag >= (neg ? 128u : 256u)) + (mag >= (neg ? 32768u : 65536u));
+        unsigned nbytes = 1u << lg;                          /* 1, 2 or 4 */
+        uint64_t payload = tw_bswap32(u) >> (32 - 8 * nbytes);
+        uint64_t word = (uint64_t)((neg ? 0xd0u : 0xccu) + lg) | payload << 8;
+        tw_store_le64(o, fix ? (uint64_t)(uint8_t)v : word);
+        o += fix ? 1 : 1 + nbytes;
     }
 }
 
@@ -239,6 +263,26 @@ static inline void tww_json_found(const uint8_t *p, size_t n, size_t pos, char *
         snprintf(buf, bsz, "'%c'", p[pos]);
     else
         snprintf(buf, bsz, "byte 0x%02x", p[pos]);
+}
+
+/* How many of the 8 bytes of `x` (loaded little-endian) are decimal digits before the first
+ * that is not; 8 when all are. A borrow or carry only runs towards later bytes, past the first
+ * non-digit, so that byte is flagged exactly. */
+TW_INLINE size_t tww_swar_digits(uint64_t x) {
+    uint64_t bad = ((x + 0x4646464646464646ull) | (x - 0x3030303030303030ull) | x)
+                   & 0x8080808080808080ull;
+    return bad ? tw_ctz64(bad) >> 3 : 8;
+}
+
+/* The value of the first `d` (1..7) digit bytes of `x`: left-padded with '0' to eight digits,
+ * then combined in pairs, fours and eights by multiplication. */
+TW_INLINE uint32_t tww_swar_value(uint64_t x, size_t d) {
+    unsigned s = (unsigned)(8 * (8 - d));
+    uint64_t v = ((x << s) | (0x3030303030303030ull >> (64 - s))) - 0x3030303030303030ull;
+    v = v * 10 + (v >> 8);
+    v = ((v & 0x000000FF000000FFull) * (100 + (1000000ull << 32)) +
+         ((v >> 16) & 0x000000FF000000FFull) * (1 + (10000ull << 32))) >> 32;
+    return (uint32_t)v;
 }
 
 /* A JSON array of integers into `out` (room for tww_json_cap(n) ids), its length in `*count`. */
@@ -262,6 +306,17 @@ static inline int tww_json_read(const uint8_t *p, size_t n, int32_t *TW_RESTRICT
             int neg = 0;
             uint64_t v = 0;
             if (pos < n && p[pos] == '-') { neg = 1; pos++; }
+            if (n - pos >= 8) {
+                /* 1 to 7 digits, not a fraction or exponent: read from one 8-byte load */
+                uint64_t x = tw_load_le64(p + pos);
+                size_t d = tww_swar_digits(x), next = pos + d;
+                if (d - 1 < 7 && (d == 1 || p[pos] != '0') && p[next] != '.' &&
+                    (p[next] | 0x20) != 'e') {
+                    v = tww_swar_value(x, d);
+                    pos = next;
+                    goto have_value;
+                }
+            }
             digits = pos;
             while (pos < n && (unsigned)(p[pos] - '0') < 10u) {
                 if (pos - digits < 11) v = v * 10 + (unsigned)(p[pos] - '0');
@@ -289,6 +344,7 @@ static inline int tww_json_read(const uint8_t *p, size_t n, int32_t *TW_RESTRICT
                          (const char *)p + start, pos - start < 24 ? "" : "...");
                 return -1;
             }
+        have_value:
             out[i++] = neg ? (int32_t)(0 - v) : (int32_t)v;
             while (pos < n && tww_json_ws(p[pos])) pos++;
             if (pos < n && p[pos] == ',') {
@@ -317,9 +373,8 @@ static inline int tww_json_read(const uint8_t *p, size_t n, int32_t *TW_RESTRICT
 }
 
 TW_INLINE size_t tww_dec_digits(uint32_t u) {
-    size_t d = 1;
-    while (u >= 10) { u /= 10; d++; }
-    return d;
+    return (size_t)1 + (u >= 10u) + (u >= 100u) + (u >= 1000u) + (u >= 10000u) + (u >= 100000u)
+           + (u >= 1000000u) + (u >= 10000000u) + (u >= 100000000u) + (u >= 1000000000u);
 }
 
 /* Compact JSON, as msgspec and orjson write a list of ints: "[1,-2,3]". */
@@ -327,42 +382,55 @@ static inline size_t tww_json_size(const int32_t *ids, size_t n) {
     size_t i, s = n ? 1 + n : 2;
     for (i = 0; i < n; i++) {
         int32_t v = ids[i];
-        s += v < 0 ? 1 + tww_dec_digits(0u - (uint32_t)v) : tww_dec_digits((uint32_t)v);
+        uint32_t u = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+        s += (size_t)(v < 0) + tww_dec_digits(u);
     }
     return s;
 }
 
+static const char tww_pairs[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+/* The 8 decimal digits of u < 10**8, leading zeros included, as the bytes of a little-endian
+ * word (the first digit in its lowest byte). */
+TW_INLINE uint64_t tww_digits8(uint32_t u) {
+    uint32_t hi = u / 10000u, lo = u % 10000u;
+    uint32_t q[4];
+    uint64_t w = 0;
+    unsigned k;
+    q[0] = hi / 100u; q[1] = hi % 100u; q[2] = lo / 100u; q[3] = lo % 100u;
+    for (k = 0; k < 4; k++)
+        w |= ((uint64_t)(uint8_t)tww_pairs[2 * q[k]] | (uint64_t)(uint8_t)tww_pairs[2 * q[k] + 1]
+              << 8) << (16 * k);
+    return w;
+}
+
+/* Writes tww_json_size(ids, n) bytes at `o`, which has TWW_WRITE_SLACK bytes more: an id below
+ * 10**8 is one 8-byte store of its digits. */
 static inline void tww_json_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
-    static const char pairs[201] =
-        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-        "8081828384858687888990919293949596979899";
     size_t i;
     *o++ = '[';
     for (i = 0; i < n; i++) {
         int32_t v = ids[i];
         uint32_t u;
         size_t d;
-        uint8_t *end;
         if (i) *o++ = ',';
         if (v < 0) { *o++ = '-'; u = 0u - (uint32_t)v; } else { u = (uint32_t)v; }
         d = tww_dec_digits(u);
-        end = o + d;
-        o = end;
-        while (u >= 100) {
-            unsigned r = u % 100;
-            u /= 100;
-            end -= 2;
-            end[0] = (uint8_t)pairs[2 * r];
-            end[1] = (uint8_t)pairs[2 * r + 1];
-        }
-        if (u >= 10) {
-            end -= 2;
-            end[0] = (uint8_t)pairs[2 * u];
-            end[1] = (uint8_t)pairs[2 * u + 1];
+        if (u < 100000000u) {
+            tw_store_le64(o, tww_digits8(u) >> (8 * (8 - d)));
         } else {
-            end[-1] = (uint8_t)('0' + u);
+            tw_store_le64(o + d - 8, tww_digits8(u % 100000000u));
+            if (d == 10) {
+                o[0] = (uint8_t)('0' + u / 1000000000u);
+                o[1] = (uint8_t)('0' + u / 100000000u % 10u);
+            } else {
+                o[0] = (uint8_t)('0' + u / 100000000u);
+            }
         }
+        o += d;
     }
     *o = ']';
 }
