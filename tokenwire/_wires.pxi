@@ -20,8 +20,8 @@ cdef extern from "tokenwire/wires.h" nogil:
     size_t tww_json_cap(size_t n)
     int tww_json_read(const uint8_t* p, size_t n, int32_t* out, size_t* count, char* msg,
                       size_t msz)
-    size_t tww_json_size(const int32_t* ids, size_t n)
-    void tww_json_write(const int32_t* ids, size_t n, uint8_t* o)
+    size_t tww_json_bound(size_t n)
+    size_t tww_json_write(const int32_t* ids, size_t n, uint8_t* o)
     size_t tww_pb_cap(size_t n)
     int tww_pb_read_packed(const uint8_t* p, size_t n, size_t base, int32_t* out, size_t* count,
                            char* msg, size_t msz)
@@ -186,7 +186,7 @@ def write_wire(tokens, format, *, field=None):
             raise TokenIdOverflowError(f"a msgpack array holds at most 2**32 - 1 items, got {n}")
         size = tww_msgpack_size(ids, n)
     elif fmt == _W_JSON:
-        size = tww_json_size(ids, n)
+        size = tww_json_bound(n)          # written at the most it can take, then shrunk
     else:
         payload = tww_pb_payload_size(ids, n)
         size = tww_pb_size(n, pb_field, payload) if pb_field else payload
@@ -196,9 +196,9 @@ def write_wire(tokens, format, *, field=None):
     cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(<object>raw)
     if _release_gil(<Py_ssize_t>size):
         with nogil:
-            _wire_write(fmt, ids, n, pb_field, payload, o)
+            size = _wire_write(fmt, ids, n, pb_field, payload, size, o)
     else:
-        _wire_write(fmt, ids, n, pb_field, payload, o)
+        size = _wire_write(fmt, ids, n, pb_field, payload, size, o)
     if slack:
         _PyBytes_Resize(&raw, <Py_ssize_t>size)       # on failure raw is released and NULL
     out = <bytes>raw            # a second reference ...
@@ -206,11 +206,13 @@ def write_wire(tokens, format, *, field=None):
     return out
 
 
-cdef void _wire_write(int fmt, const int32_t* ids, size_t n, uint32_t field, size_t payload,
-                      uint8_t* o) noexcept nogil:
+cdef size_t _wire_write(int fmt, const int32_t* ids, size_t n, uint32_t field, size_t payload,
+                        size_t size, uint8_t* o) noexcept nogil:
+    """Writes the wire's bytes at `o`; returns their size (`size`, but for JSON's)."""
     if fmt == _W_MSGPACK:
         tww_msgpack_write(ids, n, o)
     elif fmt == _W_JSON:
-        tww_json_write(ids, n, o)
+        return tww_json_write(ids, n, o)
     else:
         tww_pb_write(ids, n, field, payload, o)
+    return size
