@@ -5,7 +5,8 @@
 #
 # TARGETs: decode (fuzz/fuzz_decode.py, the default), msgspec (fuzz/fuzz_msgspec.py), base64
 # (fuzz/fuzz_base64.py), shm_loads (fuzz/fuzz_shm_loads.py), pickle (fuzz/fuzz_pickle.py),
-# signed (fuzz/fuzz_signed.py), and pfor (fuzz/pfor_paths.c, a libFuzzer program); each runs for its own SECONDS or the common one, one after the other,
+# signed (fuzz/fuzz_signed.py), msgpack_ids / json_ids / protobuf_ids (fuzz/fuzz_*_ids.py), and
+# pfor (fuzz/pfor_paths.c, a libFuzzer program); each runs for its own SECONDS or the common one, one after the other,
 # against one build. Copies the tracked tree to build/fuzz (or $TOKENWIRE_FUZZ_DIR), builds the
 # extension there with clang and -fsanitize=fuzzer-no-link,address (TOKENWIRE_FUZZ=1,
 # TOKENWIRE_SANITIZE=address), and runs each Python target under atheris' ASan+libFuzzer runtime
