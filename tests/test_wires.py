@@ -471,3 +471,65 @@ def test_a_header_that_lies_allocates_nothing() -> None:
 
     _, peak = traced_peak(refused)
     assert peak < 65536            # the header alone would ask for 16 GiB
+
+
+# --------------------------------------------------------------------------------------------
+# Memory another thread writes during a read (the GIL released)
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["msgpack", "json", "protobuf"])
+def test_a_buffer_written_during_the_read(fmt: str) -> None:
+    # The readers run without the GIL from gil_release_threshold() bytes; a thread rewriting the
+    # bytes meanwhile may make the result any ids or a WireFormatError, never a crash, another
+    # exception or ids that were not in the buffer's range. That the writer ran *during* a call
+    # is checked, waiting for it with a generous deadline: with a switch interval of 1000 s the
+    # main thread never hands the GIL over between bytecodes, so the writer can run only while a
+    # read has released it.
+    import threading
+    import time
+
+    import tokenwire.memory
+
+    ids = [(i * 7919) % 151_936 for i in range(300_000)]
+    good = wires.write(ids, fmt)
+    buf = bytearray(good)
+    half = len(buf) // 2              # the second half only: each read runs a while before
+    writes = [0]
+    stop = threading.Event()
+    start = threading.Barrier(2)
+
+    def writer() -> None:
+        start.wait()
+        k = 0
+        while not stop.is_set():
+            for _ in range(64):
+                at = half + (k * 104_729) % (len(buf) - half)
+                buf[at] = good[at] if k % 2 else (k * 31) & 0xFF
+                k += 1
+            writes[0] += 1
+            time.sleep(0)                  # gives the GIL back to a read that has finished
+
+    previous = tokenwire.memory.gil_release_threshold(0)
+    interval = sys.getswitchinterval()
+    thread = threading.Thread(target=writer)
+    thread.start()
+    overlapped = 0
+    try:
+        start.wait()
+        sys.setswitchinterval(1000)
+        deadline = time.monotonic() + 120
+        while overlapped < 3 and time.monotonic() < deadline:
+            before = writes[0]
+            try:
+                tv = wires.read(buf, fmt, field=None)
+                assert all(-(2**31) <= v < 2**31 for v in tv[:10])
+            except WireFormatError:
+                pass
+            if writes[0] > before:
+                overlapped += 1
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        thread.join()
+        tokenwire.memory.gil_release_threshold(previous)
+    assert overlapped >= 3, "the writer never ran during a read: was the GIL released?"
