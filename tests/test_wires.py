@@ -218,6 +218,15 @@ def test_protobuf_unpacked_and_split_chunks_concatenate() -> None:
     assert wires.read(data, "protobuf", field=2) == [1, 300, 5, 70_000]
 
 
+def test_protobuf_drops_bits_beyond_64_as_protobuf_does() -> None:
+    # A 10-byte varint whose last byte carries more than the 64th bit: protobuf reads the low 64
+    # bits, and so does tokenwire (found by fuzz/fuzz_protobuf_ids.py).
+    data = b"\x12\x0a\xbb\x80\x84\x86\xf8\xff\xff\xff\xff\x3b"
+    assert list(GenerateRequest.FromString(data).input_ids) == [2160132155]      # as uint32
+    assert wires.read(data, "protobuf", field=3) == []
+    assert wires.read(data, "protobuf", field=2) == [-2134835141]                # as int32
+
+
 def test_protobuf_non_minimal_varints_are_read() -> None:
     data = b"\x12\x03" + b"\x81\x80\x00"               # 1, in three bytes
     assert list(GenerateRequest.FromString(data).input_ids) == [1]
@@ -409,9 +418,12 @@ def _pb(field: int, wire_type: int) -> bytes:
 PROTOBUF_PAYLOAD_ERRORS = [
     (b"\x01\x80", "protobuf: truncated varint (item 1) at byte offset 1"),
     (b"\xff" * 10 + b"\x01", "protobuf: over-long varint (item 0) at byte offset 0 (more than "
-     "10 bytes or 64 bits)"),
-    (b"\x05" + b"\xff" * 9 + b"\x02", "protobuf: over-long varint (item 1) at byte offset 1 "
-     "(more than 10 bytes or 64 bits)"),
+     "10 bytes)"),
+    (b"\x05" + b"\x80" * 10 + b"\x00", "protobuf: over-long varint (item 1) at byte offset 1 "
+     "(more than 10 bytes)"),
+    # Bits beyond the 64th are dropped, as protobuf's parsers do: then the value is checked.
+    (b"\x05" + b"\xff" * 9 + b"\x02", "protobuf: item 1 at byte offset 1 is "
+     "9223372036854775807, outside int32 (an id is a uint32 below 2**31 or an int32)"),
     (b"\x80\x80\x80\x80\x08", "protobuf: item 0 at byte offset 0 is 2147483648, outside int32 "
      "(an id is a uint32 below 2**31 or an int32)"),
     (b"\x07\xff\xff\xff\xff\x0f", "protobuf: item 1 at byte offset 1 is 4294967295, outside "

@@ -430,8 +430,9 @@ static inline size_t tww_json_write(const int32_t *ids, size_t n, uint8_t *TW_RE
 /* The most ids `n` bytes of packed varints can hold (a varint takes at least one byte). */
 TW_INLINE size_t tww_pb_cap(size_t n) { return n; }
 
-/* One varint at `*pos` (at most 10 bytes, its value below 2**64): 0, or the reason it is
- * refused (TWW_TRUNCATED, TWW_OVERLONG). */
+/* One varint at `*pos`: 0, or the reason it is refused (TWW_TRUNCATED, TWW_OVERLONG: more than
+ * 10 bytes). Bits beyond the 64th (in the 10th byte) are dropped, as protobuf's parsers drop
+ * them. */
 enum { TWW_TRUNCATED = 1, TWW_OVERLONG = 2 };
 
 static inline int tww_pb_varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *value) {
@@ -442,8 +443,6 @@ static inline int tww_pb_varint(const uint8_t *p, size_t n, size_t *pos, uint64_
         if (at + k >= n)
             return TWW_TRUNCATED;
         b = p[at + k];
-        if (k == 9 && b > 1)
-            return TWW_OVERLONG;
         v |= (uint64_t)(b & 0x7f) << (7 * k);
         if (b < 0x80) {
             *pos = at + k + 1;
@@ -451,14 +450,14 @@ static inline int tww_pb_varint(const uint8_t *p, size_t n, size_t *pos, uint64_
             return 0;
         }
     }
-    return TWW_OVERLONG;          /* not reached: the 10th byte ends the varint or is refused */
+    return TWW_OVERLONG;
 }
 
 /* The message for a varint tww_pb_varint refused. */
 static inline int tww_pb_bad_varint(int reason, const char *what, size_t at, char *msg, size_t msz) {
     snprintf(msg, msz, "protobuf: %s %s at byte offset %zu%s",
              reason == TWW_TRUNCATED ? "truncated" : "over-long", what, at,
-             reason == TWW_TRUNCATED ? "" : " (more than 10 bytes or 64 bits)");
+             reason == TWW_TRUNCATED ? "" : " (more than 10 bytes)");
     return -1;
 }
 
