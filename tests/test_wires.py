@@ -396,6 +396,13 @@ def test_json_errors(text: str, message: str) -> None:
         assert str(info.value) == message
 
 
+def test_json_str_that_is_not_text() -> None:
+    with pytest.raises(WireFormatError) as info:
+        wires.read("[1, \ud800]", "json")
+    assert str(info.value) == "JSON: character 4 is a lone surrogate ('\\ud800'), not text JSON " \
+        "can hold"
+
+
 def test_json_what_json_allows_and_tokenwire_refuses() -> None:
     # JSON has fractions and exponents; token ids are integers, so tokenwire refuses them even
     # when their value is whole (orjson would hand a float to the engine). -0 is an integer.

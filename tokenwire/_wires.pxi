@@ -151,7 +151,11 @@ def read_wire(data, format, *, vocab_size=None, field=None):
     if isinstance(data, str):
         if fmt != _W_JSON:
             raise TypeError(f"format={format!r} reads bytes, got str")
-        text = _tw_utf8(data, &size)      # the str's own UTF-8 (cached): no copy for ASCII
+        try:
+            text = _tw_utf8(data, &size)  # the str's own UTF-8 (cached): no copy for ASCII
+        except UnicodeEncodeError as e:
+            raise WireFormatError(f"JSON: character {e.start} is a lone surrogate "
+                                  f"({data[e.start]!a}), not text JSON can hold") from None
         tv = _read_wire_bytes(fmt, <const uint8_t*>text, <size_t>size, pb_field)
     else:
         PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
