@@ -1,13 +1,7 @@
-"""Token ids in the wires serving stacks already speak, read into a ``TokenVector`` and written
-from one without building a ``list[int]``: a msgpack array of integers (what msgspec and Rust's
-rmp-serde write for a list of ids), a JSON array of integers, and protobuf's packed
-``repeated uint32`` / ``int32`` field. ``read(data, format)`` and ``write(tokens, format)``;
-docs/wires.md says what each wire accepts and how a stack adopts it.
-
-A parsed protobuf message needs neither: ``as_tokens(message.input_ids)`` reads the repeated
-field of the upb runtime (which exports a buffer) in one copy, and the pure-Python runtime's
-field as a sequence.
-"""
+"""Token ids in the wires serving stacks already speak (a msgpack or JSON array of integers,
+protobuf's packed ``repeated uint32``/``int32``), read into a ``TokenVector`` and written from
+one without a ``list[int]``. A parsed protobuf field needs neither: ``as_tokens(field)`` reads
+it. What each wire accepts, and how a stack adopts it: docs/wires.md."""
 
 from tokenwire._core import WIRE_FORMATS as FORMATS
 from tokenwire._core import read_wire as read
