@@ -40,6 +40,13 @@ def test_round_trip_many(codec: str, data: st.DataObject) -> None:
     harness.check_round_trip_many(codec, seqs, data.draw(st.booleans()))
 
 
+@pytest.mark.parametrize("codec", CODECS)
+def test_frames_decode_at_any_address(codec: str) -> None:
+    for frame, seqs, _ in harness.sample_frames(codec):
+        assert max(max(s) for s in seqs if s) > 255      # both bytes of a 2-byte id matter
+        harness.check_unaligned(frame, seqs)
+
+
 # ---------------------------------------------------------------------------------------------
 # Bounds
 

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import shm_helpers
-from support.shm_helpers import KEY, _entry, attach, ids, shm, shm_segment
+from support.shm_helpers import KEY, _entry, _seq_of, attach, ids, shm, shm_segment
 
 from tokenwire import WireFormatError
 from tokenwire.errors import AuthenticationError
@@ -61,23 +61,35 @@ def test_tampered_descriptor_is_refused(channel, pair, field, value, message):
         receiver.loads(frames)                       # a replay finds the slot freed
 
 
+_SEQUENCE_AT = shm_segment._DESC.size - 16     # the header's message sequence, then its token
+
+
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(field=st.integers(0, 5), value=st.integers(0, 2**64 - 1))
+@given(field=st.integers(0, 6), value=st.integers(0, 2**64 - 1))
 def test_any_entry_value_reads_the_slot_or_is_refused(channel, pair, field, value):
-    """Whatever an entry of two says (slot, generation, length), the receiver gives the right
-    ids or raises WireFormatError, and never reads outside the ring (which would crash)."""
+    """Whatever an entry of two says (fields 0-5: slot, generation, length) or the header's
+    message sequence (field 6), the receiver gives the right ids or raises WireFormatError,
+    never reads outside the ring (which would crash), and never publishes a sequence past the
+    message's: a forged one would tell the sender that messages not yet read are done."""
     sender, receiver = channel
     if not sender.attached():
         attach(pair, sender, receiver)
     sender.reclaim()
     frames = sender.dumps({"a": ids(), "b": ids(start=7)})
+    seq = _seq_of(frames)
     desc = bytearray(frames[0])
-    struct.pack_into("<Q", desc, _entry(desc, field // 3) + 8 * (field % 3), value)
+    if field == 6:
+        struct.pack_into("<Q", desc, _SEQUENCE_AT, value)
+    else:
+        struct.pack_into("<Q", desc, _entry(desc, field // 3) + 8 * (field % 3), value)
     try:
         got = receiver.loads([bytes(desc), *frames[1:]])
     except WireFormatError:
-        return
-    assert got == {"a": ids(), "b": ids(start=7)}
+        pass
+    else:
+        assert got == {"a": ids(), "b": ids(start=7)}
+        assert field != 6 or value == seq, f"sequence {value} read message {seq}'s slots"
+    assert sender._words.load(shm_segment._DONE_WORD) <= seq
 
 
 @pytest.mark.parametrize("damage", ["truncate", "magic", "count", "frame"])

@@ -1,7 +1,8 @@
-"""tokenwire.shm.Receiver: what it returns is its own copy, never a view of the segment; and
-what it attaches to: not a segment others could open, nor one it cannot reach (the sender then
-keeps sending frames, unnoticed by the caller), again after the sender reset its reader, and
-from the offer a doorbell carries when it has not mapped the segment.
+"""tokenwire.shm.Receiver: what it returns is its own copy, never a view of the segment, made
+before the slot is freed to the sender; and what it attaches to: not a segment others could
+open, nor one it cannot reach (the sender then keeps sending frames, unnoticed by the caller),
+again after the sender reset its reader, and from the offer a doorbell carries when it has not
+mapped the segment.
 
 In-process tests over real zmq sockets and a real segment.
 """
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from support import shm_helpers
-from support.shm_helpers import N, attach, ids, shm
+from support.shm_helpers import N, attach, ids, shm, shm_segment
 
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 
@@ -40,6 +43,44 @@ def test_received_ids_are_a_copy_not_a_view_of_the_segment(pair, channel):
     assert got["ids"] == ids()
     assert np.array_equal(got["array"], array)
     assert not got["array"].flags.writeable     # it views the worker's own read-only copy
+
+
+
+def test_the_slot_is_copied_before_it_is_freed(pair, channel, monkeypatch):
+    """Freeing a slot (the receiver's compare-and-swap) hands it back: the sender may write the
+    next message into it at once. Paused just after a successful free while the sender rewrites
+    every slot, the receiver still returns the first message's ids (copied before the free)."""
+    sender, receiver = channel
+    attach(pair, sender, receiver)
+    push, pull = pair
+    release = shm_segment._Segment._release
+    freed, rewritten = threading.Event(), threading.Event()
+    armed = [True]
+
+    def release_then_pause(self, state, expect):
+        done = release(self, state, expect)
+        if done and armed:
+            armed.clear()
+            freed.set()
+            assert rewritten.wait(120), "the sender never rewrote the slots"
+        return done
+
+    def rewrite_every_slot() -> None:
+        assert freed.wait(120), "the receiver never freed the slot"
+        for k in range(sender.slots):
+            sender.dumps({"ids": ids(start=1000 + k)})
+        rewritten.set()
+
+    monkeypatch.setattr(shm_segment._Segment, "_release", release_then_pause)
+    before = sender.stats["shm"]
+    send_pyobj_oob(push, {"ids": ids(start=1)}, channel=sender)
+    with ThreadPoolExecutor(1) as pool:
+        writer = pool.submit(rewrite_every_slot)
+        got = recv_pyobj_oob(pull, channel=receiver)
+        writer.result(timeout=120)
+    assert rewritten.is_set()                    # the sender wrote during the receive
+    assert sender.stats["shm"] == before + 1 + sender.slots
+    assert got["ids"] == ids(start=1)
 
 
 # -- what the receiver attaches to -----------------------------------------------------------------

@@ -3,7 +3,8 @@ name of tokenwire.wire.CODECS, so a new entry of the codec table (frame.h's tw_c
 tokenwire.wire.CODEC_TABLE) is tested here without an edit.
 
 - round trips: `check_round_trip`, `check_round_trip_many` (ids from the codec's range,
-  support.strategies.ids_for_codec);
+  support.strategies.ids_for_codec), and `check_unaligned`: a frame read at every address
+  modulo 8, odd ones included;
 - bounds: `outside_ids` / `check_bounds`, an id just outside the codec's range refused by a
   forced codec with the documented class and message (docs/wire-format.md, "Encoder rules");
 - damage: `sample_frames` (valid frames of the codec), `check_truncations`, `check_bit_flips`,
@@ -77,6 +78,20 @@ def check_round_trip_many(codec: str, seqs: list[list[int]], checksum: bool) -> 
     assert _seqs(tokenwire.decode_many(frame)) == seqs
     _check_header(codec, frame, tuple(len(s) for s in seqs), checksum, multi=True)
     return frame
+
+
+def check_unaligned(frame: bytes, seqs: list[list[int]]) -> None:
+    """`frame` read where it lies at each of 8 consecutive offsets into a larger buffer, so at
+    every address modulo 8 whatever the allocator aligns (odd addresses included, where a
+    2-byte or 4-byte load is unaligned): decode_many (and decode, for a single-sequence frame)
+    give `seqs`, from bytes (which the raw codec views in place) and from a bytearray."""
+    multi = tokenwire.frame_info(frame).multi
+    for offset in range(8):
+        for padded in (b"x" * offset + frame, bytearray(b"x" * offset + frame)):
+            view = memoryview(padded)[offset:]
+            assert _seqs(tokenwire.decode_many(view)) == seqs, f"frame at offset {offset}"
+            if not multi:
+                assert tokenwire.decode(view).tolist() == seqs[0], f"frame at offset {offset}"
 
 
 # ---------------------------------------------------------------------------------------------
