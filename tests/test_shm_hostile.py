@@ -116,6 +116,31 @@ def test_a_forged_sequence_frees_no_slot_of_an_unread_message(pair, key):
         assert receiver._segments[sender._id].published == seq + 1
 
 
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])
+def test_a_real_sequence_with_a_forged_token_frees_no_slot(pair, key):
+    """A sequence is easy to guess, the random token of its record is not: a message naming the
+    sequence of one the sender wrote and has not seen read, with another token, is not
+    published either (so the sender keeps that message's slot)."""
+    push, pull = pair
+    with shm.Sender(slots=1, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
+        attach(pair, sender, receiver, key=key)
+        send_pyobj_oob(push, {"ids": ids(start=1)}, key=key, channel=sender)   # slot 0, unread
+        seq = sender._seq
+        assert receiver._segments[sender._id].has_record(seq, sender._token)
+        forged = _forged(sender, seq, key=key)                # frames only, a made-up token
+        if key is None:
+            assert receiver.loads(forged)["ids"] == "forged"
+        else:
+            with pytest.raises(AuthenticationError, match="bad signature"):
+                receiver.loads(forged, key=key)
+        assert receiver._segments[sender._id].published < seq
+        send_pyobj_oob(push, {"ids": ids(start=2)}, key=key, channel=sender)
+        assert sender.stats["shm"] == 1                       # the ring stayed full
+        assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=1)
+        assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=2)
+
+
 def test_a_forged_doorbell_is_refused(pair, channel):
     """A doorbell naming a slot with a generation the sender never wrote is refused; the real
     messages around it read normally."""

@@ -105,6 +105,20 @@ def test_every_tampering_is_rejected_before_unpickling(attack):
     assert "signature" in str(e.value) or "unsigned" in str(e.value)
 
 
+
+@pytest.mark.parametrize("cut", [1, SIGNATURE_BYTES - 4])
+def test_a_signature_frame_of_another_size_is_no_signature(cut):
+    """A first frame that starts like a signature frame but is not SIGNATURE_BYTES long is not
+    read as one: the message is refused as unsigned, naming the frame's size."""
+    frames = [bytes(f) for f in dumps_oob(request(), key=KEY)]
+    for first in (frames[0][:-cut], frames[0] + bytes(cut)):
+        assert first[:4] == frames[0][:4]
+        with pytest.raises(AuthenticationError, match=rf"unsigned message: the first frame "
+                                                      rf"\({len(first)} bytes\) is not a "
+                                                      rf"tokenwire signature"):
+            loads_oob([first, *frames[1:]], key=KEY)
+
+
 def test_buffer_contents_are_covered_only_with_sign_buffers():
     req = request()
     for sign_buffers in (False, True):
