@@ -1,7 +1,8 @@
-"""`check_pickle`'s memo bound at its boundary: a put's index must be below the pickle's length,
-so each pair here is the smallest index refused (the length itself) and the largest accepted
-(one less), for every opcode that puts to the memo. The hostile pickles far past the bound
-(memo bombs, frames that hide them) are tests/test_hostile.py's."""
+"""`check_pickle`'s bounds at their boundary: a put's index must be below the pickle's length
+(the smallest index refused, the length itself, and the largest accepted, one less, for every
+opcode that puts to the memo), and a counted argument may not claim more bytes than follow its
+count. The hostile pickles far past the bounds (memo bombs, frames that hide them) are
+tests/test_hostile.py's."""
 
 from __future__ import annotations
 
@@ -48,3 +49,17 @@ def test_a_binput_index_is_bounded_by_its_one_byte() -> None:
         assert len(data) == 6
         check_pickle(data)
         assert pickle.loads(data) is None
+
+
+@pytest.mark.parametrize("opcode, name, k", [(b"B", "BINBYTES", 4), (b"\x8e", "BINBYTES8", 8),
+                                             (b"\x96", "BYTEARRAY8", 8)])
+def test_a_count_equal_to_what_follows_passes_one_more_is_refused(opcode, name, k) -> None:
+    """A counted argument may take every byte after its count (4 here: the pickle then ends
+    inside it, where the unpickler stops too), not one more."""
+    def counted(length: int) -> bytes:
+        return b"\x80\x05" + opcode + length.to_bytes(k, "little") + b"abc."
+
+    check_pickle(counted(4))
+    with pytest.raises(pickle.UnpicklingError,
+                       match=re.escape(f"{name} at offset 2 declares 5 bytes, 4 follow it")):
+        check_pickle(counted(5))

@@ -426,6 +426,16 @@ class TestZstd:
         with pytest.raises(WireFormatError, match=r"claims to expand to 1048576 bytes, more than the 64x"):
             tokenwire.decode(frame)
 
+    def test_expansion_bound_at_its_boundary(self) -> None:
+        # 64 times the compressed size passes the bound (these 16 bytes are then no zstd
+        # frame), 4 bytes more do not.
+        body = struct.pack("<Q", 16) + bytes(16)
+        with pytest.raises(WireFormatError, match="it does not start with a zstd frame"):
+            tokenwire.decode(header(codec=0, width=32, flags=0x04, count=256) + body)
+        with pytest.raises(WireFormatError,
+                           match=r"16 bytes claims to expand to 1028 bytes, more than the 64x"):
+            tokenwire.decode(header(codec=0, width=32, flags=0x04, count=257) + body)
+
     def test_corrupt_and_mismatched_payloads(self) -> None:
         import zstandard
 

@@ -6,7 +6,8 @@ tokenwire.wire.CODEC_TABLE) is tested here without an edit.
   support.strategies.ids_for_codec), and `check_unaligned`: a frame read at every address
   modulo 8, odd ones included;
 - bounds: `outside_ids` / `check_bounds`, an id just outside the codec's range refused by a
-  forced codec with the documented class and message (docs/wire-format.md, "Encoder rules");
+  forced codec with the documented class and message (docs/wire-format.md, "Encoder rules"),
+  from a list and from a writable int32 array;
 - damage: `sample_frames` (valid frames of the codec), `check_truncations`, `check_bit_flips`,
   `check_damage` (tests/support/frame_damage.py's edits);
 - golden frames: `golden_fixtures`, the committed frames of tests/fixtures/manifest.json of the
@@ -22,6 +23,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 import tokenwire
@@ -65,6 +67,8 @@ def _check_header(codec: str, frame: bytes, counts: tuple[int, ...], checksum: b
 def check_round_trip(codec: str, ids: list[int], checksum: bool) -> bytes:
     """`ids` through encode(codec=) and back through decode, decode_many and frame_info."""
     frame = tokenwire.encode(ids, codec=codec, checksum=checksum)
+    # A writable int32 buffer is copied and scanned in one pass (not converted): the same frame.
+    assert tokenwire.encode(np.array(ids, np.int32), codec=codec, checksum=checksum) == frame
     out = tokenwire.decode(frame)
     assert type(out) is tokenwire.TokenVector and out.tolist() == ids
     assert _seqs(tokenwire.decode_many(frame)) == [ids]
@@ -133,6 +137,9 @@ def check_bounds(codec: str) -> None:
     for bad, error, one, many in outside_ids(codec):
         e = _raised(lambda: tokenwire.encode([lo, bad], codec=codec))
         assert type(e) is error and str(e).startswith(one), (codec, bad, e)
+        if error is TokenIdError:       # in int32: also from a writable int32 buffer
+            e = _raised(lambda: tokenwire.encode(np.array([lo, bad], np.int32), codec=codec))
+            assert type(e) is error and str(e).startswith(one), (codec, bad, e)
         e = _raised(lambda: tokenwire.encode_many([[lo], [lo, bad]], codec=codec))
         assert type(e) is error and str(e).startswith(many), (codec, bad, e)
 
