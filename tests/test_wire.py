@@ -337,6 +337,8 @@ GOOD = tokenwire.encode([1, 2, 3, 4, 5], codec="raw")          # header(0, 32, 0
         (header(flags=0x02, count=2**62), r"truncated: count table needs 18446744073709551616 bytes, has 0"),
         (header(flags=0x02, count=1) + struct.pack("<II", 0, 9),
          r"nonzero padding byte at offset 20, after the count table"),
+        (header(flags=0x02, count=1) + struct.pack("<II", 0, 9 << 24),    # the last one
+         r"nonzero padding byte at offset 23, after the count table"),
         (header(flags=0x02, count=2) + struct.pack("<II", 2**32 - 1, 2**32 - 1),
          r"truncated: payload needs 34359738360 bytes, has 0"),
         (header(codec=2, width=3, count=1) + b"\x08", r"nonzero padding bits after the last id"),
