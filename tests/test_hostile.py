@@ -752,7 +752,7 @@ class Flipper:
         out = fn()
         return out, self.writes != before
 
-    def calls(self, fn, *, want: int = 20, seconds: float = 30.0):  # type: ignore[no-untyped-def]
+    def calls(self, fn, *, want: int = 20, seconds: float = 120.0):  # type: ignore[no-untyped-def]
         """Call fn until the writer has run during `want` calls, for at most `seconds` (on a busy
         machine the threads overlap less often); yields each result. `self.overlapped` counts
         the calls the writer ran during -- the caller asserts it is large enough."""
