@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -131,8 +131,10 @@ def _after(results: Sequence[Result]) -> None:
     for n in sorted({r.isl for r in results}):
         data = _wire_bytes(n)
         tv = tokenwire.as_tokens(token_stream(n))
-        for fmt, group, reader in (("msgpack", G_MP_DEC, TW_READ), ("json", G_JS_DEC, TW_READ),
-                                   ("protobuf", G_PB_DEC, TW_READ + " (field=2)")):
+        formats: tuple[tuple[Literal["msgpack", "json", "protobuf"], str, str], ...] = (
+            ("msgpack", G_MP_DEC, TW_READ), ("json", G_JS_DEC, TW_READ),
+            ("protobuf", G_PB_DEC, TW_READ + " (field=2)"))
+        for fmt, group, reader in formats:
             row = next(r for r in results if r.isl == n and r.group == group and r.name == reader)
             floor = next(r for r in results if r.isl == n and r.group == group
                          and r.name == MEMCPY)
