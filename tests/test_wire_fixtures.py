@@ -112,9 +112,12 @@ def test_every_rejection_rule_has_a_negative_fixture() -> None:
 def _decoder_sources() -> list[pathlib.Path]:
     """Where the decoders build their messages: the Cython sources (an installed tokenwire
     ships them beside the extension; a source tree has them in tokenwire/), the C header both
-    decoders share (frame.h: the header, count-table and frame checks), then the C++ header."""
+    decoders share (frame.h: the header, count-table and frame checks), then the C++ header.
+    Not _wires.pxi: it reads other formats' arrays (tokenwire.wires), not frames; its messages
+    are tests/test_wires.py's."""
     for package in (pathlib.Path(tokenwire.__file__).parent, ROOT / "tokenwire"):
-        cython = sorted([*package.glob("*.pyx"), *package.glob("*.pxi")])
+        cython = sorted(p for p in [*package.glob("*.pyx"), *package.glob("*.pxi")]
+                        if p.name != "_wires.pxi")
         if cython:
             break
     include = pathlib.Path(tokenwire.get_include()) / "tokenwire"

@@ -54,8 +54,8 @@ def _from_stubs(app: Any, what: str, name: str, obj: Any, options: Any, signatur
         return None                  # given in the directive: see _class_signatures
     if what == "method":
         owner, key = _CLASSES.get(parts[-2]), ".".join(parts[-2:])
-    else:
-        owner, key = obj, parts[-1]
+    else:                            # a re-export (tokenwire.wires.read) by its own name
+        owner, key = obj, getattr(obj, "__name__", parts[-1])
     if getattr(owner, "__module__", None) != "tokenwire._core" or key not in SIGNATURES:
         return None
     return SIGNATURES[key]
@@ -94,6 +94,15 @@ def _constant_doc(app: Any, what: str, name: str, obj: Any, options: Any,
         lines[:] = DOC_COMMENTS.get(name.rsplit(".", 1)[1], [])
 
 
+def _embedded_signature(app: Any, what: str, name: str, obj: Any, options: Any,
+                        lines: list[str]) -> None:
+    """Cython's embedded signature line, which autodoc strips only where the documented name is
+    the function's own (a re-export as tokenwire.wires.read keeps `read_wire(...)`)."""
+    own = getattr(obj, "__name__", None)
+    if what == "function" and own and lines and lines[0].startswith(f"{own}("):
+        del lines[:2 if len(lines) > 1 and not lines[1].strip() else 1]
+
+
 def _expand(app: Any, docname: str, source: list[str]) -> None:
     """Two things autodoc does not do for an extension or a re-export: `.. autoclass::
     tokenwire.X` of an extension type gets the signature of `X.__new__` in the stubs, and
@@ -120,3 +129,4 @@ def setup(app: Any) -> None:
     app.connect("source-read", _expand)
     app.connect("autodoc-process-signature", _from_stubs)
     app.connect("autodoc-process-docstring", _constant_doc)
+    app.connect("autodoc-process-docstring", _embedded_signature)
