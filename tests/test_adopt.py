@@ -1,4 +1,4 @@
-"""Adopting a class (tokenwire/adopt.py): the TokenwireMixin base class, the token_fields
+"""Adopting a class (tokenwire/state.py): the TokenwireMixin base class, the token_fields
 decorator and the field line alone; copies; subclasses (each configured from its own
 attributes); classes with their own __getstate__ / __setstate__; slots of base classes; generic
 classes. Adopting the request classes of real serving stacks is tests/test_adoption.py."""

@@ -1,7 +1,8 @@
-"""The request layer's seams: tokenwire.state owns the pickled format and reaches a token field
-only through the methods tokenwire.state._FieldProtocol declares; a class is adopted through one
-hook, by a field line as by ``token_fields``; tokenwire's modules import one another in one
-direction only, and the request layer's modules never import each other from a function."""
+"""The request layer's seams: tokenwire.state owns the pickled format and the adoption of a
+class, and reaches a token field only through the field's own methods, never through what an
+instance stores for it; a class is adopted one way, by a field line as by ``token_fields``;
+tokenwire's modules import one another in one direction only, and the request layer's modules
+never import each other from a function."""
 
 from __future__ import annotations
 
@@ -17,15 +18,13 @@ import numpy as np
 import pytest
 
 import tokenwire
-import tokenwire.adopt
 import tokenwire.fields
 import tokenwire.state
 from tokenwire import GenerationRequest, TokenIds, TokenVector, TokenwireMixin, token_fields
-from tokenwire.state import _MISSING, _FieldProtocol
 
 PACKAGE = Path(tokenwire.__file__).parent
 #: The request layer: the modules that must not import each other from a function.
-LAYER = {"tokenwire.state", "tokenwire.fields", "tokenwire.adopt", "tokenwire.request"}
+LAYER = {"tokenwire.state", "tokenwire.fields", "tokenwire.request"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,9 +102,9 @@ def test_no_module_of_the_package_imports_back_a_module_that_imports_it() -> Non
     # Every import counts, at the top of a module or in a function (run time).
     graph = {m: {name for name, _, _ in _imports(m) if name != m} for m in _module_names()}
     assert _cycle(graph) is None
-    # The request layer's direction: the format below the field, the field below adoption.
-    assert "tokenwire.fields" in graph["tokenwire.adopt"]
+    # The request layer's direction: the state (format and adoption) below the field.
     assert "tokenwire.state" in graph["tokenwire.fields"]
+    assert "tokenwire.fields" not in graph["tokenwire.state"]
 
 
 def test_the_request_layer_never_imports_itself_from_a_function() -> None:
@@ -172,7 +171,7 @@ def _source_tree(module: str) -> ast.AST:
     return ast.parse((PACKAGE / f"{module.rsplit('.', 1)[1]}.py").read_text())
 
 
-@pytest.mark.parametrize("module", ["tokenwire.state", "tokenwire.adopt"])
+@pytest.mark.parametrize("module", ["tokenwire.state"])
 def test_state_and_adoption_never_look_into_what_an_instance_stores(module: str) -> None:
     # The holder, its attributes and the descriptor's storage helpers are tokenwire.fields' own.
     names = {"_TokenField", "_fresh", "_kind_of", "_all_ints"}
@@ -184,64 +183,24 @@ def test_state_and_adoption_never_look_into_what_an_instance_stores(module: str)
     assert {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} & attributes == set()
 
 
-def test_token_ids_implements_every_method_of_the_protocol() -> None:
-    declared = [n for n, v in vars(_FieldProtocol).items() if callable(v) and n[:2] != "__"]
-    assert {"_state_ids", "_held", "_as_is", "_listed", "_deepcopy_into",
-            "summary"} <= set(declared)
-    assert [n for n in declared if getattr(TokenIds, n) is getattr(_FieldProtocol, n)] == []
-    assert isinstance(GenerationRequest.__dict__["prompt_token_ids"], _FieldProtocol)
+def test_a_token_field_is_one_its_class_declared() -> None:
+    # The state finds a class's token fields by what the field lines (and token_fields)
+    # declared, resolved as attribute lookup resolves them: a TokenIds put on a class without
+    # being declared there (no __set_name__) is not one, a subclass's plain attribute hides one.
+    class Req:
+        ids = TokenIds()
 
+    stray = TokenIds()
+    Req.extra = stray                       # type: ignore[attr-defined]
 
-class _ListField(_FieldProtocol):
-    """A token field of another kind: the ids always kept as a plain list."""
+    class Plain(Req):
+        ids = None                          # type: ignore[assignment]
 
-    codec = "raw"
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        return self if obj is None else obj.__dict__[self.name]
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        obj.__dict__[self.name] = list(value)
-
-    def _state_ids(self, obj: Any, value: Any) -> tuple[Any, Any]:
-        return tokenwire.as_tokens(value), False
-
-    def _held(self, vector: TokenVector, kind: Any) -> Any:
-        return vector.tolist()
-
-    def _as_is(self, value: Any) -> Any:
-        return value
-
-    def _listed(self, value: Any) -> Any:
-        return value
-
-    def _deepcopy_into(self, obj: Any, attrs: dict[str, Any], memo: dict[int, Any]) -> None:
-        value = obj.__dict__.get(self.name, _MISSING)
-        if value is not _MISSING:
-            attrs[self.name] = list(value)
-
-    def summary(self, obj: Any) -> str:
-        return f"<{len(obj.__dict__[self.name])} ids>"
-
-
-class _ListReq(TokenwireMixin):
-    ids = _ListField()
-
-
-def test_any_implementation_of_the_protocol_is_a_token_field() -> None:
-    # The state format and TokenwireMixin ask the field, whatever it is, and nothing else.
-    req = _ListReq()
-    req.ids = range(5)
-    state = req.__getstate__()
-    assert type(state["ids"]) is TokenVector and state["ids"] == [0, 1, 2, 3, 4]
-    back = pickle.loads(pickle.dumps(req, protocol=5))
-    assert type(vars(back)["ids"]) is list and back.ids == [0, 1, 2, 3, 4]
-    deep = copy.deepcopy(req)
-    assert deep.ids == req.ids and deep.ids is not req.ids
-    assert repr(req) == "_ListReq(ids=<5 ids>)"
+    assert [n for n, _ in tokenwire.state._config(Req).fields] == ["ids"]
+    assert tokenwire.state._config(Plain).fields == ()
+    req = Req()
+    req.ids = [1, 2, 3]
+    assert type(req.__getstate__()["ids"]) is TokenVector
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,9 +230,7 @@ def test_each_payload_form_of_the_format() -> None:
     assert _payload(array.array("d", [1.0])) == {"as_is": array.array("d", [1.0])}
 
 
-def test_the_adoption_hook_is_the_one_of_tokenwire_adopt() -> None:
-    assert tokenwire.fields._adoption_hook is tokenwire.adopt._adopt
-
+def test_a_field_line_and_token_fields_adopt_a_class_alike() -> None:
     class Line:
         ids = TokenIds()
 

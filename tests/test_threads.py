@@ -116,7 +116,7 @@ def test_importing_tokenwire_keeps_the_gil_off() -> None:
         import importlib, sys
         assert not sys._is_gil_enabled(), "the GIL is on before any import"
         names = ["tokenwire", "tokenwire.transport", "tokenwire.shm", "tokenwire.text",
-                 "tokenwire.unpickle", "tokenwire.state", "tokenwire.adopt", "tokenwire.memory",
+                 "tokenwire.unpickle", "tokenwire.state", "tokenwire.memory",
                  "tokenwire.wire", "tokenwire.cli"]
         for extra, name in (("msgspec", "tokenwire.msgspec"), ("pydantic_core", "tokenwire")):
             try:

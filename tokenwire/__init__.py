@@ -19,11 +19,10 @@ from tokenwire._core import (
 )
 from tokenwire._interop import json_default
 from tokenwire._version import __version__ as __version__
-from tokenwire.adopt import TokenwireMixin, token_fields
 from tokenwire.errors import TokenIdError, TokenwireError, WireFormatError
-from tokenwire.fields import TokenIds, token_buffer
+from tokenwire.fields import TokenIds, token_buffer, token_fields
 from tokenwire.request import GenerationRequest
-from tokenwire.state import list_on_wire
+from tokenwire.state import TokenwireMixin, list_on_wire
 from tokenwire.text import from_base64, to_base64
 from tokenwire.unpickle import find_class
 
@@ -63,7 +62,7 @@ __all__ = [
 #: Submodules reachable as attributes of the package (``tokenwire.msgspec.enc_hook`` after a bare
 #: ``import tokenwire``), imported on first use: ``import tokenwire`` never imports msgspec,
 #: pyzmq or pydantic.
-_SUBMODULES = frozenset({"adopt", "errors", "fields", "memory", "msgspec", "request", "shm",
+_SUBMODULES = frozenset({"errors", "fields", "memory", "msgspec", "request", "shm",
                          "state", "text", "transport", "unpickle", "wire"})
 
 if not TYPE_CHECKING:      # type checkers see the submodules through their imports

@@ -7,13 +7,16 @@ from __future__ import annotations
 import array
 import threading
 import copy
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from tokenwire._core import TokenVector, as_tokens, check_codec
 from tokenwire.errors import WireFormatError, _describe
-from tokenwire.state import _MISSING, _FieldProtocol
+from tokenwire.state import _adopt
 
-__all__: list[str] = []       # TokenIds and token_buffer are public as tokenwire.X
+__all__: list[str] = []       # TokenIds, token_fields and token_buffer are public as tokenwire.X
+
+#: "No value": a field without a default, an attribute absent from an instance or a class.
+_MISSING: Any = object()
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,26 +158,6 @@ def _fresh(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------------------------
-# The adoption hook
-
-
-def _no_adoption_hook(cls: type, list_on_wire: Optional[bool] = None) -> None:
-    raise RuntimeError("tokenwire.adopt is not imported: `import tokenwire` imports it")
-
-
-#: ``hook(cls, list_on_wire=None)`` gives `cls` tokenwire's pickling and copying: the one way a
-#: class is adopted, by a field line (``TokenIds.__set_name__``) as by ``token_fields``. It is
-#: tokenwire.adopt's ``_adopt``, installed by `_install_adoption_hook` when tokenwire.adopt is
-#: imported -- by ``import tokenwire``, which runs before any module can declare a field.
-_adoption_hook: Callable[..., None] = _no_adoption_hook
-
-
-def _install_adoption_hook(hook: Callable[..., None]) -> None:
-    global _adoption_hook
-    _adoption_hook = hook
-
-
-# --------------------------------------------------------------------------------------------
 # The descriptor
 
 
@@ -212,12 +195,12 @@ def _field_error(exc: Exception, where: str) -> Exception:
     return type(exc)(f"{where}: {exc}")
 
 
-class TokenIds(_FieldProtocol):
+class TokenIds:
     """A token-id field: reads as a ``list[int]`` built lazily from a native int32 buffer.
 
     One line per field, on a plain class or a dataclass -- the line adopts the class (it gets
     tokenwire's ``__getstate__`` / ``__setstate__`` / ``__copy__`` / ``__deepcopy__``, see
-    tokenwire.adopt)::
+    tokenwire.state)::
 
         @dataclass
         class TokenizedGenerateReqInput:
@@ -265,15 +248,8 @@ class TokenIds(_FieldProtocol):
         self.__doc__ = doc
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self._bind(owner, name)
-        _adoption_hook(owner)          # the line adopts its class
-
-    def _bind(self, owner: type, name: str) -> None:
-        """Name the field `name` and record it among `owner`'s token fields."""
         self.name = name
-        names = owner.__dict__.get("_tokenwire_names", ())
-        if name not in names:
-            setattr(owner, "_tokenwire_names", (*names, name))
+        _adopt(owner, {name: self})          # the line adopts its class
 
     def __repr__(self) -> str:
         return f"TokenIds(name={self.name!r}, codec={self.codec!r})"
@@ -412,7 +388,7 @@ class TokenIds(_FieldProtocol):
         tail = ", ".join(_describe(ids[i]) for i in range(n - 3, n))
         return f"<{n} ids: [{head}, ..., {tail}]>"
 
-    # -- the field protocol (tokenwire.state._FieldProtocol) --------------------------------
+    # -- what the pickled state (tokenwire.state) asks of a field ----------------------------
 
     def _state_ids(self, obj: Any, value: Any) -> tuple[Any, Union[bool, str, None]]:
         try:
@@ -462,6 +438,81 @@ class TokenIds(_FieldProtocol):
             attrs[name] = memo[id(value)] = value[:]       # a memcpy
         else:
             attrs[name] = copy.deepcopy(value, memo)
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def token_fields(*names: str, codec: str = "raw",
+                 list_on_wire: Optional[bool] = None) -> Callable[[_C], _C]:
+    """Class decorator: make the attributes `names` token-id fields (TokenIds) and give the class
+    tokenwire's pickling and copying -- without touching its bases, annotations, field lines or
+    signature. (Writing ``input_ids: List[int] = TokenIds()`` on the field line does the same
+    for that field; the decorator is for classes whose lines stay as they are.)
+
+    Above or below ``@dataclass``, the fields keep their place in ``__init__`` (positional
+    construction, fields without defaults after them) and their defaults (``= None``),
+    and ``dataclasses.fields/asdict/astuple/replace``, the generated ``__eq__`` and ``__repr__``
+    behave as before::
+
+        @tokenwire.token_fields("input_ids")
+        @dataclass
+        class TokenizedGenerateReqInput:
+            rid: str
+            input_text: str
+            input_ids: List[int]
+            ...
+
+    On a dataclass every name must be one of its fields (TypeError otherwise). Below
+    ``@dataclass``, a field line ``= dataclasses.field(...)`` is refused (TypeError: write the
+    decorator above ``@dataclass``); a plain default (``= None``) is kept.
+
+    A ``__getstate__`` / ``__setstate__`` the class has (its own or a base's) is wrapped, not
+    replaced: tokenwire's ``__getstate__`` calls it and sends the token fields in the dict it
+    returns as buffers; tokenwire's ``__setstate__`` checks and converts them, then calls it
+    with the state (token fields as tokenwire's holders: store them with ``__dict__.update`` or
+    ``setattr``). ``__copy__`` / ``__deepcopy__`` / ``__reduce__`` the class has are kept.
+    Slots of base classes are pickled and copied. Instances need a ``__dict__``
+    (``@dataclass(slots=True)`` is refused)."""
+    for name in names:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"token_fields() takes attribute names, got {_describe(name)}")
+    check_codec(codec)
+
+    def decorate(cls: _C) -> _C:
+        import dataclasses     # here: it imports inspect and ast, which `import tokenwire` skips
+        if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
+            raise TypeError(f"token_fields({cls.__name__}): instances need a __dict__, "
+                            f"the class has __slots__ without one")
+        defaults: dict[str, Any] = {}
+        fields: dict[str, TokenIds] = {}
+        if dataclasses.is_dataclass(cls):
+            known = {f.name: f for f in dataclasses.fields(cls)}
+            for name in names:
+                if name not in known:
+                    raise TypeError(f"token_fields({cls.__name__}): {_describe(name)} is not "
+                                    f"a field of the dataclass (its fields: {', '.join(known)})")
+                if known[name].default is not dataclasses.MISSING:
+                    defaults[name] = known[name].default
+        else:
+            for name in names:
+                attr = vars(cls).get(name, _MISSING)
+                if isinstance(attr, dataclasses.Field):
+                    raise TypeError(f"token_fields({cls.__name__}): {_describe(name)} is a "
+                                    f"dataclasses.field(...): write @token_fields above @dataclass")
+                if isinstance(attr, TokenIds):
+                    attr = attr.default
+                if attr is not _MISSING:
+                    defaults[name] = attr          # the class attribute stays the default
+        for name in names:
+            desc = TokenIds(codec=codec, default=defaults.get(name, _MISSING))
+            desc.name = name
+            setattr(cls, name, desc)
+            fields[name] = desc
+        _adopt(cls, fields, list_on_wire, built=True)
+        return cls
+
+    return decorate
 
 
 def token_buffer(obj: Any, name: str) -> Optional[TokenVector]:

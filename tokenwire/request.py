@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from tokenwire._core import TokenVector
-from tokenwire.adopt import TokenwireMixin
+from tokenwire.state import TokenwireMixin
 from tokenwire.fields import TokenIds
 
 # Named by pickles: tokenwire.fields pins the holder's pickled name to this module.

@@ -1,20 +1,27 @@
-"""The pickled state of a class with token fields: its format -- the state dict and what each
-token field contributes to it -- the protocol a token field answers for it, the per-class
-configuration that writes and checks it, and the process-wide "list on the wire" switch for
-rolling upgrades.
+"""How a class gets tokenwire's pickled state: the state's format -- the state dict and what
+each token field contributes to it --, the per-class configuration that writes and checks it,
+``_adopt``, which gives a class tokenwire's ``__getstate__`` / ``__setstate__`` / copying (run
+by a ``TokenIds`` field line and by ``token_fields``), the ``TokenwireMixin`` base class
+(``__repr__`` and a per-class ``list_on_wire=``), and the process-wide "list on the wire"
+switch for rolling upgrades.
 See docs/design.md, "tokenwire/state.py"."""
 
 from __future__ import annotations
 
+import copy
 import copyreg
 import functools
+import reprlib
 import threading
 import types
-from typing import Any, Optional, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, cast
 
 from tokenwire._core import TokenVector, _claim_state, _restore_shared, decode, encode
 from tokenwire._envflag import env_flag
 from tokenwire.errors import WireFormatError, _describe
+
+if TYPE_CHECKING:
+    from tokenwire.fields import TokenIds
 
 __all__ = ["STATE_VERSION"]       # list_on_wire is public as tokenwire.list_on_wire
 
@@ -33,54 +40,6 @@ _MISSING: Any = object()
 
 
 # --------------------------------------------------------------------------------------------
-# The field protocol: what the state format, the per-class configuration, copying and __repr__
-# ask of a token field
-
-
-class _FieldProtocol:
-    """A token field: a class attribute that is an instance of this class is a token field of
-    the classes that resolve its name to it (`_Config`). tokenwire.fields.TokenIds implements
-    it; the state format and tokenwire.adopt use a field through these methods only, never
-    through what an instance stores for it."""
-
-    __slots__ = ()
-
-    #: The attribute name (set when the field is bound to its class).
-    name: str
-    #: How the ids are sent: "raw" (a TokenVector) or a wire codec (a frame).
-    codec: str
-
-    def _state_ids(self, obj: Any, value: Any) -> tuple[Any, Union[bool, str, None]]:
-        """What the state sends for `value`, what `obj` stores for the field (not None):
-        ``(vector, kind)`` for int32 ids -- a TokenVector, and the kind of container they are,
-        False a list, True a tuple, a typecode an ``array.array``; ``(value, None)`` for a value
-        that is not int32 ids, as the unmodified class holds it."""
-        raise NotImplementedError
-
-    def _held(self, vector: TokenVector, kind: Any) -> Any:
-        """What an instance stores for ids received as `vector`, read back as `kind`; a kind
-        that cannot be read back raises WireFormatError."""
-        raise NotImplementedError
-
-    def _as_is(self, value: Any) -> Any:
-        """What an instance stores for a value received as it is."""
-        raise NotImplementedError
-
-    def _listed(self, value: Any) -> Any:
-        """The stored `value` as the unmodified class held it (list form), caching nothing."""
-        raise NotImplementedError
-
-    def _deepcopy_into(self, obj: Any, attrs: dict[str, Any], memo: dict[int, Any]) -> None:
-        """Set the field in `attrs` (a new object's ``__dict__``) to a deep copy of the field
-        of `obj`, as ``copy.deepcopy`` does for a plain attribute; nothing when unset."""
-        raise NotImplementedError
-
-    def summary(self, obj: Any) -> str:
-        """A short description of the field of `obj` for ``__repr__``."""
-        raise NotImplementedError
-
-
-# --------------------------------------------------------------------------------------------
 # One field's payload: written by `_field_payload`, read by `_field_from_payload`
 
 #: Types of a payload that is the ids: a vector, or a frame.
@@ -96,7 +55,7 @@ def _marks_held(payload: Any) -> bool:
             and (len(payload) == 1 or type(payload[1]) is str))
 
 
-def _field_payload(field: _FieldProtocol, obj: Any, value: Any) -> Any:
+def _field_payload(field: TokenIds, obj: Any, value: Any) -> Any:
     """The payload of `field` for `value`, what `obj` stores for it."""
     if value is None:
         return None
@@ -112,7 +71,7 @@ def _field_payload(field: _FieldProtocol, obj: Any, value: Any) -> Any:
     return (payload,) if kind is True else (payload, kind)
 
 
-def _held_from_payload(field: _FieldProtocol, owner: str, name: str, payload: Any,
+def _held_from_payload(field: TokenIds, owner: str, name: str, payload: Any,
                        kind: Any) -> Any:
     """What an instance stores for ids sent as a TokenVector or a wire frame (bytes; a latin-1
     str below protocol 3). One frame named by many fields or objects is decoded (a mutable one
@@ -130,7 +89,7 @@ def _held_from_payload(field: _FieldProtocol, owner: str, name: str, payload: An
         raise WireFormatError(f"{owner} state key {_describe(name)}: {exc}") from None
 
 
-def _field_from_payload(field: _FieldProtocol, owner: str, name: str, payload: Any) -> Any:
+def _field_from_payload(field: TokenIds, owner: str, name: str, payload: Any) -> Any:
     """What an instance stores for `field` (under `name` in a state of class `owner`) from its
     payload. Anything that is not a payload is hostile or damaged: WireFormatError naming the
     key."""
@@ -182,6 +141,8 @@ def list_on_wire(enabled: Optional[bool] = None) -> bool:
 # resolves it -- by the first class in the MRO that defines it.
 
 _CONFIG_ATTR = "_tokenwire_config"
+#: A class's own token fields, ``{name: field}``: set by the field as it is bound (`_declare`).
+_FIELDS_ATTR = "_tokenwire_fields"
 _ACCEPTED_CACHE_MAX = 1024
 
 
@@ -193,15 +154,19 @@ class _Config:
 
     def __init__(self, cls: type) -> None:
         resolved: dict[str, Any] = {}
+        declared: dict[str, Any] = {}
         for klass in reversed(cls.__mro__):        # later (more derived) classes win
             # A copy taken at once (the class dict's own copy, under its lock without the
             # GIL): another thread may add to the class meanwhile (its cached configuration,
             # copyreg's __slotnames__), which iterating the live dict would trip over.
-            resolved.update(vars(klass).copy())
-        #: (name, field) of every token field, base classes' included, base order.
+            own = vars(klass).copy()
+            resolved.update(own)
+            declared.update(own.get(_FIELDS_ATTR, {}))
+        #: (name, field) of every token field, base classes' included, base order: a name the
+        #: class resolves to the very field a class of its MRO declared under that name.
         _check_no_slot_fields(cls)
-        self.fields: tuple[tuple[str, _FieldProtocol], ...] = tuple(
-            (n, a) for n, a in resolved.items() if isinstance(a, _FieldProtocol))
+        self.fields: tuple[tuple[str, TokenIds], ...] = tuple(
+            (n, a) for n, a in resolved.items() if declared.get(n, _MISSING) is a)
         self.keys = frozenset(n for n, _ in self.fields)
         self.fieldmap = dict(self.fields)
         #: Names a pickled state may not set in __dict__: data descriptors (properties,
@@ -226,7 +191,7 @@ class _Config:
 def _check_no_slot_fields(cls: type) -> None:
     """TypeError when a slot took the place of a token field (``@dataclass(slots=True)`` rebuilds
     the class from its namespace without the field's descriptor)."""
-    for name in getattr(cls, "_tokenwire_names", ()):
+    for name in getattr(cls, _FIELDS_ATTR, {}):
         if isinstance(getattr(cls, name, None), types.MemberDescriptorType):
             raise TypeError(
                 f"{cls.__name__}.{name} is a token field, and the class stores it in a slot "
@@ -409,3 +374,200 @@ def _reduce_frames_as_text(obj: Any, rv: Any) -> Any:
         if desc.codec != "raw" and name in state:
             state[name] = _frames_as_text(state[name])
     return (*rv[:2], state if slots is _MISSING else (state, slots), *rv[3:])
+
+
+# --------------------------------------------------------------------------------------------
+# Adoption: the mixin and the hook
+
+
+class _ShortRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        # reprlib writes every digit first: an int of more than 4300 digits would raise
+        return _describe(x, limit=self.maxlong)
+
+
+_short = _ShortRepr()
+_short.maxstring = 60
+_short.maxother = 80
+_short.maxlist = 6
+_short.maxdict = 6
+
+
+# --------------------------------------------------------------------------------------------
+# The mixin
+
+
+class TokenwireMixin:
+    """Pickling, copying and ``__repr__`` for a class with ``TokenIds`` fields.
+
+    Instances need a ``__dict__`` (the fields keep their storage there); slots of base classes
+    are pickled and copied too. See tokenwire.state for the state format.
+    ``class Req(TokenwireMixin, list_on_wire=True)`` pickles this class's token fields as plain
+    lists regardless of the process-wide ``list_on_wire()``. Every subclass gets its own
+    configuration: a subclass that overrides a field with a plain attribute has a plain
+    attribute there, one that adds a property keeps states from setting it.
+    """
+
+    #: True/False: this class's choice of list-on-the-wire; None: follow ``list_on_wire()``.
+    _tokenwire_list_on_wire: ClassVar[Optional[bool]] = None
+
+    def __init_subclass__(cls, list_on_wire: Optional[bool] = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_no_slot_fields(cls)
+        if list_on_wire is not None:
+            cls._tokenwire_list_on_wire = bool(list_on_wire)
+
+    # -- pickling ------------------------------------------------------------------------------
+
+    def __getstate__(self) -> Any:
+        config = _config(type(self))       # configuration is read from the class, never the instance
+        state = _to_state(self, config, self.__dict__)
+        if config.slotnames:
+            slots = _slot_values(self, config.slotnames)
+            if slots:
+                return state, slots
+        return state
+
+    def __setstate__(self, state: Any) -> None:
+        updates, slots = _checked_state(type(self), state, strict=True)
+        attrs = self.__dict__
+        for key, value in updates.items():
+            if value is _MISSING:
+                attrs.pop(key, None)
+            else:
+                attrs[key] = value
+        for key, value in slots.items():
+            object.__setattr__(self, key, value)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        rv = object.__reduce_ex__(self, protocol)
+        if protocol >= 3 or not _config(type(self)).frames:
+            return rv
+        return _reduce_frames_as_text(self, rv)
+
+    # -- copying: the buffer is shared (immutable) or memcpy'd, never copied per token ---------
+
+    def __copy__(self) -> Any:
+        # Like a plain object's shallow copy: the same list (and the same held ids) is shared.
+        cls = type(self)
+        config = _config(cls)
+        new = cls.__new__(cls)
+        new.__dict__.update(self.__dict__)
+        for key, value in _slot_values(self, config.slotnames).items():
+            object.__setattr__(new, key, value)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        cls = type(self)
+        config = _config(cls)
+        new = cls.__new__(cls)
+        memo[id(self)] = new
+        keys = config.keys
+        new_attrs = new.__dict__
+        for key, value in self.__dict__.items():
+            if key not in keys:
+                new_attrs[key] = copy.deepcopy(value, memo)
+        for _, field in config.fields:
+            field._deepcopy_into(self, new_attrs, memo)     # shares or memcpys the ids
+        for key, value in _slot_values(self, config.slotnames).items():
+            object.__setattr__(new, key, copy.deepcopy(value, memo))
+        return new
+
+    # -- repr ----------------------------------------------------------------------------------
+
+    def __repr__(self) -> str:
+        config = _config(type(self))
+        parts = [f"{name}={desc.summary(self)}" for name, desc in config.fields]
+        keys = config.keys
+        parts += [
+            f"{key}={_short.repr(value)}"
+            for key, value in self.__dict__.items()
+            if key not in keys and not key.startswith("_")
+        ]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+_OURS = {vars(TokenwireMixin)[m] for m in ("__getstate__", "__setstate__", "__reduce_ex__",
+                                          "__copy__", "__deepcopy__")}
+
+
+def _wrap_getstate(user: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """The class's own __getstate__, then tokenwire's conversion of the token fields in the
+    dict (or (dict, slots)) it returns; any other state is left as the class made it."""
+    @functools.wraps(user)
+    def __getstate__(self: Any) -> Any:
+        state = user(self)
+        config = _config(type(self))
+        if type(state) is dict:
+            return _to_state(self, config, state)
+        if type(state) is tuple and len(state) == 2 and type(state[0]) is dict:
+            return _to_state(self, config, state[0]), state[1]
+        return state
+    _OURS.add(__getstate__)
+    return __getstate__
+
+
+def _wrap_setstate(user: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """tokenwire's checks and conversion of the token fields (payloads to what an instance
+    stores; a class-level setting is never taken), then the class's own __setstate__ with the
+    converted state, in the shape it was sent."""
+    @functools.wraps(user)
+    def __setstate__(self: Any, state: Any) -> None:
+        shaped = type(state) is tuple and len(state) == 2 and all(
+            part is None or type(part) is dict for part in state)
+        if type(state) is dict or shaped:
+            updates, slots = _checked_state(type(self), state, strict=False)
+            clean = {k: v for k, v in updates.items() if v is not _MISSING}
+            state = (clean, slots or None) if shaped else clean
+        user(self, state)
+    _OURS.add(__setstate__)
+    return __setstate__
+
+
+def _own_method(cls: type, name: str) -> Any:
+    """What `cls` resolves `name` to, unless that is object's default or tokenwire's own."""
+    method = getattr(cls, name, None)
+    if method is None or method is getattr(object, name, None) or method in _OURS:
+        return None
+    return method
+
+
+def _adopt(cls: type, fields: dict[str, TokenIds], list_on_wire: Optional[bool] = None, *,
+           built: bool = False) -> None:
+    """Declare `fields` (``{name: field}``, each already named) token fields of `cls` and give
+    `cls` tokenwire's pickling and copying (idempotent): a ``__getstate__`` / ``__setstate__``
+    it has is wrapped, ``__copy__`` / ``__deepcopy__`` / ``__reduce__`` it has are kept. The
+    one way a class is adopted: run by ``TokenIds.__set_name__`` (the field line adopts its
+    class, while the class is being made: its configuration is computed on first use) and by
+    ``token_fields`` (with `built`: the class is complete, its configuration is computed and
+    checked now)."""
+    setattr(cls, _FIELDS_ATTR, {**vars(cls).get(_FIELDS_ATTR, {}), **fields})
+    if type(cls).__module__.split(".")[0] == "msgspec":            # StructMeta
+        raise TypeError(f"{cls.__name__} is a msgspec.Struct: it pickles its field values, type "
+                        f"the field tokenwire.TokenVector instead of using TokenIds "
+                        f"(docs/adopting.md, section 7)")
+    if "__slots__" in vars(cls) and "__dict__" not in vars(cls)["__slots__"]:
+        raise TypeError(f"{cls.__name__}: token fields keep their ids in the instance __dict__, "
+                        f"and the class has __slots__ without one")
+    getstate, setstate = _own_method(cls, "__getstate__"), _own_method(cls, "__setstate__")
+    mixin = vars(TokenwireMixin)
+    if getstate is not None:
+        setattr(cls, "__getstate__", _wrap_getstate(getstate))
+    elif getattr(cls, "__getstate__", None) not in _OURS:
+        setattr(cls, "__getstate__", mixin["__getstate__"])
+    if setstate is not None:
+        setattr(cls, "__setstate__", _wrap_setstate(setstate))
+    elif getattr(cls, "__setstate__", None) not in _OURS:
+        setattr(cls, "__setstate__", mixin["__setstate__"])
+    if getattr(cls, "__reduce_ex__") is object.__reduce_ex__ and \
+            getattr(cls, "__reduce__") is object.__reduce__:
+        setattr(cls, "__reduce_ex__", mixin["__reduce_ex__"])
+    for method in ("__copy__", "__deepcopy__"):
+        if getattr(cls, method, None) is None:
+            setattr(cls, method, mixin[method])
+    if list_on_wire is not None:
+        setattr(cls, "_tokenwire_list_on_wire", bool(list_on_wire))
+    if built:
+        _reconfigure(cls)
+    else:
+        _forget_config(cls)    # computed on first use, once the class is complete
