@@ -16,7 +16,7 @@
   python -m bench shm        the shared-memory channel (tokenwire.shm) against in-band and
                              out-of-band frames, by size; a slot against memcpy (--quick)
   python -m bench malloc     peak and final RSS of a torch-like process, tokenwire's glibc malloc
-                             settling on against off (tokenwire.memory.malloc_settling)
+                             settling on against off (tokenwire._core.malloc_settling)
   python -m bench net        proxy and worker in two network namespaces over TCP (rate-limited
                              with tbf): plain lists, in-band, out-of-band raw and coded
   python -m bench threads    1 thread against N on a free-threaded CPython: ops/s and scaling

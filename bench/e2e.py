@@ -91,7 +91,7 @@ from typing import Any
 import numpy as np
 
 from tokenwire import GenerationRequest, TokenIds, as_tokens, shm, token_buffer
-from tokenwire.memory import malloc_settling
+from tokenwire._core import malloc_settling
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
 from bench.harness import (Target, machine, percentile, ray_cluster, report_targets,

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from tokenwire import shm
-from tokenwire.memory import malloc_settling
+from tokenwire._core import malloc_settling
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 from bench.data import token_stream
 from bench.e2e import (FLOOR, Engine, NanobindEngine, build_engine, engine_ids, make_request,

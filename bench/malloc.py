@@ -1,5 +1,5 @@
 """What tokenwire's malloc settling costs a process's memory: peak and final RSS of a torch-like
-allocation pattern, settling on against off (tokenwire.memory.malloc_settling).
+allocation pattern, settling on against off (tokenwire._core.malloc_settling).
 
     python -m bench malloc                 # 7 fresh processes per mode, the default pattern
     python -m bench malloc --runs 15 --min-kib 128 --max-kib 4096   # smaller tensors

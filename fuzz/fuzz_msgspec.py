@@ -30,7 +30,7 @@ with atheris.instrument_imports():
     import tokenwire
     import tokenwire.msgspec as tm
     from tokenwire import TokenVector, WireFormatError
-    from tokenwire.memory import ImmutableBuffer
+    from tokenwire._core import ImmutableBuffer
 
 EXPECTED = (msgspec.DecodeError, msgspec.ValidationError, WireFormatError)
 

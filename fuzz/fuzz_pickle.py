@@ -9,7 +9,7 @@ bytearrays, text; protocols 0 to 5, framed at 4 and 5) changed from the fuzzer's
 flipped, set, cut or inserted, a FRAME inserted anywhere with a length near an opcode boundary,
 a memo put with a large index, a counted argument's length changed. Each goes through
 `tokenwire.unpickle.check_pickle`. What it refuses (`pickle.UnpicklingError`) is done with;
-what it passes is loaded three ways by a restricted unpickler (`tokenwire.find_class`, the
+what it passes is loaded three ways by a restricted unpickler (`tokenwire.unpickle.find_class`, the
 request class allowed) inside `load_scope()`, as tokenwire's receivers load, from two kinds of
 file: an `io.BytesIO` (what a restricted receiver reads) and an `io.BufferedReader` (a file
 with `peek`: the unpickler's prefetching path). (`pickle.loads`, reading memory, takes no
@@ -57,7 +57,7 @@ TOKEN_RATIO = 2_048
 SLACK = 256 << 10
 ALLOW = {("tokenwire.request", "GenerationRequest"), ("copyreg", "__newobj__"),
          ("copyreg", "_reconstructor"), ("builtins", "object")}
-FIND = functools.partial(tokenwire.find_class, allow=ALLOW)
+FIND = functools.partial(tokenwire.unpickle.find_class, allow=ALLOW)
 
 
 class Restricted(pickle.Unpickler):

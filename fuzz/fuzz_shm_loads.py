@@ -28,7 +28,7 @@ inputs replay the previous input's frames (its slots read or taken back since). 
   the unpickler. Anything else -- another exception, one raised outside the unpickler, a crash,
   a sanitizer report -- is a finding.
 
-Unpickling goes through ``tokenwire.find_class`` (tokenwire's own globals only), as a worker
+Unpickling goes through ``tokenwire.unpickle.find_class`` (tokenwire's own globals only), as a worker
 facing untrusted bytes should: a damaged pickle cannot call anything else. A descriptor that
 names another segment makes the receiver try to attach to it; the harness sets the sender pid
 such a descriptor names to its own pid or to one that cannot exist, so the fuzzer never reaches
@@ -59,7 +59,7 @@ with atheris.instrument_imports():
     import tokenwire.transport
     from tokenwire import TokenVector
     from tokenwire.errors import TokenwireError
-    from tokenwire.memory import ImmutableBuffer
+    from tokenwire._core import ImmutableBuffer
 
 shm = tokenwire.shm
 seg = tokenwire._shmsegment
@@ -69,7 +69,7 @@ DESC = seg._DESC                     # header: magic, segment id, pid, fd, count
 ENTRY = seg._ENTRY                   # per buffer: slot index, generation, length
 PID_AT = 20                          # offset of the sender pid in the descriptor header
 NO_PID = (1 << 22) + 1               # above pid_max: a pid that cannot exist
-FIND_CLASS = tokenwire.find_class
+FIND_CLASS = tokenwire.unpickle.find_class
 # What a corrupt pickle may raise from inside pickle.loads (beyond UnpicklingError).
 PICKLE_ERRORS = (pickle.UnpicklingError, AttributeError, EOFError, ImportError, IndexError,
                  ValueError, TypeError, KeyError, OverflowError, struct.error)

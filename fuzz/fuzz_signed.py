@@ -13,7 +13,7 @@ by default, an encoded frame replaced by another valid one of the same length (p
 to 128 ids a byte, the same CRC-32C a forger recomputes) or by a frame of another codec. Some
 inputs are signed again with the key instead (a key holder that sends garbage), so the checks
 behind the signature are fuzzed too. Then ``loads_oob(frames, key=KEY, sign_buffers=...,
-find_class=tokenwire.find_class)``:
+find_class=tokenwire.unpickle.find_class)``:
 
 * an unchanged message loads to what was sent;
 * a message changed without the key either is refused -- `AuthenticationError`, or another
@@ -45,7 +45,7 @@ with atheris.instrument_imports():
     from tokenwire.errors import TokenwireError
 
 KEY = bytes(range(1, 33))
-FIND_CLASS = tokenwire.find_class
+FIND_CLASS = tokenwire.unpickle.find_class
 try:
     import zstandard  # noqa: F401  (codec="zstd" needs it)
     CODECS = ["raw", "u16", "packed", "pfor", "auto", "zstd"]

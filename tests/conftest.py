@@ -99,12 +99,12 @@ def zmq_ctx():
 
 @pytest.fixture
 def threshold() -> Iterator[None]:
-    """The GIL-release threshold (tokenwire.memory) as it was before the test, after it."""
-    import tokenwire.memory
+    """The GIL-release threshold (tokenwire._core) as it was before the test, after it."""
+    import tokenwire._core
 
-    previous = tokenwire.memory.gil_release_threshold()
+    previous = tokenwire._core.gil_release_threshold()
     yield
-    tokenwire.memory.gil_release_threshold(previous)
+    tokenwire._core.gil_release_threshold(previous)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from support.requests import PROTOCOLS, big_ids, forged_field, from_wire, roundt
 
 import tokenwire
 import tokenwire.unpickle
-from tokenwire import GenerationRequest, TokenIds, TokenVector, TokenwireMixin, token_buffer
+from tokenwire import GenerationRequest, TokenIds, TokenVector, token_buffer
+from tokenwire.state import _TokenwireMixin as TokenwireMixin
 from tokenwire.errors import WireFormatError
 from tokenwire.fields import _TokenField
 from tokenwire.state import _config
@@ -330,7 +331,7 @@ def test_own_getstate_is_wrapped(cls, source):
     for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
         data = pickle.dumps(obj, protocol)
         named = {g for g in _globals_named(data) if g[0] != __name__}
-        assert named <= set(tokenwire.unpickle.PICKLE_GLOBALS)
+        assert named <= set(tokenwire.unpickle._PICKLE_GLOBALS)
         out = pickle.loads(data)
         assert type(vars(out)["ids"]) is _TokenField and out.ids == ids
     if cls is OwnBoth:

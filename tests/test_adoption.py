@@ -457,7 +457,7 @@ def test_slots_dataclass_is_refused_naming_the_field():
 
     with pytest.raises(TypeError, match=r"SlottedMixin\.input_ids is a token field.*slots=True"):
         @dataclasses.dataclass(slots=True)
-        class SlottedMixin(tokenwire.TokenwireMixin):
+        class SlottedMixin(tokenwire.state._TokenwireMixin):
             input_ids: List[int] = TokenIds()
 
 
@@ -658,7 +658,7 @@ def test_array_field_with_a_compact_codec_pickles_below_protocol_3_without_codec
 
     class U(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> Any:
-            return tokenwire.find_class(module, name, allow=allow)
+            return tokenwire.unpickle.find_class(module, name, allow=allow)
 
     out = U(io.BytesIO(data)).load()
     assert type(out.ids) is array and out.ids.typecode == "q"
@@ -756,7 +756,7 @@ def test_a_pickled_holder_cannot_take_state_past_its_checks() -> None:
 
     class U(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> Any:
-            return tokenwire.find_class(module, name, allow=allow)
+            return tokenwire.unpickle.find_class(module, name, allow=allow)
 
     for slots in ({"vector": b"\x01\x02\x03", "kind": "b"}, {"kind": "b"}):
         data = _pickle_with_state({"__tokenwire__": 1, "ids": {"as_is": Forged(slots)}})

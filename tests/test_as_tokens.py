@@ -22,7 +22,8 @@ from support.strategies import (
 )
 
 import tokenwire
-from tokenwire import TokenIdError, TokenVector, TokenwireError, WireFormatError, as_tokens, tolist
+from tokenwire import TokenIdError, TokenVector, TokenwireError, WireFormatError, as_tokens
+from tokenwire._core import tolist
 from tokenwire.errors import TokenIdOverflowError, TokenIdTypeError
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 import tokenwire
 from support.strategies import CODECS, any_buffers, as_tokens_reference, frombuffer_reference
-from tokenwire import TokenIds, TokenwireMixin
+from tokenwire import TokenIds
+from tokenwire.state import _TokenwireMixin as TokenwireMixin
 
 BASES = (TypeError, OverflowError, ValueError)
 
@@ -75,7 +76,7 @@ def test_as_tokens_matches_numpy(buf: object) -> None:
 @given(any_buffers())
 def test_tolist_matches_numpy(buf: object) -> None:
     error = assert_matches(reference_outcome(as_tokens_reference, buf),
-                           lambda: tokenwire.tolist(buf))
+                           lambda: tokenwire._core.tolist(buf))
     _check_message(buf, error)
 
 
@@ -133,7 +134,7 @@ def test_token_ids_assignment_matches_numpy(buf: object) -> None:
         assert tokenwire.token_buffer(req, "prompt_token_ids").tolist() == expected[0]
 
 
-@pytest.mark.parametrize("fn", [tokenwire.encode, tokenwire.tolist])
+@pytest.mark.parametrize("fn", [tokenwire.encode, tokenwire._core.tolist])
 def test_datetime_arrays_are_refused_like_as_tokens(fn: Callable[[object], object]) -> None:
     for dtype in ("M8[s]", "m8[ns]"):
         with pytest.raises(TypeError):

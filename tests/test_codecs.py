@@ -1,5 +1,5 @@
 """Every codec against one harness (tests/support/codec_harness.py), parametrized by the names of
-tokenwire.wire.CODECS: a codec added to the codec table (frame.h) is tested here as it is added.
+tokenwire._core.CODECS: a codec added to the codec table (frame.h) is tested here as it is added.
 Also the lists of codec names that cannot be read from the table at run time (the stubs' Literal
 types, the test helpers' codec numbers): each is compared with the table, so one left behind
 fails here."""
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-import tokenwire.wire
+import tokenwire._core
 from support import codec_harness as harness
 from support import cpp_harness, frame_damage
 from support.frame_damage import DrawChooser
@@ -60,9 +60,9 @@ def test_ranges_are_the_codec_tables() -> None:
     # The strategies read the table; the expected ranges are the spec's, written out here.
     int32 = (-(2**31), 2**31 - 1)
     spec_ranges = {"raw": int32, "u16": (0, 2**16 - 1), "packed": (0, 2**31 - 1), "pfor": int32}
-    for spec in tokenwire.wire.CODEC_TABLE:
+    for spec in tokenwire._core.CODEC_TABLE:
         assert CODEC_RANGES[spec.name] == (spec.min_id, spec.max_id) == spec_ranges[spec.name]
-    assert set(CODEC_RANGES) == set(tokenwire.wire.CODECS)
+    assert set(CODEC_RANGES) == set(tokenwire._core.CODECS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,31 +147,31 @@ def _literal(node: ast.expr | None) -> tuple[object, ...]:
 
 
 def test_the_stubs_codec_literal_is_codecs() -> None:
-    """tokenwire/_core.pyi's `_Codec` (encode's codec=) lists tokenwire.wire.CODECS."""
+    """tokenwire/_core.pyi's `_Codec` (encode's codec=) lists tokenwire._core.CODECS."""
     [value] = [n.value for n in _stub().body if isinstance(n, ast.Assign)
                and [ast.unparse(t) for t in n.targets] == ["_Codec"]]
-    assert _literal(value) == tokenwire.wire.CODECS
+    assert _literal(value) == tokenwire._core.CODECS
 
 
 def test_the_stubs_frame_info_codec_literal_is_the_table() -> None:
     """FrameInfo.codec's Literal in tokenwire/_core.pyi lists the codec table's names."""
     [cls] = [n for n in _stub().body if isinstance(n, ast.ClassDef) and n.name == "FrameInfo"]
     [prop] = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "codec"]
-    assert _literal(prop.returns) == tuple(s.name for s in tokenwire.wire.CODEC_TABLE)
+    assert _literal(prop.returns) == tuple(s.name for s in tokenwire._core.CODEC_TABLE)
 
 
 def test_the_test_helpers_codec_numbers_follow_the_table() -> None:
     """tests/support/cpp_harness.py numbers every codec for the conformance server (its
     tests/cpp/conformance.cpp maps them to tokenwire::Codec; a wrong entry there makes
     test_cpp_agrees fail), and frame_damage.py knows pfor's wire id."""
-    assert set(cpp_harness.CODEC_IDS) - {None} == set(tokenwire.wire.CODECS)
-    names = [s.name for s in tokenwire.wire.CODEC_TABLE]
+    assert set(cpp_harness.CODEC_IDS) - {None} == set(tokenwire._core.CODECS)
+    names = [s.name for s in tokenwire._core.CODEC_TABLE]
     assert frame_damage.CODEC_PFOR == names.index("pfor")
 
 
 def test_codec_table_records() -> None:
-    table = tokenwire.wire.CODEC_TABLE
-    assert tokenwire.wire.CODECS == ("auto", *(s.name for s in table), "zstd")
+    table = tokenwire._core.CODEC_TABLE
+    assert tokenwire._core.CODECS == ("auto", *(s.name for s in table), "zstd")
     for wire_id, spec in enumerate(table):
         assert spec.wire_id == wire_id and spec.min_width <= spec.max_width <= 32
         assert -(2**31) <= spec.min_id <= spec.max_id <= 2**31 - 1

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given
 
 import tokenwire
-import tokenwire.memory
+import tokenwire._core
 from support.cpp_harness import compile_pybind_engine, require_compiler
 from support.strategies import int_arrays, token_lists
 from support.bench_cli import run_bench
@@ -285,9 +285,9 @@ def test_failed_conversions_leak_nothing(ext: ModuleType) -> None:
 @pytest.mark.usefixtures("threshold")
 def test_large_buffers_are_copied_without_the_gil(nb_engine: ModuleType) -> None:
     big = tokenwire.as_tokens(np.arange(40_000_000, dtype=np.int32))    # 160 MB
-    tokenwire.memory.gil_release_threshold(0)
+    tokenwire._core.gil_release_threshold(0)
     released = stall_fraction_below(lambda: nb_engine.to_vector_len(big), 0.3)
-    tokenwire.memory.gil_release_threshold(2**62)
+    tokenwire._core.gil_release_threshold(2**62)
     held = longest_stall_fraction(lambda: nb_engine.to_vector_len(big))
     assert released < 0.3 and held > 0.5, (released, held)
 

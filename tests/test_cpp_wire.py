@@ -246,7 +246,7 @@ def test_check_9_sums_the_count_table(cpp: Conformance, tmp_path: pathlib.Path,
     ceil(N/128), check 12 passed) check 13, `truncated: pfor payload needs L bytes, has 0`.
     (A raw frame cannot tell the two apart: check 13 gives check 9's message.)"""
     from tokenwire import cli
-    from tokenwire.memory import ImmutableBuffer
+    from tokenwire._core import ImmutableBuffer
 
     nseq = 2**26 + 1
     total = nseq * (2**32 - 1)                       # 2**58 + 2**32 - 2**26 - 1

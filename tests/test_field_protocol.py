@@ -20,7 +20,8 @@ import pytest
 import tokenwire
 import tokenwire.fields
 import tokenwire.state
-from tokenwire import GenerationRequest, TokenIds, TokenVector, TokenwireMixin, token_fields
+from tokenwire import GenerationRequest, TokenIds, TokenVector, token_fields
+from tokenwire.state import _TokenwireMixin as TokenwireMixin
 
 PACKAGE = Path(tokenwire.__file__).parent
 #: The request layer: the modules that must not import each other from a function.

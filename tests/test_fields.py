@@ -21,7 +21,8 @@ from support.requests import PROTOCOLS, big_ids, from_wire, roundtrip  # noqa: E
 from support.strategies import apply_mutation, list_mutations, token_lists  # noqa: E402
 
 import tokenwire  # noqa: E402
-from tokenwire import GenerationRequest, TokenIds, TokenwireMixin, token_buffer  # noqa: E402
+from tokenwire import GenerationRequest, TokenIds, token_buffer  # noqa: E402
+from tokenwire.state import _TokenwireMixin as TokenwireMixin
 from tokenwire.errors import WireFormatError  # noqa: E402
 
 PROMPT = GenerationRequest.prompt_token_ids
@@ -352,7 +353,7 @@ def test_compact_frames_below_protocol_3_name_no_codecs_global(protocol):
 
     class Restricted(pickle.Unpickler):
         def find_class(self, module, name):
-            return tokenwire.find_class(module, name, allow=allow)
+            return tokenwire.unpickle.find_class(module, name, allow=allow)
 
     out = Restricted(io.BytesIO(data)).load()
     assert not Compact.ids.is_materialized(out)               # decoded to a buffer

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tokenwire
-import tokenwire.memory
+import tokenwire._core
 from support.gil import longest_stall_fraction, stall_fraction_below
 
 # Threads timed against the GIL: `pytest -m "not slow"` skips them.
@@ -44,15 +44,15 @@ CALLS: dict[str, Callable[[dict[str, Any]], object]] = {
 @pytest.mark.parametrize("name", list(CALLS))
 def test_released_above_the_threshold_held_below(threshold, big, name: str) -> None:  # type: ignore[no-untyped-def]
     call = CALLS[name]
-    assert tokenwire.memory.gil_release_threshold() == 8 * 1024 * 1024
-    tokenwire.memory.gil_release_threshold(0)
+    assert tokenwire._core.gil_release_threshold() == 8 * 1024 * 1024
+    tokenwire._core.gil_release_threshold(0)
     assert stall_fraction_below(lambda: call(big), 0.3) < 0.3   # the other thread kept running
-    tokenwire.memory.gil_release_threshold(2**62)
+    tokenwire._core.gil_release_threshold(2**62)
     assert longest_stall_fraction(lambda: call(big)) > 0.5     # stopped for most of the call
 
 
 def test_threshold_is_validated(threshold) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="must be >= 0 bytes, got -1"):
-        tokenwire.memory.gil_release_threshold(-1)
-    assert tokenwire.memory.gil_release_threshold(1024) == 8 * 1024 * 1024
-    assert tokenwire.memory.gil_release_threshold() == 1024
+        tokenwire._core.gil_release_threshold(-1)
+    assert tokenwire._core.gil_release_threshold(1024) == 8 * 1024 * 1024
+    assert tokenwire._core.gil_release_threshold() == 1024

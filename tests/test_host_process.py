@@ -60,7 +60,7 @@ def test_the_paths_that_use_numpy_import_it_when_they_run() -> None:
     out = run("""
         import array, pickle, sys, tokenwire
 
-        class Req(tokenwire.TokenwireMixin):
+        class Req(tokenwire.state._TokenwireMixin):
             ids = tokenwire.TokenIds()
 
         req = Req()
@@ -78,7 +78,7 @@ SETTLING = """
     import sys
     from tokenwire import TokenVector
     from tokenwire._core import _malloc_settled_bytes
-    from tokenwire.memory import malloc_settling
+    from tokenwire._core import malloc_settling
     print(malloc_settling(), end=" ")
     {before}
     v = TokenVector(range(40_000))          # 160 KB: a vector that asks for settling

@@ -31,9 +31,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-import tokenwire.memory
+import tokenwire._core
 import tokenwire.unpickle
-import tokenwire.wire
 from tokenwire import WireFormatError
 from tokenwire.request import GenerationRequest
 from tokenwire.unpickle import check_pickle
@@ -237,7 +236,7 @@ def test_no_extension_type_has_generated_pickle_helpers() -> None:
 
 def test_only_token_vector_pickles() -> None:
     info = tokenwire.frame_info(tokenwire.encode([1, 2, 3]))
-    for obj in (info, tokenwire.memory.ImmutableBuffer(b"abcd")):
+    for obj in (info, tokenwire._core.ImmutableBuffer(b"abcd")):
         for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
             with pytest.raises(TypeError, match="cannot pickle"):
                 pickle.dumps(obj, protocol=protocol)
@@ -347,7 +346,7 @@ def test_restricted_unpickle_copies_a_mutable_source_once(craft) -> None:
     data, buffers = craft()
     assert len(data) < _SOURCE + 200 * _REFS
     allow = {("tokenwire.request", "GenerationRequest"), ("copyreg", "__newobj__")}
-    find = functools.partial(tokenwire.find_class, allow=allow)
+    find = functools.partial(tokenwire.unpickle.find_class, allow=allow)
 
     class Restricted(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> object:
@@ -381,7 +380,7 @@ def test_the_repeat_count_does_not_carry_over_to_the_next_message(zmq_ctx) -> No
     for _ in range(100):
         send_pyobj_oob(push, request)
         kept.append(recv_pyobj_oob(pull, find_class=functools.partial(
-            tokenwire.find_class, allow={("tokenwire.request", "GenerationRequest")})))
+            tokenwire.unpickle.find_class, allow={("tokenwire.request", "GenerationRequest")})))
     assert all(r.prompt_token_ids == request.prompt_token_ids for r in kept)
 
 
@@ -405,7 +404,7 @@ def test_one_state_built_into_many_requests_is_refused(slots: bool) -> None:
     times the pickle's size plus 256 KiB. A pickle of many requests loads."""
     from tokenwire.transport import loads_oob
 
-    allow = functools.partial(tokenwire.find_class,
+    allow = functools.partial(tokenwire.unpickle.find_class,
                               allow={("tokenwire.request", "GenerationRequest")})
     data = _one_state_built_into_many(1000, 3000, slots)
     check_pickle(data)
@@ -460,7 +459,7 @@ HUGE_PICKLES = {
 }
 
 
-@pytest.mark.parametrize("find_class", [tokenwire.find_class, None], ids=["restricted", "plain"])
+@pytest.mark.parametrize("find_class", [tokenwire.unpickle.find_class, None], ids=["restricted", "plain"])
 @pytest.mark.parametrize("name", list(HUGE_PICKLES))
 def test_a_received_pickle_allocates_no_more_than_its_size(name: str, find_class) -> None:  # type: ignore[no-untyped-def]
     from tokenwire.transport import loads_oob
@@ -483,12 +482,12 @@ def test_a_received_pickle_is_checked_on_the_socket_and_the_channel(zmq_ctx) -> 
     pull.bind("inproc://huge-pickles")
     push.connect("inproc://huge-pickles")
     data, message = HUGE_PICKLES["BINBYTES 2 GiB"]
-    for find_class in (tokenwire.find_class, None):
+    for find_class in (tokenwire.unpickle.find_class, None):
         push.send(data)
         with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
             recv_pyobj_oob(pull, find_class=find_class)
     with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
-        Receiver().loads([data], find_class=tokenwire.find_class)
+        Receiver().loads([data], find_class=tokenwire.unpickle.find_class)
 
 
 @pytest.mark.parametrize("name", list(HUGE_PICKLES))
@@ -500,7 +499,7 @@ def test_a_stack_that_loads_pickles_itself_checks_them_first(name: str) -> None:
 
     class RequestUnpickler(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> object:
-            return tokenwire.find_class(module, name, allow={("tokenwire.request",
+            return tokenwire.unpickle.find_class(module, name, allow={("tokenwire.request",
                                                                "GenerationRequest")})
 
     def load() -> None:
@@ -562,7 +561,7 @@ def test_the_memo_bomb_is_what_check_pickle_stops() -> None:
 
     class Restricted(pickle.Unpickler):
         def find_class(self, module: str, name: str) -> object:
-            return tokenwire.find_class(module, name)
+            return tokenwire.unpickle.find_class(module, name)
 
     peak = traced_peak(lambda: Restricted(io.BytesIO(data)).load())[1]
     if _unpickler_grows_its_memo():
@@ -605,7 +604,7 @@ FRAME_CROSSINGS = {
 
 class _Restricted(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> object:
-        return tokenwire.find_class(module, name)
+        return tokenwire.unpickle.find_class(module, name)
 
 
 @pytest.mark.parametrize("name", list(FRAME_CROSSINGS))
@@ -619,7 +618,7 @@ def test_a_pickle_that_crosses_a_frame_is_refused(name: str) -> None:
 
     def load() -> None:
         with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
-            loads_oob([data], find_class=tokenwire.find_class)
+            loads_oob([data], find_class=tokenwire.unpickle.find_class)
 
     assert traced_peak(load)[1] < 256 * 1024
 
@@ -766,11 +765,11 @@ class Flipper:
 
 @pytest.fixture
 def gil_always_released():  # type: ignore[no-untyped-def]
-    previous = tokenwire.memory.gil_release_threshold(0)
+    previous = tokenwire._core.gil_release_threshold(0)
     try:
         yield
     finally:
-        tokenwire.memory.gil_release_threshold(previous)
+        tokenwire._core.gil_release_threshold(previous)
 
 
 def _call(fn):  # type: ignore[no-untyped-def]
@@ -923,7 +922,7 @@ def _hooks(**kw: object) -> object:
 _QUOTING_CALLS = {
     "TokenVector.index": (lambda v: tokenwire.TokenVector([1]).index(v), ValueError),
     "encode codec": (lambda v: tokenwire.encode([1], codec=v), ValueError),
-    "check_codec": (lambda v: tokenwire.wire.check_codec(v), ValueError),
+    "check_codec": (lambda v: tokenwire._core.check_codec(v), ValueError),
     "from_base64 format": (lambda v: tokenwire.from_base64("AAAA", format=v), ValueError),
     "token_fields": (lambda v: tokenwire.token_fields(v), TypeError),
     "Hooks ext_code": (lambda v: _hooks(ext_code=v), ValueError),

@@ -386,14 +386,14 @@ def test_an_array_subclass_is_compared_by_its_buffer() -> None:
 
 
 def test_large_arrays_compare_and_concatenate_without_the_gil() -> None:
-    previous = tokenwire.memory.gil_release_threshold(0)
+    previous = tokenwire._core.gil_release_threshold(0)
     try:
         tv = TokenVector(BIG)
         assert tv == array.array("q", BIG) and array.array("l", BIG) == tv
         assert tv != array.array("q", BIG[:-1] + [0])
         assert tv + array.array("q", [1]) == array.array("q", BIG + [1])
     finally:
-        tokenwire.memory.gil_release_threshold(previous)
+        tokenwire._core.gil_release_threshold(previous)
 
 
 @pytest.mark.parametrize("code", INT_CODES)

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import tokenwire
-from tokenwire import TokenVector, as_tokens, tolist
+from tokenwire import TokenVector, as_tokens
+from tokenwire._core import tolist
 from support.leaks import ROUNDS, assert_no_growth, raising
 
 # Repeated runs measured with tracemalloc and RSS: `pytest -m "not slow"` skips them.

@@ -27,7 +27,7 @@ from support.leaks import traced_peak  # noqa: E402
 from support.strategies import int_arrays, token_lists  # noqa: E402
 from tokenwire import TokenVector, WireFormatError  # noqa: E402
 from tokenwire.errors import ChecksumError  # noqa: E402
-from tokenwire.memory import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
+from tokenwire._core import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -245,7 +245,7 @@ def test_a_receiver_without_the_header_fails_clearly() -> None:
     # what loads_oob did without a codec header: the first frame is the pickle
     with pytest.raises(AttributeError, match="encoded_token_frames__upgrade_tokenwire"):
         pickle.loads(frames[0], buffers=frames[1:])
-    restricted = functools.partial(tokenwire.find_class, allow=frozenset())
+    restricted = functools.partial(tokenwire.unpickle.find_class, allow=frozenset())
     with pytest.raises(pickle.UnpicklingError, match="encoded_token_frames__upgrade_tokenwire"):
         _oob.unpickle(frames[0], frames[1:], restricted)
     # signed: such a receiver checks the mode-0 signature of [pickle, *buffers]; it differs

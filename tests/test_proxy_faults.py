@@ -4,7 +4,7 @@ glibc munmaps every block at or above its mmap threshold when it is freed, and t
 block is faulted in again page by page. A proxy pickling a 40,000-id request never settles by
 itself (pickle.dumps grows its output to 1.5x the ids, then shrinks it, and the free of the
 shrunken block sets the threshold just below the next request's growth): 41 minor faults per
-request. With TOKENWIRE_MALLOC_SETTLE=1 (opt-in: tokenwire.memory.malloc_settling) tv_alloc
+request. With TOKENWIRE_MALLOC_SETTLE=1 (opt-in: tokenwire._core.malloc_settling) tv_alloc
 makes glibc settle for four times a large vector's size first (see malloc_settle in
 tokenwire/_memory.pxi), which also keeps the heap top from being trimmed when several
 out-of-band requests' vectors are freed at once. These tests count faults (stable), never time.

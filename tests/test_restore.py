@@ -52,7 +52,7 @@ def _bytearray_named(refs: int, nbytes: int) -> bytes:
 
 class _AllowListed(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> object:
-        return tokenwire.find_class(module, name)
+        return tokenwire.unpickle.find_class(module, name)
 
 
 def test_one_mutable_buffer_named_many_times_is_refused_past_a_bound() -> None:
@@ -99,7 +99,7 @@ def test_dropping_each_restored_vector_does_not_reset_the_repeat_count() -> None
     from tokenwire.transport import loads_oob
 
     data = _bytearray_popped(66, 4096)              # named 66 times: 65 repeats
-    for find_class in (tokenwire.find_class, None):
+    for find_class in (tokenwire.unpickle.find_class, None):
         with pytest.raises(pickle.UnpicklingError,
                            match="names one mutable buffer of 4096 bytes more than 64 times"):
             loads_oob([data], find_class=find_class)

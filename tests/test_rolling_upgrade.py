@@ -66,10 +66,10 @@ def test_list_on_wire_per_class_and_environment():
         def __init__(self, ids):
             self.ids = ids
 
-    class CompatMixin(tokenwire.TokenwireMixin, list_on_wire=True):
+    class CompatMixin(tokenwire.state._TokenwireMixin, list_on_wire=True):
         ids = tokenwire.TokenIds()
 
-    class Fast(tokenwire.TokenwireMixin, list_on_wire=False):
+    class Fast(tokenwire.state._TokenwireMixin, list_on_wire=False):
         ids = tokenwire.TokenIds()
 
     obj = Compat(np.arange(3, dtype=np.int32))               # held as a buffer, sent as a list

@@ -23,7 +23,7 @@ from tokenwire.unpickle import check_pickle
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
 _RESTORE = b"\x8c\x0ftokenwire._core\x94\x8c\x15_restore_token_vector\x94\x93\x94"
-_REQUEST = functools.partial(tokenwire.find_class,
+_REQUEST = functools.partial(tokenwire.unpickle.find_class,
                              allow={("tokenwire.request", "GenerationRequest")})
 
 
@@ -81,7 +81,7 @@ def _load_repeats() -> None:
         out = b"\x80\x05" + _RESTORE + b"\x96" + (64).to_bytes(8, "little") + b"\1" * 64
         return out + b"\x94" + b"h\x02h\x03\x85R0" * times + b"N."
 
-    loader = functools.partial(tokenwire.find_class)
+    loader = functools.partial(tokenwire.unpickle.find_class)
     with tokenwire.unpickle.load_scope():
         assert _Restricted(loader, named(65)).load() is None          # 64 repeats
     with pytest.raises(pickle.UnpicklingError, match="more than 64 times"):

@@ -38,7 +38,7 @@ import tokenwire  # noqa: E402
 from tokenwire import GenerationRequest, TokenVector, token_buffer  # noqa: E402
 from tokenwire.errors import WireFormatError  # noqa: E402
 from tokenwire.fields import _TokenField  # noqa: E402
-from tokenwire.state import STATE_VERSION, _config  # noqa: E402
+from tokenwire.state import _STATE_VERSION, _config  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PROMPT = GenerationRequest.prompt_token_ids
@@ -53,7 +53,7 @@ def test_state_content():
                             arrival_time=1.5)
     state = req.__getstate__()
     assert state == {
-        "__tokenwire__": STATE_VERSION,
+        "__tokenwire__": _STATE_VERSION,
         "prompt_token_ids": TokenVector([5, 6, 7]),
         "query_token_ids": None,
         "sampling_params": "sp",
@@ -64,7 +64,7 @@ def test_state_content():
         "disaggregated_params": None,
     }
     # The state version written is one a pinned fixture holds (a new version pins its own).
-    assert list(FIXTURES.glob(f"request_v{STATE_VERSION}_p*.pickle"))
+    assert list(FIXTURES.glob(f"request_v{_STATE_VERSION}_p*.pickle"))
     assert type(state["prompt_token_ids"]) is TokenVector
     assert not any(k.startswith("_tw_") for k in state)      # storage keys never travel
 
@@ -76,7 +76,7 @@ def test_reduce_tuple(protocol):
     assert reduced[0] is copyreg.__newobj__
     assert reduced[1] == (GenerationRequest,)
     state = reduced[2]
-    assert state["__tokenwire__"] == STATE_VERSION and no_lists_in(state)
+    assert state["__tokenwire__"] == _STATE_VERSION and no_lists_in(state)
     func, args = state["prompt_token_ids"].__reduce_ex__(protocol)
     assert func is tokenwire._core._restore_token_vector
     raw = (1).to_bytes(4, "little") + (2).to_bytes(4, "little") + (3).to_bytes(4, "little")
@@ -211,7 +211,7 @@ def test_legacy_state_loads(protocol, private):
     assert token_buffer(out, "prompt_token_ids") == ids
     # ... and it re-pickles in the current format.
     state = out.__getstate__()
-    assert state["__tokenwire__"] == STATE_VERSION and no_lists_in(state)
+    assert state["__tokenwire__"] == _STATE_VERSION and no_lists_in(state)
     assert roundtrip(out).prompt_token_ids == ids
 
 

@@ -116,8 +116,8 @@ def test_importing_tokenwire_keeps_the_gil_off() -> None:
         import importlib, sys
         assert not sys._is_gil_enabled(), "the GIL is on before any import"
         names = ["tokenwire", "tokenwire.transport", "tokenwire.shm", "tokenwire.text",
-                 "tokenwire.unpickle", "tokenwire.state", "tokenwire.memory",
-                 "tokenwire.wire", "tokenwire.cli"]
+                 "tokenwire.unpickle", "tokenwire.state", "tokenwire.wires",
+                 "tokenwire.cli"]
         for extra, name in (("msgspec", "tokenwire.msgspec"), ("pydantic_core", "tokenwire")):
             try:
                 importlib.import_module(extra)
@@ -235,13 +235,13 @@ def test_tolist_fills_each_int_table_slot_once() -> None:
         tv = tokenwire.as_tokens(ids)
         lists = [None] * THREADS
         def work(i):
-            lists[i] = tokenwire.tolist(tv)
+            lists[i] = tokenwire._core.tolist(tv)
         race(work)
         first = lists[0]
         assert all(lst == first for lst in lists)
         shared = sum(all(lst[k] is first[k] for lst in lists) for k in range(len(first)))
         assert shared == len(first), f"{len(first) - shared} ids were more than one object"
-        again = tokenwire.tolist(tv)
+        again = tokenwire._core.tolist(tv)
         assert all(a is b for a, b in zip(again, first)), "the table holds another object"
         # Each slot's object: the table's reference, one per list holding it, and the ones
         # counted here; a loser's object, not dropped, would leave more than this.
@@ -352,7 +352,7 @@ def test_shared_vectors_and_frames_from_threads() -> None:
                 assert b == tv[:100]
                 check(tokenwire.from_base64(text))
                 assert tokenwire.to_base64(tv, codec="pfor") == text
-                assert tokenwire.tolist(tv) == ref.tolist()
+                assert tokenwire._core.tolist(tv) == ref.tolist()
                 check(pickle.loads(pickle.dumps(tv, protocol=5)))
                 check(pickle.loads(pickle.dumps(tv, protocol=2)))
         race(work)
@@ -370,7 +370,7 @@ def test_transport_and_msgspec_from_threads() -> None:
         from tokenwire.transport import dumps_oob, loads_oob
         from tokenwire.request import GenerationRequest
         key = secrets.token_bytes(32)
-        find = lambda m, n: tokenwire.find_class(m, n, allow={("tokenwire.request",
+        find = lambda m, n: tokenwire.unpickle.find_class(m, n, allow={("tokenwire.request",
                                                                "GenerationRequest")})
         def work(i):
             ids = list(range(i * 1000, i * 1000 + 40_000))

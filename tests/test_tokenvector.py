@@ -15,7 +15,7 @@ from hypothesis import given
 from support.strategies import BOUNDARY_IDS, token_lists
 
 import tokenwire
-import tokenwire.memory
+import tokenwire._core
 from tokenwire import TokenVector, as_tokens
 from tokenwire._core import _restore_token_vector
 
@@ -49,7 +49,7 @@ def get_buffer(obj: object, flags: int) -> None:
 
 
 @pytest.mark.parametrize("make", [lambda: TokenVector([1, 2]),
-                                  lambda: tokenwire.memory.ImmutableBuffer(b"abcd")],
+                                  lambda: tokenwire._core.ImmutableBuffer(b"abcd")],
                          ids=["TokenVector", "ImmutableBuffer"])
 def test_writable_buffer_request_is_refused(make) -> None:
     PyBUF_SIMPLE, PyBUF_WRITABLE, PyBUF_ND = 0, 0x0001, 0x0008

@@ -12,8 +12,9 @@ from hypothesis import given
 from support.strategies import BOUNDARY_IDS, INT32_MAX, INT32_MIN, int_arrays, token_lists
 
 import tokenwire
-from tokenwire import TokenVector, as_tokens, tolist
-from tokenwire.memory import INT_CACHE_SIZE
+from tokenwire import TokenVector, as_tokens
+from tokenwire._core import tolist
+from tokenwire._core import INT_CACHE_SIZE
 
 
 def test_int_cache_size_is_where_shared_int_objects_stop() -> None:
@@ -81,7 +82,7 @@ def test_tolist_errors_follow_as_tokens() -> None:
 
 def test_boundaries_round_trip_through_numpy() -> None:
     tv = as_tokens(BOUNDARY_IDS)
-    assert np.asarray(tv).tolist() == tv.tolist() == tokenwire.tolist(np.asarray(tv)) == BOUNDARY_IDS
+    assert np.asarray(tv).tolist() == tv.tolist() == tokenwire._core.tolist(np.asarray(tv)) == BOUNDARY_IDS
 
 
 # ctypes arrays export their buffer with strides = NULL (C-contiguous by the buffer protocol);

@@ -18,11 +18,12 @@ import pytest
 
 import tokenwire
 import tokenwire.unpickle
-import tokenwire.memory
+import tokenwire._core
 from tokenwire import GenerationRequest, TokenVector, TokenwireError, token_buffer
 from tokenwire.errors import AuthenticationError
-from tokenwire.transport import (KEY_ENV, MIN_KEY_BYTES, SIGNATURE_BYTES, dumps_oob, key_from_env,
-                                 loads_oob, recv_pyobj_oob, send_pyobj_oob)
+from tokenwire._oob import KEY_ENV, MIN_KEY_BYTES, SIGNATURE_BYTES
+from tokenwire.transport import (dumps_oob, key_from_env, loads_oob, recv_pyobj_oob,
+                                 send_pyobj_oob)
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
@@ -59,7 +60,7 @@ def test_signed_roundtrip_keeps_zero_copy():
     assert len(frames) == 3 and len(frames[0]) == SIGNATURE_BYTES
     out = loads_oob([bytes(f) for f in frames], key=KEY)
     assert out.id == req.id and out.prompt_token_ids == req.prompt_token_ids
-    out = loads_oob([tokenwire.memory.ImmutableBuffer(bytes(f)) for f in frames], key=KEY)
+    out = loads_oob([tokenwire._core.ImmutableBuffer(bytes(f)) for f in frames], key=KEY)
     vec = token_buffer(out, "prompt_token_ids")
     assert vec.__sizeof__() < vec.nbytes              # still a view of the received frame
 
@@ -197,10 +198,10 @@ def test_key_from_env(monkeypatch):
 
 def test_find_class_allow_list():
     """recv/loads_oob(find_class=...) with tokenwire's own allow-list helper: only
-    tokenwire.unpickle.PICKLE_GLOBALS and the request classes the caller names may load."""
+    tokenwire.unpickle._PICKLE_GLOBALS and the request classes the caller names may load."""
     import functools
     allow = {("tokenwire.request", "GenerationRequest"), ("builtins", "dict")}
-    find_class = functools.partial(tokenwire.find_class, allow=allow)
+    find_class = functools.partial(tokenwire.unpickle.find_class, allow=allow)
 
     evil = dumps_oob(Payload(), key=KEY)              # signed by a key holder, still refused
     with pytest.raises(pickle.UnpicklingError, match="_record' is not allowed"):

@@ -1,4 +1,4 @@
-"""Restricted unpicklers: `tokenwire.find_class` and `tokenwire.unpickle.PICKLE_GLOBALS`.
+"""Restricted unpicklers: `tokenwire.unpickle.find_class` and `tokenwire.unpickle._PICKLE_GLOBALS`.
 
 An allow-list unpickler needs only the globals tokenwire names (for every protocol and codec),
 those globals are exactly what a pickle carries, and everything else (os.system, _codecs.encode)
@@ -27,7 +27,7 @@ class AllowListUnpickler(pickle.Unpickler):
                        ("serving_requests", "LoRARequest")})
 
     def find_class(self, module, name):
-        return tokenwire.find_class(module, name, allow=self.allow)
+        return tokenwire.unpickle.find_class(module, name, allow=self.allow)
 
 
 class OldProtocolUnpickler(AllowListUnpickler):
@@ -69,7 +69,7 @@ def test_pickle_globals_is_exactly_what_is_named():
     for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):
         Recorder(io.BytesIO(pickle.dumps(req, protocol))).load()
     ours = {g for g in seen if g[0] != "serving_requests"}
-    assert ours == set(tokenwire.unpickle.PICKLE_GLOBALS) == {("tokenwire._core", "_restore_token_vector")}
+    assert ours == set(tokenwire.unpickle._PICKLE_GLOBALS) == {("tokenwire._core", "_restore_token_vector")}
 
 
 def test_find_class_refuses_everything_else():
@@ -77,8 +77,8 @@ def test_find_class_refuses_everything_else():
     with pytest.raises(pickle.UnpicklingError, match="global 'os.system' is not allowed"):
         AllowListUnpickler(io.BytesIO(evil)).load()
     with pytest.raises(pickle.UnpicklingError, match="_codecs.encode"):
-        tokenwire.find_class("_codecs", "encode")
-    assert tokenwire.find_class("tokenwire._core", "_restore_token_vector") is \
+        tokenwire.unpickle.find_class("_codecs", "encode")
+    assert tokenwire.unpickle.find_class("tokenwire._core", "_restore_token_vector") is \
         tokenwire._core._restore_token_vector
     with pytest.raises(ValueError, match="code point above 255"):
         tokenwire._core._restore_token_vector("\u0100abc")
@@ -131,7 +131,7 @@ def test_a_pickle_that_changes_a_global_is_refused(name: str) -> None:
         tokenwire.unpickle.check_pickle(data)
     allow = {("copyreg", "_reconstructor")}
     with pytest.raises(pickle.UnpicklingError, match="changes a global"):
-        loads_oob([data], find_class=lambda m, n: tokenwire.find_class(m, n, allow=allow))
+        loads_oob([data], find_class=lambda m, n: tokenwire.unpickle.find_class(m, n, allow=allow))
     assert _restore_token_vector.__qualname__ == "_restore_token_vector"
     assert _restore_token_vector.__dict__ == {}
     vector = tokenwire.as_tokens([1, 2, 3])

@@ -24,7 +24,7 @@ def test_encode_misaligned_int32_buffers(codec: str) -> None:
         assert np.asarray(src).ctypes.data % 4 != 0, name
         assert tokenwire.decode(tokenwire.encode(src, codec=codec)).tolist() == ids, name
         assert tokenwire.as_tokens(src).tolist() == ids, name
-        assert tokenwire.tolist(src) == ids, name
+        assert tokenwire._core.tolist(src) == ids, name
 
 
 def test_huge_steps() -> None:

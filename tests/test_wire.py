@@ -17,8 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
-import tokenwire.wire
-import tokenwire.memory
+import tokenwire._core
 from tokenwire import WireFormatError
 from tokenwire.errors import ChecksumError, TokenIdOverflowError
 from tokenwire import _core
@@ -241,7 +240,7 @@ def test_frame_info_fields() -> None:
             info.compression, info.nbytes) == (1, "packed", 18, (2, 0, 1), True, True, None,
                                                len(frame))
     assert "codec='packed'" in repr(info)
-    assert isinstance(info, tokenwire.wire.FrameInfo)
+    assert isinstance(info, tokenwire._core.FrameInfo)
 
 
 def test_frame_info_counts_and_flags_as_the_spec_lists_them() -> None:
@@ -584,7 +583,7 @@ def test_received_zmq_frame_is_viewed_only_when_promised_immutable() -> None:
         base = np.frombuffer(frame.buffer, np.uint8).ctypes.data
         copied = tokenwire.decode(frame)                       # a Frame is not trusted by type
         assert np.asarray(copied).ctypes.data != base + 16
-        tv = tokenwire.decode(tokenwire.memory.ImmutableBuffer(frame))   # the explicit promise
+        tv = tokenwire.decode(tokenwire._core.ImmutableBuffer(frame))   # the explicit promise
         assert np.asarray(tv).ctypes.data == base + 16
         del frame
         gc.collect()
@@ -731,18 +730,18 @@ def test_decode_does_not_leak_memory() -> None:
 
 
 def test_check_codec_accepts_what_encode_accepts() -> None:
-    for name in tokenwire.wire.CODECS:
+    for name in tokenwire._core.CODECS:
         if name != "zstd" or HAS_ZSTD:
-            assert tokenwire.wire.check_codec(name) == name
+            assert tokenwire._core.check_codec(name) == name
             tokenwire.encode([1], codec=name)
 
 
 def test_check_codec_raises_what_encode_raises() -> None:
     with pytest.raises(ValueError) as by_check:
-        tokenwire.wire.check_codec("lz4")
+        tokenwire._core.check_codec("lz4")
     with pytest.raises(ValueError) as by_encode:
         tokenwire.encode([1], codec="lz4")
-    *first, last = tokenwire.wire.CODECS
+    *first, last = tokenwire._core.CODECS
     assert str(by_check.value) == str(by_encode.value) == (
         f"unknown codec 'lz4' (expected {', '.join(map(repr, first))} or {last!r})")
 

@@ -33,7 +33,7 @@ MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 
 def test_manifest_covers_the_format() -> None:
     infos = [tokenwire.frame_info((FIXTURES / f"{name}.bin").read_bytes()) for name in MANIFEST]
-    assert {i.codec for i in infos} == set(tokenwire.wire.CODECS) - {"auto", "zstd"}
+    assert {i.codec for i in infos} == set(tokenwire._core.CODECS) - {"auto", "zstd"}
     assert {i.checksum for i in infos} == {True, False}
     assert {i.multi for i in infos} == {True, False}
     assert any(sum(i.counts) == 0 for i in infos)

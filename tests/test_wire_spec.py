@@ -75,7 +75,7 @@ def test_a_sequence_of_2_32_ids_is_refused_by_its_count(tmp_path: pathlib.Path) 
     mapping of a sparse 16 GiB file: no page of it is ever touched, so the test needs no 16 GiB
     of memory or disk."""
     from tokenwire import TokenVector
-    from tokenwire.memory import ImmutableBuffer
+    from tokenwire._core import ImmutableBuffer
 
     path = tmp_path / "ids"
     with path.open("wb") as f:

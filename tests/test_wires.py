@@ -258,7 +258,7 @@ def test_as_tokens_of_upb_and_pure_python_repeated_fields() -> None:
 
 
 def test_vocab_size_is_checked_once_for_every_wire() -> None:
-    for fmt in wires.FORMATS:
+    for fmt in tokenwire._core.WIRE_FORMATS:
         data = wires.write([3, 151_936], fmt)
         assert wires.read(data, fmt, vocab_size=151_937) == [3, 151_936]
         with pytest.raises(WireFormatError, match=r"^token id at index 1 is 151936, outside "
@@ -287,7 +287,7 @@ def test_bad_arguments() -> None:
         wires.write([2**31], "json")
     with pytest.raises(TypeError):
         wires.read(12, "json")
-    assert wires.FORMATS == ("msgpack", "json", "protobuf")
+    assert tokenwire._core.WIRE_FORMATS == ("msgpack", "json", "protobuf")
 
 
 # --------------------------------------------------------------------------------------------
@@ -507,7 +507,7 @@ def test_a_buffer_written_during_the_read(fmt: str) -> None:
     import threading
     import time
 
-    import tokenwire.memory
+    import tokenwire._core
 
     ids = [(i * 7919) % 151_936 for i in range(300_000)]
     good = wires.write(ids, fmt)
@@ -528,7 +528,7 @@ def test_a_buffer_written_during_the_read(fmt: str) -> None:
             writes[0] += 1
             time.sleep(0)                  # gives the GIL back to a read that has finished
 
-    previous = tokenwire.memory.gil_release_threshold(0)
+    previous = tokenwire._core.gil_release_threshold(0)
     interval = sys.getswitchinterval()
     thread = threading.Thread(target=writer)
     thread.start()
@@ -550,5 +550,5 @@ def test_a_buffer_written_during_the_read(fmt: str) -> None:
         sys.setswitchinterval(interval)
         stop.set()
         thread.join()
-        tokenwire.memory.gil_release_threshold(previous)
+        tokenwire._core.gil_release_threshold(previous)
     assert overlapped >= 3, "the writer never ran during a read: was the GIL released?"

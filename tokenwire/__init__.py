@@ -8,6 +8,7 @@ import os as _os
 from typing import TYPE_CHECKING, Any
 
 from tokenwire._core import (
+    FrameInfo,
     TokenVector,
     as_tokens,
     decode,
@@ -15,16 +16,14 @@ from tokenwire._core import (
     encode,
     encode_many,
     frame_info,
-    tolist,
 )
 from tokenwire._interop import json_default
 from tokenwire._version import __version__ as __version__
 from tokenwire.errors import TokenIdError, TokenwireError, WireFormatError
 from tokenwire.fields import TokenIds, token_buffer, token_fields
 from tokenwire.request import GenerationRequest
-from tokenwire.state import TokenwireMixin, list_on_wire
+from tokenwire.state import list_on_wire
 from tokenwire.text import from_base64, to_base64
-from tokenwire.unpickle import find_class
 
 
 def get_include() -> str:
@@ -35,19 +34,18 @@ def get_include() -> str:
 
 
 __all__ = [
+    "FrameInfo",
     "GenerationRequest",
     "TokenIdError",
     "TokenIds",
     "TokenVector",
     "TokenwireError",
-    "TokenwireMixin",
     "WireFormatError",
     "as_tokens",
     "decode",
     "decode_many",
     "encode",
     "encode_many",
-    "find_class",
     "frame_info",
     "from_base64",
     "get_include",
@@ -56,14 +54,13 @@ __all__ = [
     "to_base64",
     "token_buffer",
     "token_fields",
-    "tolist",
 ]
 
 #: Submodules reachable as attributes of the package (``tokenwire.msgspec.enc_hook`` after a bare
 #: ``import tokenwire``), imported on first use: ``import tokenwire`` never imports msgspec,
 #: pyzmq or pydantic.
-_SUBMODULES = frozenset({"errors", "fields", "memory", "msgspec", "request", "shm",
-                         "state", "text", "transport", "unpickle", "wire"})
+_SUBMODULES = frozenset({"errors", "fields", "msgspec", "request", "shm", "state", "text",
+                         "transport", "unpickle", "wires"})
 
 if not TYPE_CHECKING:      # type checkers see the submodules through their imports
     def __getattr__(name: str) -> Any:

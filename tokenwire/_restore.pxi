@@ -5,7 +5,7 @@
 # sees TokenVector's fields and the other files' cdef functions directly.
 
 def _restore_token_vector(data):
-    """Unpickling constructor (a stable name: pickles refer to it, see PICKLE_GLOBALS).
+    """Unpickling constructor (a stable name: pickles refer to it, see tokenwire.unpickle._PICKLE_GLOBALS).
 
     `data` is the raw int32 bytes, or at protocols 0-2 the same bytes as a latin-1 str. A
     pickle that names one source many times gets one vector (see `_restore_shared`)."""

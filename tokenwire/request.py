@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from tokenwire._core import TokenVector
-from tokenwire.state import TokenwireMixin
+from tokenwire.state import _TokenwireMixin
 from tokenwire.fields import TokenIds
 
 # Named by pickles: tokenwire.fields pins the holder's pickled name to this module.
@@ -15,7 +15,7 @@ from tokenwire.fields import _TokenField as _TokenField  # noqa: F401
 __all__: list[str] = []       # GenerationRequest is public as tokenwire.GenerationRequest
 
 
-class GenerationRequest(TokenwireMixin):
+class GenerationRequest(_TokenwireMixin):
     """A drop-in generation request whose token ids cross process boundaries as int32 buffers.
 
     ``prompt_token_ids`` / ``query_token_ids`` read as ``list[int]`` (lazily, see TokenIds);

@@ -1,7 +1,7 @@
 """How a class gets tokenwire's pickled state: the state's format -- the state dict and what
 each token field contributes to it --, the per-class configuration that writes and checks it,
 ``_adopt``, which gives a class tokenwire's ``__getstate__`` / ``__setstate__`` / copying (run
-by a ``TokenIds`` field line and by ``token_fields``), the ``TokenwireMixin`` base class
+by a ``TokenIds`` field line and by ``token_fields``), the ``_TokenwireMixin`` base class
 (``__repr__`` and a per-class ``list_on_wire=``), and the process-wide "list on the wire"
 switch for rolling upgrades.
 See docs/design.md, "tokenwire/state.py"."""
@@ -23,11 +23,11 @@ from tokenwire.errors import WireFormatError, _describe
 if TYPE_CHECKING:
     from tokenwire.fields import TokenIds
 
-__all__ = ["STATE_VERSION"]       # list_on_wire is public as tokenwire.list_on_wire
+__all__: list[str] = []       # list_on_wire is public as tokenwire.list_on_wire
 
-#: Version of the pickled state written by ``TokenwireMixin.__getstate__`` (under the key
-#: ``"__tokenwire__"``); ``__setstate__`` reads versions 1..STATE_VERSION and the list form.
-STATE_VERSION = 1
+#: Version of the pickled state written by ``_TokenwireMixin.__getstate__`` (under the key
+#: ``"__tokenwire__"``); ``__setstate__`` reads versions 1.._STATE_VERSION and the list form.
+_STATE_VERSION = 1
 
 #: Key of the version in the pickled state; its absence marks a list-form (legacy) state.
 _VERSION_KEY = "__tokenwire__"
@@ -126,7 +126,7 @@ def list_on_wire(enabled: Optional[bool] = None) -> bool:
     `enabled`, set it and return the previous value; without, return it. Starts from the
     environment variable ``TOKENWIRE_LIST_ON_WIRE`` (``1``/``true``/``yes``/``on`` on,
     ``0``/``false``/``no``/``off`` or unset off; any other value fails at import). A class can
-    override it with ``list_on_wire=True/False`` (see TokenwireMixin / token_fields).
+    override it with ``token_fields(..., list_on_wire=True/False)``.
     Receivers need no setting: tokenwire classes read both forms."""
     global _list_on_wire
     previous = _list_on_wire
@@ -248,7 +248,7 @@ def _to_state(obj: Any, config: _Config, attrs: dict[str, Any]) -> dict[str, Any
     as_lists = config.list_on_wire
     if as_lists is None:
         as_lists = _list_on_wire
-    state: dict[str, Any] = {} if as_lists else {_VERSION_KEY: STATE_VERSION}
+    state: dict[str, Any] = {} if as_lists else {_VERSION_KEY: _STATE_VERSION}
     fields = config.fieldmap
     for key, value in attrs.items():          # in the object's order (an unset field: absent)
         desc = fields.get(key)
@@ -294,10 +294,10 @@ def _checked_state(cls: type, state: Any, strict: bool) -> tuple[dict[str, Any],
     fields = config.fieldmap
     version = state.get(_VERSION_KEY)
     legacy = version is None
-    if not legacy and (type(version) is not int or not 1 <= version <= STATE_VERSION):
+    if not legacy and (type(version) is not int or not 1 <= version <= _STATE_VERSION):
         raise WireFormatError(
             f"{owner} state version {_describe(version)} is not supported "
-            f"(this tokenwire reads versions 1..{STATE_VERSION})"
+            f"(this tokenwire reads versions 1..{_STATE_VERSION})"
         )
     # Keys keep the state's order, so vars() lists them as the sender's object did.
     updates = dict(state)
@@ -397,12 +397,12 @@ _short.maxdict = 6
 # The mixin
 
 
-class TokenwireMixin:
+class _TokenwireMixin:
     """Pickling, copying and ``__repr__`` for a class with ``TokenIds`` fields.
 
     Instances need a ``__dict__`` (the fields keep their storage there); slots of base classes
     are pickled and copied too. See tokenwire.state for the state format.
-    ``class Req(TokenwireMixin, list_on_wire=True)`` pickles this class's token fields as plain
+    ``class Req(_TokenwireMixin, list_on_wire=True)`` pickles this class's token fields as plain
     lists regardless of the process-wide ``list_on_wire()``. Every subclass gets its own
     configuration: a subclass that overrides a field with a plain attribute has a plain
     attribute there, one that adds a property keeps states from setting it.
@@ -487,7 +487,7 @@ class TokenwireMixin:
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-_OURS = {vars(TokenwireMixin)[m] for m in ("__getstate__", "__setstate__", "__reduce_ex__",
+_OURS = {vars(_TokenwireMixin)[m] for m in ("__getstate__", "__setstate__", "__reduce_ex__",
                                           "__copy__", "__deepcopy__")}
 
 
@@ -550,7 +550,7 @@ def _adopt(cls: type, fields: dict[str, TokenIds], list_on_wire: Optional[bool] 
         raise TypeError(f"{cls.__name__}: token fields keep their ids in the instance __dict__, "
                         f"and the class has __slots__ without one")
     getstate, setstate = _own_method(cls, "__getstate__"), _own_method(cls, "__setstate__")
-    mixin = vars(TokenwireMixin)
+    mixin = vars(_TokenwireMixin)
     if getstate is not None:
         setattr(cls, "__getstate__", _wrap_getstate(getstate))
     elif getattr(cls, "__getstate__", None) not in _OURS:

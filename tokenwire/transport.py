@@ -7,16 +7,15 @@ import pickle
 from functools import lru_cache
 from typing import Any, Iterable, List, Optional, cast
 
-from tokenwire import _oob
 from tokenwire._core import CODECS, ImmutableBuffer, TokenVector, check_codec, decode, encode
-from tokenwire._oob import (KEY_ENV, MIN_KEY_BYTES, OOB_THRESHOLD, SIGNATURE_BYTES, EncodeIds,
-                            FindClass, as_key, check_unsigned, codec_kinds, key_from_env, load,
-                            sign_frames, unpickle, verify)
-from tokenwire.errors import WireFormatError, _describe
+from tokenwire._oob import (OOB_THRESHOLD, EncodeIds, FindClass, as_key, check_unsigned,
+                            codec_kinds, key_from_env, load, sign_frames, unpickle, verify)
+# The out-of-band layer's own pair: frames of any transport, ids encoded by the caller's choice.
+from tokenwire._oob import dumps_oob as pickle_frames
+from tokenwire._oob import loads_oob as unpickle_frames
+from tokenwire.errors import WireFormatError
 
-__all__ = ["KEY_ENV", "MIN_KEY_BYTES", "NETWORK_CODEC", "OOB_THRESHOLD", "SIGNATURE_BYTES",
-           "dumps_oob", "key_from_env", "loads_oob", "received_buffer", "recv_pyobj_oob",
-           "send_pyobj_oob", "socket_codec"]
+__all__ = ["dumps_oob", "key_from_env", "loads_oob", "recv_pyobj_oob", "send_pyobj_oob"]
 
 #: The compact codec token ids take where they cross a network (codec=None over tcp://): pfor,
 #: the smallest of the fast codecs on real tokenizer ids (docs/transport.md, "Codecs").
@@ -101,7 +100,7 @@ def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[byt
     is a wire frame of that codec and a codec header comes before the pickle:
     ``[signature?, header, pickle, ...]``; other buffers stay raw."""
     codec = _oob_codec(codec)
-    return _oob.dumps_oob(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers,
+    return pickle_frames(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers,
                           encode_ids=None if codec is None else _encode_ids(codec))
 
 
@@ -113,7 +112,7 @@ def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffer
     (`AuthenticationError` otherwise). `find_class(module, name)` restricts the globals the
     pickle may load (see `pickle.Unpickler.find_class`). Encoded token frames (a codec header)
     are decoded before anything is unpickled: a damaged one raises WireFormatError."""
-    return _oob.loads_oob(frames, key=key, sign_buffers=sign_buffers, find_class=find_class,
+    return unpickle_frames(frames, key=key, sign_buffers=sign_buffers, find_class=find_class,
                           decode_ids=decode)
 
 
@@ -144,7 +143,7 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
     encode_ids = _lazy_encoder(socket) if codec is None else _encode_ids(codec)
     if channel is None and prefix == () and routing == ():
         # The common call: no leading frames to check (a small message's costs are fixed ones).
-        send_frames(socket, _oob.dumps_oob(obj, oob_threshold=oob_threshold, key=key,
+        send_frames(socket, pickle_frames(obj, oob_threshold=oob_threshold, key=key,
                                            sign_buffers=sign_buffers, encode_ids=encode_ids),
                     flags)
         return
@@ -157,13 +156,13 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
         if channel is not None:
             raise ValueError("send_pyobj_oob: prefix= with key= and channel= is not supported "
                              "(the channel's signature does not cover leading frames)")
-        frames = _oob.dumps_oob(obj, oob_threshold=oob_threshold, encode_ids=encode_ids)
+        frames = pickle_frames(obj, oob_threshold=oob_threshold, encode_ids=encode_ids)
         frames.insert(0, sign_frames(as_key(key), frames, sign_buffers, leading=prefix))
     elif channel is not None:
         frames = channel.dumps(obj, oob_threshold=oob_threshold, key=key,
                                sign_buffers=sign_buffers)
     else:
-        frames = _oob.dumps_oob(obj, oob_threshold=oob_threshold, key=key,
+        frames = pickle_frames(obj, oob_threshold=oob_threshold, key=key,
                                 sign_buffers=sign_buffers, encode_ids=encode_ids)
     if prefix or routing:
         frames = [*routing, *prefix, *frames]
@@ -223,8 +222,9 @@ def _bytes_frames(name: str, frames: Iterable[Any]) -> List[Any]:
 def _check_counts(prefix: int, routing: int) -> None:
     for name, n in (("prefix", prefix), ("routing", routing)):
         if not isinstance(n, int) or n < 0:
+            got = f"{n}" if isinstance(n, int) and n >= -(2**63) else type(n).__name__
             raise ValueError(f"{name} must be an int >= 0 (a number of leading frames), "
-                             f"got {_describe(n)}")
+                             f"got {got}")
 
 
 def _leading(frames: List[Any], prefix: int, routing: int) -> int:

@@ -9,28 +9,29 @@ from __future__ import annotations
 import _compat_pickle
 import importlib
 import pickle
+from contextlib import AbstractContextManager
 from typing import Any
 
-from tokenwire._core import _load_scope, _LoadScope, check_pickle
+from tokenwire._core import _load_scope, check_pickle
 
-__all__ = ["PICKLE_GLOBALS", "check_pickle", "load_scope"]      # find_class is public as tokenwire.find_class
+__all__ = ["check_pickle", "find_class", "load_scope"]
 
 #: The globals tokenwire's own objects name in a pickle, at every protocol >= 2: a restricted
 #: unpickler allows these plus the request classes it already trusts. (Protocols 0 and 1 name
 #: ``copyreg._reconstructor`` and ``builtins.object`` for *any* plain object, tokenwire or not.)
-PICKLE_GLOBALS: frozenset[tuple[str, str]] = frozenset({
+_PICKLE_GLOBALS: frozenset[tuple[str, str]] = frozenset({
     ("tokenwire._core", "_restore_token_vector"),
 })
 
 
 def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
     """``Unpickler.find_class`` for an allow-list: resolve ``module.name`` only when it is in
-    `allow` (pairs ``(module, name)``) or in ``PICKLE_GLOBALS``; otherwise raise
+    `allow` (pairs ``(module, name)``) or among the globals tokenwire's own objects name; otherwise raise
     ``pickle.UnpicklingError`` naming the global. Nothing else is imported::
 
         class SafeUnpickler(pickle.Unpickler):
             def find_class(self, module, name):
-                return tokenwire.find_class(module, name, allow=MY_REQUEST_CLASSES)
+                return tokenwire.unpickle.find_class(module, name, allow=MY_REQUEST_CLASSES)
 
         tokenwire.unpickle.check_pickle(data)     # its allocations bounded by its size
         with tokenwire.unpickle.load_scope():      # its token data restored once per source
@@ -42,7 +43,7 @@ def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
         module, name = _compat_pickle.NAME_MAPPING[(module, name)]
     elif module in _compat_pickle.IMPORT_MAPPING:
         module = _compat_pickle.IMPORT_MAPPING[module]
-    if (module, name) not in PICKLE_GLOBALS and (module, name) not in allow:
+    if (module, name) not in _PICKLE_GLOBALS and (module, name) not in allow:
         raise pickle.UnpicklingError(f"global '{module}.{name}' is not allowed")
     obj: Any = importlib.import_module(module)
     for part in name.split("."):
@@ -50,7 +51,7 @@ def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
     return obj
 
 
-def load_scope() -> _LoadScope:
+def load_scope() -> AbstractContextManager[Any]:
     """``with load_scope(): unpickler.load()``: the pickle loaded in the block restores its token
     data (TokenVector buffers, request token fields) through a table of its own, dropped when
     the block ends. One source named many times gives one vector (immutable: viewed or decoded

@@ -3,8 +3,7 @@ protobuf's packed ``repeated uint32``/``int32``), read into a ``TokenVector`` an
 one without a ``list[int]``. A parsed protobuf field needs neither: ``as_tokens(field)`` reads
 it. What each wire accepts, and how a stack adopts it: docs/wires.md."""
 
-from tokenwire._core import WIRE_FORMATS as FORMATS
 from tokenwire._core import read_wire as read
 from tokenwire._core import write_wire as write
 
-__all__ = ["FORMATS", "read", "write"]
+__all__ = ["read", "write"]

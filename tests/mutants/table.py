@@ -187,8 +187,8 @@ MUTANTS: list[Mutant] = [
 
     # -- the request layer (tokenwire/state.py, tokenwire/request.py) ----------------------------
     Mutant("a state version from the future accepted", "tokenwire/state.py",
-           "not 1 <= version <= STATE_VERSION):",
-           "not 1 <= version <= STATE_VERSION + 1):",
+           "not 1 <= version <= _STATE_VERSION):",
+           "not 1 <= version <= _STATE_VERSION + 1):",
            ("tests/test_state.py",)),
     Mutant("a state tuple of three items unpacked", "tokenwire/state.py",
            "        if len(state) != 2:\n",

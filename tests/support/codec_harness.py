@@ -1,6 +1,6 @@
 """The checks every codec passes, by codec name: tests/test_codecs.py runs each of them for every
-name of tokenwire.wire.CODECS, so a new entry of the codec table (frame.h's tw_codecs, read as
-tokenwire.wire.CODEC_TABLE) is tested here without an edit.
+name of tokenwire._core.CODECS, so a new entry of the codec table (frame.h's tw_codecs, read as
+tokenwire._core.CODEC_TABLE) is tested here without an edit.
 
 - round trips: `check_round_trip`, `check_round_trip_many` (ids from the codec's range,
   support.strategies.ids_for_codec), and `check_unaligned`: a frame read at every address
@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import tokenwire
-import tokenwire.wire
+import tokenwire._core
 from tokenwire import WireFormatError
 from tokenwire.errors import TokenIdError, TokenIdOverflowError
 
@@ -38,10 +38,10 @@ from support.strategies import BOUNDARY_IDS, CODEC_RANGES, CODECS, INT32_MAX, IN
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
 MANIFEST: dict[str, Any] = json.loads((FIXTURES / "manifest.json").read_text())
 
-#: Every codec `encode` accepts here (tokenwire.wire.CODECS; "zstd" where zstandard is installed).
+#: Every codec `encode` accepts here (tokenwire._core.CODECS; "zstd" where zstandard is installed).
 HARNESS_CODECS = list(CODECS)
 #: The wire codecs by name: their records of the codec table.
-WIRE_CODECS = {spec.name: spec for spec in tokenwire.wire.CODEC_TABLE}
+WIRE_CODECS = {spec.name: spec for spec in tokenwire._core.CODEC_TABLE}
 
 
 def _seqs(out: object) -> list[list[int]]:

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 import tokenwire
-import tokenwire.wire
+import tokenwire._core
 from support.frame_damage import DrawChooser, RandomChooser, damage
 
 INT32_MIN = -(2**31)
@@ -126,20 +126,20 @@ def apply_mutation(ids: list[int], mutation: tuple) -> None:
 # --------------------------------------------------------------------------------------------
 # Wire codec (tests/test_wire.py, fuzz/fuzz_decode.py)
 
-#: Every codec name `encode` accepts, from the one codec table (tokenwire.wire.CODECS); "zstd" only
+#: Every codec name `encode` accepts, from the one codec table (tokenwire._core.CODECS); "zstd" only
 #: where zstandard is installed.
 try:
     import zstandard as _zstandard  # noqa: F401
     _HAS_ZSTD = True
 except ImportError:  # pragma: no cover - the extra is optional
     _HAS_ZSTD = False
-CODECS = [c for c in tokenwire.wire.CODECS if c != "zstd" or _HAS_ZSTD]
+CODECS = [c for c in tokenwire._core.CODECS if c != "zstd" or _HAS_ZSTD]
 
-#: Ids a given codec can hold, from the codec table (tokenwire.wire.CODEC_TABLE: u16 holds
+#: Ids a given codec can hold, from the codec table (tokenwire._core.CODEC_TABLE: u16 holds
 #: [0, 65536), packed ids >= 0); "auto" and "zstd" hold every int32.
 CODEC_RANGES = {
     "auto": (INT32_MIN, INT32_MAX),
-    **{spec.name: (spec.min_id, spec.max_id) for spec in tokenwire.wire.CODEC_TABLE},
+    **{spec.name: (spec.min_id, spec.max_id) for spec in tokenwire._core.CODEC_TABLE},
     "zstd": (INT32_MIN, INT32_MAX),
 }
 
