@@ -8,7 +8,7 @@ dataclass, each converted with one decorator) and shows, with checks:
 1. the proxy builds requests from lists and pickles them: the ids travel as int32 buffers;
 2. the worker hands the buffer to the engine (`tokenwire.token_buffer`) and keeps its own list
    with `list(...)` instead of `copy.deepcopy` (ints are immutable);
-3. a restricted unpickler allows the request classes plus `tokenwire.unpickle._PICKLE_GLOBALS`,
+3. a restricted unpickler allows the request classes (`tokenwire.unpickle.find_class`),
    and `tokenwire.unpickle.check_pickle` bounds what a received pickle may allocate;
 4. rolling upgrades: `tokenwire.list_on_wire(True)` on an upgraded proxy sends plain lists that
    unmodified workers read; upgraded workers read both forms;
