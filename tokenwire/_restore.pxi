@@ -33,8 +33,8 @@ _frombuffer = TokenVector.frombuffer
 #     the memory still equals the snapshot (memcmp), so a write made since is never hidden, and
 #     a reused address holding other bytes is a miss. A hit costs a comparison, never memory.
 #
-# Inside a load scope (`_load_scope`: tokenwire's receivers open one around each pickle they
-# load; tokenwire.unpickle.load_scope for a stack's own unpickler) the table is the load's own:
+# Inside a load scope (`load_scope`, public as tokenwire.unpickle.load_scope: tokenwire's
+# receivers open one around each pickle they load, a stack opens one around its own unpickler) the table is the load's own:
 # it holds its entries strongly and counts repeats per pickle, and it is dropped when the load
 # returns. Since a pickle can name one buffer again in 2 bytes, the comparisons are bounded
 # there: more than _MAX_REPEATS hits on one mutable source in one load are refused (tokenwire
@@ -52,7 +52,7 @@ _scope = _threading.local()              # .table: the table of this thread's lo
 
 @cython.final
 cdef class _LoadScope:
-    """``with _load_scope():`` a pickle loaded in the block restores its token data through a
+    """``with load_scope():`` a pickle loaded in the block restores its token data through a
     table of its own (see above), dropped at the end of the block. Scopes nest: an inner one
     (a load inside a load) has its own table, and the outer one's comes back after it."""
     cdef object _outer
@@ -68,7 +68,17 @@ cdef class _LoadScope:
         return False
 
 
-def _load_scope():
+def load_scope():
+    """``with load_scope(): unpickler.load()``: the pickle loaded in the block restores its token
+    data (TokenVector buffers, request token fields) through a table of its own, dropped when
+    the block ends. One source named many times gives one vector (immutable: viewed or decoded
+    once; mutable: copied once while its bytes are unchanged), and a pickle that names one
+    mutable buffer more than 64 times is refused with ``pickle.UnpicklingError``, counted per
+    pickle: a vector dropped during the load does not reset the count, and nothing carries over
+    to the next pickle. A request state applied to a second object of the load is refused.
+    tokenwire's receivers load every pickle in one; a stack with its own ``Unpickler`` opens it
+    around ``load()``. Outside a scope the table is process-wide and weak (an entry lives as
+    long as its vector), which bounds only what stays alive."""
     return _LoadScope()
 
 

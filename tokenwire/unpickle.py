@@ -9,10 +9,9 @@ from __future__ import annotations
 import _compat_pickle
 import importlib
 import pickle
-from contextlib import AbstractContextManager
 from typing import Any
 
-from tokenwire._core import _load_scope, check_pickle
+from tokenwire._core import check_pickle, load_scope
 
 __all__ = ["check_pickle", "find_class", "load_scope"]
 
@@ -49,16 +48,3 @@ def find_class(module: str, name: str, allow: Any = frozenset()) -> Any:
     for part in name.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def load_scope() -> AbstractContextManager[Any]:
-    """``with load_scope(): unpickler.load()``: the pickle loaded in the block restores its token
-    data (TokenVector buffers, request token fields) through a table of its own, dropped when
-    the block ends. One source named many times gives one vector (immutable: viewed or decoded
-    once; mutable: copied once while its bytes are unchanged), and a pickle that names one
-    mutable buffer more than 64 times is refused with ``pickle.UnpicklingError``, counted per
-    pickle: a vector dropped during the load does not reset the count, and nothing carries over
-    to the next pickle. A request state applied to a second object of the load is refused. tokenwire's receivers load every pickle in one; a stack with its own
-    ``Unpickler`` opens it around ``load()``. Outside a scope the table is process-wide and
-    weak (an entry lives as long as its vector), which bounds only what stays alive."""
-    return _load_scope()
