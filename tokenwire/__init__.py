@@ -56,7 +56,7 @@ __all__ = [
     "token_fields",
 ]
 
-#: Submodules reachable as attributes of the package (``tokenwire.msgspec.enc_hook`` after a bare
+#: Submodules reachable as attributes of the package (``tokenwire.msgspec.Encoder`` after a bare
 #: ``import tokenwire``), imported on first use: ``import tokenwire`` never imports msgspec,
 #: pyzmq or pydantic.
 _SUBMODULES = frozenset({"errors", "fields", "msgspec", "request", "shm", "state", "text",
