@@ -27,6 +27,7 @@ SEGMENT = "tokenwire/_shmsegment.py"
 RECEIVER = "tokenwire/_shmreceiver.py"
 OOB = "tokenwire/_oob.py"
 CRC32C = "tokenwire/include/tokenwire/crc32c.h"
+HARNESS = "tests/test_transport_harness.py"
 
 # _Segment.take: the copy out of the slot, then the checks and the free (its compare-and-swap).
 _COPY = """\
@@ -253,4 +254,18 @@ MUTANTS: list[Mutant] = [
            "    return frame.nbytes >= 4 and frame[:4] == _SIG_MAGIC",
            ("tests/test_transport_auth.py"
             "::test_a_signature_frame_of_another_size_is_no_signature",)),
+
+    # -- every way to send, through one harness ----------------------------------------------------
+    Mutant("a signature checked for its shape only", OOB,
+           "    if not hmac.compare_digest(sig, expected):",
+           "    if False:",
+           (HARNESS + "::test_hostile_bytes",)),
+    Mutant("recv_pyobj_oob copies a frame it could view", "tokenwire/transport.py",
+           "    return ImmutableBuffer(frame) if type(fd) is int and fd >= 0 else frame",
+           "    return frame",
+           (HARNESS + "::test_memory",)),
+    Mutant("a msgspec buffer shorter than its reference taken", "tokenwire/msgspec.py",
+           "        if nbytes != 4 * count:",
+           "        if nbytes < 4 * count - 4:",
+           (HARNESS + "::test_hostile_bytes",)),
 ]

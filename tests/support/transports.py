@@ -212,23 +212,31 @@ class ZmqSender(Sender):
 
 
 def _as_message(obj: Any) -> Message:
+    assert type(obj) is dict, f"received {obj!r:.200}, not the message sent"
     return obj["seq"], obj["ids"]
 
 
-def _frames_receiver(endpoint: str) -> Receiver:
+def _frames_receiver(key: Optional[bytes]) -> Callable[[str], Receiver]:
     """dumps_oob's frames, received by the caller's own socket code and loaded with loads_oob:
     zmq.Frames read from an ipc stream, which libzmq alone holds and never rewrites, wrapped in
     `ImmutableBuffer` (the caller's promise that lets loads_oob view them)."""
-    def load(sock: Any) -> Message:
-        frames = sock.recv_multipart(copy=False)
-        return _as_message(loads_oob([ImmutableBuffer(f) for f in frames]))
-    return ZmqReceiver(endpoint, load, decode=lambda frames: _as_message(loads_oob(frames)))
+    def make(endpoint: str) -> Receiver:
+        def load(sock: Any) -> Message:
+            frames = sock.recv_multipart(copy=False)
+            return _as_message(loads_oob([ImmutableBuffer(f) for f in frames], key=key))
+        return ZmqReceiver(endpoint, load,
+                           decode=lambda frames: _as_message(loads_oob(frames, key=key)))
+    return make
 
 
-def _frames_sender(endpoint: str) -> Sender:
-    def send(sock: Any, seq: int, ids: TokenVector) -> None:
-        sock.send_multipart(dumps_oob({"seq": seq, "ids": ids}), copy=False)
-    return ZmqSender(endpoint, send)
+def _frames_sender(signed: bool) -> Callable[[str], Sender]:
+    def make(endpoint: str) -> Sender:
+        key = key_from_env() if signed else None       # a worker's key comes from its environment
+
+        def send(sock: Any, seq: int, ids: TokenVector) -> None:
+            sock.send_multipart(dumps_oob({"seq": seq, "ids": ids}, key=key), copy=False)
+        return ZmqSender(endpoint, send)
+    return make
 
 
 def _oob_receiver(key: Optional[bytes]) -> Callable[[str], Receiver]:
@@ -284,20 +292,42 @@ def _msgspec_types() -> Tuple[Any, Any, Any]:
     return tw_msgspec, Request, msgspec
 
 
+def _as_request(obj: Any) -> Message:
+    assert type(obj).__name__ == "Request", f"received {obj!r:.200}, not the message sent"
+    return obj.seq, obj.ids
+
+
 def _msgspec_receiver(endpoint: str) -> Receiver:
     tw_msgspec, request, _ = _msgspec_types()
     decoder = tw_msgspec.Decoder(request)
-
-    def as_message(obj: Any) -> Message:
-        return obj.seq, obj.ids
-    return ZmqReceiver(endpoint, lambda sock: as_message(decoder.recv(sock)),
-                       decode=lambda frames: as_message(decoder.decode(frames)))
+    return ZmqReceiver(endpoint, lambda sock: _as_request(decoder.recv(sock)),
+                       decode=lambda frames: _as_request(decoder.decode(frames)))
 
 
 def _msgspec_sender(endpoint: str) -> Sender:
     tw_msgspec, request, _ = _msgspec_types()
     encoder = tw_msgspec.Encoder(codec=None)    # raw over ipc://, compact over tcp://
     return ZmqSender(endpoint, lambda sock, seq, ids: encoder.send(sock, request(seq, ids)))
+
+
+class MsgspecShmReceiver(ShmReceiver):
+    """msgspec's Decoder(channel=shm.Receiver)."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(endpoint)
+        tw_msgspec, request, _ = _msgspec_types()
+        decoder = tw_msgspec.Decoder(request, channel=self.channel)
+        self.load = lambda sock: _as_request(decoder.recv(sock))
+
+
+class MsgspecShmSender(ShmSender):
+    """msgspec's Encoder(channel=shm.Sender)."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(endpoint)
+        tw_msgspec, request, _ = _msgspec_types()
+        encoder = tw_msgspec.Encoder(channel=self.channel)
+        self._send = lambda sock, seq, ids: encoder.send(sock, request(seq, ids))
 
 
 # --------------------------------------------------------------------------------------------
@@ -543,8 +573,10 @@ def _adapters() -> List[Adapter]:
                 {d: _PICKLE_ERRORS for d in ("last frame cut by a byte",
                                              "first frame cut by a byte")},
                 (EOFError, OSError)),     # OSError: "got end of file during message"
-        Adapter("dumps_oob", _frames_receiver, _frames_sender, memory="view",
+        Adapter("dumps_oob", _frames_receiver(None), _frames_sender(False), memory="view",
                 damages=unsigned, **zmq_ipc),
+        Adapter("dumps_oob-key", _frames_receiver(KEY), _frames_sender(True), memory="view",
+                damages=signed, env={KEY_ENV: KEY.hex()}, **zmq_ipc),
         Adapter("send_pyobj_oob", _oob_receiver(None), _oob_sender(False), memory="view",
                 damages=unsigned, **zmq_ipc),
         # Over tcp:// the ids travel as checksummed compact frames: a changed id is caught.
@@ -562,6 +594,11 @@ def _adapters() -> List[Adapter]:
                     "first frame cut by a byte", "last frame dropped",
                     "msgpack of another shape")},
                 **{**zmq_ipc, "requires": ("zmq", "msgspec")}),
+        Adapter("msgspec-shm", MsgspecShmReceiver, MsgspecShmSender, memory="copy",
+                damages={d: msgspec_errors for d in (
+                    "last frame cut by a byte", "first frame cut by a byte",
+                    "last frame dropped", "first frame flipped")}, warm_up=1,
+                **{**zmq_ipc, "requires": ("zmq", "msgspec", "tokenwire.shm")}),
     ]
 
 
