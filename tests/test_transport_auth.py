@@ -18,7 +18,6 @@ import pytest
 
 import tokenwire
 import tokenwire.unpickle
-import tokenwire._core
 from tokenwire import GenerationRequest, TokenVector, TokenwireError, token_buffer
 from tokenwire.errors import AuthenticationError
 from tokenwire._oob import KEY_ENV, MIN_KEY_BYTES, SIGNATURE_BYTES
@@ -54,17 +53,6 @@ def request(n: int = 40_000) -> GenerationRequest:
     return GenerationRequest(ids, {"max_tokens": 8}, id=n)
 
 
-def test_signed_roundtrip_keeps_zero_copy():
-    req = request()
-    frames = dumps_oob(req, key=KEY)
-    assert len(frames) == 3 and len(frames[0]) == SIGNATURE_BYTES
-    out = loads_oob([bytes(f) for f in frames], key=KEY)
-    assert out.id == req.id and out.prompt_token_ids == req.prompt_token_ids
-    out = loads_oob([tokenwire._core.ImmutableBuffer(bytes(f)) for f in frames], key=KEY)
-    vec = token_buffer(out, "prompt_token_ids")
-    assert vec.__sizeof__() < vec.nbytes              # still a view of the received frame
-
-
 @pytest.mark.parametrize("sign_buffers", [False, True])
 def test_small_and_empty_messages(sign_buffers):
     for obj in (request(0), request(3), {"a": [1, 2]}):
@@ -75,24 +63,20 @@ def test_small_and_empty_messages(sign_buffers):
 
 
 def _attacks(frames: list[bytes]) -> dict[str, list[bytes]]:
+    """The attacks on the signature's own layout. (A truncated, dropped or extra frame, a
+    flipped signature, a plain pickle and another key are the harness's hostile-bytes check,
+    tests/test_transport_harness.py, run on every signed way to send.)"""
     sig, head, buf = frames
     evil = pickle.dumps(Payload(), protocol=5)
     flipped = bytearray(head)
     flipped[len(flipped) // 2] ^= 1
     return {
-        "unsigned pickle": [evil],
         "unsigned pickle with buffers": [evil, buf],
         "attacker pickle under a copied signature": [sig, evil, buf],
         "pickle byte flipped": [sig, bytes(flipped), buf],
-        "buffer frame dropped": [sig, head],
-        "buffer frame truncated": [sig, head, buf[:-4]],
-        "extra frame appended": [sig, head, buf, b"\0" * 4],
         "frames reordered": [sig, buf, head],
-        "signature truncated": [sig[:-1], head, buf],
         "signature frame only": [sig],
         "no frames but the pickle": [head],
-        "signature byte flipped": [sig[:-1] + bytes([sig[-1] ^ 1]), head, buf],
-        "signed with another key": dumps_oob(request(), key=OTHER_KEY),
     }
 
 
