@@ -42,6 +42,12 @@ def adapter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return adapter_for(request.param, monkeypatch)
 
 
+def test_sizes_straddle_the_out_of_band_threshold() -> None:
+    below, at = SIZES[2:4]
+    assert len(transports.dumps_oob(make_ids(below))) == 1          # in-band
+    assert len(transports.dumps_oob(make_ids(at))) == 2             # a frame of its own
+
+
 def test_round_trip(adapter: Adapter, tmp_path) -> None:
     with ends_of(adapter, str(tmp_path)) as (sender, receiver):
         for seq, n in enumerate(SIZES * 2):          # each size twice: the ends are reused

@@ -43,14 +43,15 @@ import numpy as np
 from tokenwire import TokenVector, TokenwireError
 from tokenwire.errors import AuthenticationError
 from tokenwire.memory import ImmutableBuffer
-from tokenwire.transport import (KEY_ENV, OOB_THRESHOLD, dumps_oob, key_from_env, loads_oob,
-                                 recv_pyobj_oob, send_pyobj_oob)
+from tokenwire.transport import (dumps_oob, key_from_env, loads_oob, recv_pyobj_oob,
+                                 send_pyobj_oob)
 
 #: Sizes every adapter sends: empty, one id, both sides of the out-of-band threshold (64 KiB:
-#: 16,384 ids), and a long prompt.
-SIZES = [0, 1, OOB_THRESHOLD // 4 - 1, OOB_THRESHOLD // 4, 128_000]
-#: The key of the signed adapter; its sending process reads it from `KEY_ENV`.
+#: 16,384 ids; tests/test_transport_harness.py checks where it lies), and a long prompt.
+SIZES = [0, 1, 16_383, 16_384, 128_000]
+#: The key of the signed adapters; their sending process reads it from `KEY_ENV`.
 KEY = bytes(range(7, 39))
+KEY_ENV = "TOKENWIRE_HARNESS_KEY"
 TESTS = Path(__file__).resolve().parent.parent
 
 Message = Tuple[int, TokenVector]
@@ -231,7 +232,7 @@ def _frames_receiver(key: Optional[bytes]) -> Callable[[str], Receiver]:
 
 def _frames_sender(signed: bool) -> Callable[[str], Sender]:
     def make(endpoint: str) -> Sender:
-        key = key_from_env() if signed else None       # a worker's key comes from its environment
+        key = key_from_env(KEY_ENV) if signed else None     # a worker's key: from its environment
 
         def send(sock: Any, seq: int, ids: TokenVector) -> None:
             sock.send_multipart(dumps_oob({"seq": seq, "ids": ids}, key=key), copy=False)
@@ -247,7 +248,7 @@ def _oob_receiver(key: Optional[bytes]) -> Callable[[str], Receiver]:
 
 def _oob_sender(signed: bool) -> Callable[[str], Sender]:
     def make(endpoint: str) -> Sender:
-        key = key_from_env() if signed else None       # a worker's key comes from its environment
+        key = key_from_env(KEY_ENV) if signed else None     # a worker's key: from its environment
         return ZmqSender(endpoint, lambda sock, seq, ids: send_pyobj_oob(
             sock, {"seq": seq, "ids": ids}, key=key))
     return make
