@@ -159,6 +159,7 @@ def test_killed_peer(adapter: Adapter, tmp_path) -> None:
         finally:
             sender.close()
     finally:
-        transports.end(proc)
+        transports.end(proc)                  # the relay's sender connection ends with it
+        relay.close()
         receiver.close()
 
