@@ -24,7 +24,8 @@ import pytest
 
 from support import transport_workers
 from tokenwire import GenerationRequest, TokenVector, WireFormatError, token_buffer
-from tokenwire.transport import OOB_THRESHOLD, dumps_oob, loads_oob, recv_pyobj_oob, send_pyobj_oob
+from tokenwire._oob import OOB_THRESHOLD
+from tokenwire.transport import dumps_oob, loads_oob, recv_pyobj_oob, send_pyobj_oob
 from support.transport_workers import Received, describe
 
 # Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.

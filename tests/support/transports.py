@@ -42,7 +42,7 @@ import numpy as np
 
 from tokenwire import TokenVector, TokenwireError
 from tokenwire.errors import AuthenticationError
-from tokenwire.memory import ImmutableBuffer
+from tokenwire._core import ImmutableBuffer
 from tokenwire.transport import (dumps_oob, key_from_env, loads_oob, recv_pyobj_oob,
                                  send_pyobj_oob)
 
