@@ -1,86 +1,37 @@
 """End-to-end: a proxy process submits requests to a worker process over a real pyzmq socket.
 
-The worker times its submit path — receive, unpickle, get the ids as int32, build the native
-token vector — for four modes side by side. The engine the ids end in (`--engine`):
+The proxy builds each request from a fresh `list[int]` (outside the timing), serializes and sends
+it, one at a time, and waits for the worker's ack; the worker times its submit -- receive,
+unpickle, token prep (the ids the constructor takes), request ctor (`--engine`: the numpy
+stand-in, or a C++ Request built with nanobind, bench/engine.py) -- while a background thread
+measures the GIL it holds. The whole trip runs from the proxy's serialize to the end of the
+submit (one clock across the processes), at p50 and p99. Every row starts with WARMUP untimed
+requests; the modes take turns, BLOCK requests at a time; the garbage collector stays on.
 
-  numpy          a stand-in for an engine's `std::vector<int32>` constructor: `np.array(list,
-                 dtype=int32)` casts element by element like nanobind does for a list; a buffer
-                 is one memcpy
-  nanobind       a real C++ `Request(input_token_ids, max_tokens)` storing std::vector<int32_t>
-                 (bench.engine, built on first use): the baseline goes through
-                 nanobind's stock vector caster, the tokenwire modes through tokenwire::Tokens
+  baseline            PlainGenerationRequest (a plain `list[int]` field), send_pyobj
+  tokenwire           tokenwire.GenerationRequest, send_pyobj
+  tokenwire-oob       send_pyobj_oob: protocol 5, the ids as frames sent with copy=False
+  tokenwire-shm       send_pyobj_oob with channel=: the ids through a slot of tokenwire.shm's ring
+  tokenwire-shm-spin  the whole message in the ring (Sender.send / Receiver.recv), the worker
+                      spinning SHM_SPIN_US on it before it sleeps on the socket
+  floor               what no path avoids: the proxy's `as_tokens` of the list, a 1-byte
+                      message, the worker's copy of the ids (every trip is shown as x floor)
 
-Per request the worker reports token prep (getting the ids the constructor takes from the
-request), request ctor (the constructor) and their sum with receive + unpickle (worker submit);
-the proxy adds whole trip: from the start of its serialize to the end of the worker's submit
-(proxy serialize + transport + worker submit; one clock, CLOCK_MONOTONIC, across processes),
-reported at p50 and p99. No submit pays for freeing an earlier request: that happens outside the
-timed windows. The proxy builds each request (its ids a fresh `list[int]`, as a tokenizer returns
-them) just before serializing it, outside the timed window, so the list is as warm in the caches
-as a tokenizer's fresh output; every row starts with WARMUP untimed requests (a server's
-steady state: the ring's slots and the allocators' pages touched once, code paths warm); and the
-modes take turns, BLOCK requests at a time, so that a shared machine's load weighs on every row
-alike. The garbage collector stays on, as in a server: the worker counts its passes inside the
-timed submits.
-
-  baseline       PlainGenerationRequest: the same request with a plain `list[int]` field,
-                 pickled whole (send_pyobj)
-  tokenwire      tokenwire.GenerationRequest, pickled whole (send_pyobj)
-  tokenwire-oob  tokenwire.GenerationRequest, protocol 5 with the ids as extra multipart frames,
-                 sent and received with copy=False (tokenwire.transport)
-  tokenwire-shm  tokenwire.GenerationRequest through send_pyobj_oob / recv_pyobj_oob with
-                 channel=: the ids through a slot of a shared-memory ring (tokenwire.shm), written
-                 once by the proxy, copied once out of the slot by the worker; the proxy's Sender
-                 and the worker's Receiver are set up once per run (same host, Linux)
-  tokenwire-shm-spin  the same channel with the whole message in the ring (Sender.send /
-                 Receiver.recv): the worker spins up to SHM_SPIN_US on the ring for the next
-                 message (without the GIL, one core busy) instead of sleeping on the socket;
-                 the socket carries a small doorbell that wakes a worker no longer spinning
-  floor          what no path avoids, at the same pacing: the proxy's `as_tokens` of the fresh
-                 list and a 1-byte message; the worker's copy of the ids into an owned int32
-                 array. Every row's trip is also shown as x floor (`trip x floor`)
-
-Each path is the one the transport picks by size: ids below the out-of-band threshold (64 KiB,
-16k ids) stay in the pickle in tokenwire-oob, ids below the shared-memory threshold (32 KiB, 8k
-ids) stay in the pickle in tokenwire-shm.
-
-While submits run, a background Python thread in the worker (the engine loop's stand-in) wakes
-every few microseconds and records when it could not run; the time it was blocked inside a
-submit window is the time that submit held the GIL (`--no-gil-monitor`: no such thread, no
-GIL columns). The proxy serializes and sends one request at a
-time and waits for the worker's acknowledgement before the next, so proxy-side pickling never
-competes with the submit being measured and the whole trip is one request's, not a queue's.
-Every run ends with a correctness check: a CRC-32 of the int32 ids the worker built, per request
-(warm-up included), against the ids the proxy sent, and for the tokenwire-shm rows that every
-request whose ids reach the threshold took a slot (none fell back to a frame).
-
-`--ray` runs the same exchange actor to actor through a local Ray cluster; `--ray-nodes 2`
-through a two-node one on this machine (two raylets and object stores), the proxy actor on one
-node and the worker actor on the other. Each Ray row runs two ways (RAY_CALLS): `ray` puts the
-request into the proxy's object store and passes the reference, and the worker's `ray.get` plus
-the hand-off is its timed submit; `ray-arg` passes the request as the actor call's argument
-(Ray inlines an argument of at most its `max_direct_call_object_size`, 100 KiB, into the call, and
-puts a larger one into the object store). Both time the whole trip, from the proxy's put or
-call to the ids in the worker's array. The Ray rows add tokenwire-pfor: the request class
-declares its prompt field `TokenIds(codec="pfor")`, so a 40k-id request pickles to 91 KB
-instead of 160 KB. Their floor row is the zmq floor's counterpart: the proxy's `as_tokens` of
-the fresh list, then a put or call whose object is the ISL (an int of a few bytes), and the
-worker's copy of that many int32 ids into an owned array; so `trip x floor` shows what carrying
-the ids through Ray costs beyond Ray's own call. The Ray rows run one after another, RAY_WARMUP
-untimed requests first.
+Every run ends by checking a CRC-32 of the ids the worker built against those the proxy sent,
+every request, and that every tokenwire-shm request at the threshold took a slot. `--ray` runs the
+exchange actor to actor through Ray (`--ray-nodes 2`: two raylets on this machine), the request
+put into the object store (`ray`) or passed as the call's argument (`ray-arg`); the Ray rows add
+tokenwire-pfor (the prompt field declared `TokenIds(codec="pfor")`). docs/benchmarks.md describes
+the rows and the run in full.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gc
-import json
-import multiprocessing as mp
 import os
 import pickle
 import sys
-import tempfile
 import threading
 import time
 import zlib
@@ -94,84 +45,63 @@ from tokenwire import GenerationRequest, TokenIds, as_tokens, shm, token_buffer
 from tokenwire._core import malloc_settling
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
-from bench.harness import (Target, machine, percentile, ray_cluster, report_targets,
-                           stderr_progress, turns)
+from bench.engine import build_for, engine_for
+from bench.harness import (Sockets, Target, arg_parser, ints, machine, percentile, ray_cluster,
+                           report_targets, spawn, stderr_progress, stop, turns, write_json)
 from tokenwire.transport import dumps_oob, recv_pyobj_oob, send_frames, send_pyobj_oob
 
 MODES = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin")
 SHM_MODES = ("tokenwire-shm", "tokenwire-shm-spin")
-#: How long the tokenwire-shm-spin worker spins on the ring before it sleeps on the socket:
-#: longer than the proxy's gap between an ack and its next request (building the request).
+#: The spinning worker's wait on the ring: longer than the proxy's gap between an ack and its
+#: next request.
 SHM_SPIN_US = 5000.0
 TOKENWIRE_MODES = MODES[1:]
-#: The floor row: what no path can avoid, measured at the same pacing in the same run. The proxy
-#: converts the fresh list to int32 (`as_tokens`: the one pass over the ids) and sends a 1-byte
-#: message; the worker receives it and copies `isl` int32 ids into an owned array (the engine's
-#: vector: the one copy the worker cannot avoid). Its trip is the floor every row's is shown
-#: against (x floor).
 FLOOR = "floor"
-#: The rows run_zmq measures by default: every mode, then the floor.
 ZMQ_MODES = MODES + (FLOOR,)
-#: Untimed requests at the start of every row (CRC-checked all the same): more than the
-#: shared-memory ring's slots, so each slot's pages are touched before the timing starts.
+#: Untimed requests at the start of every row: more than the ring's slots, so each slot's pages
+#: are touched before the timing starts.
 WARMUP = shm.SLOTS + 4
 #: The modes take turns in blocks of this many timed requests.
 BLOCK = 10
-#: The Ray rows' tokenwire requests: the raw int32 field, and the field declared with the pfor
-#: codec (PforGenerationRequest).
+#: The Ray rows: the list baseline, the raw and the pfor request, the floor (a call or put whose
+#: object is the ISL; the worker copies that many int32 ids).
 RAY_TOKENWIRE_MODES = ("tokenwire", "tokenwire-pfor")
-#: The Ray rows: the list baseline, the tokenwire requests, and the floor (the proxy's
-#: `as_tokens` of the fresh list, a call or put whose object is the ISL, a small int; the worker's
-#: copy of that many int32 ids into an owned array).
 RAY_MODES = ("baseline", *RAY_TOKENWIRE_MODES, FLOOR)
-#: How a Ray row hands the request to the worker actor: "put" (ray.put, the reference passed,
-#: the worker's ray.get timed as its submit) or "arg" (the request itself as the call's
-#: argument).
+#: "put": ray.put, the reference passed, the worker's ray.get timed as its submit; "arg": the
+#: request as the call's argument.
 RAY_CALLS = ("put", "arg")
-#: The environment variable that sets Ray's limit for an argument sent inside the call
-#: (`max_direct_call_object_size`, 100 KiB by default); the run's header prints it.
+#: Ray's limit for an argument sent inside the call (100 KiB by default); the header prints it.
 RAY_INLINE_ENV = "RAY_max_direct_call_object_size"
-#: Untimed requests at the start of every Ray row (CRC-checked all the same): the first calls of
-#: a row pay for Ray's first use of the method and the class on the worker.
 RAY_WARMUP = 3
 
 
 class PforGenerationRequest(GenerationRequest):
-    """tokenwire.GenerationRequest with its prompt pickled as a pfor frame: a stack's request
-    class for hops between hosts, where bytes cost more than the encode and decode."""
+    """GenerationRequest with its prompt pickled as a pfor frame (for hops between hosts)."""
 
     prompt_token_ids = TokenIds(codec="pfor", doc="The prompt's token ids, pickled as pfor.")
 
 
 def make_request(mode: str, ids: np.ndarray | list[int], i: int) -> Any:
-    """What the proxy holds: the ids arrive from the tokenizer as a list[int] (`ids` is that
-    list, which the request takes as it is, or an array that one is built from)."""
+    """What the proxy holds: the tokenizer's list[int] (`ids`, or a list made from it) in the
+    request of `mode` (the floor's is the list itself)."""
     lst = ids if isinstance(ids, list) else ids.tolist()
     if mode == FLOOR:
         return lst
-    params = SamplingParams()
-    if mode == "baseline":
-        return PlainGenerationRequest(lst, params, streaming=True, arrival_time=time.time(), id=i)
-    cls = PforGenerationRequest if mode == "tokenwire-pfor" else GenerationRequest
-    return cls(lst, params, streaming=True, arrival_time=time.time(), id=i)
+    cls = {"baseline": PlainGenerationRequest,
+           "tokenwire-pfor": PforGenerationRequest}.get(mode, GenerationRequest)
+    return cls(lst, SamplingParams(), streaming=True, arrival_time=time.time(), id=i)
 
 
 def token_source(req: Any) -> Any:
-    """Token prep: what the worker hands the engine's constructor -- the int32 buffer a
-    tokenwire request carries (`tokenwire.token_buffer`: no list is built), else the
-    `list[int]`."""
+    """Token prep: the int32 buffer a tokenwire request carries (no list built), else the
+    list."""
     if isinstance(req, GenerationRequest):
         return token_buffer(req, "prompt_token_ids")
     return req.prompt_token_ids
 
 
-def native_ids(req: Any) -> np.ndarray:
-    """The worker's hand-off to the numpy stand-in engine: an owned int32 vector."""
-    return np.array(token_source(req), dtype=np.int32)   # a buffer: one memcpy; a list: per id
-
-
 def engine_ids(vec: Any) -> np.ndarray:
-    """The ids an engine holds, to check: the numpy engine's array, a C++ Request's ids."""
+    """The ids an engine holds: the numpy engine's array, a C++ Request's ids."""
     if hasattr(vec, "ids_bytes"):
         return np.frombuffer(vec.ids_bytes(), dtype=np.int32)
     return np.asarray(vec)
@@ -180,51 +110,6 @@ def engine_ids(vec: Any) -> np.ndarray:
 def crc(ids: Any) -> int:
     """CRC-32 of the ids as little-endian int32 (an ndarray, or an engine Request's ids)."""
     return zlib.crc32(np.ascontiguousarray(engine_ids(ids), dtype="<i4").tobytes())
-
-
-class Engine:
-    """Where the worker's ids end: `build(req)` is the request constructor."""
-
-    name = "numpy"
-
-    def build(self, req: Any, source: Any) -> Any:
-        return np.array(source, dtype=np.int32)
-
-
-class NanobindEngine(Engine):
-    """The C++ engine stand-in: the baseline's list through nanobind's stock std::vector
-    caster (engines today), tokenwire's buffer through tokenwire::Tokens."""
-
-    name = "nanobind"
-
-    def __init__(self, path: str) -> None:
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("_tokenwire_engine", path)
-        assert spec is not None and spec.loader is not None
-        self.module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(self.module)
-
-    def build(self, req: Any, source: Any) -> Any:
-        max_tokens = req.sampling_params.max_tokens
-        if isinstance(req, GenerationRequest):
-            return self.module.RequestTokens(source, max_tokens)
-        return self.module.RequestStock(source, max_tokens)
-
-
-def build_engine(name: str) -> str | None:
-    """The nanobind engine's module path (built or cached), or None -- with the reason on
-    stderr -- when it cannot be built here (the numpy stand-in is used instead)."""
-    if name != "nanobind":
-        return None
-    from bench import engine
-    stderr_progress("building the nanobind engine stand-in (cached after the first run)")
-    try:
-        return str(engine.build())
-    except (engine.EngineBuildError, OSError) as e:
-        print(f"bench e2e: cannot build the nanobind engine ({e}); falling back to the numpy "
-              f"stand-in. Install the tools with: pip install '.[bench]' (nanobind, "
-              f"cmake, ninja) and a C++17 compiler.", file=sys.stderr)
-        return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,9 +127,8 @@ def _lower_timer_slack() -> None:
 
 
 class GcLog:
-    """The garbage collector's passes in this process, as (start, end) perf_counter pairs: the
-    worker reports those that fall inside its timed submits (the collector stays on, as in a
-    server; this says what it costs the tail)."""
+    """The garbage collector's passes in this process, (start, end) perf_counter pairs: the
+    worker reports those inside its timed submits."""
 
     def __init__(self) -> None:
         self.passes: list[tuple[float, float]] = []
@@ -285,8 +169,7 @@ class GilMonitor:
     def _run(self) -> None:
         _lower_timer_slack()
         sleep, now, gaps, tick = time.sleep, time.perf_counter, self.gaps, self.tick
-        # Calibrate: the usual gap between wake-ups on an idle interpreter.
-        samples = []
+        samples = []                # calibration: the usual gap on an idle interpreter
         prev = now()
         for _ in range(2000):
             sleep(tick)
@@ -324,20 +207,12 @@ class GilMonitor:
     def blocked_in(self, windows: Sequence[tuple[float, float]]) -> list[float]:
         """Per window, the seconds the monitor thread was blocked inside it (none when the
         monitor is off)."""
-        if not self.enabled:
-            return []
-        gaps = sorted(self.gaps)
-        out = []
-        j = 0
-        for start, end in windows:
+        gaps, out, j = sorted(self.gaps), [], 0
+        for start, end in windows if self.enabled else ():
             while j < len(gaps) and gaps[j][1] <= start:
                 j += 1
-            total = 0.0
-            k = j
-            while k < len(gaps) and gaps[k][0] < end:
-                total += max(0.0, min(end, gaps[k][1]) - max(start, gaps[k][0]))
-                k += 1
-            out.append(total)
+            out.append(sum(max(0.0, min(end, g1) - max(start, g0)) for g0, g1 in gaps[j:]
+                           if g0 < end) if j < len(gaps) else 0.0)
         return out
 
 
@@ -364,12 +239,9 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
     the warm-up, acknowledge each, report."""
     import zmq
     malloc_settling(True)                       # as docs/adopting.md advises a serving process
-    eng = NanobindEngine(engine_path) if engine_path else Engine()
-    ctx = zmq.Context()
-    data = ctx.socket(zmq.PULL)
-    data.connect(data_addr)
-    results = ctx.socket(zmq.PUSH)
-    results.connect(result_addr)
+    eng = engine_for(engine_path)
+    socks = Sockets()
+    data, results = socks.connect(zmq.PULL, data_addr), socks.connect(zmq.PUSH, result_addr)
     receiver = shm.Receiver()                   # once per run, like the proxy's Sender
     # Looked up once: this check runs after each ack, while the proxy prepares the next request.
     materialized = GenerationRequest.prompt_token_ids.is_materialized
@@ -416,24 +288,16 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
                 # bill a deallocation (40k ints for a list) to that submit.
                 keep = (req, source, vec)  # noqa: F841
             results.send_pyobj({
-                "latency_us": [(b - a) * 1e6 for a, b in windows],
-                "prep_us": prep,
-                "ctor_us": ctor,
-                "end_times": [b for _, b in windows],
-                "gil_us": [s * 1e6 for s in mon.blocked_in(windows)],
-                "crcs": crcs,
-                "fallbacks": fallbacks,
-                "slots": receiver.stats["shm"] - slots_before,
-                "monitor_gaps": len(mon.gaps),
-                "gc_us": gc_log.inside(windows),
-            })
+                "latency_us": [(b - a) * 1e6 for a, b in windows], "prep_us": prep,
+                "ctor_us": ctor, "end_times": [b for _, b in windows],
+                "gil_us": [s * 1e6 for s in mon.blocked_in(windows)], "crcs": crcs,
+                "fallbacks": fallbacks, "slots": receiver.stats["shm"] - slots_before,
+                "gc_us": gc_log.inside(windows)})
             mon.gaps.clear()
             gc_log.passes.clear()
     results.send_pyobj({"bye": True})
     receiver.close()
-    data.close(0)
-    results.close(0)
-    ctx.term()
+    socks.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -548,24 +412,11 @@ class E2EFigures:
         return r.p(values, 99) / r.p(values, 50)
 
 
-def _lower(mode: str, column: str, isl: int = 40_000) -> Callable[[E2EFigures], float]:
-    return lambda f: f.lower(mode, column, isl)
-
-
-def _tail(mode: str, column: str, isl: int = 40_000) -> Callable[[E2EFigures], float]:
-    return lambda f: f.tail(mode, column, isl)
-
-
-def _times(f: E2EFigures, v: float) -> str:
-    return f"{v:.1f}x lower"
-
-
-def _tail_shown(mode: str, isl: int) -> Callable[[E2EFigures, float], str]:
-    def shown(f: E2EFigures, v: float) -> str:
-        r = f.row(mode, isl)
-        return (f"{v:.1f}x (p99 {r.p(r.trip_us, 99):.1f} µs, p50 {r.p(r.trip_us, 50):.1f} µs; "
-                f"transit p99 {r.p(r.transit_us, 99):.1f} µs, p50 {r.p(r.transit_us, 50):.1f} µs)")
-    return shown
+def _lower(mode: str, column: str, bound: float, what: str, than: str = "",
+           isl: int = 40_000) -> Target:
+    """`mode`'s p50 of `column` at least `bound` times lower than the list baseline's."""
+    return Target(f"{mode}: {what} >= {bound:g}x lower{than}", lambda f: f.lower(mode, column, isl),
+                  lambda v: v >= bound, lambda f, v: f"{v:.1f}x lower")
 
 
 def _gil_target(mode: str) -> Target:
@@ -575,6 +426,7 @@ def _gil_target(mode: str) -> Target:
         return (f"{'at least ' if bound else ''}{v:.1f}x lower"
                 + (f"; its stall is below the monitor's {r.gil_resolution_us:.0f} µs resolution"
                    if bound else ""))
+
     def value(f: E2EFigures) -> float:
         if not f.row(mode).gil_us:
             raise KeyError("no GIL figures (--no-gil-monitor)")   # not measured: not reported
@@ -586,60 +438,55 @@ def _gil_target(mode: str) -> Target:
 def targets_for(engine: str) -> list[Target]:
     """Worker submit and GIL at ISL 40k for every engine and tokenwire mode. With the C++
     engine also the submit into the real Request and the whole trip; for the shared-memory
-    channel (the same-host path) the whole trip's bounds: >= 20x lower at 40k, >= 30x at 128k,
-    and its p99 within 3x its p50."""
+    channel the whole trip's bounds at 40k and 128k, and its p99 within 3x its p50."""
     out: list[Target] = []
     for mode in TOKENWIRE_MODES:
-        if engine == "nanobind" and mode in SHM_MODES:
-            out += [Target(f"{mode}: worker submit into the C++ Request >= 25x lower than the "
-                           f"list baseline's", _lower(mode, "latency_us"),
-                           lambda v: v >= 25, _times),
-                    Target(f"{mode}: whole trip (proxy serialize + transport + worker submit) "
-                           f">= 20x lower", _lower(mode, "trip_us"), lambda v: v >= 20, _times),
-                    Target(f"{mode}: whole trip p99 <= 3x its p50",
-                           _tail(mode, "trip_us"), lambda v: v <= 3,
-                           _tail_shown(mode, 40_000)),
-                    Target(f"{mode}: at ISL 128,000, whole trip >= 30x lower",
-                           _lower(mode, "trip_us", 128_000), lambda v: v >= 30, _times)]
-        elif engine == "nanobind":
-            out += [Target(f"{mode}: worker submit into the C++ Request >= 20x lower than the "
-                           f"list baseline's", _lower(mode, "latency_us"),
-                           lambda v: v >= 20, _times),
-                    Target(f"{mode}: whole trip (proxy serialize + transport + worker submit) "
-                           f">= 10x lower", _lower(mode, "trip_us"),
-                           lambda v: v >= 10, _times)]
-        out += [Target(f"{mode}: worker submit >= 10x lower than the baseline's",
-                       _lower(mode, "latency_us"), lambda v: v >= 10, _times),
+        if engine == "nanobind":
+            shm_mode = mode in SHM_MODES
+            out += [_lower(mode, "latency_us", 25 if shm_mode else 20, "worker submit into the "
+                           "C++ Request", " than the list baseline's"),
+                    _lower(mode, "trip_us", 20 if shm_mode else 10,
+                           "whole trip (proxy serialize + transport + worker submit)")]
+            if shm_mode:
+                out += [Target(f"{mode}: whole trip p99 <= 3x its p50",
+                               lambda f, m=mode: f.tail(m, "trip_us"), lambda v: v <= 3,
+                               _tail_shown(mode, 40_000)),
+                        _lower(mode, "trip_us", 30, "at ISL 128,000, whole trip", isl=128_000)]
+        out += [_lower(mode, "latency_us", 10, "worker submit", " than the baseline's"),
                 _gil_target(mode)]
     return out + [_floor_target()]
 
 
+def _tail_shown(mode: str, isl: int) -> Callable[[E2EFigures, float], str]:
+    def shown(f: E2EFigures, v: float) -> str:
+        r = f.row(mode, isl)
+        return (f"{v:.1f}x (p99 {r.p(r.trip_us, 99):.1f} µs, p50 {r.p(r.trip_us, 50):.1f} µs; "
+                f"transit p99 {r.p(r.transit_us, 99):.1f} µs, p50 {r.p(r.transit_us, 50):.1f} µs)")
+    return shown
+
+
 def _floor_target() -> Target:
     """The best tokenwire row's whole trip at 40k within 1.5x the floor row's (same run)."""
-    def value(f: E2EFigures) -> float:
-        floor = f.row(FLOOR)
-        best = min(f.row(m).p(f.row(m).trip_us, 50) for m in TOKENWIRE_MODES
-                   if (m, "zmq", 40_000) in f.rows)
-        return best / floor.p(floor.trip_us, 50)
-
-    def shown(f: E2EFigures, v: float) -> str:
-        best = min((m for m in TOKENWIRE_MODES if (m, "zmq", 40_000) in f.rows),
+    def best(f: E2EFigures) -> str:
+        return min((m for m in TOKENWIRE_MODES if (m, "zmq", 40_000) in f.rows),
                    key=lambda m: f.row(m).p(f.row(m).trip_us, 50))
-        return f"{v:.2f}x ({best})"
+
+    def value(f: E2EFigures) -> float:
+        r, floor = f.row(best(f)), f.row(FLOOR)
+        return r.p(r.trip_us, 50) / floor.p(floor.trip_us, 50)
     return Target("best tokenwire row: whole trip <= 1.5x the floor's (1-byte trip + as_tokens "
-                  "+ the worker's copy)", value, lambda v: v <= 1.5, shown)
+                  "+ the worker's copy)", value, lambda v: v <= 1.5,
+                  lambda f, v: f"{v:.2f}x ({best(f)})")
 
 
 def _ray_target(transport: str) -> Target:
     """Through Ray across two nodes (`transport`: a call style's label), the best tokenwire
-    row's whole trip at 40k at least 5x shorter than the baseline's. Read for requests passed
-    as the call's argument: put into the store, a request of any size pays Ray's put and pull,
-    more than a fifth of the baseline's trip (docs/benchmarks.md, "Ray across two nodes")."""
+    row's whole trip at 40k at least 5x shorter than the baseline's (docs/benchmarks.md, "Ray
+    across two nodes": read for requests passed as the call's argument)."""
     def rows(f: E2EFigures) -> tuple[ModeResult, ModeResult]:
-        base = f.rows[("baseline", transport, 40_000)]
         best = min((f.rows[(m, transport, 40_000)] for m in RAY_TOKENWIRE_MODES),
                    key=lambda r: r.p(r.trip_us, 50))
-        return base, best
+        return f.rows[("baseline", transport, 40_000)], best
 
     def value(f: E2EFigures) -> float:
         base, best = rows(f)
@@ -654,8 +501,8 @@ def _ray_target(transport: str) -> Target:
 
 
 def check_targets(results: Sequence[ModeResult]) -> bool:
-    """Report the targets whose rows this run measured (ISL 40k, and 128k for the trip); with
-    two Ray nodes also the trip through Ray of a request passed as the argument."""
+    """Report the targets whose rows this run measured; with two Ray nodes also the trip
+    through Ray of a request passed as the argument."""
     figures = E2EFigures(results)
     base = [r for r in results if r.mode == "baseline" and r.transport == "zmq"]
     if not base:
@@ -700,39 +547,30 @@ def send(sock: Any, mode: str, frames: list[Any], sender: shm.Sender) -> None:
         sock.send_multipart(frames, copy=mode == "baseline" or mode == "tokenwire")
 
 
+def reply(sock: Any, what: str, timeout_ms: int = 300_000) -> Any:
+    """The next pickled message on `sock`; RuntimeError ("`what`") when none comes in time."""
+    if not sock.poll(timeout_ms):
+        raise RuntimeError(what)
+    return sock.recv_pyobj()
+
+
 def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
             engine_path: str | None = None, modes: Sequence[str] = ZMQ_MODES,
             warmup: int = WARMUP, gil_monitor: bool = True) -> list[ModeResult]:
     import zmq
 
     sender = shm.Sender()                 # once per run: the ring the worker's Receiver maps
-    ctx = zmq.Context()
-    data = ctx.socket(zmq.PUSH)
-    results = ctx.socket(zmq.PULL)
-    tmp = tempfile.mkdtemp(prefix="tokenwire-e2e-")
-    if transport == "ipc":
-        data_addr, result_addr = f"ipc://{tmp}/data", f"ipc://{tmp}/results"
-        data.bind(data_addr)
-        results.bind(result_addr)
-    else:
-        port_d = data.bind_to_random_port("tcp://127.0.0.1")
-        port_r = results.bind_to_random_port("tcp://127.0.0.1")
-        data_addr, result_addr = f"tcp://127.0.0.1:{port_d}", f"tcp://127.0.0.1:{port_r}"
-    proc = mp.get_context("spawn").Process(target=worker_main,
-                                           args=(data_addr, result_addr, engine_path,
-                                                 gil_monitor), daemon=True)
-    proc.start()
+    socks = Sockets(tcp=transport == "tcp")
+    data, results = socks.bind(zmq.PUSH, "data"), socks.bind(zmq.PULL, "results")
+    proc = spawn(worker_main, socks.addrs["data"], socks.addrs["results"], engine_path,
+                 gil_monitor)
     out: list[ModeResult] = []
     try:
-        if not results.poll(120_000):
-            raise RuntimeError("the worker process did not start")
-        idle_gap_us = results.recv_pyobj()["idle_gap_us"]
+        idle_gap_us = reply(results, "the worker process did not start", 120_000)["idle_gap_us"]
         stderr_progress(f"worker up; GIL monitor resolution {idle_gap_us:.1f} µs")
         # The channel's first message offers the segment; the worker's Receiver attaches.
         send_pyobj_oob(data, "attach", channel=sender)
-        if not results.poll(120_000):
-            raise RuntimeError("the worker did not answer the channel's first message")
-        results.recv_pyobj()
+        reply(results, "the worker did not answer the channel's first message", 120_000)
         if set(SHM_MODES) & set(modes) and not sender.attached():
             stderr_progress("tokenwire-shm: the worker could not map the segment (not Linux?): "
                             "its ids travel as out-of-band frames")
@@ -744,19 +582,14 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                                      engine="nanobind" if engine_path else "numpy",
                                      gil_resolution_us=idle_gap_us, correct=True)
                     for mode in modes}
-            # The modes take turns, BLOCK requests each, so that a shared machine's load weighs
-            # on every row alike (both processes pin glibc's malloc thresholds: main and
-            # worker_main); each mode's warm-up comes first, in its first turn.
+            # Turns of BLOCK requests; each mode's warm-up comes first, in its first turn.
             for mode, lo, hi in turns(modes, count, BLOCK):
                 stderr_progress(f"e2e zmq/{transport}: ISL {isl:,}, {mode} {hi}/{count}")
                 res = rows[mode]
-                first = 0 if lo == 0 else warmup + lo
-                end = warmup + hi
                 n_warm = warmup if lo == 0 else 0
-                # One request at a time: serialize (timed: the proxy's cost), send, wait for
-                # the worker's ack, so proxy-side pickling never competes with the submit being
-                # measured. Each request is built just before (untimed), from a fresh list: the
-                # ids as a tokenizer hands them over.
+                first, end = warmup + lo - n_warm, warmup + hi
+                # One request at a time, built just before (untimed) from a fresh list:
+                # serialize (timed), send, wait for the worker's ack.
                 starts = []
                 slots_before = sender.stats["shm"]
                 send_pyobj_oob(data, {"mode": mode, "count": end - first - n_warm,
@@ -770,26 +603,17 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                     if i >= warmup:
                         res.send_us.append((t1 - t0) * 1e6)
                         starts.append(t0)
-                    if not results.poll(300_000):
-                        raise RuntimeError("the worker stopped answering")
-                    results.recv_pyobj()        # ack
+                    reply(results, "the worker stopped answering")      # ack
                     del req, frames             # freed here, outside the timed window
-                if not results.poll(300_000):
-                    raise RuntimeError("the worker stopped answering")
-                report = results.recv_pyobj()
-                res.latency_us += report["latency_us"]
-                res.gil_us += report["gil_us"]
-                res.prep_us += report["prep_us"]
-                res.ctor_us += report["ctor_us"]
+                report = reply(results, "the worker stopped answering")
+                for name in ("latency_us", "gil_us", "prep_us", "ctor_us", "gc_us"):
+                    getattr(res, name).extend(report[name])
                 res.trip_us += [(e - s) * 1e6 for s, e in zip(starts, report["end_times"])]
-                res.gc_us += report["gc_us"]
-                # Right ids, and every tokenwire request took the buffer path (no list built);
-                # through the channel, every request whose ids reach its threshold took a slot
-                # (the Sender wrote it, the Receiver copied it out).
+                # Right ids (the floor's worker copies zeros), no list built, and through the
+                # channel a slot for every request whose ids reach its threshold.
                 slots = sender.stats["shm"] - slots_before
                 want = (end - first if mode in SHM_MODES and sender.attached()
                         and 4 * isl >= sender.threshold else 0)
-                # (The floor's worker copies zeros: it was sent no ids to check.)
                 want_crcs = ([crc(np.zeros(isl, np.int32))] * (end - first) if mode == FLOOR
                              else expected[first:end])
                 res.correct &= (report["crcs"] == want_crcs
@@ -798,12 +622,8 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
         send_pyobj_oob(data, None, channel=sender)
         results.poll(30_000)
     finally:
-        proc.join(30)
-        if proc.is_alive():
-            proc.kill()
-        data.close(0)
-        results.close(0)
-        ctx.term()
+        stop(proc)
+        socks.close()
         sender.close()
     return out
 
@@ -828,7 +648,7 @@ class _RayWorker:
             if source is None:
                 source = self.floor_ids[req] = np.zeros(req, dtype=np.int32)
             return np.array(source)
-        return native_ids(req)
+        return np.array(token_source(req), dtype=np.int32)
 
     def submit(self, refs: list[Any]) -> tuple[float, float, int]:
         import ray
@@ -935,7 +755,8 @@ def _run_ray_actors(isls: Sequence[int], count: int, two: bool,
 
 def main(argv: list[str] | None = None) -> int:
     malloc_settling(True)                       # the proxy too (docs/adopting.md, section 6)
-    p = argparse.ArgumentParser(prog="python -m bench e2e", description=__doc__.split("\n\n")[0])
+    p = arg_parser("python -m bench e2e", __doc__, "ISL 1k/40k, 12 requests: a smoke test",
+                   check=True)
     p.add_argument("--isl", default="1000,40000,128000", help="comma-separated prompt lengths")
     p.add_argument("--requests", type=int, default=None,
                    help="requests per mode and ISL (default 60; 12 with --quick)")
@@ -944,19 +765,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ray-nodes", type=int, choices=(1, 2), default=1,
                    help="with --ray: 2 runs a two-node Ray cluster on this machine, the proxy "
                         "actor on one node and the worker actor on the other")
-    p.add_argument("--quick", action="store_true", help="ISL 1k/40k, 12 requests: a smoke test")
     p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
                    help="where the worker's ids end: the numpy stand-in, or a C++ Request built "
                         "with nanobind (needs nanobind, cmake, ninja: the bench extra)")
     p.add_argument("--no-gil-monitor", dest="gil_monitor", action="store_false",
                    help="no background thread in the worker: no GIL columns, and none of its "
                         "wake-ups (tens of thousands a second) competing for the CPUs")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
     args = p.parse_args(argv)
-    engine_path = build_engine(args.engine)
-    isls = [1000, 40_000] if args.quick else [int(x) for x in args.isl.split(",") if x]
+    engine_path = build_for(args.engine)
+    isls = [1000, 40_000] if args.quick else ints(args.isl)
     count = args.requests or (12 if args.quick else 60)
     print(f"# tokenwire e2e — {machine()}")
     print(f"# proxy process -> worker process over pyzmq {args.transport}://, {count} requests "
@@ -977,18 +794,15 @@ def main(argv: list[str] | None = None) -> int:
     passes = [us for r in results for us in r.gc_us]
     if any(r.transport == "zmq" for r in results):
         print(f"\ngarbage collector (on, as in a server) inside the worker's timed submits: "
-              f"{len(passes)} pass(es)"
-              + (f", longest {max(passes):.1f} µs" if passes else ""))
+              f"{len(passes)} pass(es)" + (f", longest {max(passes):.1f} µs" if passes else ""))
     targets_ok = check_targets(results)
     ok = all(r.correct for r in results)
     print(f"\ncorrectness: tokens received {'==' if ok else '!='} tokens sent "
           f"({sum(r.requests for r in results)} timed requests, and {WARMUP} warm-up requests "
           f"per zmq row" + (f", {RAY_WARMUP} per Ray row)" if args.ray else ")"))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "warmup": WARMUP, "ray_warmup": RAY_WARMUP,
-                       "ray_inline_limit": inline_limit,
-                       "results": [{**asdict(r), **summary(r)} for r in results]}, f, indent=1)
+    write_json(args.json, {"machine": machine(), "warmup": WARMUP, "ray_warmup": RAY_WARMUP,
+                           "ray_inline_limit": inline_limit,
+                           "results": [{**asdict(r), **summary(r)} for r in results]})
     return 0 if ok and (targets_ok or not args.check_targets) else 1
 
 

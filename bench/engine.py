@@ -20,8 +20,13 @@ import subprocess
 import sys
 import sysconfig
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 import tokenwire
+from tokenwire import GenerationRequest
+from bench.harness import stderr_progress
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parent / "engine_src"
 MODULE = "_tokenwire_engine"
@@ -89,7 +94,10 @@ def build(build_root: str | os.PathLike[str] | None = None, *, quiet: bool = Tru
 
 def load(build_root: str | os.PathLike[str] | None = None) -> ModuleType:
     """The engine extension module, built if need be."""
-    path = build(build_root)
+    return _import(build(build_root))
+
+
+def _import(path: str | os.PathLike[str]) -> ModuleType:
     if MODULE in sys.modules:
         return sys.modules[MODULE]
     spec = importlib.util.spec_from_file_location(MODULE, path)
@@ -98,3 +106,44 @@ def load(build_root: str | os.PathLike[str] | None = None) -> ModuleType:
     spec.loader.exec_module(module)
     sys.modules[MODULE] = module
     return module
+
+
+class Engine:
+    """Where a benchmark worker's ids end: `build(req, source)` is the request constructor; this
+    one is the numpy stand-in (`np.array(source, int32)`: a buffer is one memcpy, a list is
+    cast id by id, as nanobind's stock caster does)."""
+
+    def build(self, req: Any, source: Any) -> Any:
+        return np.array(source, dtype=np.int32)
+
+
+class NanobindEngine(Engine):
+    """The C++ Request of the extension at `path`: the baseline's list through nanobind's stock
+    std::vector caster (engines today), tokenwire's buffer through tokenwire::Tokens."""
+
+    def __init__(self, path: str) -> None:
+        self.module = _import(path)
+
+    def build(self, req: Any, source: Any) -> Any:
+        cls = self.module.RequestTokens if isinstance(req, GenerationRequest) else \
+            self.module.RequestStock
+        return cls(source, req.sampling_params.max_tokens)
+
+
+def engine_for(path: str | None) -> Engine:
+    return NanobindEngine(path) if path else Engine()
+
+
+def build_for(name: str) -> str | None:
+    """`--engine NAME`'s module path (built or cached), or None -- with the reason on stderr --
+    for the numpy stand-in, also when the nanobind engine cannot be built here."""
+    if name != "nanobind":
+        return None
+    stderr_progress("building the nanobind engine stand-in (cached after the first run)")
+    try:
+        return str(build())
+    except (EngineBuildError, OSError) as e:
+        print(f"bench: cannot build the nanobind engine ({e}); falling back to the numpy "
+              f"stand-in. Install the tools with: pip install '.[bench]' (nanobind, "
+              f"cmake, ninja) and a C++17 compiler.", file=sys.stderr)
+        return None

@@ -15,10 +15,12 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +43,13 @@ class Stat:
     median_us: float
     iqr_pct: float
     samples_us: list[float] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Stat:
+        """The median of `samples` and their interquartile range, % of the median."""
+        med = statistics.median(samples)
+        q = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [med, med, med]
+        return cls(med, 100 * (q[2] - q[0]) / med if med else 0.0, samples)
 
 
 @dataclass
@@ -83,9 +92,7 @@ def measure(methods: Sequence[Method], isl: int, repeat: int, round_s: float,
             out.append((time.perf_counter() - t0) / number * 1e6)
     by_method: dict[int, dict[str, Stat]] = {}
     for (m, op, _), s in zip(pairs, samples):
-        med = statistics.median(s)
-        q = statistics.quantiles(s, n=4) if len(s) >= 2 else [med, med, med]
-        by_method.setdefault(id(m), {})[op] = Stat(med, 100 * (q[2] - q[0]) / med if med else 0.0, s)
+        by_method.setdefault(id(m), {})[op] = Stat.of(s)
     return [Result(m.name, m.group, isl, by_method[id(m)], m.baseline, m.nbytes) for m in methods]
 
 
@@ -155,7 +162,100 @@ def tagged_result(run: subprocess.CompletedProcess[str], tag: str, what: str) ->
 
 
 # --------------------------------------------------------------------------------------------
-# Processes, rows and clusters shared by the multi-process benchmarks (e2e, load, net, mpi)
+# Command lines and output shared by every suite
+
+
+def arg_parser(prog: str, doc: str | None, quick: str | None = None,
+               check: bool = False) -> argparse.ArgumentParser:
+    """A suite's parser with the options every suite spells alike: --quick (its help `quick`),
+    --json, and with `check` --check-targets."""
+    p = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+    if quick:
+        p.add_argument("--quick", action="store_true", help=quick)
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    if check:
+        p.add_argument("--check-targets", action="store_true", help="exit 1 when a target is "
+                       "missed (off by default: shared machines are noisy)")
+    return p
+
+
+def ints(text: str) -> list[int]:
+    """Comma-separated integers, as --isl and the counts take them."""
+    return [int(x) for x in text.split(",") if x]
+
+
+def write_json(path: str | None, doc: object) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"\nwrote {path}")
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# --------------------------------------------------------------------------------------------
+# Processes, sockets, rows and clusters shared by the multi-process benchmarks
+
+
+class Sockets:
+    """zmq sockets of one process, closed together with their context and the temporary
+    directory of their ipc:// addresses (tcp:// on loopback with `tcp`, or without ipc)."""
+
+    def __init__(self, tcp: bool = False) -> None:
+        import zmq
+        self.ctx = zmq.Context()
+        self.tcp = tcp or not zmq.has("ipc")
+        self.dir = tempfile.mkdtemp(prefix="tokenwire-bench-")
+        self.socks: list[Any] = []
+        self.addrs: dict[str, str] = {}
+
+    def connect(self, kind: int, addr: str) -> Any:
+        sock = self.ctx.socket(kind)
+        self.socks.append(sock)
+        sock.connect(addr)
+        return sock
+
+    def bind(self, kind: int, name: str) -> Any:
+        """A socket bound to an address of its own, kept as `self.addrs[name]`."""
+        sock = self.ctx.socket(kind)
+        self.socks.append(sock)
+        if self.tcp:
+            self.addrs[name] = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
+        else:
+            self.addrs[name] = f"ipc://{self.dir}/{name}"
+            sock.bind(self.addrs[name])
+        return sock
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close(0)
+        self.ctx.term()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Sockets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def spawn(target: Callable[..., object], *args: object) -> Any:
+    """`target(*args)` in a fresh interpreter (multiprocessing's spawn), started."""
+    import multiprocessing as mp
+    proc = mp.get_context("spawn").Process(target=target, args=args, daemon=True)
+    proc.start()
+    return proc
+
+
+def stop(proc: Any, timeout: float = 30) -> None:
+    """Waits up to `timeout` s for a spawned process to end, then terminates or kills it."""
+    proc.join(timeout)
+    for end in (proc.terminate, proc.kill):
+        if proc.is_alive():
+            end()
+            proc.join(5)
 
 R = TypeVar("R")
 
