@@ -184,6 +184,17 @@ def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
+def counts(p: argparse.ArgumentParser, text: str, option: str) -> list[int]:
+    """Comma-separated counts of threads, at least 1, with 1 (the reference) among them."""
+    try:
+        out = sorted({1, *ints(text)})
+    except ValueError:
+        p.error(f"{option} takes comma-separated counts, got {text!r}")
+    if out[0] < 1:
+        p.error(f"{option}: a count is at least 1")
+    return out
+
+
 def write_json(path: str | None, doc: object) -> None:
     if path:
         with open(path, "w") as f:
@@ -193,6 +204,20 @@ def write_json(path: str | None, doc: object) -> None:
 
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def print_trips(rows: dict[str, dict[str, Any]],
+                extra: dict[str, Callable[[dict[str, Any]], str]] | None = None) -> None:
+    """Rows timed at p50 and p99 ("p50_ms", "p99_ms"), `extra` columns, and x the first row
+    (the baseline) at p50."""
+    width, extra = 2 + max(map(len, rows)), extra or {}
+    base = next(iter(rows.values()))["p50_ms"]
+    print(f"  {'row':<{width}}{'p50 ms':>9}{'p99 ms':>9}" + "".join(f"{k:>10}" for k in extra)
+          + f"{'x baseline':>12}")
+    for name, r in rows.items():
+        print(f"  {name:<{width}}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
+              + "".join(f"{cell(r):>10}" for cell in extra.values())
+              + f"{base / r['p50_ms']:>11.1f}x")
 
 
 # --------------------------------------------------------------------------------------------

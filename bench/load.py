@@ -1,52 +1,28 @@
 """Under load: one proxy process pushes requests to one worker process over a zmq ipc:// PUSH/PULL
 pair as fast as a bound on in-flight requests allows, and at Poisson rates below that.
 
-The worker receives each message (bench.e2e's `receive`), hands every request's ids to the
-engine (`--engine`, as bench e2e's: `numpy`, an owned int32 array; `nanobind`, the C++ Request of
-bench/engine.py, the baseline's list through nanobind's stock std::vector caster and tokenwire's
-buffer through tokenwire::Tokens), checks them against the ids the proxy sent and acknowledges the
-request's id on a second socket. The proxy (this process) builds each
-request from a `list[int]` the tokenizer already returned (a pool of seeded streams per ISL,
-bench.e2e's `make_request`), serializes it and sends it (bench.e2e's `serialize` and `send`).
+The proxy builds each request from a tokenizer's `list[int]` (a seeded pool per ISL), serializes
+and sends it (bench.e2e's `make_request`, `serialize`, `send`); the worker receives it, hands its
+ids to the engine (`--engine`, as bench e2e's), checks them and acks the request's id.
 
-  closed loop  the proxy keeps WINDOW requests in flight for `--seconds`: requests/s at
-               saturation, CPU µs per request of each process (its process CPU time over the
-               phase -- zmq's I/O threads included -- divided by the requests acknowledged) and
-               latency p50/p99 (from the start of building a request to its ack arriving, both
-               read in the proxy: one clock)
-  open loop    Poisson arrivals at fractions of the row's saturation: latency p50/p99 (from each
-               request's scheduled arrival, so a proxy that falls behind is charged for it)
-               against offered load
+  closed loop  WINDOW requests in flight for `--seconds`: requests/s at saturation, CPU µs per
+               request of each process (zmq's I/O threads included) and latency p50/p99 (from
+               building a request to its ack, both in the proxy)
+  open loop    Poisson arrivals at fractions of the row's saturation: latency p50/p99 from each
+               request's scheduled arrival
 
-Rows: baseline (a plain-list request, send_pyobj), tokenwire (GenerationRequest, send_pyobj),
-tokenwire-oob (send_pyobj_oob), tokenwire-shm (send_pyobj_oob with channel=, Linux; the ring has a
-slot for every request in flight) and tokenwire-oob-batch8 (8 GenerationRequests per message, as
-SGLang's scheduler receives lists, out-of-band; figures per request), and last the floor: what
-no path can avoid under the same load, each request's `as_tokens(list)` in the proxy, one message
-of 8 bytes (the request's id) through the same sockets, and the memcpy of isl int32 ids in the
-worker (bench.e2e's floor, at saturation). A row's proxy and worker CPU are also printed as a
-multiple of the floor's, and baseline / floor is the largest ratio to the baseline any row can
-show in that run.
-
-Proxy threads (`--proxy-threads 1,2`): the rows run again with the proxy's building and
-serializing done by N threads, as a threaded front end's request handlers do it, each sending on
-a zmq socket of its own (a socket belongs to one thread); the main thread hands them requests
-(at the closed loop's window, or at the open loop's arrival times) and reads the acks. On a
-free-threaded CPython the threads serialize in parallel; with the GIL they take turns. The
-shared-memory row is left out there: a shm.Sender is one thread's (docs/api/threads.rst).
-Each row is compared with the same row at 1 thread of the same run.
-
-Correctness: the worker compares every request's int32 ids (the floor's messages carry none) with
-the ids of the stream the proxy built it from (the same seeded pool, rebuilt in the worker); the
-comparison's own CPU time (thread CPU time around it) is subtracted from the worker's CPU per
-request. A row whose ids arrived wrong is named on stderr and the run exits 1.
+Rows: baseline (plain-list request, send_pyobj), tokenwire (send_pyobj), tokenwire-oob
+(send_pyobj_oob), tokenwire-shm (channel=, Linux), tokenwire-oob-batch8 (8 requests a message,
+out of band; figures per request) and the floor (the proxy's `as_tokens`, an 8-byte message, the
+worker's memcpy); every row's CPU is also shown as x floor. `--proxy-threads 1,2` runs the rows
+again with N serializing threads in the proxy, each on a socket of its own (not the shm row: a
+Sender is one thread's). The worker checks every request's ids (its own CPU time for the check
+is subtracted); a row whose ids arrived wrong is named on stderr and the run exits 1.
+docs/benchmarks.md ("Under load") describes the run in full.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import multiprocessing as mp
 import os
 import pickle
 import queue
@@ -54,7 +30,6 @@ import random
 import resource
 import struct
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -67,10 +42,12 @@ from tokenwire import shm
 from tokenwire._core import malloc_settling
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 from bench.data import token_stream
-from bench.e2e import (FLOOR, Engine, NanobindEngine, build_engine, engine_ids, make_request,
-                       receive, send, serialize, token_source)
-from bench.harness import (Target, exit_on_sigterm, machine, percentile, report_targets,
-                           stderr_progress, wait_while_parent_lives)
+from bench.e2e import (FLOOR, engine_ids, make_request, receive, send, serialize,
+                       token_source)
+from bench.engine import build_for, engine_for
+from bench.harness import (Sockets, Target, arg_parser, counts, exit_on_sigterm, ints, load_average,
+                           machine, percentile, report_targets, spawn, stderr_progress, stop,
+                           wait_while_parent_lives, write_json)
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
 ROWS: dict[str, tuple[str, int]] = {
@@ -132,13 +109,11 @@ def worker_main(data_addrs: list[str], ack_addr: str, parent: int,
     proxy thread), the others its threads' (requests): one PULL socket reads them all."""
     import zmq
     malloc_settling(True)
-    eng = NanobindEngine(engine_path) if engine_path else Engine()
-    ctx = zmq.Context()
-    data = ctx.socket(zmq.PULL)
-    for addr in data_addrs:
+    eng = engine_for(engine_path)
+    socks = Sockets()
+    data, acks = socks.connect(zmq.PULL, data_addrs[0]), socks.connect(zmq.PUSH, ack_addr)
+    for addr in data_addrs[1:]:
         data.connect(addr)
-    acks = ctx.socket(zmq.PUSH)
-    acks.connect(ack_addr)
     receiver = shm.Receiver()
     expected: list[np.ndarray] = []
     floor_ids = np.zeros(0, dtype=np.int32)         # the floor's engine vector: isl zeros
@@ -200,9 +175,7 @@ def worker_main(data_addrs: list[str], ack_addr: str, parent: int,
                 count += len(reqs)
     finally:
         receiver.close()
-        data.close(0)
-        acks.close(0)
-        ctx.term()
+        socks.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,34 +230,27 @@ class Proxy:
         self.zmq = zmq
         # A slot for every request in flight (a server sizes its ring for its window).
         self.sender = shm.Sender(slots=WINDOW + 16)
-        self.ctx = zmq.Context()
-        self.data = self.ctx.socket(zmq.PUSH)
-        self.acks = self.ctx.socket(zmq.PULL)
-        self.tmp = tempfile.mkdtemp(prefix="tokenwire-load-")
-        self.names = ["data", "acks"] + [f"data{k}" for k in range(threads if threads > 1 else 0)]
-        data_addr, ack_addr = f"ipc://{self.tmp}/data", f"ipc://{self.tmp}/acks"
-        self.data.bind(data_addr)
-        self.acks.bind(ack_addr)
+        self.sockets = Sockets()
+        self.data = self.sockets.bind(zmq.PUSH, "data")
+        self.acks = self.sockets.bind(zmq.PULL, "acks")
         self.threads = threads
-        self.socks = [self.ctx.socket(zmq.PUSH) for _ in self.names[2:]]
-        for sock, name in zip(self.socks, self.names[2:]):
+        self.socks = [self.sockets.bind(zmq.PUSH, f"data{k}")
+                      for k in range(threads if threads > 1 else 0)]
+        for sock in self.socks:
             # A send the worker no longer takes fails after 10 s (the thread reports it and
             # ends) rather than blocking the thread, and close() with it, for ever.
             sock.setsockopt(zmq.SNDTIMEO, 10_000)
-            sock.bind(f"ipc://{self.tmp}/{name}")
         self.todo: queue.SimpleQueue[tuple[str, int, list[list[int]], int] | None] = \
             queue.SimpleQueue()
         self.failed: list[BaseException] = []
         self.workers = [threading.Thread(target=self._serialize, args=(sock,), daemon=True)
                         for sock in self.socks]
-        self.proc = mp.get_context("spawn").Process(
-            target=worker_main,
-            args=([data_addr] + [f"ipc://{self.tmp}/{n}" for n in self.names[2:]], ack_addr,
-                  os.getpid(), engine_path), daemon=True)
         self.starts: dict[int, float] = {}
         self.lat_us: list[float] = []
         self.next_id = 0
-        self.proc.start()
+        addrs = self.sockets.addrs
+        self.proc = spawn(worker_main, [a for n, a in addrs.items() if n != "acks"],
+                          addrs["acks"], os.getpid(), engine_path)
         for t in self.workers:
             t.start()
         try:
@@ -329,28 +295,12 @@ class Proxy:
         try:
             if self.proc.is_alive():
                 send_pyobj_oob(self.data, None, self.zmq.NOBLOCK, channel=self.sender)
-                self.proc.join(5)
         except self.zmq.Again:
             pass
         finally:
-            if self.proc.is_alive():
-                self.proc.terminate()
-                self.proc.join(5)
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join()
-            self.data.close(0)
-            self.acks.close(0)
-            for sock in self.socks:
-                sock.close(0)
-            self.ctx.term()
+            stop(self.proc, 5)
+            self.sockets.close()
             self.sender.close()
-            for name in self.names:
-                try:
-                    os.unlink(os.path.join(self.tmp, name))
-                except OSError:
-                    pass
-            os.rmdir(self.tmp)
 
     def _wait(self, timeout_ms: int) -> None:
         """Until an ack (or reply) can be read; RuntimeError when a serializing thread failed or
@@ -618,36 +568,27 @@ def plot(rows: Sequence[LoadRow], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     malloc_settling(True)
-    p = argparse.ArgumentParser(prog="python -m bench load", description=__doc__.split("\n\n")[0])
+    p = arg_parser("python -m bench load", __doc__, "ISL 1k/40k, 1 s, the closed loop and the "
+                   "open loop at 0.5: a smoke test", check=True)
     p.add_argument("--isl", default="1000,8000,40000,128000",
                    help="comma-separated prompt lengths")
     p.add_argument("--seconds", type=float, default=None,
                    help="duration of the closed loop and of each open-loop fraction (default 1.5; "
                         "1 with --quick)")
     p.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows")
-    p.add_argument("--quick", action="store_true",
-                   help="ISL 1k/40k, 1 s, the closed loop and the open loop at 0.5: a smoke test")
     p.add_argument("--proxy-threads", default="1", metavar="N,...",
                    help="comma-separated counts of the proxy's serializing threads: every row "
                         "runs at each (default 1; 1 is always run first, the reference)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--plot", metavar="PNG", help="latency (p50, p99) against throughput per row")
     p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
                    help="where the worker's ids end (as bench e2e's): an int32 numpy array, or "
                         "the C++ Request of a nanobind extension built on first use")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
     args = p.parse_args(argv)
-    isls = [1000, 40_000] if args.quick else [int(x) for x in args.isl.split(",") if x]
+    isls = [1000, 40_000] if args.quick else ints(args.isl)
     seconds = args.seconds or (1.0 if args.quick else 1.5)
     fractions = (0.5,) if args.quick else FRACTIONS
     names = [x for x in args.rows.split(",") if x]
-    try:
-        threads = sorted({1, *(int(x) for x in args.proxy_threads.split(",") if x)})
-    except ValueError:
-        p.error(f"--proxy-threads takes comma-separated counts, got {args.proxy_threads!r}")
-    if threads[0] < 1:
-        p.error("--proxy-threads: a count is at least 1")
+    threads = counts(p, args.proxy_threads, "--proxy-threads")
     unknown = [x for x in names if x not in ROWS]
     if unknown:
         p.error(f"unknown rows {unknown} (choose from {', '.join(ROWS)})")
@@ -655,13 +596,13 @@ def main(argv: list[str] | None = None) -> int:
         names.remove("tokenwire-shm")
         stderr_progress("tokenwire-shm: no shared-memory channel on this platform; row skipped")
     exit_on_sigterm()                       # the finally blocks stop the worker, close the segment
-    engine_path = build_engine(args.engine)
+    engine_path = build_for(args.engine)
     engine = "nanobind C++ Request" if engine_path else "numpy stand-in"
     print(f"# tokenwire load — {machine()}")
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     print(f"# proxy threads {', '.join(map(str, threads))}; the GIL "
           f"{'on' if gil else 'off (free-threaded)'}")
-    print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; proxy -> worker over "
+    print(f"# load average {load_average()}; proxy -> worker over "
           f"zmq ipc://, closed loop {WINDOW} requests in flight for {seconds:g} s, open loop "
           f"(Poisson) at {', '.join(f'{f:g}' for f in fractions)} x each row's saturation; CPU = "
           f"process CPU time / requests; latency = request built -> ack; engine: {engine}\n")
@@ -706,12 +647,10 @@ def main(argv: list[str] | None = None) -> int:
               f"({r.wrong} request(s))", file=sys.stderr)
     print(f"\ncorrectness: tokens received {'!=' if wrong else '=='} tokens sent "
           f"(every request of every row but the floor checked by the worker)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "loadavg": os.getloadavg(), "window": WINDOW,
-                       "seconds": seconds, "engine": engine, "gil": gil,
-                       "proxy_threads": threads,
-                       "rows": [{**asdict(r), "correct": r.correct} for r in rows]}, f, indent=1)
+    write_json(args.json, {"machine": machine(), "loadavg": os.getloadavg(), "window": WINDOW,
+                           "seconds": seconds, "engine": engine, "gil": gil,
+                           "proxy_threads": threads,
+                           "rows": [{**asdict(r), "correct": r.correct} for r in rows]})
     if args.plot:
         plot(rows, args.plot)
         print(f"wrote {args.plot}")

@@ -1,29 +1,14 @@
 """MPI broadcast of each iteration's new requests, as a TP/PP executor's rank 0 sends them.
 
-An executor whose ranks are MPI processes (TensorRT-LLM's PyExecutor is one) has rank 0 take the
-iteration's new requests and broadcast them to every rank; each rank then hands the prompt ids to
-its engine as an int32 vector. This benchmark runs that iteration under `mpiexec -n R`:
-
-  * rank 0 holds a batch of `--requests` request objects of `--isl` ids each (different seeded
-    ids per request), as it received them from the proxy (unpickled once);
-  * the iteration (all ranks leave a barrier, then): `bcast` of the batch from rank 0, then every
-    rank, rank 0 included, copies each request's ids into an owned int32 array, what an engine's
-    vector is;
-  * the iteration's time is the slowest rank's (the next iteration needs them all); p50 and p99
-    over `--iters` iterations. After each timed iteration every rank compares the arrays with
-    the ids it expected (outside the timing) and the run fails if one differs;
-  * then where an iteration goes, stage by stage (`stage_times`): pickle.dumps, MPI's Bcast of
-    the pickle's bytes, pickle.loads, the copies into int32 arrays.
-
-Rows: a plain request whose ids are a `list[int]` (the baseline: the list is pickled id by id,
-then numpy converts it element by element) against `tokenwire.GenerationRequest` (ids pickled as
-one int32 buffer; the copy is a memcpy of `tokenwire.token_buffer`), each sent with mpi4py's
-`comm.bcast` (pickle protocol 5, buffers in band) and with `mpi4py.util.pkl5` (pickle 5's
-out-of-band buffers sent as separate MPI messages).
-
-MPICH's ranks poll while they wait: with more ranks than cores they compete for the CPU with the
-rank doing the work, so figures at -n 4 on a 2-core machine measure that contention too. The run
-prints the host's load before it starts.
+Under `mpiexec -n R`, rank 0 holds a batch of `--requests` requests of `--isl` ids (unpickled
+once, as received from the proxy); an iteration (all ranks leave a barrier, then) is a `bcast` of
+the batch from rank 0 and, on every rank, a copy of each request's ids into an owned int32 array.
+Its time is the slowest rank's; p50 and p99 over `--iters` iterations, every rank checking its
+arrays against the ids it expected (outside the timing). Then where an iteration goes, stage by
+stage: pickle.dumps, MPI's Bcast of the bytes, pickle.loads, the copies. Rows: a plain request
+whose ids are a `list[int]` (the baseline) against `tokenwire.GenerationRequest`, each with
+mpi4py's `comm.bcast` and with `mpi4py.util.pkl5` (out-of-band buffers as their own messages).
+MPICH's waiting ranks poll: with more ranks than cores the figures include that contention.
 
   python -m bench mpi [--ranks 2,4] [--isl 40000] [--requests 8] [--iters 40] [--quick]
                       [--json PATH] [--check-targets]
@@ -35,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pickle
 import shutil
 import sys
@@ -46,8 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from bench.baseline import PlainGenerationRequest
-from bench.harness import (clone_env, exit_on_sigterm, machine, percentile, run_group,
-                           tagged_result)
+from bench.harness import (arg_parser, clone_env, exit_on_sigterm, ints, load_average, machine,
+                           percentile, print_trips, run_group, tagged_result, write_json)
 
 #: Rows: (request kind, broadcast); the first is the baseline.
 ROWS = [("plain list", "comm.bcast"), ("plain list", "pkl5"),
@@ -180,13 +164,11 @@ def run_ranks(mpiexec: str, ranks: int, cfg: dict[str, Any], timeout: float) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench mpi", description=__doc__.split("\n\n")[0])
+    p = arg_parser("python -m bench mpi", __doc__, "2 ranks, 8 iterations: a smoke test")
     p.add_argument("--ranks", default="2,4", help="comma-separated rank counts (mpiexec -n)")
     p.add_argument("--isl", type=int, default=40_000, help="ids per request")
     p.add_argument("--requests", type=int, default=8, help="requests per iteration")
     p.add_argument("--iters", type=int, default=40, help="timed iterations per row")
-    p.add_argument("--quick", action="store_true", help="2 ranks, 8 iterations: a smoke test")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--check-targets", action="store_true",
                    help=f"exit 1 unless the best tokenwire row is >= {TARGET_RATIO:g}x the "
                         "baseline at every rank count")
@@ -206,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
               "(pip install '.[mpi]' brings MPICH's)", file=sys.stderr)
         return 2
     exit_on_sigterm()               # run_group's finally kills the mpiexec group
-    ranks = [2] if args.quick else [int(r) for r in args.ranks.split(",")]
+    ranks = [2] if args.quick else ints(args.ranks)
     iters = 8 if args.quick else args.iters
     cfg = {"isl": args.isl, "requests": args.requests, "iters": iters, "warmup": 2}
     print(f"# {machine()}")
-    print(f"# load average before the run: {os.getloadavg()[0]:.2f} "
+    print(f"# load average before the run: {load_average()} "
           f"(mpiexec: {mpiexec}; {args.requests} requests x {args.isl:,} ids per iteration, "
           f"{iters} iterations per row)")
     runs = []
@@ -220,11 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(res)
         base = res["rows"][f"{ROWS[0][0]}, {ROWS[0][1]}"]["p50_ms"]
         print(f"\n{n} ranks: iteration time (the slowest rank; bcast + int32 arrays)")
-        print(f"  {'row':<26}{'p50 ms':>10}{'p99 ms':>10}{'x baseline':>12}")
-        for kind, how in ROWS:
-            r = res["rows"][f"{kind}, {how}"]
-            print(f"  {kind + ', ' + how:<26}{r['p50_ms']:>10.2f}{r['p99_ms']:>10.2f}"
-                  f"{base / r['p50_ms']:>11.1f}x")
+        print_trips(res["rows"])
         best = min(res["rows"][f"tokenwire, {how}"]["p50_ms"] for how in ("comm.bcast", "pkl5"))
         ratio = base / best
         hit = ratio >= TARGET_RATIO
@@ -238,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ids arrived wrong in {res['wrong']} rank-iterations (mpiexec exit "
                   f"{res['exit']})", file=sys.stderr)
             return 1
-    if args.json:
-        Path(args.json).write_text(json.dumps({"config": cfg, "runs": runs}, indent=1))
+    write_json(args.json, {"config": cfg, "runs": runs})
     return 1 if args.check_targets and not ok else 0
 
 

@@ -1,30 +1,18 @@
 """Across hosts, for real: a proxy and a worker in two network namespaces, over TCP.
 
-The benchmark makes two network namespaces joined by a veth pair (10.77.0.1 and 10.77.0.2),
-optionally rate-limited on both ends with a token bucket (`tc qdisc ... tbf rate R burst 32kb`:
-a small burst, or tbf lets a whole request through at line rate), starts a worker in one and
-a proxy in the other, and removes both namespaces when it ends, also on ^C or SIGTERM, and
-sweeps namespaces an earlier killed run left behind. Root (CAP_NET_ADMIN) and `ip` / `tc`
-(iproute2) are needed.
+Two network namespaces joined by a veth pair (10.77.0.1 and 10.77.0.2), optionally rate-limited
+on both ends with tbf (`tc qdisc ... tbf rate R burst 32kb`), a worker in one and a proxy in the
+other; both namespaces are removed when the run ends (also on ^C or SIGTERM), and those of an
+earlier killed run are swept. Needs root (CAP_NET_ADMIN) and `ip` / `tc` (iproute2).
 
-One request at a time: the proxy builds a request of `--isl` ids (a fresh `list[int]`, as a
-tokenizer returns them, outside the timing), serializes and sends it over a zmq PAIR socket on
-tcp://; the worker receives it, copies its ids into an int32 array (its engine's vector) and
-answers with a CRC-32 of them; the trip is the proxy's clock from the start of serializing to the
-answer. Rows:
-
-  baseline        a request with a plain `list[int]` field, `send_pyobj`
-  tokenwire       `tokenwire.GenerationRequest`, `send_pyobj` (ids in band, raw int32)
-  oob <codec>     `GenerationRequest` through `tokenwire.transport.send_pyobj_oob(codec=...)`:
-                  the ids as their own frame, raw or coded with the wire codec (packed, pfor,
-                  zstd, auto); `oob default` lets the transport pick from the endpoint
-
-Ids: seeded realistic ids (bench.data) or, with `--ids FILE`, real tokenizer ids (a raw int32
-file, e.g. from bench/pfor_ids.py), repeated up to `--isl`. The rows take turns a few requests at
-a time; p50 and p99 of the trip, the bytes each request put on the wire, and ×baseline.
-
-  python -m bench net [--rate 1gbit,unshaped] [--isl 40000] [--requests 60] [--ids FILE]
-                      [--quick] [--json PATH]
+One request at a time: the proxy builds a request of `--isl` ids from a fresh `list[int]`
+(untimed), serializes and sends it over a zmq PAIR socket; the worker copies its ids into an
+int32 array and answers with their CRC-32; the trip is the proxy's clock from serialize to the
+answer. Rows: baseline (a plain `list[int]` request, send_pyobj), tokenwire (GenerationRequest,
+send_pyobj) and `oob <codec>` (send_pyobj_oob(codec=...): raw, packed, pfor, zstd, auto; `oob
+default` lets the transport pick). Ids: seeded (bench.data) or `--ids FILE` (raw int32). The
+rows take turns a few requests at a time; p50 and p99 of the trip, the bytes each request put on
+the wire, and x baseline.
 """
 
 from __future__ import annotations
@@ -38,15 +26,15 @@ import subprocess
 import sys
 import time
 import zlib
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench.baseline import PlainGenerationRequest
 from bench.data import load_ids
-from bench.harness import (clone_env, exit_on_sigterm, kill_group, machine, percentile,
-                           run_group, tagged_result, turns, wait_while_parent_lives)
+from bench.harness import (arg_parser, clone_env, exit_on_sigterm, kill_group, load_average,
+                           machine, percentile, print_trips, run_group, tagged_result, turns,
+                           wait_while_parent_lives, write_json)
 
 PREFIX = "twbench"
 ADDR_PROXY, ADDR_WORKER, PORT = "10.77.0.1", "10.77.0.2", 5591
@@ -265,14 +253,12 @@ def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench net", description=__doc__.split("\n\n")[0])
+    p = arg_parser("python -m bench net", __doc__, "unshaped only, 8 requests a row")
     p.add_argument("--rate", default="1gbit,2500mbit,unshaped",
                    help="comma-separated tbf rates (tc's units), 'unshaped' for none")
     p.add_argument("--isl", type=int, default=40_000, help="ids per request")
     p.add_argument("--requests", type=int, default=60, help="timed requests per row")
     p.add_argument("--ids", metavar="FILE", help="real ids: a raw little-endian int32 file")
-    p.add_argument("--quick", action="store_true", help="unshaped only, 8 requests a row")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--worker", metavar="ENDPOINT", help=argparse.SUPPRESS)
     p.add_argument("--proxy", metavar="CONFIG", help=argparse.SUPPRESS)
     p.add_argument("--launcher", type=int, help=argparse.SUPPRESS)
@@ -292,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = {"isl": args.isl, "requests": 8 if args.quick else args.requests, "warmup": BLOCK,
            "ids": args.ids, "rows": rows}
     print(f"# {machine()}")
-    print(f"# load average before the run: {os.getloadavg()[0]:.2f}; {args.isl:,} ids a request "
+    print(f"# load average before the run: {load_average()}; {args.isl:,} ids a request "
           f"({'real ids from ' + args.ids if args.ids else 'seeded ids'}), "
           f"{cfg['requests']} timed requests a row")
     runs = {}
@@ -300,19 +286,13 @@ def main(argv: list[str] | None = None) -> int:
         res = run_pair(None if rate == "unshaped" else rate, cfg,
                        timeout=120 + 0.5 * len(rows) * (cfg["requests"] + BLOCK))
         runs[rate] = res
-        base = res["rows"]["baseline"]["p50_ms"]
         print(f"\n{rate}: trip (serialize -> worker's int32 ids -> answer), bytes on the wire")
-        print(f"  {'row':<16}{'p50 ms':>9}{'p99 ms':>9}{'wire KB':>10}{'x baseline':>12}")
-        for row in rows:
-            r = res["rows"][row]
-            print(f"  {row:<16}{r['p50_ms']:>9.2f}{r['p99_ms']:>9.2f}"
-                  f"{r['wire_bytes'] / 1e3:>10.1f}{base / r['p50_ms']:>11.1f}x")
+        print_trips(res["rows"], {"wire KB": lambda r: f"{r['wire_bytes'] / 1e3:.1f}"})
         if res["wrong"] or res["exit"]:
             print(f"  ids arrived wrong in {res['wrong']} requests (proxy exit {res['exit']})",
                   file=sys.stderr)
             return 1
-    if args.json:
-        Path(args.json).write_text(json.dumps({"config": cfg, "runs": runs}, indent=1))
+    write_json(args.json, {"config": cfg, "runs": runs})
     return 0
 
 

@@ -3,38 +3,26 @@
     python -m bench threads                      # 1 and 2 threads, 40,000 ids
     python3.13t -m bench threads                 # a free-threaded build: the GIL stays off
 
-A worker that handles requests on several threads (one per connection, or an executor's pool)
-only gains from them if the work scales. Each row is run with 1 thread and with N (`--threads
-1,2`): every thread builds its OWN inputs (seeded ids, a thread's own list, arrays and
-vector), warms up, waits at a threading.Barrier that releases all of them together, then does
-the same fixed number of operations; throughput = total operations / wall time (the first
-thread's start to the last one's end). Scaling = N threads' throughput / one thread's: N with
-perfect scaling, 1 when the threads take turns (the GIL). Beside each throughput, where scaling
-goes: CPU, the threads' CPU seconds per wall second (N when all N ran at once; the footer says
-how many CPUs other processes kept busy, from /proc/stat), and flt/op, the threads' minor page
-faults per operation (memory an allocator gave back to the OS and touches again). Rows:
+Each row runs with 1 thread and with N (`--threads 1,2`): every thread builds its own inputs,
+warms up, waits at a Barrier that releases all of them together, then does the same number of
+operations; throughput = total operations / wall time, scaling = N threads' throughput / one
+thread's. Beside each: CPU (the threads' CPU seconds per wall second; the footer says how many
+CPUs other processes kept busy) and flt/op (minor page faults per operation). Rows:
 
-  tokenwire round trip  a tokenizer's list[int] -> tokenwire.as_tokens -> a GenerationRequest
-                        -> pickle.dumps (protocol 5) -> pickle.loads -> tokenwire.token_buffer
-                        (the proxy's and the worker's side of one request)
-  plain-list baseline   the same with PlainGenerationRequest (bench.baseline) holding the list:
-                        pickle.dumps + loads + the worker's copy, np.array(list, dtype=int32)
+  tokenwire round trip  list[int] -> as_tokens -> GenerationRequest -> pickle.dumps/loads (5)
+                        -> token_buffer
+  plain-list baseline   the same with PlainGenerationRequest, and np.array(list, int32)
   pfor encode + decode  tokenwire.encode(tv, codec="pfor") + tokenwire.decode(frame)
-  floor: memcpy         np.copyto of the ids' 4 bytes per id into a preallocated array: what the
-                        machine's cores and memory allow N threads copying as many bytes
+  floor: memcpy         np.copyto of the ids into a preallocated array
 
-The rows, and the thread counts within a row, take turns round after round, so a noisy
-neighbour weighs on all of them alike; figures are medians over rounds, spread the interquartile
-range. The target (on a free-threaded build with the GIL off): N = 2 threads give >= 1.8x one
-thread's throughput on the tokenwire rows, or at least 0.9x the floor row's scaling. The header
-says whether the build is free-threaded and whether the GIL is on now: an extension module that
-does not declare free-threading support turns it back on at import unless PYTHON_GIL=0.
+Rows and thread counts take turns round after round; medians over rounds. The target (a
+free-threaded build, the GIL off): 2 threads give >= 1.8x one thread's throughput on the tokenwire
+rows, or >= 0.9x the floor row's scaling. The header says whether the build is free-threaded and
+whether the GIL is on now (PYTHON_GIL=0 keeps it off).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import pickle
@@ -54,8 +42,8 @@ import tokenwire
 from tokenwire import GenerationRequest, token_buffer
 from bench.baseline import PlainGenerationRequest, SamplingParams
 from bench.data import token_stream
-from bench.harness import (Target, _calibrate, end_progress, machine, report_targets,
-                           stderr_progress)
+from bench.harness import (Stat, Target, _calibrate, arg_parser, counts as thread_counts,
+                           end_progress, machine, report_targets, stderr_progress, write_json)
 
 try:
     import resource
@@ -188,10 +176,7 @@ class Figure:
 
     @property
     def iqr_pct(self) -> float:
-        if len(self.samples) < 2:
-            return 0.0
-        q = statistics.quantiles(self.samples, n=4)
-        return 100 * (q[2] - q[0]) / self.ops_per_s
+        return Stat.of(self.samples).iqr_pct
 
     @property
     def cpu_per_wall(self) -> float:
@@ -312,8 +297,7 @@ def targets(rows: Sequence[Row]) -> list[Target]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench threads",
-                                description=(__doc__ or "").split("\n\n")[0])
+    p = arg_parser("python -m bench threads", __doc__, "a smoke run: 20 operations, 2 rounds")
     p.add_argument("--threads", default="1,2",
                    help="comma-separated thread counts (1 is always measured: the reference)")
     p.add_argument("--isl", type=int, default=40_000, help="ids per operation")
@@ -324,17 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=7, help="rounds (median)")
     p.add_argument("--rows", default=None,
                    help="comma-separated substrings of the rows to run (the floor always runs)")
-    p.add_argument("--quick", action="store_true", help="a smoke run: 20 operations, 2 rounds")
-    p.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     p.add_argument("--check-targets", action="store_true",
                    help="exit 1 when a target is missed on a free-threaded build with the GIL off")
     args = p.parse_args(argv)
-    try:
-        counts = sorted({1, *(int(x) for x in args.threads.split(",") if x)})
-    except ValueError:
-        p.error(f"--threads: comma-separated integers, not {args.threads!r}")
-    if counts[0] < 1 or args.isl < 1:
-        p.error("--threads and --isl must be >= 1")
+    counts = thread_counts(p, args.threads, "--threads")
+    if args.isl < 1:
+        p.error("--isl must be >= 1")
     ops, repeat = (20, 2) if args.quick else (args.ops, args.repeat)
     rows = [r for r in ROWS if r.name == FLOOR or args.rows is None
             or any(s and s in r.name for s in args.rows.split(","))]
@@ -370,18 +349,15 @@ def main(argv: list[str] | None = None) -> int:
                "Targets at 2 threads (for a free-threaded build with the GIL off; this run holds "
                "the GIL, so they are informational):")
     ok = report_targets(figures, targets(rows), heading)
-    if args.json:
-        doc = {"machine": machine(), "suite": "threads", **info, "isl": args.isl,
-               "threads": counts, "repeat": repeat, "other_processes_cpus": others,
-               "rows": [{"name": f.row, "threads": f.threads, "ops_per_thread": f.ops,
-                         "ops_per_s": f.ops_per_s, "iqr_pct": f.iqr_pct,
-                         "scaling": figures.scaling(f.row, f.threads),
-                         "x_floor_scaling": figures.of_floor(f.row, f.threads),
-                         "cpu_per_wall": f.cpu_per_wall,
-                         "faults_per_op": None if math.isnan(f.faults_per_op) else f.faults_per_op,
-                         "samples_ops_per_s": f.samples, "samples_cpu_per_wall": f.cpu,
-                         "samples_faults_per_op": f.faults} for f in figs]}
-        with open(args.json, "w") as fh:
-            json.dump(doc, fh, indent=1)
-        print(f"\nwrote {args.json}")
+    write_json(args.json, {
+        "machine": machine(), "suite": "threads", **info, "isl": args.isl, "threads": counts,
+        "repeat": repeat, "other_processes_cpus": others,
+        "rows": [{"name": f.row, "threads": f.threads, "ops_per_thread": f.ops,
+                  "ops_per_s": f.ops_per_s, "iqr_pct": f.iqr_pct,
+                  "scaling": figures.scaling(f.row, f.threads),
+                  "x_floor_scaling": figures.of_floor(f.row, f.threads),
+                  "cpu_per_wall": f.cpu_per_wall,
+                  "faults_per_op": None if math.isnan(f.faults_per_op) else f.faults_per_op,
+                  "samples_ops_per_s": f.samples, "samples_cpu_per_wall": f.cpu,
+                  "samples_faults_per_op": f.faults} for f in figs]})
     return 1 if args.check_targets and free and not ok else 0
