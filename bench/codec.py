@@ -34,6 +34,7 @@ from bench.harness import (
     Result,
     Suite,
     Target,
+    codec_method,
     machine,
     measure,
     suite_main,
@@ -50,17 +51,9 @@ def _optional(name: str) -> Any:
         return None
 
 
-def _method(name: str, enc: Callable[[], Any], dec_of: Callable[[Any], Callable[[], object]]) -> Method:
-    """A codec row: `enc` produces the wire bytes once here (for the size), `dec_of(blob)` is
-    the decoder timed on them."""
-    blob = enc()
-    size = len(blob) if isinstance(blob, (bytes, bytearray)) else memoryview(blob).nbytes
-    return Method(name, {"encode": enc, "decode": dec_of(blob)}, nbytes=size)
-
-
 def _zstd_method(zstandard: Any, level: int, ids: np.ndarray) -> Method:
     cctx, dctx = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
-    return _method(f"zstd-{level}(int32 bytes)", lambda: cctx.compress(ids),
+    return codec_method(f"zstd-{level}(int32 bytes)", lambda: cctx.compress(ids),
                    lambda b: lambda: np.frombuffer(dctx.decompress(b), np.int32))
 
 
@@ -83,16 +76,16 @@ def integer_codec_peers(ids: np.ndarray) -> list[Method]:
                 return back[:codec.decodeArray(blob, len(blob), back, len(back))]
             return dec
 
-        out.append(_method("pyfastpfor simdfastpfor128", fp_enc, fp_dec))
+        out.append(codec_method("pyfastpfor simdfastpfor128", fp_enc, fp_dec))
     svb = _optional("libstreamvbyte")
     if svb is not None:
-        out.append(_method("libstreamvbyte", lambda: svb.encode(u),
+        out.append(codec_method("libstreamvbyte", lambda: svb.encode(u),
                            lambda b: lambda: svb.decode(b, len(u))))
     pcodec = _optional("pcodec")
     if pcodec is not None:
         standalone = _optional("pcodec.standalone")
         config = pcodec.ChunkConfig()
-        out.append(_method("pcodec", lambda: standalone.simple_compress(ids, config),
+        out.append(codec_method("pcodec", lambda: standalone.simple_compress(ids, config),
                            lambda b: lambda: standalone.simple_decompress(b)))
     return out
 
@@ -107,26 +100,26 @@ def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
     out = [
         Method(MEMCPY, {"encode": lambda: np.copyto(dst, ids), "decode": lambda: np.copyto(dst, ids)},
                nbytes=ids.nbytes),
-        _method(PICKLE_LIST, lambda: pickle.dumps(lst, 5), lambda b: lambda: pickle.loads(b)),
+        codec_method(PICKLE_LIST, lambda: pickle.dumps(lst, 5), lambda b: lambda: pickle.loads(b)),
     ]
     if msgspec is not None:
         enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
-        out.append(_method("msgspec.msgpack(list[int])", lambda: enc.encode(lst),
+        out.append(codec_method("msgspec.msgpack(list[int])", lambda: enc.encode(lst),
                            lambda b: lambda: dec.decode(b)))
     out += [
-        _method("pickle(int32 ndarray)", lambda: pickle.dumps(ids, 5), lambda b: lambda: pickle.loads(b)),
-        _method("ndarray.tobytes / np.frombuffer", ids.tobytes,
+        codec_method("pickle(int32 ndarray)", lambda: pickle.dumps(ids, 5), lambda b: lambda: pickle.loads(b)),
+        codec_method("ndarray.tobytes / np.frombuffer", ids.tobytes,
                 lambda b: lambda: np.frombuffer(b, np.int32)),
     ]
     if zstandard is not None:
         for level in (1, 3):
             out.append(_zstd_method(zstandard, level, ids))
     if lz4_block is not None:
-        out.append(_method("lz4.block(int32 bytes)", lambda: lz4_block.compress(ids),
+        out.append(codec_method("lz4.block(int32 bytes)", lambda: lz4_block.compress(ids),
                            lambda b: lambda: np.frombuffer(lz4_block.decompress(b), np.int32)))
 
     def wire(name: str, src: Any, **kw: Any) -> Method:
-        return _method(name, lambda: tokenwire.encode(src, **kw), lambda b: lambda: tokenwire.decode(b))
+        return codec_method(name, lambda: tokenwire.encode(src, **kw), lambda b: lambda: tokenwire.decode(b))
 
     out += [
         wire("tokenwire raw", ids, codec="raw"),
@@ -143,13 +136,13 @@ def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
     openzl = openzl_codec()      # a peer when installed (pip install openzl), in no extra
     if openzl is not None:
         oz_enc, oz_dec = openzl
-        out.append(_method("openzl FieldLz(int32)", lambda: oz_enc(ids), lambda b: lambda: oz_dec(b)))
+        out.append(codec_method("openzl FieldLz(int32)", lambda: oz_enc(ids), lambda b: lambda: oz_dec(b)))
     out += integer_codec_peers(ids)
     tv = tokenwire.as_tokens(ids)
     out.append(Method("tokenwire as_tokens(list) / tolist", {
         "encode": lambda: tokenwire.as_tokens(lst), "decode": tv.tolist}, nbytes=ids.nbytes))
     params = SamplingParams()
-    out.append(_method(
+    out.append(codec_method(
         "tokenwire GenerationRequest pickle",
         lambda: pickle.dumps(tokenwire.GenerationRequest(lst, params, id=1), 5),
         lambda b: lambda: pickle.loads(b)))

@@ -20,22 +20,12 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import time
 from typing import Any, Callable, List, Optional, Tuple
 
 import numpy as np
 
 import tokenwire
-
-
-def _median(fn: Callable[[], object], reps: int) -> float:
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return times[len(times) // 2]
+from bench.harness import Method, codec_method, ints, measure
 
 
 def openzl_codec() -> Optional[Tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.ndarray]]]:
@@ -66,43 +56,30 @@ def openzl_codec() -> Optional[Tuple[Callable[[np.ndarray], bytes], Callable[[by
     return enc, dec
 
 
-def rows_for(ids: np.ndarray, reps: int) -> List[Tuple[str, int, float, float]]:
+def methods_for(ids: np.ndarray) -> list[Method]:
+    """zstd levels 1 and 3 over the int32, u16 (when every id fits) and packed payloads
+    (decoded to bytes), tokenwire's codec="zstd" and OpenZL when installed."""
     import zstandard
 
     dctx = zstandard.ZstdDecompressor()
-    sources: List[Tuple[str, Any]] = [("int32", ids)]
+    sources: list[tuple[str, Any]] = [("int32", ids)]
     if ids.min() >= 0 and ids.max() < 65536:
         sources.append(("u16", ids.astype("<u2")))
     sources.append(("packed", tokenwire.encode(ids, codec="packed")[16:]))
-    methods: List[Tuple[str, Callable[[], Any], Callable[[Any], Callable[[], object]]]] = []
-    def zstd_row(level: int, name: str, src: Any) -> None:
-        cctx = zstandard.ZstdCompressor(level=level)
-        methods.append((f"zstd-{level}({name})", lambda: cctx.compress(src),
-                        lambda b: lambda: dctx.decompress(b)))
-
+    out = []
     for level in (1, 3):
         for name, src in sources:
-            zstd_row(level, name, src)
-    methods.append(("tokenwire zstd", lambda: tokenwire.encode(ids, codec="zstd"),
-                    lambda b: lambda: tokenwire.decode(b)))
+            cctx = zstandard.ZstdCompressor(level=level)
+            out.append(codec_method(f"zstd-{level}({name})", lambda c=cctx, s=src: c.compress(s),
+                                    lambda b: lambda: dctx.decompress(b)))
+    out.append(codec_method("tokenwire zstd", lambda: tokenwire.encode(ids, codec="zstd"),
+                            lambda b: lambda: tokenwire.decode(b)))
     oz = openzl_codec()
     if oz is not None:
         oz_enc, oz_dec = oz
-        methods.append(("openzl FieldLz", lambda: oz_enc(ids), lambda b: lambda: oz_dec(b)))
-    blobs = [make() for _, make, _ in methods]
-    decs = [dec_of(b) for (_, _, dec_of), b in zip(methods, blobs)]
-    enc_t = [[] for _ in methods]  # type: List[List[float]]
-    dec_t = [[] for _ in methods]  # type: List[List[float]]
-    for _ in range(reps):           # interleaved: every row sees the same machine load
-        for k, (_, make, _) in enumerate(methods):
-            enc_t[k].append(_median(make, 1))
-            dec_t[k].append(_median(decs[k], 1))
-
-    def med(v: List[float]) -> float:
-        return sorted(v)[len(v) // 2]
-
-    return [(name, len(b), med(e), med(d))
-            for (name, _, _), b, e, d in zip(methods, blobs, enc_t, dec_t)]
+        out.append(codec_method("openzl FieldLz", lambda: oz_enc(ids),
+                                lambda b: lambda: oz_dec(b)))
+    return out
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -122,15 +99,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         every = np.fromfile(path, dtype="<i4")
         if args.below_65536:
             every = every[every < 65536]
-        for n in (int(x) for x in args.isl.split(",")):
+        for n in ints(args.isl):
             ids = np.ascontiguousarray(every[:n])
-            rows = rows_for(ids, reps=max(11, min(201, 4_000_000 // n)))
-            base = rows[0]
+            # One call a sample, the rows interleaved: a call's window is short on a busy machine.
+            rows = measure(methods_for(ids), n, max(11, min(201, 4_000_000 // n)), 0)
+            enc, dec = (rows[0].stats[op].median_us for op in ("encode", "decode"))
             print(f"\n{stream}, {ids.size:,} ids (max {ids.max():,})      B/id   "
                   f"encode us  x zstd-1   decode us  x zstd-1")
-            for name, size, te, td in rows:
-                print(f"  {name:20s} {size / ids.size:6.3f} {te * 1e6:10.1f} {te / base[2]:8.2f} "
-                      f"{td * 1e6:11.1f} {td / base[3]:8.2f}")
+            for r in rows:
+                te, td = r.stats["encode"].median_us, r.stats["decode"].median_us
+                print(f"  {r.name:20s} {(r.nbytes or 0) / ids.size:6.3f} {te:10.1f} "
+                      f"{te / enc:8.2f} {td:11.1f} {td / dec:8.2f}")
     return 0
 
 

@@ -65,6 +65,15 @@ class Result:
         return sum(s.median_us for s in self.stats.values())
 
 
+def codec_method(name: str, enc: Callable[[], Any],
+                 dec_of: Callable[[Any], Callable[[], object]]) -> Method:
+    """A codec's row: `enc` makes the wire bytes once here (for the size), `dec_of(blob)` is the
+    decoder timed on them."""
+    blob = enc()
+    size = len(blob) if isinstance(blob, (bytes, bytearray)) else memoryview(blob).nbytes
+    return Method(name, {"encode": enc, "decode": dec_of(blob)}, nbytes=size)
+
+
 def _calibrate(fn: Op, round_s: float) -> int:
     number = 1
     while True:
