@@ -27,7 +27,7 @@ import numpy as np
 import tokenwire
 from bench.baseline import SamplingParams
 from bench.codec_zstd import openzl_codec
-from bench.data import VOCABS, token_stream
+from bench.data import VOCABS, load_ids, token_stream, tokenized
 from bench.harness import (
     Figures,
     Method,
@@ -342,28 +342,6 @@ def plot(rows: Sequence[Row], path: str, title: str) -> None:
     plt.close(fig)
 
 
-def tokenizer_streams(path: str, isls: Sequence[int], text: str | None) -> dict[int, np.ndarray]:
-    """Real ids: a `tokenizers` tokenizer.json applied to local text (`--text`, or the Python
-    standard library's own sources), repeated up to each ISL."""
-    import importlib
-    try:
-        tokenizers: Any = importlib.import_module("tokenizers")
-    except ImportError:
-        raise SystemExit("--tokenizer needs the tokenizers package: pip install tokenizers") from None
-    tok = tokenizers.Tokenizer.from_file(path)
-    if text is None:
-        import glob
-        import os
-        src = sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "*.py")))[:40]
-        body = "\n".join(open(p, encoding="utf-8", errors="replace").read() for p in src)
-    else:
-        body = open(text, encoding="utf-8", errors="replace").read()
-    ids = np.array(tok.encode(body).ids, dtype=np.int32)
-    if ids.size == 0:
-        raise SystemExit("--tokenizer: the text produced no tokens")
-    return {n: np.resize(ids, n) for n in isls}
-
-
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="measure only rows whose name contains one of these (pickle(list) and "
@@ -388,14 +366,8 @@ class _Run:
 
     def stream(self, n: int, args: argparse.Namespace) -> np.ndarray:
         if n not in self.streams:
-            if args.ids:
-                ids = np.fromfile(args.ids, dtype="<i4").astype(np.int32)
-                if ids.size == 0:
-                    raise SystemExit(f"--ids: {args.ids} holds no ids")
-                self.streams[n] = np.resize(ids, n)
-            else:
-                self.streams[n] = (tokenizer_streams(args.tokenizer, [n], args.text)[n]
-                                   if args.tokenizer else token_stream(n))
+            self.streams[n] = (np.resize(tokenized(args.tokenizer, args.text), n)
+                               if args.tokenizer and not args.ids else load_ids(n, args.ids))
         return self.streams[n]
 
     def methods(self, n: int, args: argparse.Namespace) -> list[Method]:

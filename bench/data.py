@@ -1,9 +1,11 @@
 """The benchmarks' ids: seeded, realistic token streams generated in-process (no download
-needed), or real ids read from a file (`--ids`)."""
+needed), real ids read from a file (`--ids`), or a real tokenizer's ids of local text."""
 
 from __future__ import annotations
 
+import glob
 import os
+from typing import Any
 
 import numpy as np
 
@@ -39,3 +41,23 @@ def load_ids(n: int, path: str | os.PathLike[str] | None = None) -> np.ndarray:
             raise SystemExit(f"{key} holds no ids")
         _FILES[key] = ids
     return np.resize(_FILES[key], n)
+
+
+def tokenized(path: str, text: str | None = None) -> np.ndarray:
+    """The ids a `tokenizers` tokenizer.json gives local text (`text`, or the Python standard
+    library's first 40 modules), made once per process."""
+    key = f"{path}\0{text}"
+    if key not in _FILES:
+        import importlib
+        try:
+            tokenizers: Any = importlib.import_module("tokenizers")
+        except ImportError:
+            raise SystemExit("--tokenizer needs the tokenizers package: pip install "
+                             "tokenizers") from None
+        files = [text] if text else sorted(glob.glob(os.path.join(os.path.dirname(os.__file__),
+                                                                  "*.py")))[:40]
+        body = "\n".join(open(p, encoding="utf-8", errors="replace").read() for p in files)
+        _FILES[key] = np.array(tokenizers.Tokenizer.from_file(path).encode(body).ids, np.int32)
+        if _FILES[key].size == 0:
+            raise SystemExit("--tokenizer: the text produced no tokens")
+    return _FILES[key]
