@@ -449,12 +449,16 @@ def targets_for(engine: str) -> list[Target]:
                            "whole trip (proxy serialize + transport + worker submit)")]
             if shm_mode:
                 out += [Target(f"{mode}: whole trip p99 <= 3x its p50",
-                               lambda f, m=mode: f.tail(m, "trip_us"), lambda v: v <= 3,
+                               _tail(mode), lambda v: v <= 3,
                                _tail_shown(mode, 40_000)),
                         _lower(mode, "trip_us", 30, "at ISL 128,000, whole trip", isl=128_000)]
         out += [_lower(mode, "latency_us", 10, "worker submit", " than the baseline's"),
                 _gil_target(mode)]
     return out + [_floor_target()]
+
+
+def _tail(mode: str) -> Callable[[E2EFigures], float]:
+    return lambda f: f.tail(mode, "trip_us")
 
 
 def _tail_shown(mode: str, isl: int) -> Callable[[E2EFigures, float], str]:
@@ -631,7 +635,6 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
 # --------------------------------------------------------------------------------------------
 # Ray (actor to actor)
 
-
 class _RayWorker:
     """The worker actor: a put request's ray.get (fetch + deserialize) and int32 hand-off,
     timed; an argument's hand-off (Ray fetched and unpickled it before the call)."""
@@ -708,49 +711,36 @@ class _RayProxy:
 
 def run_ray(isls: Sequence[int], count: int, nodes: int = 1,
             gil_monitor: bool = True) -> list[ModeResult]:
-    """Actor to actor through Ray: a local one-node cluster, or with `nodes=2` a two-node one on
-    this machine (two raylets, each with its own object store; ray.cluster_utils.Cluster), the
-    proxy actor on one node and the worker actor on the other, so every request is moved from
-    one store to the other."""
+    """Actor to actor through Ray (harness.ray_cluster: with `nodes=2` the proxy actor on one
+    raylet and the worker actor on the other). A Ray already running is used as it is; its
+    workers get bench/ (not installed) as a module Ray ships them."""
     import logging
 
     import ray
 
     import bench
 
-    # A Ray already running (a caller's) is used as it is, one node; else one is started for
-    # the run. Its workers get bench/ (not installed) as a module Ray ships them.
-    started = not ray.is_initialized()
     cluster: Any = ray_cluster(
         nodes, 256 * 1024**2, ("tw_proxy", "tw_worker"), logging_level=logging.ERROR,
         log_to_driver=False, runtime_env={"py_modules": [bench], "excludes": [
-            "engine_src", "results", "__pycache__"]}) if started else contextlib.nullcontext(False)
-    with cluster as two:
-        return _run_ray_actors(isls, count, two, gil_monitor)
-
-
-def _run_ray_actors(isls: Sequence[int], count: int, two: bool,
-                    gil_monitor: bool) -> list[ModeResult]:
-    import ray
-
-    worker_cls: Any = ray.remote(num_cpus=0, resources={"tw_worker": 1} if two else {})(
-        _RayWorker)
-    proxy_cls: Any = ray.remote(num_cpus=0, resources={"tw_proxy": 1} if two else {})(
-        _RayProxy)
-    worker, proxy = worker_cls.remote(gil_monitor), proxy_cls.remote()
+            "engine_src", "results", "__pycache__"]}) if not ray.is_initialized() \
+        else contextlib.nullcontext(False)
     out = []
-    for call in RAY_CALLS:
-        label = ("ray-2node" if two else "ray") + ("-arg" if call == "arg" else "")
-        for isl in isls:
-            for mode in RAY_MODES:
-                stderr_progress(f"e2e {label}: ISL {isl:,}, {mode}")
-                r = ray.get(proxy.run.remote(worker, mode, call, isl, count))
-                out.append(ModeResult(label, mode, isl, count, r["latency_us"], r["gil_us"],
-                                      r["send_us"], r["correct"], trip_us=r["trip_us"]))
+    with cluster as two:
+        actor: Any = ray.remote
+        worker = actor(num_cpus=0, resources={"tw_worker": 1} if two else {})(
+            _RayWorker).remote(gil_monitor)
+        proxy = actor(num_cpus=0, resources={"tw_proxy": 1} if two else {})(_RayProxy).remote()
+        for call in RAY_CALLS:
+            label = ("ray-2node" if two else "ray") + ("-arg" if call == "arg" else "")
+            for isl in isls:
+                for mode in RAY_MODES:
+                    stderr_progress(f"e2e {label}: ISL {isl:,}, {mode}")
+                    r = ray.get(proxy.run.remote(worker, mode, call, isl, count))
+                    out.append(ModeResult(label, mode, isl, count, r["latency_us"], r["gil_us"],
+                                          r["send_us"], r["correct"], trip_us=r["trip_us"]))
     return out
 
-
-# --------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
