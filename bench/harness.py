@@ -544,24 +544,18 @@ class Suite:
 def suite_main(argv: list[str] | None, suite: Suite) -> int:
     """Parse the common options, measure every ISL (peers interleaved), print the table and the
     targets, write JSON. A missed target makes the exit code 1 only with --check-targets."""
-    import json
-
-    p = argparse.ArgumentParser(prog=suite.prog, description=suite.doc.split("\n\n")[0])
+    p = arg_parser(suite.prog, suite.doc, f"a smoke run: ISL {suite.quick[0]}, {suite.quick[1]} "
+                   "short rounds", check=True)
     p.add_argument("--isl", default=suite.default_isl, help="comma-separated prompt lengths")
-    p.add_argument("--quick", action="store_true",
-                   help=f"a smoke run: ISL {suite.quick[0]}, {suite.quick[1]} short rounds")
     p.add_argument("--repeat", type=int, default=suite.repeat, help="timed rounds per method (median)")
     p.add_argument("--round-ms", type=float, default=suite.round_ms,
                    help="target duration of one round")
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit 1 when a target is missed (off by default: shared machines are noisy)")
     if suite.add_arguments:
         suite.add_arguments(p)
     args = p.parse_args(argv)
     isl_text, repeat, round_ms = (suite.quick if args.quick
                                   else (args.isl, args.repeat, args.round_ms))
-    isls = [int(x) for x in isl_text.split(",") if x]
+    isls = ints(isl_text)
     head = suite.header(args) if suite.header else f"tokenwire {suite.name} benchmark — {machine()}"
     print("# " + head.replace("\n", "\n# "))
     print(f"# median of {repeat} interleaved rounds of ~{round_ms:g} ms{suite.note}\n")
@@ -576,9 +570,7 @@ def suite_main(argv: list[str] | None, suite: Suite) -> int:
         suite.after(results + extra, args)
     if args.json:
         meta = suite.json_meta(args, results + extra) if suite.json_meta else {}
-        with open(args.json, "w") as f:
-            json.dump(results_json(results + extra, suite=suite.name, **meta), f, indent=1)
-        print(f"\nwrote {args.json}")
+        write_json(args.json, results_json(results + extra, suite=suite.name, **meta))
     return 0 if ok or not args.check_targets else 1
 
 
