@@ -38,16 +38,17 @@ import sys
 
 import bench  # noqa: F401  (first: the installed tokenwire before the checkout's sources)
 
-#: subcommand -> the module whose main(argv) runs it (its help line is in the docstring above).
+#: subcommand -> "module" whose main(argv) runs it, or "module:function" (its help line is in
+#: the docstring above).
 SUBCOMMANDS: dict[str, str] = {
     "codec": "bench.codec",
     "core": "bench.core",
     "request": "bench.request",
-    "transport": "bench.transport",
+    "transport": "bench.request:transport_main",
     "msgspec": "bench.msgspec_json",
     "wires": "bench.wires",
-    "upstream": "bench.upstream",
-    "cpp": "bench.cpp",
+    "upstream": "bench.msgspec_json:upstream_main",
+    "cpp": "bench.engine",
     "e2e": "bench.e2e",
     "load": "bench.load",
     "shm": "bench.bench_shm",
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m bench: cannot import tokenwire ({e}); install it first: "
               f"pip install '.[bench]'", file=sys.stderr)
         return 2
-    return int(importlib.import_module(SUBCOMMANDS[name]).main(rest))
+    module, _, function = SUBCOMMANDS[name].partition(":")
+    return int(getattr(importlib.import_module(module), function or "main")(rest))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 
 import tokenwire
-from bench.baseline import SamplingParams
+from bench.data import SamplingParams, VOCABS, load_ids, token_stream, tokenized
 from bench.codec_zstd import openzl_codec
-from bench.data import VOCABS, load_ids, token_stream, tokenized
 from bench.harness import (
     Figures,
     Method,

@@ -66,12 +66,14 @@ def methods_for(ids: np.ndarray) -> list[Method]:
     if ids.min() >= 0 and ids.max() < 65536:
         sources.append(("u16", ids.astype("<u2")))
     sources.append(("packed", tokenwire.encode(ids, codec="packed")[16:]))
-    out = []
-    for level in (1, 3):
-        for name, src in sources:
-            cctx = zstandard.ZstdCompressor(level=level)
-            out.append(codec_method(f"zstd-{level}({name})", lambda c=cctx, s=src: c.compress(s),
-                                    lambda b: lambda: dctx.decompress(b)))
+
+    def zstd(level: int, src: Any) -> Callable[[], Any]:
+        cctx = zstandard.ZstdCompressor(level=level)
+        return lambda: cctx.compress(src)
+
+    out = [codec_method(f"zstd-{level}({name})", zstd(level, src),
+                        lambda b: lambda: dctx.decompress(b))
+           for level in (1, 3) for name, src in sources]
     out.append(codec_method("tokenwire zstd", lambda: tokenwire.encode(ids, codec="zstd"),
                             lambda b: lambda: tokenwire.decode(b)))
     oz = openzl_codec()

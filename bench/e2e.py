@@ -43,8 +43,7 @@ import numpy as np
 
 from tokenwire import GenerationRequest, TokenIds, as_tokens, shm, token_buffer
 from tokenwire._core import malloc_settling
-from bench.baseline import PlainGenerationRequest, SamplingParams
-from bench.data import token_stream
+from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.engine import build_for, engine_for
 from bench.harness import (Sockets, Target, arg_parser, ints, machine, percentile, ray_cluster,
                            report_targets, spawn, stderr_progress, stop, turns, write_json)

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bench.baseline import PlainGenerationRequest
+from bench.data import PlainGenerationRequest
 from bench.harness import (arg_parser, clone_env, exit_on_sigterm, ints, load_average, machine,
                            percentile, print_trips, run_group, tagged_result, write_json)
 

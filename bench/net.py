@@ -30,8 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.baseline import PlainGenerationRequest
-from bench.data import load_ids
+from bench.data import PlainGenerationRequest, load_ids
 from bench.harness import (arg_parser, clone_env, exit_on_sigterm, kill_group, load_average,
                            machine, percentile, print_trips, run_group, tagged_result, turns,
                            wait_while_parent_lives, write_json)

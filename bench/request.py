@@ -1,13 +1,11 @@
 """GenerationRequest against the same request holding a plain list field, a ~30-field
-dataclass adopted with `token_fields` against the unmodified one, and the proxy-side serialize
-of a request built from a list, and SGLang's pickled msgspec.Struct holding array('q') ids
-against the adopted TokenVector field; each with its targets.
+dataclass adopted with `token_fields` against the unmodified one, the proxy-side serialize of a
+request built from a list, and SGLang's pickled msgspec.Struct holding array('q') ids against the
+adopted TokenVector field; each with its targets.
 
-The baseline, `PlainGenerationRequest` (bench.baseline), is the request as it was
-before tokenwire: the same attributes, `prompt_token_ids` a plain `list[int]`, default pickling
-and copying; both carry the same `SamplingParams`. Pickling uses protocol 5 in-band (what
+The baseline is `PlainGenerationRequest` (bench.data). Pickling uses protocol 5 in-band (what
 `socket.send_pyobj` and `multiprocessing` do; out-of-band is its own row). Ratio = baseline (*)
-time / method time.
+time / method time. `python -m bench transport` (below) times signed out-of-band messages.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ from typing import Any, Dict
 
 import tokenwire
 from tokenwire import GenerationRequest, token_buffer
-from bench.baseline import PlainGenerationRequest, SamplingParams
-from bench.data import token_stream
+from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.examples import after, before, worker_submit
 from bench.harness import Method, Result, Target, ratio_target, group_ratios, grouped_suite_main
 from tokenwire.transport import dumps_oob, loads_oob
@@ -296,40 +293,50 @@ def main(argv: list[str] | None = None) -> int:
                               note=f"; pickle protocol {PROTOCOL}", after=_deepcopy_note)
 
 
-def proxy_serialize_loop(count: int = 3000, isl: int = 40_000) -> None:
-    """Where the proxy-side serialize time goes. Runs `count`
-    `pickle.dumps(GenerationRequest(list))` in a process whose heap has seen nothing else (the
-    list comes straight from Python, as a tokenizer's does), then prints the median time per
-    request next to `as_tokens(list)` and `dumps` of a built request measured apart. Run it
-    under `perf stat -e page-faults` (docs/adopting.md, section 6, says why a proxy can fault on
-    every request and what tokenwire does about it)::
+# --------------------------------------------------------------------------------------------
+# `python -m bench transport`
 
-        perf stat -e page-faults python -c \\
-            "from bench.request import proxy_serialize_loop as f; f()"
-    """
-    import random
-    import time
+TRANSPORT_DOC = """Signed out-of-band messages: what HMAC authentication adds to dumps_oob + loads_oob.
 
-    rnd = random.Random(0)
-    lst = [rnd.randrange(151_936) for _ in range(isl)]
-    sp = SamplingParams()
-    built = GenerationRequest(tokenwire.as_tokens(lst), sp, id=1, arrival_time=1.0)
+The baseline (*) is the unsigned round trip of a GenerationRequest (proxy side `dumps_oob`, worker
+side `loads_oob`); the signed rows add the signature and its check. The target: signing
+adds at most 5 µs per message at 40k ids with the buffers out of band.
+"""
 
-    def serialize() -> Any:
-        return pickle.dumps(GenerationRequest(lst, sp, id=1, arrival_time=1.0), protocol=PROTOCOL)
+KEY = bytes(range(32))
+G_SIGNED = "request round trip (dumps_oob + loads_oob)"
+TARGET_ADDED_US = 5.0
 
-    def median_us(fn: Callable[[], Any], n: int) -> float:
-        rounds = []
-        for _ in range(9):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            rounds.append((time.perf_counter() - t0) / n * 1e6)
-        return sorted(rounds)[4]
 
-    n = max(1, count // 9)
-    ser = median_us(serialize, n)
-    conv = median_us(lambda: tokenwire.as_tokens(lst), n)
-    dump = median_us(lambda: pickle.dumps(built, protocol=PROTOCOL), n)
-    print(f"ISL {isl:,}: dumps(GenerationRequest(list)) {ser:.1f} us; as_tokens(list) {conv:.1f} us"
-          f" + dumps(built request) {dump:.1f} us = {conv + dump:.1f} us; ratio {ser / (conv + dump):.2f}x")
+def transport_methods(n: int) -> list[Method]:
+    req = GenerationRequest(token_stream(n), {"max_tokens": 64}, id=7)
+
+    def roundtrip(key: bytes | None = None, sign_buffers: bool = False) -> object:
+        frames = dumps_oob(req, key=key, sign_buffers=sign_buffers)
+        return loads_oob(frames, key=key, sign_buffers=sign_buffers)
+
+    return [
+        Method("unsigned", {"time": lambda: roundtrip()}, G_SIGNED, baseline=True),
+        Method("signed (key=)", {"time": lambda: roundtrip(KEY)}, G_SIGNED),
+        Method("signed, ids covered (sign_buffers=True)",
+               {"time": lambda: roundtrip(KEY, sign_buffers=True)}, G_SIGNED),
+    ]
+
+
+def _added(results: Sequence[Result]) -> None:
+    base = {r.isl: r.total_us() for r in results if r.baseline}
+    print("\nAdded per message by signing (signed - unsigned, this run):")
+    for r in results:
+        if not r.baseline:
+            print(f"  ISL {r.isl:>7,}  {r.name:<42}{r.total_us() - base[r.isl]:>8.1f} µs")
+    signed = [r for r in results if r.isl == 40_000 and r.name == "signed (key=)"]
+    if signed:
+        added = signed[0].total_us() - base[40_000]
+        print(f"  [{'ok' if added <= TARGET_ADDED_US else 'MISSED'}] signing adds "
+              f"<= {TARGET_ADDED_US:g} µs per message at ISL 40,000: {added:.1f} µs")
+
+
+def transport_main(argv: list[str] | None = None) -> int:
+    return grouped_suite_main(argv, suite="transport", doc=TRANSPORT_DOC,
+                              default_isl="1000,40000,128000", methods_for=transport_methods,
+                              targets=[], after=_added)

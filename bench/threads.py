@@ -40,8 +40,7 @@ import numpy as np
 
 import tokenwire
 from tokenwire import GenerationRequest, token_buffer
-from bench.baseline import PlainGenerationRequest, SamplingParams
-from bench.data import token_stream
+from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.harness import (Stat, Target, _calibrate, arg_parser, counts as thread_counts,
                            end_progress, machine, report_targets, stderr_progress, write_json)
 
