@@ -424,10 +424,6 @@ class Proxy:
 # Report
 
 
-def _best(rows: Sequence[LoadRow], isl: int, key: Callable[[LoadRow], float]) -> LoadRow:
-    return max((r for r in rows if r.isl == isl and r.row not in ("baseline", FLOOR)), key=key)
-
-
 class LoadFigures:
     """What the targets read: the rows of one run at TARGET_ISL and one proxy thread (KeyError
     when not measured)."""
@@ -439,48 +435,43 @@ class LoadFigures:
         self.base = next(r for r in self.rows if r.row == "baseline")
 
     def best(self, key: Callable[[LoadRow], float]) -> LoadRow:
-        return _best(self.rows, TARGET_ISL, key)
+        return max((r for r in self.rows if r.row not in ("baseline", FLOOR)), key=key)
+
+    def half(self) -> OpenPoint:
+        """The best row's open loop at 0.5x its saturation."""
+        return next(p for p in self.best(lambda r: r.rps).open_loop if p.fraction == 0.5)
 
 
-def _targets() -> list[Target]:
-    def rps(f: LoadFigures) -> float:
-        return f.best(lambda r: r.rps).rps / f.base.rps
+def _ratio(what: str, bound: float, attr: str, unit: str) -> Target:
+    """The best tokenwire row's `attr` against the baseline's, >= `bound` times better (more
+    requests/s, less CPU)."""
+    more = attr == "rps"
 
-    def worker(f: LoadFigures) -> float:
-        return f.base.worker_cpu_us / f.best(lambda r: -r.worker_cpu_us).worker_cpu_us
+    def key(r: LoadRow) -> float:
+        return float(getattr(r, attr)) * (1 if more else -1)
 
-    def proxy(f: LoadFigures) -> float:
-        return f.base.proxy_cpu_us / f.best(lambda r: -r.proxy_cpu_us).proxy_cpu_us
+    def value(f: LoadFigures) -> float:
+        a, b = float(getattr(f.best(key), attr)), float(getattr(f.base, attr))
+        return a / b if more else b / a
 
-    def half(f: LoadFigures) -> OpenPoint:
-        best = f.best(lambda r: r.rps)
-        for p in best.open_loop:
-            if p.fraction == 0.5:
-                return p
-        raise KeyError(0.5)
+    def shown(f: LoadFigures, v: float) -> str:
+        b = f.best(key)
+        return (f"{v:.1f}x ({b.row}: {getattr(b, attr):,.{0 if more else 1}f} {unit} vs baseline "
+                f"{getattr(f.base, attr):,.{0 if more else 1}f} {unit}; closed loop)")
+    return Target(f"ISL {TARGET_ISL:,}: {what} >= {bound:g}x" + ("" if more else " lower")
+                  + (" the baseline's requests/s" if more else ""), value, lambda v: v >= bound,
+                  shown)
 
-    def shown(what: str, key: Callable[[LoadRow], float],
-              unit: Callable[[LoadRow], str]) -> Callable[[Any, float], str]:
-        def f(fig: Any, v: float) -> str:
-            b = fig.best(key)
-            return f"{v:.1f}x ({b.row}: {unit(b)} vs baseline {unit(fig.base)}; {what})"
-        return f
 
-    return [
-        Target(f"ISL {TARGET_ISL:,}: best tokenwire row >= 20x the baseline's requests/s", rps,
-               lambda v: v >= 20, shown("closed loop", lambda r: r.rps,
-                                        lambda r: f"{r.rps:,.0f} req/s")),
-        Target(f"ISL {TARGET_ISL:,}: worker CPU per request >= 25x lower", worker,
-               lambda v: v >= 25, shown("closed loop", lambda r: -r.worker_cpu_us,
-                                        lambda r: f"{r.worker_cpu_us:,.1f} µs")),
-        Target(f"ISL {TARGET_ISL:,}: proxy CPU per request >= 8x lower", proxy,
-               lambda v: v >= 8, shown("closed loop", lambda r: -r.proxy_cpu_us,
-                                       lambda r: f"{r.proxy_cpu_us:,.1f} µs")),
-        Target(f"ISL {TARGET_ISL:,}: open loop at 0.5x the best row's saturation, p99 <= 3x p50",
-               lambda f: half(f).p99_us / half(f).p50_us, lambda v: v <= 3,
-               lambda f, v: (f"{v:.1f}x ({f.best(lambda r: r.rps).row}: p99 "
-                             f"{half(f).p99_us:,.0f} µs, p50 {half(f).p50_us:,.0f} µs)")),
-    ]
+TARGETS = [
+    _ratio("best tokenwire row", 20, "rps", "req/s"),
+    _ratio("worker CPU per request", 25, "worker_cpu_us", "µs"),
+    _ratio("proxy CPU per request", 8, "proxy_cpu_us", "µs"),
+    Target(f"ISL {TARGET_ISL:,}: open loop at 0.5x the best row's saturation, p99 <= 3x p50",
+           lambda f: f.half().p99_us / f.half().p50_us, lambda v: v <= 3,
+           lambda f, v: (f"{v:.1f}x ({f.best(lambda r: r.rps).row}: p99 "
+                         f"{f.half().p99_us:,.0f} µs, p50 {f.half().p50_us:,.0f} µs)")),
+]
 
 
 def _label(r: LoadRow) -> str:
@@ -504,39 +495,41 @@ def print_table(rows: Sequence[LoadRow]) -> None:
               f"{r.worker_cpu_us:>10,.1f}µs{b.worker_cpu_us / r.worker_cpu_us:>6.1f}x"
               f"{r.p50_us:>8,.0f}µs{r.p99_us:>8,.0f}µs{cells}  "
               f"{'n/a' if not r.checked else 'yes' if r.correct else 'NO'}")
-
-
-def print_floor(rows: Sequence[LoadRow]) -> None:
-    """Each row's CPU per request as a multiple of the floor's at its ISL, and baseline / floor:
-    the largest ratio to the baseline any row could show in this run."""
+    print("\nx = ratio to the baseline (requests/s: row / baseline; CPU: baseline / row); "
+          "open f = Poisson arrivals at f x the row's closed-loop requests/s")
+    _per_row("CPU per request in the main threads (the rest of each process's: zmq's I/O thread, "
+             "and at N proxy threads the serializing threads):", rows, lambda r: (
+                 f"proxy {r.proxy_main_us:>9,.1f}µs of {r.proxy_cpu_us:>9,.1f}µs   worker "
+                 f"{r.worker_main_us:>9,.1f}µs of {r.worker_cpu_us:>9,.1f}µs"))
+    # Against the floor: baseline / floor is the largest ratio to the baseline any row can show.
     floor = {(r.isl, r.threads): r for r in rows if r.row == FLOOR and r.requests}
-    if not floor:
-        return
-    print("\nAgainst the floor (CPU per request / the floor's; baseline / floor = the largest "
-          "ratio to the baseline this run allows):")
-    for r in rows:
-        f = floor.get((r.isl, r.threads))
-        if f is None or r.row == FLOOR:
-            continue
-        print(f"  {r.isl:>8,}  {_label(r):<25} proxy {r.proxy_cpu_us / f.proxy_cpu_us:>5.2f}x floor"
-              f" ({f.proxy_cpu_us:,.1f}µs)   worker {r.worker_cpu_us / f.worker_cpu_us:>5.2f}x "
-              f"floor ({f.worker_cpu_us:,.1f}µs)   requests/s {f.rps / r.rps:>5.2f}x below "
-              f"the floor's {f.rps:,.0f}")
 
-
-def print_threads(rows: Sequence[LoadRow]) -> None:
-    """Each row at N proxy threads against the same row at 1 thread of this run."""
+    def against_floor(r: LoadRow) -> str:
+        f = floor[(r.isl, r.threads)]
+        return (f"proxy {r.proxy_cpu_us / f.proxy_cpu_us:>5.2f}x floor ({f.proxy_cpu_us:,.1f}µs)"
+                f"   worker {r.worker_cpu_us / f.worker_cpu_us:>5.2f}x floor "
+                f"({f.worker_cpu_us:,.1f}µs)   requests/s {f.rps / r.rps:>5.2f}x below the "
+                f"floor's {f.rps:,.0f}")
+    _per_row("Against the floor (CPU per request / the floor's; baseline / floor = the largest "
+             "ratio to the baseline this run allows):",
+             [r for r in rows if (r.isl, r.threads) in floor and r.row != FLOOR], against_floor)
     one = {(r.isl, r.row): r for r in rows if r.threads == 1}
-    more = [r for r in rows if r.threads > 1 and (r.isl, r.row) in one]
-    if not more:
-        return
-    print("\nProxy threads (requests/s and proxy CPU per request at N threads / at 1 thread):")
-    for r in more:
+
+    def against_one(r: LoadRow) -> str:
         o = one[(r.isl, r.row)]
-        print(f"  {r.isl:>8,}  {_label(r):<25} requests/s {r.rps:>9,.0f} = {r.rps / o.rps:>5.2f}x"
-              f" of {o.rps:,.0f}   proxy CPU {r.proxy_cpu_us:>9,.1f}µs = "
-              f"{r.proxy_cpu_us / o.proxy_cpu_us:>5.2f}x   p50 {r.p50_us:>9,.0f}µs, p99 "
-              f"{r.p99_us:>9,.0f}µs (1 thread: {o.p50_us:,.0f}µs, {o.p99_us:,.0f}µs)")
+        return (f"requests/s {r.rps:>9,.0f} = {r.rps / o.rps:>5.2f}x of {o.rps:,.0f}   proxy CPU "
+                f"{r.proxy_cpu_us:>9,.1f}µs = {r.proxy_cpu_us / o.proxy_cpu_us:>5.2f}x   p50 "
+                f"{r.p50_us:>9,.0f}µs, p99 {r.p99_us:>9,.0f}µs (1 thread: {o.p50_us:,.0f}µs, "
+                f"{o.p99_us:,.0f}µs)")
+    _per_row("Proxy threads (requests/s and proxy CPU per request at N threads / at 1 thread):",
+             [r for r in rows if r.threads > 1 and (r.isl, r.row) in one], against_one)
+
+
+def _per_row(heading: str, rows: Sequence[LoadRow], line: Callable[[LoadRow], str]) -> None:
+    if rows:
+        print("\n" + heading)
+        for r in rows:
+            print(f"  {r.isl:>8,}  {_label(r):<25} {line(r)}")
 
 
 def plot(rows: Sequence[LoadRow], path: str) -> None:
@@ -626,18 +619,8 @@ def main(argv: list[str] | None = None) -> int:
             proxy.close()
     print("", file=sys.stderr)
     print_table(rows)
-    print("\nx = ratio to the baseline (requests/s: row / baseline; CPU: baseline / row); "
-          "open f = Poisson arrivals at f x the row's closed-loop requests/s")
-    print("\nCPU per request in the main threads (the rest of each process's: zmq's I/O thread, "
-          "and at N proxy threads the serializing threads):")
-    for r in rows:
-        print(f"  {r.isl:>8,}  {_label(r):<25} proxy {r.proxy_main_us:>9,.1f}µs of "
-              f"{r.proxy_cpu_us:>9,.1f}µs   worker {r.worker_main_us:>9,.1f}µs of "
-              f"{r.worker_cpu_us:>9,.1f}µs")
-    print_floor(rows)
-    print_threads(rows)
     try:
-        targets_ok = report_targets(LoadFigures(rows), _targets(),
+        targets_ok = report_targets(LoadFigures(rows), TARGETS,
                                     f"Targets (this run, ISL {TARGET_ISL:,}; engine: {engine}):")
     except KeyError:
         targets_ok = True
