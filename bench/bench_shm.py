@@ -1,17 +1,14 @@
 """The shared-memory channel (tokenwire.shm) against in-band and out-of-band frames.
 
-    python -m bench shm                  # paths by size over ipc://, across two processes,
-                                         # then a 160 KB slot vs memcpy (--quick: fewer rounds)
-    python bench/bench_shm.py            # the same, run as a script
+    python -m bench shm          # paths by size, across two processes, a slot vs memcpy
+    python bench/bench_shm.py    # the same, run as a script (--quick: fewer rounds)
 
-Prints, for each id count, one send + receive of ``{"ids": TokenVector}`` on an ``ipc://``
-PUSH/PULL pair in this process for each path (in-band, out-of-band frame, shared-memory slot;
-best of 15 x 200), the round trip of 40,000 ids from this process to a worker process that
-acknowledges each message through the socket (out-of-band frames; shared memory with
-send_pyobj_oob; the whole message in the ring with Sender.send / Receiver.recv, the worker
-sleeping on the socket or spinning SPIN_US on the ring; median of 7 x 200), then the cost of
-moving 160 KB through a slot (write, copy out, free) next to one memcpy of it into a destination
-of the same footprint (a ring of 4 slot-sized buffers).
+Per id count, one send + receive of ``{"ids": TokenVector}`` on an ipc:// PUSH/PULL pair in this
+process for each path (in-band, out-of-band frame, shared-memory slot; best of 15 rounds of 200);
+the round trip of 40,000 ids to a worker process that acknowledges each message (out-of-band;
+shm with send_pyobj_oob; the whole message in the ring, the worker sleeping on the socket or
+spinning SPIN_US on the ring; median of 7 rounds of 200); then 160 KB through a slot (write, copy
+out, free) next to one memcpy of it into a ring of 4 slot-sized buffers.
 """
 
 from __future__ import annotations
@@ -20,9 +17,9 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import timeit
+from typing import Any, Callable
 
 import numpy as np
 import zmq
@@ -31,57 +28,57 @@ from tokenwire import TokenVector, shm
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 
 SIZES = (1024, 4096, 8192, 16384, 40000)
+#: How long the spinning receiver waits on the ring before it blocks on the socket.
+SPIN_US = 2000.0
+
+
+def _us(fn: Callable[[], object]) -> float:
+    """µs per call of `fn` over a round of 200 calls."""
+    return timeit.timeit(fn, number=200) / 200 * 1e6
+
+
+def _ipc(name: str) -> str:
+    """An abstract ipc:// address of this process (Linux, as the channel is)."""
+    return f"ipc://@tokenwire-bench-shm-{os.getpid()}-{name}"
 
 
 def paths(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 15) -> None:
+    # Run as a script (`python bench/bench_shm.py`) this file needs only tokenwire, numpy, pyzmq.
     ctx = zmq.Context()
-    with tempfile.TemporaryDirectory() as tmp:
-        pull = ctx.socket(zmq.PULL)
-        pull.bind(f"ipc://{tmp}/bench")
-        push = ctx.socket(zmq.PUSH)
-        push.connect(f"ipc://{tmp}/bench")
-        send_pyobj_oob(push, {"ids": TokenVector(range(10))}, channel=sender)
-        recv_pyobj_oob(pull, channel=receiver)                 # the receiver attaches
-        print(f"{'ids':>6}  {'in-band':>9}  {'out-of-band':>11}  {'shm':>9}   (us, send + recv)")
-        for n in SIZES:
-            obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    pull.bind(_ipc("paths"))
+    push.connect(_ipc("paths"))
+    send_pyobj_oob(push, {"ids": TokenVector(range(10))}, channel=sender)
+    recv_pyobj_oob(pull, channel=receiver)                 # the receiver attaches
+    print(f"{'ids':>6}  {'in-band':>9}  {'out-of-band':>11}  {'shm':>9}   (us, send + recv)")
+    for n in SIZES:
+        obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
 
-            def run(threshold: int, channel: bool) -> None:
-                send_pyobj_oob(push, obj, oob_threshold=threshold,
-                               channel=sender if channel else None)
-                recv_pyobj_oob(pull, channel=receiver if channel else None)
+        def run(threshold: int, channel: bool) -> None:
+            send_pyobj_oob(push, obj, oob_threshold=threshold, channel=sender if channel else None)
+            recv_pyobj_oob(pull, channel=receiver if channel else None)
 
-            cases = [(1 << 30, False), (0, False), (0, True)]
-            best = [float("inf")] * 3
-            for _ in range(rounds):                # interleaved: the machine's noise hits all
-                for k, (threshold, channel) in enumerate(cases):
-                    t = timeit.timeit(lambda: run(threshold, channel), number=200) / 200 * 1e6
-                    best[k] = min(best[k], t)
-            print(f"{n:6d}  {best[0]:9.1f}  {best[1]:11.1f}  {best[2]:9.1f}")
-        push.close(linger=0)
-        pull.close(linger=0)
+        cases = [(1 << 30, False), (0, False), (0, True)]
+        best = [float("inf")] * 3
+        for _ in range(rounds):                # interleaved: the machine's noise hits all
+            for k, (threshold, channel) in enumerate(cases):
+                best[k] = min(best[k], _us(lambda: run(threshold, channel)))
+        print(f"{n:6d}  {best[0]:9.1f}  {best[1]:11.1f}  {best[2]:9.1f}")
     ctx.destroy(linger=0)
-
-
-#: How long the spinning receiver waits on the ring before it blocks on the socket.
-SPIN_US = 2000.0
 
 
 def worker(inbox: str, acks: str) -> None:
     """The far side of `across_processes`: told a mode and a count, receive that many messages
     that way, acknowledging each; a count of 0 ends it."""
     ctx = zmq.Context()
-    pull = ctx.socket(zmq.PULL)
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
     pull.connect(inbox)
-    push = ctx.socket(zmq.PUSH)
     push.connect(acks)
     with shm.Receiver() as receiver:
-        while True:
-            # Through the receiver: a doorbell still waiting for a message the spin took from
-            # the ring is dropped there, never read as a message.
-            mode, count = receiver.recv(pull)
-            if not count:
-                break
+        # Through the receiver: a doorbell still waiting for a message the spin took from the
+        # ring is dropped there, never read as a message.
+        while (msg := receiver.recv(pull))[1]:
+            mode, count = msg
             for _ in range(count):
                 if mode == "out-of-band":
                     recv_pyobj_oob(pull)
@@ -95,42 +92,31 @@ def worker(inbox: str, acks: str) -> None:
 
 def across_processes(n: int = 40_000, rounds: int = 7) -> None:
     ctx = zmq.Context()
-    with tempfile.TemporaryDirectory() as tmp, shm.Sender(slots=8) as sender:
-        inbox, acks = f"ipc://{tmp}/in", f"ipc://{tmp}/ack"
-        push = ctx.socket(zmq.PUSH)
-        push.bind(inbox)
-        pull = ctx.socket(zmq.PULL)
-        pull.bind(acks)
-        # This file run as a script: it needs only tokenwire, numpy and pyzmq.
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    inbox, acks = _ipc("in"), _ipc("ack")
+    push.bind(inbox)
+    pull.bind(acks)
+    with shm.Sender(slots=8) as sender:
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", inbox,
                                  acks])
         obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
-        medians = {}
-        # The first channel message offers the segment; the worker attaches.
-        send_pyobj_oob(push, ("shm", 1), channel=sender)
+        send_pyobj_oob(push, ("shm", 1), channel=sender)  # the first offers the segment
         send_pyobj_oob(push, obj, channel=sender)
         pull.recv()
-        for name in ("out-of-band", "shm", "shm-ring", "shm-spin"):
-            def trip() -> None:
-                if name == "out-of-band":
-                    send_pyobj_oob(push, obj, oob_threshold=0)
-                elif name == "shm":
-                    send_pyobj_oob(push, obj, oob_threshold=0, channel=sender)
-                else:
-                    sender.send(push, obj, oob_threshold=0)
-                pull.recv()
+        sends: dict[str, Callable[[], Any]] = {
+            "out-of-band": lambda: send_pyobj_oob(push, obj, oob_threshold=0),
+            "shm": lambda: send_pyobj_oob(push, obj, oob_threshold=0, channel=sender),
+            "shm-ring": lambda: sender.send(push, obj, oob_threshold=0)}
+        sends["shm-spin"] = sends["shm-ring"]
+        medians = {}
+        for name, send in sends.items():
             times = []
             for r in range(rounds + 1):                  # the first round warms up
                 send_pyobj_oob(push, (name, 200), channel=sender)
-                t = timeit.timeit(trip, number=200) / 200 * 1e6
-                if r:
-                    times.append(t)
-            times.sort()
-            medians[name] = times[len(times) // 2]
+                times.append(_us(lambda: (send(), pull.recv())))
+            medians[name] = sorted(times[1:])[rounds // 2]
         send_pyobj_oob(push, ("", 0), channel=sender)
         proc.wait()
-        push.close(linger=0)
-        pull.close(linger=0)
     ctx.destroy(linger=0)
     print(f"\n{n} ids, round trip to a worker process: " +
           ", ".join(f"{k} {v:.1f} us" for k, v in medians.items()))
@@ -141,10 +127,9 @@ def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_
     copies 160 KB into the next of 4 slot-sized buffers, writes it into a slot, and copies the
     slot out (into a TokenVector) and frees it; mean times after a warm-up."""
     arr = np.arange(40_000, dtype=np.int32)
-    ids = TokenVector(arr)
     src = memoryview(arr.tobytes())                  # the same 160 KB of int32 ids
     n = src.nbytes
-    receiver.loads(sender.dumps({"ids": ids}))
+    receiver.loads(sender.dumps({"ids": TokenVector(arr)}))
     segment = next(iter(receiver._segments.values()))
     ring = memoryview(bytearray(4 * sender.slot_bytes))
     clock = time.perf_counter_ns
@@ -160,9 +145,7 @@ def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_
         segment.take(i, gen, n, k + 1)
         t3 = clock()
         if k >= warm:
-            spent[0] += t1 - t0
-            spent[1] += t2 - t1
-            spent[2] += t3 - t2
+            spent = [spent[0] + t1 - t0, spent[1] + t2 - t1, spent[2] + t3 - t2]
     memcpy, write, read = (t / (rounds - warm) / 1e3 for t in spent)
     print(f"\n160 KB, mean of {rounds - warm} interleaved rounds: memcpy {memcpy:.2f} us, "
           f"slot write {write:.2f} us, copy out + free {read:.2f} us: "
