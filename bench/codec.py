@@ -1,16 +1,12 @@
 """`python -m bench`: tokenwire's wire codecs against the usual ways of shipping token ids.
 
-Every encoder and decoder of an ISL is measured in one process, interleaved round by round;
-figures are medians with the interquartile range as spread. Ids are a seeded Zipf stream over a
-shuffled 151,936-id vocabulary (Qwen2/3), so "packed" runs at 18 bits; the u16 row uses the same
-generator over a 32,000-id vocabulary (Llama 2). `--tokenizer FILE` tokenizes local text with a
-real tokenizer instead; `--ids FILE` reads real ids written by bench/pfor_ids.py (raw
-little-endian int32), repeated up to each ISL. Integer codecs from PyPI are peers (the bench
-extra: pyfastpfor's SIMD-FastPFor, libstreamvbyte, pcodec; rows only for those installed),
-beside tokenwire's pfor. Each peer starts from its natural input (a list for pickle/msgpack of
-lists, an int32 ndarray otherwise) and decodes to its natural output (list, ndarray,
-TokenVector). Ratios: `x pickle` = pickle(list) time / this time (> 1 is faster); `x memcpy` =
-this time / np.copyto of the same ids as int32 (the floor; < 1 only for zero-copy decoders).
+Every encoder and decoder of an ISL is measured in one process, interleaved round by round
+(medians, the interquartile range as spread). Ids: a seeded Zipf stream over a shuffled 151,936-id
+vocabulary (Qwen2/3; 32,000 ids, Llama 2, for the u16 row), `--tokenizer FILE` (a real tokenizer
+on local text) or `--ids FILE` (raw little-endian int32, e.g. bench/pfor_ids.py's), repeated up
+to each ISL. Integer codecs from PyPI are peers where installed. Each row starts from its natural
+input and decodes to its natural output. `x pickle` = pickle(list) time / this time; `x memcpy` =
+this time / np.copyto of the same ids as int32 (< 1 only for zero-copy decoders).
 """
 
 from __future__ import annotations
@@ -27,17 +23,8 @@ import numpy as np
 import tokenwire
 from bench.data import SamplingParams, VOCABS, load_ids, token_stream, tokenized
 from bench.codec_zstd import openzl_codec
-from bench.harness import (
-    Figures,
-    Method,
-    Result,
-    Suite,
-    Target,
-    codec_method,
-    machine,
-    measure,
-    suite_main,
-)
+from bench.harness import (Figures, Method, Result, Suite, Target, codec_method, machine, measure,
+                           pyplot, save_plot, suite_main)
 
 PICKLE_LIST = "pickle(list[int])"
 MEMCPY = "memcpy (np.copyto int32)"
@@ -262,13 +249,7 @@ _TW_COLOURS = ["#d62728", "#ff7f0e", "#1f77b4", "#2ca02c"]
 def plot(rows: Sequence[Row], path: str, title: str) -> None:
     """A PNG for people: (1) time per request against ISL, a few peers muted and tokenwire
     bold; (2) the speed-up over pickle(list) at each ISL, labelled; (3) bytes per id."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install '.[bench]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     by = {(r.name, r.isl): r for r in rows}
     isls = sorted({r.isl for r in rows})
     have = {r.name for r in rows}
@@ -336,9 +317,7 @@ def plot(rows: Sequence[Row], path: str, title: str) -> None:
     ax_b.grid(True, axis="x", alpha=0.3)
 
     fig.suptitle(title, fontsize=8, color="#444444")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -403,7 +382,6 @@ class _Run:
         print("\nper call (16 ids): " + ", ".join(f"{r.name} {r.total_us():.3f} µs" for r in small))
         if args.plot:
             plot(rows, args.plot, self.header)
-            print(f"wrote {args.plot}")
 
 
 def main(argv: list[str] | None = None) -> int:

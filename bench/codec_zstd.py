@@ -1,19 +1,16 @@
 """codec="zstd" against zstd level 1 over the plain int32 bytes and OpenZL, on real token ids.
 
-Reads the `{tokenizer}_{corpus}.i32` files that bench/pfor_ids.py writes (131,072 Qwen or
-cl100k ids of local text and Python source) and prints, per stream and length, bytes per id
-and the median encode and decode times as ratios to zstd level 1 over the int32 bytes (the
-same `zstandard` library, interleaved in the same run):
+Reads the `{tokenizer}_{corpus}.i32` files bench/pfor_ids.py writes and prints, per stream and
+length, bytes per id and the median encode and decode times as ratios to zstd-1 over the int32
+bytes (every row interleaved, one call a sample):
 
     python bench/pfor_ids.py /tmp/ids
     python -m bench.codec_zstd /tmp/ids [--isl 1000,8000,40000,131072] [--streams qwen_text ...]
                                         [--below-65536]
 
-Rows: zstd levels 1 and 3 over the raw int32, u16 (when every id fits) and packed payloads
-(the candidates encode.h's tw_zstd_codec chose among; decode: the decompressed bytes),
-tokenwire's codec="zstd" (frame header included, decoded by tokenwire.decode), and OpenZL's
-field-aware LZ over the ids as a numeric stream when the `openzl` package is installed (it is
-not a dependency of any extra).
+Rows: zstd levels 1 and 3 over the int32, u16 (when every id fits) and packed payloads,
+tokenwire's codec="zstd" (decoded by tokenwire.decode), and OpenZL's field-aware LZ when the
+`openzl` package is installed (in no extra).
 """
 
 from __future__ import annotations

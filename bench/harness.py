@@ -211,6 +211,24 @@ def write_json(path: str | None, doc: object) -> None:
         print(f"\nwrote {path}")
 
 
+def pyplot() -> Any:
+    """matplotlib.pyplot drawing to files (Agg); SystemExit naming the extra when missing."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install '.[bench]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save_plot(fig: Any, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+    print(f"wrote {path}")
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 

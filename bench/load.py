@@ -46,7 +46,7 @@ from bench.e2e import (FLOOR, engine_ids, make_request, receive, send, serialize
                        token_source)
 from bench.engine import build_for, engine_for
 from bench.harness import (Sockets, Target, arg_parser, counts, exit_on_sigterm, ints, load_average,
-                           machine, percentile, report_targets, spawn, stderr_progress, stop,
+                           machine, percentile, pyplot, report_targets, save_plot, spawn, stderr_progress, stop,
                            wait_while_parent_lives, write_json)
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
@@ -534,11 +534,8 @@ def _per_row(heading: str, rows: Sequence[LoadRow], line: Callable[[LoadRow], st
 
 def plot(rows: Sequence[LoadRow], path: str) -> None:
     """Latency (p50 solid, p99 dashed) against achieved throughput, one panel per ISL."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     isls = sorted({r.isl for r in rows})
-    fig, axes = plt.subplots(1, len(isls), figsize=(5.5 * len(isls), 4.5), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(isls), figsize=(5.5 * len(isls), 4.5), squeeze=False)
     for ax, isl in zip(axes[0], isls):
         for k, r in enumerate(x for x in rows if x.isl == isl):
             pts = [(p.achieved_rps, p.p50_us, p.p99_us) for p in r.open_loop]
@@ -554,9 +551,7 @@ def plot(rows: Sequence[LoadRow], path: str) -> None:
         ax.set_title(f"ISL {isl:,}: proxy -> worker, zmq ipc://")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][-1].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_plot(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -636,7 +631,6 @@ def main(argv: list[str] | None = None) -> int:
                            "rows": [{**asdict(r), "correct": r.correct} for r in rows]})
     if args.plot:
         plot(rows, args.plot)
-        print(f"wrote {args.plot}")
     return 1 if wrong or (args.check_targets and not targets_ok) else 0
 
 

