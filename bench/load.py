@@ -45,9 +45,9 @@ from bench.data import token_stream
 from bench.e2e import (FLOOR, engine_ids, make_request, receive, send, serialize,
                        token_source)
 from bench.engine import build_for, engine_for
-from bench.harness import (Sockets, Target, arg_parser, counts, exit_on_sigterm, ints, load_average,
-                           machine, percentile, pyplot, report_targets, save_plot, spawn, stderr_progress, stop,
-                           wait_while_parent_lives, write_json)
+from bench.harness import (Sockets, Target, arg_parser, counts, exit_on_sigterm, ints,
+                           load_average, machine, percentile, pyplot, report_targets, save_plot,
+                           spawn, stderr_progress, stop, wait_while_parent_lives, write_json)
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
 ROWS: dict[str, tuple[str, int]] = {
