@@ -6,13 +6,13 @@ Every group has a baseline (*); ratio = baseline time / method time, so > 1 is f
 from __future__ import annotations
 
 import array
-from collections.abc import Callable
 
 import numpy as np
 
 import tokenwire
 from bench.data import token_stream
 from bench.harness import Method, Target, grouped_suite_main, ratio_target
+from bench.harness import timed as m
 
 
 def methods_for(n: int) -> list[Method]:
@@ -23,9 +23,6 @@ def methods_for(n: int) -> list[Method]:
     dst = np.empty_like(ids)
     tv = tokenwire.as_tokens(ids)
     arr = array.array("i", lst)
-
-    def m(group: str, name: str, fn: Callable[[], object], baseline: bool = False) -> Method:
-        return Method(name, {"time": fn}, group, baseline)
 
     return [
         # from a native int32 buffer: the target is <= 3x a bare memcpy (np.copyto)

@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -31,6 +30,7 @@ from tokenwire import GenerationRequest
 from bench.data import token_stream
 from bench.harness import (Figures, Method, Target, grouped_suite_main, ratio_target,
                            stderr_progress)
+from bench.harness import timed as m
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parent / "engine_src"
 MODULE = "_tokenwire_engine"
@@ -185,9 +185,6 @@ def cpp_methods(n: int) -> list[Method]:
     odd_last = lst[:-1] + [ids[-1]]         # the same ids, the last one an np.int32 scalar
     tv = tokenwire.as_tokens(ids)
     packed = tokenwire.encode(tv, codec="packed")
-
-    def m(group: str, name: str, fn: Callable[[], object], baseline: bool = False) -> Method:
-        return Method(name, {"time": fn}, group, baseline)
 
     return [
         m(BUFFER, "memcpy(TokenVector bytes)", lambda: eng.memcpy_len(tv), True),

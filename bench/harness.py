@@ -65,6 +65,11 @@ class Result:
         return sum(s.median_us for s in self.stats.values())
 
 
+def timed(group: str, name: str, fn: Op, baseline: bool = False) -> Method:
+    """A grouped suite's row of one timed operation."""
+    return Method(name, {"time": fn}, group, baseline)
+
+
 def codec_method(name: str, enc: Callable[[], Any],
                  dec_of: Callable[[Any], Callable[[], object]]) -> Method:
     """A codec's row: `enc` makes the wire bytes once here (for the size), `dec_of(blob)` is the

@@ -19,15 +19,12 @@ import tokenwire
 from tokenwire import GenerationRequest, token_buffer
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.examples import after, before, worker_submit
-from bench.harness import Method, Result, Target, ratio_target, group_ratios, grouped_suite_main
+from bench.harness import (Method, Result, Target, group_ratios, grouped_suite_main, ratio_target,
+                           timed)
 from tokenwire.transport import dumps_oob, loads_oob
 
 PROTOCOL = 5
 PROMPT = GenerationRequest.prompt_token_ids
-
-
-def _m(group: str, name: str, fn: Callable[[], object], baseline: bool = False) -> Method:
-    return Method(name, {"time": fn}, group, baseline)
 
 
 def rt(obj: Any) -> Any:
@@ -95,15 +92,15 @@ def dataclass_methods(n: int) -> list[Method]:
         return lambda: rt_p(_tokenized(cls, lst, sp), protocol)
 
     return [
-        _m(G_DC_P4, "unmodified dataclass", build_and_rt(TokenizedReq, 4), True),
-        _m(G_DC_P4, "token_fields dataclass", build_and_rt(TwTokenizedReq, 4)),
-        _m(G_DC_P5, "unmodified dataclass", build_and_rt(TokenizedReq, 5), True),
-        _m(G_DC_P5, "token_fields dataclass", build_and_rt(TwTokenizedReq, 5)),
-        _m(G_SUBMIT, "unmodified: loads, deepcopy(ids), engine(list)",
+        timed(G_DC_P4, "unmodified dataclass", build_and_rt(TokenizedReq, 4), True),
+        timed(G_DC_P4, "token_fields dataclass", build_and_rt(TwTokenizedReq, 4)),
+        timed(G_DC_P5, "unmodified dataclass", build_and_rt(TokenizedReq, 5), True),
+        timed(G_DC_P5, "token_fields dataclass", build_and_rt(TwTokenizedReq, 5)),
+        timed(G_SUBMIT, "unmodified: loads, deepcopy(ids), engine(list)",
            lambda: submit_unchanged(pickle.loads(data_plain)), True),
-        _m(G_SUBMIT, "pickle only (worker unchanged)", lambda: submit_unchanged(pickle.loads(data_tw))),
-        _m(G_SUBMIT, "+ buffer hand-off", lambda: submit_buffer(pickle.loads(data_tw))),
-        _m(G_SUBMIT, "+ no deepcopy (list(ids))", lambda: submit_adopted(pickle.loads(data_tw))),
+        timed(G_SUBMIT, "pickle only (worker unchanged)", lambda: submit_unchanged(pickle.loads(data_tw))),
+        timed(G_SUBMIT, "+ buffer hand-off", lambda: submit_buffer(pickle.loads(data_tw))),
+        timed(G_SUBMIT, "+ no deepcopy (list(ids))", lambda: submit_adopted(pickle.loads(data_tw))),
     ]
 
 
@@ -118,10 +115,10 @@ def proxy_methods(n: int) -> list[Method]:
         return pickle.dumps(built, protocol=PROTOCOL)
 
     return [
-        _m(G_PROXY, "as_tokens(list) + dumps(request already built)", reference, True),
-        _m(G_PROXY, "dumps(GenerationRequest(list))",
+        timed(G_PROXY, "as_tokens(list) + dumps(request already built)", reference, True),
+        timed(G_PROXY, "dumps(GenerationRequest(list))",
            lambda: pickle.dumps(GenerationRequest(lst, sp, **kw), protocol=PROTOCOL)),
-        _m(G_PROXY, "dumps_oob(GenerationRequest(list))",
+        timed(G_PROXY, "dumps_oob(GenerationRequest(list))",
            lambda: dumps_oob(GenerationRequest(lst, sp, **kw))),
     ]
 
@@ -180,12 +177,12 @@ def struct_methods(n: int) -> list[Method]:
     arr = array("q", lst)
     assert send(TwStructReq("r", "", tokenwire.as_tokens(lst), sp)) == send(StructReq("r", "", arr, sp))
     return [
-        _m(G_STRUCT_ARR, "array('q') (SGLang >= 0.5.13)", lambda: send(StructReq("r", "", arr, sp)), True),
-        _m(G_STRUCT_ARR, "TokenVector field (as_tokens(arr))",
+        timed(G_STRUCT_ARR, "array('q') (SGLang >= 0.5.13)", lambda: send(StructReq("r", "", arr, sp)), True),
+        timed(G_STRUCT_ARR, "TokenVector field (as_tokens(arr))",
            lambda: send(TwStructReq("r", "", tokenwire.as_tokens(arr), sp))),
-        _m(G_STRUCT, "array('q') (SGLang >= 0.5.13)",
+        timed(G_STRUCT, "array('q') (SGLang >= 0.5.13)",
            lambda: send(StructReq("r", "", array("q", lst), sp)), True),
-        _m(G_STRUCT, "TokenVector field", lambda: send(TwStructReq("r", "", tokenwire.as_tokens(lst), sp))),
+        timed(G_STRUCT, "TokenVector field", lambda: send(TwStructReq("r", "", tokenwire.as_tokens(lst), sp))),
     ]
 
 
@@ -220,27 +217,27 @@ def request_methods(n: int) -> list[Method]:
         return tv.tolist()
 
     return [
-        _m(G_PICKLE_HELD, "plain list request", lambda: rt(plain), True),
-        _m(G_PICKLE_HELD, "decoded from the wire, unread", lambda: rt(decoded)),
-        _m(G_PICKLE_HELD, "built from an ndarray", lambda: rt(from_array)),
-        _m(G_PICKLE_HELD, "decoded, out-of-band (dumps_oob)",
+        timed(G_PICKLE_HELD, "plain list request", lambda: rt(plain), True),
+        timed(G_PICKLE_HELD, "decoded from the wire, unread", lambda: rt(decoded)),
+        timed(G_PICKLE_HELD, "built from an ndarray", lambda: rt(from_array)),
+        timed(G_PICKLE_HELD, "decoded, out-of-band (dumps_oob)",
                lambda: loads_oob(dumps_oob(decoded, oob_threshold=0))),
-        _m(G_PICKLE_LIST, "plain list request, built",
+        timed(G_PICKLE_LIST, "plain list request, built",
                lambda: rt(PlainGenerationRequest(lst, sp, **kw)), True),
-        _m(G_PICKLE_LIST, "GenerationRequest(list), built",
+        timed(G_PICKLE_LIST, "GenerationRequest(list), built",
                lambda: rt(GenerationRequest(lst, sp, **kw))),
-        _m(G_PICKLE_LIST, "same request again (list re-read)", lambda: rt(listed)),
-        _m(G_DEEPCOPY, "plain list request", lambda: copy.deepcopy(plain), True),
-        _m(G_DEEPCOPY, "decoded from the wire, unread", lambda: copy.deepcopy(decoded)),
-        _m(G_DEEPCOPY, "list held (materialized)", lambda: copy.deepcopy(listed)),
-        _m(G_FIRST_READ, "reset + TokenVector.tolist()", reset_and_tolist, True),
-        _m(G_FIRST_READ, "reset + req.prompt_token_ids (first read)", first_read),
-        _m(G_ACCESS, "plain.prompt_token_ids", lambda: plain.prompt_token_ids, True),
-        _m(G_ACCESS, "req.prompt_token_ids, cached list", lambda: listed.prompt_token_ids),
-        _m(G_ACCESS, "req._prompt_token_ids_i32, unread", lambda: decoded._prompt_token_ids_i32),
-        _m(G_ACCESS, "req.prompt_len, unread", lambda: decoded.prompt_len),
-        _m(G_ACCESS, "hasattr(plain, missing)", lambda: hasattr(plain, "missing")),
-        _m(G_ACCESS, "hasattr(req, missing)", lambda: hasattr(decoded, "missing")),
+        timed(G_PICKLE_LIST, "same request again (list re-read)", lambda: rt(listed)),
+        timed(G_DEEPCOPY, "plain list request", lambda: copy.deepcopy(plain), True),
+        timed(G_DEEPCOPY, "decoded from the wire, unread", lambda: copy.deepcopy(decoded)),
+        timed(G_DEEPCOPY, "list held (materialized)", lambda: copy.deepcopy(listed)),
+        timed(G_FIRST_READ, "reset + TokenVector.tolist()", reset_and_tolist, True),
+        timed(G_FIRST_READ, "reset + req.prompt_token_ids (first read)", first_read),
+        timed(G_ACCESS, "plain.prompt_token_ids", lambda: plain.prompt_token_ids, True),
+        timed(G_ACCESS, "req.prompt_token_ids, cached list", lambda: listed.prompt_token_ids),
+        timed(G_ACCESS, "req._prompt_token_ids_i32, unread", lambda: decoded._prompt_token_ids_i32),
+        timed(G_ACCESS, "req.prompt_len, unread", lambda: decoded.prompt_len),
+        timed(G_ACCESS, "hasattr(plain, missing)", lambda: hasattr(plain, "missing")),
+        timed(G_ACCESS, "hasattr(req, missing)", lambda: hasattr(decoded, "missing")),
     ]
 
 
