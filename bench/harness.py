@@ -314,6 +314,7 @@ def stop(proc: Any, timeout: float = 30) -> None:
             end()
             proc.join(5)
 
+
 R = TypeVar("R")
 
 
