@@ -25,11 +25,12 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from bench.data import PlainGenerationRequest
+from bench.e2e import token_source
 from bench.harness import (arg_parser, clone_env, exit_on_sigterm, ints, load_average, machine,
                            percentile, print_trips, run_group, tagged_result, write_json)
 
@@ -58,12 +59,9 @@ def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
     return [pickle.loads(pickle.dumps(r, protocol=5)) for r in reqs]
 
 
-def to_engine(kind: str) -> Callable[[Any], np.ndarray]:
+def to_engine(r: Any) -> np.ndarray:
     """What a rank does with a received request: its ids as an owned int32 array."""
-    if kind == "plain list":
-        return lambda r: np.array(r.prompt_token_ids, dtype=np.int32)
-    from tokenwire import token_buffer
-    return lambda r: np.array(token_buffer(r, "prompt_token_ids"), dtype=np.int32)
+    return np.array(token_source(r), dtype=np.int32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,13 +80,12 @@ def rank_main(cfg: dict[str, Any]) -> int:
         row = f"{kind}, {how}"
         bcast = comm.bcast if how == "comm.bcast" else pkl5.Intracomm(comm).bcast
         batch = make_batch(kind, ids) if rank == 0 else None
-        convert = to_engine(kind)
         times = []
         for it in range(cfg["warmup"] + cfg["iters"]):
             comm.Barrier()
             t0 = time.perf_counter()
             got = bcast(batch, root=0)
-            arrays = [convert(r) for r in got]
+            arrays = [to_engine(r) for r in got]
             dt = time.perf_counter() - t0
             if it >= cfg["warmup"]:
                 times.append(dt)
@@ -118,7 +115,6 @@ def stage_times(comm: Any, kind: str, ids: list[np.ndarray], iters: int) -> dict
     from mpi4py import MPI
 
     batch = make_batch(kind, ids)
-    convert = to_engine(kind)
     data = pickle.dumps(batch, protocol=5)
     buf = bytearray(len(data)) if comm.Get_rank() else bytearray(data)
     times: dict[str, list[float]] = {"dumps": [], "Bcast": [], "loads": [], "copies": []}
@@ -135,7 +131,7 @@ def stage_times(comm: Any, kind: str, ids: list[np.ndarray], iters: int) -> dict
         got = pickle.loads(buf)
         t4 = time.perf_counter()
         for r in got:
-            convert(r)
+            to_engine(r)
         t5 = time.perf_counter()
         for name, dt in zip(times, (t1 - t0, t3 - t2, t4 - t3, t5 - t4)):
             times[name].append(dt)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench.data import PlainGenerationRequest, load_ids
+from bench.e2e import token_source
 from bench.harness import (arg_parser, clone_env, exit_on_sigterm, kill_group, load_average,
                            machine, percentile, print_trips, run_group, tagged_result, turns,
                            wait_while_parent_lives, write_json)
@@ -122,19 +123,11 @@ def namespaces_usable() -> str | None:
 # ---------------------------------------------------------------------------------------------
 # The two processes
 
-def recv_while_parent_lives(sock: Any, parent: int) -> bytes:
-    """The next message; exits the process once its parent is no longer `parent`, the launcher
-    (`ip netns exec` execs, so the launcher is the parent): a launcher killed with SIGKILL
-    leaves no worker or proxy behind."""
-    if not wait_while_parent_lives(sock, parent):
-        os._exit(3)
-    return bytes(sock.recv())
-
-
-def exit_unless_sendable(sock: Any, parent: int) -> None:
-    """Returns when `sock` can send; exits the process, as recv_while_parent_lives does, when
-    the launcher is gone first (the peer may be gone too: a PAIR socket's send would block)."""
-    if not wait_while_parent_lives(sock, parent, send=True):
+def alive_or_exit(sock: Any, parent: int, send: bool = False) -> None:
+    """Returns when `sock` has a message (with `send`: can send one); exits the process once its
+    parent is no longer `parent`, the launcher (`ip netns exec` execs): a launcher killed with
+    SIGKILL leaves no worker or proxy behind, even one whose PAIR peer is gone."""
+    if not wait_while_parent_lives(sock, parent, send=send):
         os._exit(3)
 
 
@@ -142,21 +135,18 @@ def worker_main(endpoint: str, parent: int) -> int:
     """Receives requests until an empty message; answers each with the CRC-32 of its ids."""
     import zmq
 
-    from tokenwire import GenerationRequest, token_buffer
     from tokenwire.transport import recv_pyobj_oob
 
     sock: Any = zmq.Context.instance().socket(zmq.PAIR)
     sock.bind(endpoint)
     while True:
-        kind = recv_while_parent_lives(sock, parent)
+        alive_or_exit(sock, parent)
+        kind = bytes(sock.recv())
         if kind == b"":
             return 0
         req = recv_pyobj_oob(sock) if kind == b"oob" else sock.recv_pyobj()
-        if isinstance(req, GenerationRequest):
-            ids = np.array(token_buffer(req, "prompt_token_ids"), dtype=np.int32)
-        else:
-            ids = np.array(req.prompt_token_ids, dtype=np.int32)
-        exit_unless_sendable(sock, parent)
+        ids = np.array(token_source(req), dtype=np.int32)
+        alive_or_exit(sock, parent, send=True)
         sock.send(zlib.crc32(ids.tobytes()).to_bytes(4, "little"))
 
 
@@ -207,10 +197,11 @@ def proxy_main(cfg: dict[str, Any]) -> int:
         for i in range(lo, hi):
             before = tx_bytes(cfg["dev"])
             lst = ids.tolist()          # the tokenizer's fresh list, built outside the timing
-            exit_unless_sendable(sock, parent)          # outside the timing too
+            alive_or_exit(sock, parent, send=True)      # outside the timing too
             t0 = time.perf_counter()
             send(row, i, lst)
-            got = recv_while_parent_lives(sock, parent)
+            alive_or_exit(sock, parent)
+            got = bytes(sock.recv())
             dt = time.perf_counter() - t0
             wrong += got != want
             if i >= cfg["warmup"]:
