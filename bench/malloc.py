@@ -22,6 +22,8 @@ import sys
 import tempfile
 from typing import Any
 
+from bench.harness import arg_parser, write_json
+
 CHILD = r"""
 import ctypes, gc, json, random, sys
 from math import log2
@@ -99,8 +101,7 @@ def run_once(settle: bool, args: argparse.Namespace, seed: int) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench malloc", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arg_parser("python -m bench malloc", __doc__)
     p.add_argument("--runs", type=int, default=7, help="fresh processes per mode (default 7)")
     p.add_argument("--steps", type=int, default=200, help="tensor + request steps (default 200)")
     p.add_argument("--tensors", type=int, default=6, help="tensors alive at once (default 6)")
@@ -110,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-ids", type=int, default=40_000)
     p.add_argument("--max-ids", type=int, default=128_000)
     p.add_argument("--seed", type=int, default=0, help="run k uses seed + k (same in each mode)")
-    p.add_argument("--json", help="write every run's figures to this file")
     args = p.parse_args(argv)
     if sys.platform != "linux":
         print("python -m bench malloc: Linux only (reads /proc/self/status)", file=sys.stderr)
@@ -132,9 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{med('glibc_final', 'heap'):10.1f}" if runs[0]["glibc_steady"] else "")
         print(f"{mode:>8}  {settled:7.1f}Mi  {med('peak'):9.1f}  {med('steady'):10.1f}  "
               f"{med('final'):9.1f}  {heap}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "runs": results}, f, indent=1)
+    write_json(args.json, {"args": vars(args), "runs": results})
     return 0
 
 
