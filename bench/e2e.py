@@ -1,28 +1,16 @@
 """End-to-end: a proxy process submits requests to a worker process over a real pyzmq socket.
 
-The proxy builds each request from a fresh `list[int]` (outside the timing), serializes and sends
-it, one at a time, and waits for the worker's ack; the worker times its submit -- receive,
-unpickle, token prep (the ids the constructor takes), request ctor (`--engine`: the numpy
-stand-in, or a C++ Request built with nanobind, bench/engine.py) -- while a background thread
-measures the GIL it holds. The whole trip runs from the proxy's serialize to the end of the
-submit (one clock across the processes), at p50 and p99. Every row starts with WARMUP untimed
-requests; the modes take turns, BLOCK requests at a time; the garbage collector stays on.
-
-  baseline            PlainGenerationRequest (a plain `list[int]` field), send_pyobj
-  tokenwire           tokenwire.GenerationRequest, send_pyobj
-  tokenwire-oob       send_pyobj_oob: protocol 5, the ids as frames sent with copy=False
-  tokenwire-shm       send_pyobj_oob with channel=: the ids through a slot of tokenwire.shm's ring
-  tokenwire-shm-spin  the whole message in the ring (Sender.send / Receiver.recv), the worker
-                      spinning SHM_SPIN_US on it before it sleeps on the socket
-  floor               what no path avoids: the proxy's `as_tokens` of the list, a 1-byte
-                      message, the worker's copy of the ids (every trip is shown as x floor)
-
-Every run ends by checking a CRC-32 of the ids the worker built against those the proxy sent,
-every request, and that every tokenwire-shm request at the threshold took a slot. `--ray` runs the
-exchange actor to actor through Ray (`--ray-nodes 2`: two raylets on this machine), the request
-put into the object store (`ray`) or passed as the call's argument (`ray-arg`); the Ray rows add
-tokenwire-pfor (the prompt field declared `TokenIds(codec="pfor")`). docs/benchmarks.md describes
-the rows and the run in full.
+One request at a time, each built from a fresh `list[int]` (untimed): the proxy serializes and
+sends it and waits for the ack; the worker times its submit (receive, unpickle, token prep, the
+request ctor of `--engine`: the numpy stand-in or a C++ Request, bench/engine.py) while a
+background thread measures the GIL it holds; the whole trip runs from the proxy's serialize to
+the end of the submit, at p50 and p99. Rows: baseline (a plain-list request, send_pyobj),
+tokenwire (send_pyobj), tokenwire-oob (send_pyobj_oob), tokenwire-shm (channel=: the ids through a
+slot of tokenwire.shm's ring), tokenwire-shm-spin (the whole message in the ring, the worker
+spinning on it) and the floor (`as_tokens`, a 1-byte message, the worker's copy: every trip is
+also shown as x floor). WARMUP untimed requests start every row; the modes take turns, BLOCK
+requests at a time; the ids are CRC-checked. `--ray` runs the exchange actor to actor through
+Ray (`--ray-nodes 2`: two raylets), adding tokenwire-pfor. docs/benchmarks.md has the details.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Under load: one proxy process pushes requests to one worker process over a zmq ipc:// PUSH/PULL
 pair as fast as a bound on in-flight requests allows, and at Poisson rates below that.
 
-The proxy builds each request from a tokenizer's `list[int]` (a seeded pool per ISL), serializes
-and sends it (bench.e2e's `make_request`, `serialize`, `send`); the worker receives it, hands its
-ids to the engine (`--engine`, as bench e2e's), checks them and acks the request's id.
-
-  closed loop  WINDOW requests in flight for `--seconds`: requests/s at saturation, CPU µs per
-               request of each process (zmq's I/O threads included) and latency p50/p99 (from
-               building a request to its ack, both in the proxy)
-  open loop    Poisson arrivals at fractions of the row's saturation: latency p50/p99 from each
-               request's scheduled arrival
-
-Rows: baseline (plain-list request, send_pyobj), tokenwire (send_pyobj), tokenwire-oob
-(send_pyobj_oob), tokenwire-shm (channel=, Linux), tokenwire-oob-batch8 (8 requests a message,
-out of band; figures per request) and the floor (the proxy's `as_tokens`, an 8-byte message, the
-worker's memcpy); every row's CPU is also shown as x floor. `--proxy-threads 1,2` runs the rows
-again with N serializing threads in the proxy, each on a socket of its own (not the shm row: a
-Sender is one thread's). The worker checks every request's ids (its own CPU time for the check
-is subtracted); a row whose ids arrived wrong is named on stderr and the run exits 1.
+A closed loop (WINDOW requests in flight for `--seconds`: requests/s, CPU µs per request of each
+process, latency p50/p99 from building a request to its ack), then an open loop (Poisson arrivals
+at fractions of the row's saturation: latency from each scheduled arrival). Rows: baseline,
+tokenwire, tokenwire-oob, tokenwire-shm, tokenwire-oob-batch8 (8 requests a message) and the
+floor, built, serialized and received as bench.e2e's; `--proxy-threads 1,2` runs them again with
+N serializing threads in the proxy (not the shm row: a Sender is one thread's). The worker checks
+every request's ids (that check's CPU is subtracted); a row whose ids arrived wrong exits 1.
 docs/benchmarks.md ("Under load") describes the run in full.
 """
 

@@ -1,19 +1,13 @@
 """MPI broadcast of each iteration's new requests, as a TP/PP executor's rank 0 sends them.
 
-Under `mpiexec -n R`, rank 0 holds a batch of `--requests` requests of `--isl` ids (unpickled
-once, as received from the proxy); an iteration (all ranks leave a barrier, then) is a `bcast` of
-the batch from rank 0 and, on every rank, a copy of each request's ids into an owned int32 array.
-Its time is the slowest rank's; p50 and p99 over `--iters` iterations, every rank checking its
-arrays against the ids it expected (outside the timing). Then where an iteration goes, stage by
-stage: pickle.dumps, MPI's Bcast of the bytes, pickle.loads, the copies. Rows: a plain request
-whose ids are a `list[int]` (the baseline) against `tokenwire.GenerationRequest`, each with
-mpi4py's `comm.bcast` and with `mpi4py.util.pkl5` (out-of-band buffers as their own messages).
-MPICH's waiting ranks poll: with more ranks than cores the figures include that contention.
+Under `mpiexec -n R`, an iteration (after a barrier) is rank 0's `bcast` of `--requests` requests
+of `--isl` ids and every rank's copy of their ids into owned int32 arrays; its time is the slowest
+rank's (p50, p99 over `--iters`), every rank checking its arrays; then the iteration stage by
+stage (dumps, Bcast of the bytes, loads, copies). Rows: plain-list requests (the baseline) and
+GenerationRequest, each through `comm.bcast` and `mpi4py.util.pkl5`. Needs the `mpi` extra.
 
   python -m bench mpi [--ranks 2,4] [--isl 40000] [--requests 8] [--iters 40] [--quick]
                       [--json PATH] [--check-targets]
-
-Needs mpi4py and an MPI with `mpiexec` (the `mpi` extra: mpi4py and MPICH's wheel).
 """
 
 from __future__ import annotations

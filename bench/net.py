@@ -1,18 +1,11 @@
 """Across hosts, for real: a proxy and a worker in two network namespaces, over TCP.
 
-Two network namespaces joined by a veth pair (10.77.0.1 and 10.77.0.2), optionally rate-limited
-on both ends with tbf (`tc qdisc ... tbf rate R burst 32kb`), a worker in one and a proxy in the
-other; both namespaces are removed when the run ends (also on ^C or SIGTERM), and those of an
-earlier killed run are swept. Needs root (CAP_NET_ADMIN) and `ip` / `tc` (iproute2).
-
-One request at a time: the proxy builds a request of `--isl` ids from a fresh `list[int]`
-(untimed), serializes and sends it over a zmq PAIR socket; the worker copies its ids into an
-int32 array and answers with their CRC-32; the trip is the proxy's clock from serialize to the
-answer. Rows: baseline (a plain `list[int]` request, send_pyobj), tokenwire (GenerationRequest,
-send_pyobj) and `oob <codec>` (send_pyobj_oob(codec=...): raw, packed, pfor, zstd, auto; `oob
-default` lets the transport pick). Ids: seeded (bench.data) or `--ids FILE` (raw int32). The
-rows take turns a few requests at a time; p50 and p99 of the trip, the bytes each request put on
-the wire, and x baseline.
+Two namespaces joined by a veth pair, optionally rate-limited with tbf, removed when the run
+ends (also on ^C or SIGTERM; an earlier killed run's are swept); root and iproute2 needed. One
+request at a time over a zmq PAIR socket: the proxy serializes and sends a request of `--isl` ids
+(built untimed from a fresh list); the worker copies the ids into an int32 array and answers with
+their CRC-32. Rows: baseline, tokenwire (send_pyobj) and `oob <codec>` (send_pyobj_oob(codec=...),
+`oob default`: the transport's pick), taking turns; trip p50/p99, bytes on the wire, x baseline.
 """
 
 from __future__ import annotations

@@ -3,22 +3,13 @@
     python -m bench threads                      # 1 and 2 threads, 40,000 ids
     python3.13t -m bench threads                 # a free-threaded build: the GIL stays off
 
-Each row runs with 1 thread and with N (`--threads 1,2`): every thread builds its own inputs,
-warms up, waits at a Barrier that releases all of them together, then does the same number of
-operations; throughput = total operations / wall time, scaling = N threads' throughput / one
-thread's. Beside each: CPU (the threads' CPU seconds per wall second; the footer says how many
-CPUs other processes kept busy) and flt/op (minor page faults per operation). Rows:
-
-  tokenwire round trip  list[int] -> as_tokens -> GenerationRequest -> pickle.dumps/loads (5)
-                        -> token_buffer
-  plain-list baseline   the same with PlainGenerationRequest, and np.array(list, int32)
-  pfor encode + decode  tokenwire.encode(tv, codec="pfor") + tokenwire.decode(frame)
-  floor: memcpy         np.copyto of the ids into a preallocated array
-
-Rows and thread counts take turns round after round; medians over rounds. The target (a
-free-threaded build, the GIL off): 2 threads give >= 1.8x one thread's throughput on the tokenwire
-rows, or >= 0.9x the floor row's scaling. The header says whether the build is free-threaded and
-whether the GIL is on now (PYTHON_GIL=0 keeps it off).
+Each row runs at 1 thread and at N (`--threads 1,2`), every thread on inputs of its own, released
+together by a Barrier: throughput (total operations / wall time), scaling (N threads' / one
+thread's), CPU per wall second and minor page faults per operation. Rows: the tokenwire round trip
+(as_tokens, GenerationRequest, pickle, token_buffer), the plain-list baseline, pfor encode +
+decode, and the floor (np.copyto). The target, on a free-threaded build with the GIL off: 2
+threads give >= 1.8x one thread's throughput on the tokenwire rows, or >= 0.9x the floor's
+scaling. docs/benchmarks.md ("Threads") has the details.
 """
 
 from __future__ import annotations
