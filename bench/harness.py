@@ -320,13 +320,9 @@ R = TypeVar("R")
 
 def turns(rows: Sequence[R], count: int, block: int) -> list[tuple[R, int, int]]:
     """The order a benchmark times `count` requests of each row in: (row, lo, hi) turns of
-    `block` requests, the rows taking turns (`block` < `count`: interleaved, so a shared
-    machine's load weighs on every row alike), or each row's requests back to back (`block` >=
-    `count`). Which a benchmark may use is docs/benchmarks.md's rule ("Rows: interleaved or back
-    to back"): every row is timed after a warm-up of its own; rows of plain and tokenwire
-    requests interleave in a process only where each figure is large against the allocator's
-    effect (trips of milliseconds) or the processes settle malloc (`malloc_settling(True)`),
-    else a row measures, in part, the allocator history the other rows left."""
+    `block` requests, the rows taking turns (`block` < `count`: interleaved), or each row's
+    requests back to back (`block` >= `count`). Which one a benchmark may use is
+    docs/benchmarks.md's rule ("Rows: interleaved or back to back")."""
     step = max(1, block)
     return [(row, lo, min(lo + step, count)) for lo in range(0, count, step) for row in rows]
 
@@ -355,16 +351,12 @@ def wait_while_parent_lives(sock: Any, parent: int, interval_ms: int = 500,
 @contextlib.contextmanager
 def ray_cluster(nodes: int, store: int, resources: tuple[str, str],
                 **init: Any) -> Iterator[bool]:
-    """A local Ray for the life of the block, shut down after it: with `nodes` 1, ray.init's
-    own one-node cluster (2 CPUs); with 2, two raylets on this machine (ray.cluster_utils), each
-    with one CPU, its own object store of `store` bytes and a custom resource, `resources[0]`
-    on the head and `resources[1]` on the other, so that an actor can be placed on each and
-    every object passed between them moves from one store to the other. `init` goes to
-    ray.init. Yields True when two nodes run.
-
-    Ray puts the driver's working directory on its workers' sys.path: from a checkout, its
-    tokenwire/ (no compiled extension) would shadow the installed package, so Ray is started
-    from the temporary directory."""
+    """A local Ray for the life of the block: with `nodes` 1, ray.init's own cluster (2 CPUs);
+    with 2, two raylets on this machine, each with one CPU, an object store of `store` bytes and
+    the custom resource `resources[0]` (head) or `resources[1]`, so that an actor can be placed
+    on each and objects between them move from store to store. `init` goes to ray.init. Yields
+    True when two nodes run. Started from the temporary directory: Ray puts the driver's working
+    directory on its workers' sys.path, where a checkout's tokenwire/ would shadow the package."""
     import tempfile
 
     import ray
