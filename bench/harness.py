@@ -1,10 +1,11 @@
-"""Measurement shared by every benchmark: peers measured side by side, in one process.
+"""What every benchmark shares: measurement, the command line and output, processes and sockets,
+targets, and the grouped suites' runner.
 
-Each method is a set of named operations (`{"time": fn}` or `{"encode": f, "decode": g}`). Every
-(method, operation) pair is calibrated to a batch that takes about `round_s`, then all pairs are
-timed round after round, interleaved, so that a noisy neighbour slows every peer alike. A figure
-is the median over rounds of the per-call time; the spread is the interquartile range relative to
-the median.
+Measurement: each method is a set of named operations (`{"time": fn}` or `{"encode": f,
+"decode": g}`). Every (method, operation) pair is calibrated to a batch that takes about
+`round_s` (one call with `round_s` 0), then all pairs are timed round after round, interleaved,
+so that a noisy neighbour slows every peer alike. A figure is the median over rounds of the
+per-call time; the spread is the interquartile range relative to the median.
 """
 
 from __future__ import annotations
