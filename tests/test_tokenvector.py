@@ -418,3 +418,46 @@ def test_concatenation_rule():
     assert lst == [0, 1, 2, 3] and alias == [0]
     alias.extend(tv)
     assert alias == [0, 1, 2, 3]
+
+
+# -- base: views and copies ------------------------------------------------------------------
+
+def _shares(tv: TokenVector, obj: object) -> bool:
+    """Whether `tv`'s ids are `obj`'s memory (numpy's own answer, from the addresses)."""
+    return bool(np.shares_memory(np.frombuffer(tv, dtype=np.int32),
+                                 np.frombuffer(memoryview(obj).cast("B"), dtype=np.uint8)))
+
+
+def test_base_of_a_view_is_its_source() -> None:
+    ids = np.arange(1000, dtype=np.int32)
+    raw = ids.tobytes()
+    tv = TokenVector.frombuffer(raw)
+    assert tv.base is raw and _shares(tv, raw)
+    frame = tokenwire.encode(ids, codec="raw")
+    decoded = tokenwire.decode(frame)
+    assert decoded.base is frame and _shares(decoded, frame)
+    held = tokenwire._core.ImmutableBuffer(ids)            # a promise: viewed in place
+    view = TokenVector.frombuffer(held)
+    assert view.base is held and np.shares_memory(np.asarray(view), ids)
+
+
+def test_base_of_a_copy_is_none() -> None:
+    ids = np.arange(1000, dtype=np.int32)
+    owned = [as_tokens(ids), TokenVector(list(range(10))), TokenVector(),
+             TokenVector.frombuffer(bytearray(ids.tobytes())),       # mutable: copied
+             tokenwire.decode(tokenwire.encode(ids, codec="packed")),  # decoded into a buffer
+             tokenwire.decode(tokenwire.encode(ids, codec="raw"))[10:20],   # a slice owns
+             copy.deepcopy(tokenwire.decode(tokenwire.encode(ids, codec="raw")))]
+    for tv in owned:
+        assert tv.base is None
+    assert not np.shares_memory(np.asarray(owned[0]), ids)
+
+
+def test_base_after_an_unaligned_view_is_aligned() -> None:
+    raw = b"x" + np.arange(50, dtype=np.int32).tobytes()
+    tv = TokenVector.frombuffer(memoryview(raw)[1:])
+    assert tv.base is not None and tv.base.obj is raw       # the memoryview, over `raw`
+    np.asarray(tv)                          # exporting int32 makes an aligned copy of its own
+    assert tv.base is None and tv.tolist() == list(range(50))
+    with pytest.raises(AttributeError):
+        tv.base = raw                       # type: ignore[misc]

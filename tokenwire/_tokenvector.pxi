@@ -267,6 +267,18 @@ cdef class TokenVector:
     def itemsize(self):
         return 4
 
+    @property
+    def base(self):
+        """The object whose memory the ids are read from in place (a `bytes` frame, an
+        `ImmutableBuffer`, a read-only exporter), or None when the vector owns its memory (built
+        from a list, copied from a mutable source, sliced, or empty). As numpy's ``ndarray.base``:
+        ``tv.base is frame`` tells a zero-copy decode from a copy. A view at an unaligned address
+        gets an aligned copy of its own the first time its buffer is exported (``memoryview(tv)``,
+        ``numpy.asarray(tv)``): from then on it owns that copy and `base` is None."""
+        if self._owned or self._view == NULL or <PyObject*>self._view.obj == NULL:
+            return None
+        return <object>self._view.obj
+
     def __sizeof__(self):
         return sizeof(TokenVector) + (self._len * 4 if self._owned else 0)
 
