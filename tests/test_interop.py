@@ -245,8 +245,9 @@ def test_python_input_errors_name_the_index(bad: Any, message: str) -> None:
     ('[1, "2"]', "token id at index 1 must be an int, got str"),
     ("[1, 2.0]", "token id at index 1 must be an int, got float"),
     ("[1, null]", "token id at index 1 must be an int, got NoneType"),
-    ('"1 2"', "token ids must be an array of ints, got str"),
-    ('{"0": 1}', "token ids must be an array of ints, got dict"),
+    ('"1 2"', "token ids as base64: invalid base64: character ' ' at position 1"),
+    ('"AAAA"', "token ids as base64: bad magic"),
+    ('{"0": 1}', "token ids must be an array of ints or a base64 string, got dict"),
 ])
 @pytest.mark.parametrize("strict", [None, True])
 def test_json_input_errors_name_the_index(bad: str, message: str, strict: Optional[bool]) -> None:
@@ -254,6 +255,31 @@ def test_json_input_errors_name_the_index(bad: str, message: str, strict: Option
     err = _error(CompletionRequest, body, json_input=True, strict=strict)
     assert err["loc"] == ("prompt_token_ids",)
     assert message in err["msg"]
+
+
+@pytest.mark.parametrize("urlsafe", [False, True])
+@pytest.mark.parametrize("codec", ["raw", "auto", "pfor"])
+def test_json_input_takes_the_base64_form(codec: str, urlsafe: bool) -> None:
+    ids = [0, 1, 2**31 - 1, 62, 63, 250_000] * 500        # "+" and "/" (or "-", "_") in the text
+    text = tokenwire.to_base64(ids, codec=codec, urlsafe=urlsafe)
+    assert ("-" in text or "_" in text) == urlsafe
+    for model in (CompletionRequest, StrictRequest):
+        body = json.dumps({"model": "m", "prompt": "p", "request_id": "r",
+                           "prompt_token_ids": text, "input_ids": text})
+        req = model.model_validate_json(body)
+        got = getattr(req, "prompt_token_ids", None) or getattr(req, "input_ids")
+        assert type(got) is TokenVector and got == ids
+    # The round trip a client makes: dump as base64 text, the server validates the JSON body.
+    sent = CompletionResponse(id="c", choices=[CompletionChoice(index=0, token_ids=ids)])
+    body = json.dumps({"id": "c", "choices": [{"index": 0, "token_ids": text}]})
+    assert CompletionResponse.model_validate_json(body) == sent
+
+
+def test_base64_text_is_for_json_only() -> None:
+    """From Python a str stays what it was (a prompt's text), never decoded as ids."""
+    text = tokenwire.to_base64([1, 2, 3])
+    err = _error(CompletionRequest, {"model": "m", "prompt": "p", "prompt_token_ids": text})
+    assert "got str" in err["msg"]
 
 
 def test_strict_mode_takes_a_token_vector_from_python_and_an_array_from_json() -> None:

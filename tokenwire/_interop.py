@@ -10,6 +10,7 @@ from typing import Any
 
 from tokenwire._core import TokenVector, as_tokens
 from tokenwire.errors import TokenwireError
+from tokenwire.text import from_base64
 
 __all__ = ["json_default"]
 
@@ -55,7 +56,20 @@ def _validate_python(value: Any) -> TokenVector:
 
 
 def _validate_json(value: Any) -> TokenVector:
-    return _validate(value, (list,), "an array of ints")
+    if type(value) is str:
+        return _from_base64(value)
+    return _validate(value, (list,), "an array of ints or a base64 string")
+
+
+def _from_base64(text: str) -> TokenVector:
+    """The compact JSON form, `to_base64`'s text (either alphabet: "-" or "_" marks the URL-safe
+    one, which `to_base64(..., urlsafe=True)` writes)."""
+    pydantic_core = importlib.import_module("pydantic_core")
+    try:
+        return from_base64(text, urlsafe="-" in text or "_" in text)
+    except TokenwireError as e:
+        raise pydantic_core.PydanticCustomError(
+            "token_ids", "token ids as base64: {reason}", {"reason": str(e)}) from None
 
 
 def pydantic_core_schema() -> Any:
