@@ -367,3 +367,63 @@ def test_frame_as_text_must_be_latin1():
     with pytest.raises(WireFormatError,
                        match="Compact state key 'ids': a frame sent as text must be latin-1"):
         Compact().__setstate__(state)
+
+
+# --------------------------------------------------------------------------------------------
+# vocab_size: ids entering a request object are checked where they enter
+
+
+class VocabReq:
+    """A receiver's request class; the tests give its field a vocabulary for a while."""
+
+    ids = TokenIds(vocab_size=1000)
+    plain = TokenIds()
+
+
+@pytest.mark.parametrize("value", [[1, 2, 40_000], (1, 2, 40_000),
+                                   np.array([1, 2, 40_000], np.int64),
+                                   tokenwire.TokenVector([1, 2, 40_000]),
+                                   __import__("array").array("i", [1, 2, 40_000])])
+def test_vocab_size_checks_ids_set_on_the_field(value):
+    req = VocabReq()
+    with pytest.raises(tokenwire.TokenIdError,
+                       match=r"VocabReq\.ids: token id at index 2 is 40000, outside the "
+                             r"vocabulary \[0, 1000\)"):
+        req.ids = value
+    assert "ids" not in vars(req)                     # nothing was stored
+    req.ids = [0, 999]
+    req.plain = [40_000]                              # a field without vocab_size takes any id
+    assert req.ids == [0, 999] and req.plain == [40_000]
+    req.ids = None
+    assert req.ids is None
+
+
+def test_vocab_size_refuses_values_that_are_not_ids():
+    with pytest.raises(tokenwire.errors.TokenIdTypeError, match=r"VocabReq\.ids: .*index 1"):
+        VocabReq().ids = [1, [2]]                      # a batch is not ids of this vocabulary
+
+
+@pytest.mark.parametrize("how", ["held", "tuple", "list form", "pfor"])
+def test_vocab_size_checks_ids_received_in_a_pickled_state(how):
+    sender = VocabReq()
+    field = vars(VocabReq)["ids"]
+    field.vocab_size, field.codec = None, "pfor" if how == "pfor" else "raw"
+    previous = tokenwire.list_on_wire(how == "list form")
+    try:
+        sender.ids = (5, 6, 123_456, 7) if how == "tuple" else [5, 6, 123_456, 7]
+        data = pickle.dumps(sender, protocol=5)
+    finally:
+        tokenwire.list_on_wire(previous)
+        field.vocab_size, field.codec = 1000, "raw"
+    with pytest.raises(tokenwire.TokenIdError,
+                       match=r"VocabReq\.ids: token id at index 2 is 123456, outside the "
+                             r"vocabulary \[0, 1000\)"):
+        pickle.loads(data)
+    sender.ids = [5, 6, 7]
+    assert pickle.loads(pickle.dumps(sender, protocol=5)).ids == [5, 6, 7]
+
+
+def test_vocab_size_is_checked_when_declared():
+    with pytest.raises(ValueError, match="vocab_size must be positive, got 0"):
+        TokenIds(vocab_size=0)
+    assert "vocab_size=1000" in repr(vars(VocabReq)["ids"])

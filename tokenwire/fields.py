@@ -238,21 +238,31 @@ class TokenIds:
     default: the CPU-cheapest) or a compact wire codec for slow links -- "packed", "u16",
     "auto", "pfor", "zstd" (see tokenwire.encode); the receiver needs no setting, frames describe
     themselves.
+
+    ``vocab_size``: every id set on the field, and every id a pickled state brings in, must be
+    in ``[0, vocab_size)``; otherwise TokenIdError naming the field, the index and the id (a
+    value that is not ids at all: the error of ``as_tokens``). Without it any int32 id is taken.
     """
 
     def __init__(self, *, codec: str = "raw", doc: Optional[str] = None,
-                 default: Any = _MISSING) -> None:
+                 default: Any = _MISSING, vocab_size: Optional[int] = None) -> None:
         self.codec = check_codec(codec)
+        if vocab_size is not None:
+            as_tokens((), vocab_size=vocab_size)           # as_tokens's rule for vocab_size
+        self.vocab_size = vocab_size
         self.name = "<unbound>"
+        self.where = "<unbound>"
         self.default = default
         self.__doc__ = doc
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
+        self.where = f"{owner.__name__}.{name}"
         _adopt(owner, {name: self})          # the line adopts its class
 
     def __repr__(self) -> str:
-        return f"TokenIds(name={self.name!r}, codec={self.codec!r})"
+        vocab = "" if self.vocab_size is None else f", vocab_size={self.vocab_size}"
+        return f"TokenIds(name={self.name!r}, codec={self.codec!r}{vocab})"
 
     # -- attribute protocol (hot: keep these short) --------------------------------------------
 
@@ -281,16 +291,30 @@ class TokenIds:
 
     def __set__(self, obj: Any, value: Any) -> None:
         if value is None or isinstance(value, (list, tuple, array.array)):
+            if self.vocab_size is not None and value is not None:
+                self._check_vocab(value, f"{type(obj).__name__}.{self.name}")
             obj.__dict__[self.name] = value       # the very object, as a plain attribute keeps it
         elif type(value) is _TokenField:
             # tokenwire's holder, as a class's own __setstate__ receives it: a fresh, checked one
+            if self.vocab_size is not None:
+                self._check_vocab(value, f"{type(obj).__name__}.{self.name}")
             obj.__dict__[self.name] = _fresh(value)
         else:
             try:
-                vector = as_tokens(value)
+                vector = as_tokens(value, vocab_size=self.vocab_size)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise _field_error(exc, f"{type(obj).__name__}.{self.name}") from None
             obj.__dict__[self.name] = _TokenField(vector)
+
+    def _check_vocab(self, value: Any, where: str) -> None:
+        """Every id of `value` is in [0, vocab_size), or the error of ``as_tokens`` naming
+        `where` (the field)."""
+        if type(value) is _TokenField:
+            value = value.vector
+        try:
+            as_tokens(value, vocab_size=self.vocab_size)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _field_error(exc, where) from None
 
     def __delete__(self, obj: Any) -> None:
         try:
@@ -402,9 +426,13 @@ class TokenIds:
         return vector, _kind_of(value)
 
     def _held(self, vector: TokenVector, kind: Any) -> Any:
+        if self.vocab_size is not None:
+            self._check_vocab(vector, self.where)
         return _TokenField(vector, kind)
 
     def _as_is(self, value: Any) -> Any:
+        if self.vocab_size is not None and value is not None:
+            self._check_vocab(value, self.where)
         return _fresh(value)
 
     def _listed(self, value: Any) -> Any:

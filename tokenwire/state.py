@@ -104,8 +104,8 @@ def _field_from_payload(field: TokenIds, owner: str, name: str, payload: Any) ->
     if kind is list or kind is tuple:
         # A list-form state (written before tokenwire, or with list_on_wire), or a list or
         # tuple that is not int32 ids (a nested list, big ints...): kept as it was sent, as
-        # the unmodified class kept it.
-        return payload
+        # the unmodified class kept it (the field checks it against its vocab_size).
+        return field._as_is(payload)
     if kind is dict and len(payload) == 1 and _AS_IS in payload:
         return field._as_is(payload[_AS_IS])
     raise WireFormatError(
