@@ -20,10 +20,20 @@ from tokenwire._core import (
 from tokenwire._interop import json_default
 from tokenwire._version import __version__ as __version__
 from tokenwire.errors import TokenIdError, TokenwireError, WireFormatError
-from tokenwire.fields import TokenIds, token_buffer, token_fields
+from tokenwire.fields import token_buffer, token_fields
 from tokenwire.request import GenerationRequest
 from tokenwire.state import list_on_wire
 from tokenwire.text import from_base64, to_base64
+
+if TYPE_CHECKING:
+    from typing import Optional
+
+    def TokenIds(*, codec: str = "raw", doc: Optional[str] = None, default: Any = ...,
+                 vocab_size: Optional[int] = None) -> Any:
+        """A token-id field (tokenwire.fields.TokenIds), typed as ``dataclasses.field()`` is:
+        ``ids: List[int] = TokenIds()`` type-checks, and the annotation types the field."""
+else:
+    from tokenwire.fields import TokenIds
 
 
 def get_include() -> str:

@@ -242,6 +242,9 @@ class TokenIds:
     ``vocab_size``: every id set on the field, and every id a pickled state brings in, must be
     in ``[0, vocab_size)``; otherwise TokenIdError naming the field, the index and the id (a
     value that is not ids at all: the error of ``as_tokens``). Without it any int32 id is taken.
+
+    Type checkers see ``TokenIds(...)`` as returning ``Any``, as ``dataclasses.field()``: the
+    line ``ids: List[int] = TokenIds()`` checks, and the annotation types the field.
     """
 
     def __init__(self, *, codec: str = "raw", doc: Optional[str] = None,
