@@ -100,9 +100,10 @@ def methods_for(n: int) -> list[Method]:
     wire_list = enc_list.encode(list_req)
 
     tv_req = _request(TokenRequest, tv)
-    enc_hooks = msgspec.msgpack.Encoder(enc_hook=tw_msgspec.enc_hook)
-    dec_hooks = msgspec.msgpack.Decoder(TokenRequest, ext_hook=tw_msgspec.ext_hook,
-                                        dec_hook=tw_msgspec.dec_hook)
+    hooks = tw_msgspec.Hooks()
+    enc_hooks = msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook)
+    dec_hooks = msgspec.msgpack.Decoder(TokenRequest, ext_hook=hooks.ext_hook,
+                                        dec_hook=hooks.dec_hook)
     wire_hooks = enc_hooks.encode(tv_req)
 
     raw = tw_msgspec.Hooks(codec="raw")
@@ -180,7 +181,7 @@ def _sizes(results: Sequence[Result]) -> None:
         json_chars = len(msgspec.json.encode(ids.tolist()))
         tv_req = _request(TokenRequest, tokenwire.as_tokens(ids))
         oob = tw_msgspec.Encoder().encode(tv_req)
-        hooks = len(msgspec.msgpack.Encoder(enc_hook=tw_msgspec.enc_hook).encode(tv_req))
+        hooks = len(msgspec.msgpack.Encoder(enc_hook=tw_msgspec.Hooks().enc_hook).encode(tv_req))
         grew = "ok" if hooks <= list_bytes and sum(len(f) for f in oob) <= list_bytes else "MISSED"
         print(f"  [{ok if n == 40_000 else 'info'}] ISL {n:,}: base64 text {chars / n:.3f} characters "
               f"per id ({width}-bit ids; target <= 3.1), JSON array {json_chars / n:.3f}; msgpack message: list {list_bytes:,} "
@@ -277,7 +278,7 @@ class HostDecoder:
         raise NotImplementedError(f"Objects of type {t} are not supported")
 
     def ext_hook(self, code: int, data: memoryview) -> Any:
-        if self.tw is not None and code in (tw_msgspec.EXT_CODE, tw_msgspec.BUFFER_EXT_CODE):
+        if self.tw is not None and code in (self.tw.ext_code, self.tw.buffer_ext_code):
             return self.tw.aux_ext_hook(code, data, self.aux_buffers)     # the tokenwire line
         if code == CUSTOM_TYPE_RAW_VIEW:
             return msgspec.msgpack.Ext(code, bytes(data))

@@ -88,7 +88,7 @@ def damage(frames: List[Any], fdp: atheris.FuzzedDataProvider) -> tuple[List[Any
             main[at:at] = fdp.ConsumeBytes(fdp.ConsumeIntInRange(1, 16))
         elif kind == 4:                                   # a forged reference, repeated
             ref = msgspec.msgpack.encode(msgspec.msgpack.Ext(
-                tm.BUFFER_EXT_CODE, struct.pack("<IQ", fdp.ConsumeIntInRange(0, 4),
+                tm.Hooks.BUFFER_EXT_CODE, struct.pack("<IQ", fdp.ConsumeIntInRange(0, 4),
                                                 fdp.ConsumeIntInRange(0, 2**20))))
             times = fdp.ConsumeIntInRange(1, 64)
             main = bytearray(b"\xdc" + struct.pack(">H", times) + ref * times)

@@ -108,7 +108,7 @@ def test_msgspec_section_as_documented(zmq_ctx):
     msgspec = pytest.importorskip("msgspec")
     from support.structs import EngineCoreRequest
 
-    from tokenwire.msgspec import Decoder, Encoder, dec_hook, enc_hook, ext_hook
+    from tokenwire.msgspec import Decoder, Encoder, Hooks
     zmq, ctx = zmq_ctx
     text = DOC.read_text()
     assert "input_ids: bytes" not in text
@@ -129,8 +129,10 @@ def test_msgspec_section_as_documented(zmq_ctx):
         proxy.close(linger=0)
         worker.close(linger=0)
     assert type(got.prompt_token_ids) is tokenwire.TokenVector and got.prompt_token_ids == ids
-    inline = msgspec.msgpack.Encoder(enc_hook=enc_hook).encode(req)
-    dec = msgspec.msgpack.Decoder(EngineCoreRequest, ext_hook=ext_hook, dec_hook=dec_hook)
+    hooks = Hooks()
+    inline = msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook).encode(req)
+    dec = msgspec.msgpack.Decoder(EngineCoreRequest, ext_hook=hooks.ext_hook,
+                                  dec_hook=hooks.dec_hook)
     assert dec.decode(inline) == req
     # An old proxy's list[int] is read by the new worker type too (workers first).
     old = msgspec.msgpack.encode(["r1", ids[:5], 1.5])

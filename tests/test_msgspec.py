@@ -30,6 +30,7 @@ from tokenwire.errors import ChecksumError  # noqa: E402
 from tokenwire._core import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+HOOKS = tm.Hooks()                     # the default hooks, for msgspec encoders and decoders
 
 
 class Params(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -53,11 +54,11 @@ class ListRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False)
 
 
 def hooks_encoder(hooks: tm.Hooks | None = None) -> Any:
-    return msgspec.msgpack.Encoder(enc_hook=(hooks or tm._DEFAULT).enc_hook)
+    return msgspec.msgpack.Encoder(enc_hook=(hooks or HOOKS).enc_hook)
 
 
 def hooks_decoder(t: Any, hooks: tm.Hooks | None = None) -> Any:
-    h = hooks or tm._DEFAULT
+    h = hooks or HOOKS
     return msgspec.msgpack.Decoder(t, ext_hook=h.ext_hook, dec_hook=h.dec_hook)
 
 
@@ -71,7 +72,7 @@ def views(tv: TokenVector, buf: Any) -> bool:
 
 def auto_sends_a_list(ids: list[int]) -> bool:
     """Does the default codec send `ids` as msgpack's list (its Ext would take more bytes)?"""
-    ext = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.EXT_CODE, tokenwire.encode(ids)))
+    ext = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.Hooks.EXT_CODE, tokenwire.encode(ids)))
     return len(msgspec.msgpack.encode(ids)) < len(ext)
 
 
@@ -80,8 +81,8 @@ def auto_sends_a_list(ids: list[int]) -> bool:
 
 
 def test_ext_code_is_outside_vllms_and_the_two_codes_differ() -> None:
-    assert tm.EXT_CODE not in range(1, 6) and tm.BUFFER_EXT_CODE not in range(1, 6)
-    assert tm.EXT_CODE != tm.BUFFER_EXT_CODE
+    assert tm.Hooks.EXT_CODE not in range(1, 6) and tm.Hooks.BUFFER_EXT_CODE not in range(1, 6)
+    assert tm.Hooks.EXT_CODE != tm.Hooks.BUFFER_EXT_CODE
 
 
 @given(ids=token_lists, codec=st.sampled_from(["raw", "auto", "u16", "packed"]),
@@ -180,7 +181,7 @@ def test_another_ext_code_and_chained_hooks_coexist_with_vllm_style_codes() -> N
     assert out[0] == [3, 1, 4] and out[1].v == 7
     # With the default code, code 42 is not ours: it comes back as an Ext object.
     ext = msgspec.msgpack.decode(msgspec.msgpack.encode(msgspec.msgpack.Ext(42, b"abc")),
-                                 ext_hook=tm.ext_hook)
+                                 ext_hook=HOOKS.ext_hook)
     assert ext == msgspec.msgpack.Ext(42, b"abc")
     with pytest.raises(TypeError, match="Custom"):
         hooks_encoder().encode(Custom(1))
@@ -212,7 +213,7 @@ def ext_message(code: int, payload: bytes) -> bytes:
 def test_a_damaged_ext_payload(payload: bytes, error: type, message: str) -> None:
     for decoder in (hooks_decoder(Request), tm.Decoder(Request)):
         with pytest.raises(error, match=message):
-            decoder.decode(ext_message(tm.EXT_CODE, payload))
+            decoder.decode(ext_message(tm.Hooks.EXT_CODE, payload))
 
 
 def test_vocab_size_is_checked_inline_and_out_of_band() -> None:
@@ -242,7 +243,7 @@ def ref(index: int, count: int) -> bytes:
     (ref(1, 1), [b"abc"], "frame 1 has 3 bytes, its reference says 1 ids (4 bytes)"),
 ])
 def test_a_damaged_out_of_band_reference(payload: bytes, buffers: list[Any], message: str) -> None:
-    frames = [ext_message(tm.BUFFER_EXT_CODE, payload), *[memoryview(b) for b in buffers]]
+    frames = [ext_message(tm.Hooks.BUFFER_EXT_CODE, payload), *[memoryview(b) for b in buffers]]
     with pytest.raises(WireFormatError) as e:
         tm.Decoder(Request).decode(frames)
     assert message in str(e.value)
@@ -263,7 +264,7 @@ def test_other_bad_messages() -> None:
         dec.decode([12345])
     # A buffer reference seen by the plain hooks (no frames): an Ext object, not a crash.
     plain = hooks_decoder(Any).decode(good[0])
-    assert plain[1] == msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, ref(1, 50_000))
+    assert plain[1] == msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, ref(1, 50_000))
     with pytest.raises(ValueError, match="must differ"):
         tm.Encoder(ext_code=7, buffer_ext_code=7)
 
@@ -282,7 +283,7 @@ def test_types_the_hooks_do_not_know_fail_as_msgspec_says() -> None:
     with pytest.raises(msgspec.ValidationError, match=r"Expected `Other`, got `int` - at `\$.x`"):
         hooks_decoder(Holder).decode(msgspec.msgpack.encode({"x": 1}))
     with pytest.raises(msgspec.ValidationError, match=r"Expected `Other`, got `int` - at `\$.x`"):
-        msgspec.json.decode(b'{"x": 1}', type=Holder, dec_hook=tm.dec_hook)
+        msgspec.json.decode(b'{"x": 1}', type=Holder, dec_hook=HOOKS.dec_hook)
 
 
 @given(st.data())
@@ -389,14 +390,14 @@ class Body(msgspec.Struct):
 
 def test_json_base64_string_round_trip() -> None:
     tv = tokenwire.as_tokens([151_935, 0, 7] * 100)
-    text = msgspec.json.encode(Body(tv), enc_hook=tm.json_enc_hook)
+    text = msgspec.json.encode(Body(tv), enc_hook=HOOKS.json_enc_hook)
     doc = json.loads(text)
     assert doc["prompt_token_ids"] == tokenwire.to_base64(tv)           # codec "auto"
-    out = msgspec.json.decode(text, type=Body, dec_hook=tm.dec_hook)
+    out = msgspec.json.decode(text, type=Body, dec_hook=HOOKS.dec_hook)
     assert type(out.prompt_token_ids) is TokenVector
     assert out.prompt_token_ids.tolist() == [151_935, 0, 7] * 100
     # Untyped position: a string stays a string (JSON has no tag); from_base64 reads it.
-    text = msgspec.json.encode({"x": tv}, enc_hook=tm.json_enc_hook)
+    text = msgspec.json.encode({"x": tv}, enc_hook=HOOKS.json_enc_hook)
     assert tokenwire.from_base64(msgspec.json.decode(text)["x"]).tolist() == [151_935, 0, 7] * 100
 
 
@@ -405,7 +406,7 @@ def test_json_plain_array_on_request_and_accepted_either_way() -> None:
     hooks = tm.Hooks(json_array=True)
     text = msgspec.json.encode(Body(tv), enc_hook=hooks.json_enc_hook)
     assert json.loads(text)["prompt_token_ids"] == [5, 6, 7]
-    for h in (hooks, tm._DEFAULT):                  # one dec_hook reads both forms
+    for h in (hooks, HOOKS):                  # one dec_hook reads both forms
         out = msgspec.json.decode(text, type=Body, dec_hook=h.dec_hook).prompt_token_ids
         assert out.tolist() == [5, 6, 7]
     url = tm.Hooks(urlsafe=True)
@@ -416,11 +417,11 @@ def test_json_plain_array_on_request_and_accepted_either_way() -> None:
 def test_json_bad_base64_says_where() -> None:
     with pytest.raises(msgspec.ValidationError,
                        match=r"character '\*' at position 3 .* - at `\$.prompt_token_ids`"):
-        msgspec.json.decode(b'{"prompt_token_ids": "VFd*"}', type=Body, dec_hook=tm.dec_hook)
+        msgspec.json.decode(b'{"prompt_token_ids": "VFd*"}', type=Body, dec_hook=HOOKS.dec_hook)
     with pytest.raises(msgspec.ValidationError, match="bad magic"):
-        msgspec.json.decode(b'{"prompt_token_ids": "AAAA"}', type=Body, dec_hook=tm.dec_hook)
+        msgspec.json.decode(b'{"prompt_token_ids": "AAAA"}', type=Body, dec_hook=HOOKS.dec_hook)
     with pytest.raises(msgspec.ValidationError, match="got float"):
-        msgspec.json.decode(b'{"prompt_token_ids": 1.5}', type=Body, dec_hook=tm.dec_hook)
+        msgspec.json.decode(b'{"prompt_token_ids": 1.5}', type=Body, dec_hook=HOOKS.dec_hook)
 
 
 # -------------------------------------------------------------------------------------------
@@ -459,8 +460,8 @@ def paths(ids: np.ndarray) -> Dict[str, Callable[[], object]]:
         "hooks": lambda: dec_h.decode(enc_h.encode(req)),
         "out-of-band": lambda: dec.decode([bytes(f) for f in enc.encode(req)]),
         "base64": lambda: tokenwire.from_base64(tokenwire.to_base64(tv)),
-        "json": lambda: msgspec.json.decode(msgspec.json.encode(Body(tv), enc_hook=tm.json_enc_hook),
-                                            type=Body, dec_hook=tm.dec_hook),
+        "json": lambda: msgspec.json.decode(msgspec.json.encode(Body(tv), enc_hook=HOOKS.json_enc_hook),
+                                            type=Body, dec_hook=HOOKS.dec_hook),
     }
 
 
@@ -577,7 +578,7 @@ def test_many_references_to_one_mutable_frame_copy_it_once() -> None:
     reference, so memory stays within a constant factor of the message."""
     n_ids, refs = 1 << 18, 300                           # a 1 MiB frame, 300 references
     frame = bytearray(np.arange(n_ids, dtype="<i4").tobytes())
-    ref = msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF.pack(1, n_ids))
+    ref = msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, tm._REF.pack(1, n_ids))
     main = msgspec.msgpack.encode([ref] * refs)
     assert len(main) < 20 * refs
     out, peak = traced_peak(lambda: tm.Decoder().decode([main, frame]))
@@ -592,8 +593,8 @@ def test_many_references_to_one_mutable_frame_copy_it_once() -> None:
 
 def test_a_second_reference_must_agree_on_the_count() -> None:
     frame = bytearray(8 * 4)
-    refs = [msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF.pack(1, 8)),
-            msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF.pack(1, 7))]
+    refs = [msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, tm._REF.pack(1, 8)),
+            msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, tm._REF.pack(1, 7))]
     with pytest.raises(WireFormatError, match="frame 1 is referenced with 7 ids, an earlier "
                                               "reference said 8"):
         tm.Decoder().decode([msgspec.msgpack.encode(refs), frame])
@@ -664,10 +665,10 @@ def test_a_damaged_framed_reference() -> None:
     tv = tokenwire.as_tokens(np.arange(20_000, dtype=np.int32))
     frames = [bytes(f) for f in tm.Encoder().encode(["r", tv])]
     assert len(frames[1]) < tv.nbytes                         # a frame, not the raw ids
-    framed = msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF_FRAMED.pack(1, 19_999, 1))
+    framed = msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, tm._REF_FRAMED.pack(1, 19_999, 1))
     with pytest.raises(WireFormatError, match="frame 1 holds 20000 ids, its reference says 19999"):
         tm.Decoder().decode([msgspec.msgpack.encode(framed), frames[1]])
-    kind = msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, tm._REF_FRAMED.pack(1, 20_000, 2))
+    kind = msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, tm._REF_FRAMED.pack(1, 20_000, 2))
     with pytest.raises(WireFormatError, match="buffer kind 2"):
         tm.Decoder().decode([msgspec.msgpack.encode(kind), frames[1]])
     with pytest.raises(WireFormatError, match="out-of-band frame 1: .*magic"):
@@ -815,7 +816,7 @@ class HostDecoder:
         raise TypeError(t)
 
     def ext_hook(self, code: int, data: memoryview) -> Any:
-        if self.tokenwire_line and code in (tm.EXT_CODE, tm.BUFFER_EXT_CODE):
+        if self.tokenwire_line and code in (tm.Hooks.EXT_CODE, tm.Hooks.BUFFER_EXT_CODE):
             return TW.aux_ext_hook(code, data, self.aux_buffers)
         if code == CUSTOM_TYPE_RAW_VIEW:
             return msgspec.msgpack.Ext(code, bytes(data))
@@ -902,7 +903,7 @@ def test_aux_ext_hook_releases_a_message_it_refused() -> None:
     class Frame(bytearray):                  # a frame whose death can be watched
         pass
 
-    main = msgspec.msgpack.encode([msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, ref(1, 10))])
+    main = msgspec.msgpack.encode([msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, ref(1, 10))])
     bufs: List[Any] = [main, Frame(tensor)]
     watch = weakref.ref(bufs[1])
     with pytest.raises(WireFormatError, match="has 16777216 bytes, its reference says 10 ids"):
@@ -915,14 +916,14 @@ def test_aux_ext_hook_releases_a_message_it_refused() -> None:
 def test_aux_hooks_reject_a_missing_list_and_bad_references() -> None:
     with pytest.raises(ValueError, match="no buffer list"):
         TW.aux_enc_hook(tokenwire.as_tokens(BIG), None)
-    main = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, ref(1, 10)))
+    main = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, ref(1, 10)))
     with pytest.raises(WireFormatError, match="no buffers"):
         msgspec.msgpack.decode(main, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, None))
     with pytest.raises(WireFormatError, match="frame 1, but the message has 0 buffer"):
         msgspec.msgpack.decode(main, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, [main]))
     # Many references to one buffer: read once per message, never a stale vector after.
     buf = bytearray(np.arange(10, dtype="<i4").tobytes())
-    many = msgspec.msgpack.encode([msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, ref(1, 10))] * 50)
+    many = msgspec.msgpack.encode([msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, ref(1, 10))] * 50)
     bufs = [many, buf]                          # the host's list, one per message
     out = msgspec.msgpack.decode(many, ext_hook=lambda c, d: TW.aux_ext_hook(c, d, bufs))
     assert all(v is out[0] for v in out) and out[0] == list(range(10))
@@ -937,7 +938,7 @@ def _map_repeating_one_key(refs: List[bytes]) -> bytes:
     drops) the one before."""
     out = bytearray(b"\xde" + len(refs).to_bytes(2, "big"))
     for payload in refs:
-        out += b"\xa1k" + msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE,
+        out += b"\xa1k" + msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE,
                                                                         payload))
     return bytes(out)
 
@@ -970,7 +971,7 @@ def test_aux_ext_hook_bounds_the_reads_of_a_frame_whose_vectors_are_dropped() ->
 def _map_dropping_each_vector(refs: int, payload: bytes) -> bytes:
     """A msgpack map {"k": ref, "k": 0, ...}: each reference's vector is dropped by the entry
     after it, so the message holds no vector of its frame between two references."""
-    ext = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE, payload))
+    ext = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE, payload))
     out = bytearray(b"\xde" + (2 * refs).to_bytes(2, "big"))
     for _ in range(refs):
         out += b"\xa1k" + ext + b"\xa1k\x00"
@@ -1006,9 +1007,9 @@ def test_hooks_send_out_of_band_buffers_in_their_own_codec() -> None:
     big, small = tokenwire.as_tokens(range(5_000)), tokenwire.as_tokens(range(60_000, 60_100))
     buffers: List[Any] = [b""]
     ref = hooks.aux_enc_hook(big, buffers)
-    assert ref.code == tm.BUFFER_EXT_CODE and tokenwire.frame_info(buffers[1]).codec == "pfor"
+    assert ref.code == tm.Hooks.BUFFER_EXT_CODE and tokenwire.frame_info(buffers[1]).codec == "pfor"
     inline = hooks.aux_enc_hook(small, buffers)
-    assert inline.code == tm.EXT_CODE and tokenwire.frame_info(inline.data).codec == "u16"
+    assert inline.code == tm.Hooks.EXT_CODE and tokenwire.frame_info(inline.data).codec == "u16"
     raw = tm.Hooks(codec="packed", oob_codec="raw", threshold=1024)
     views: List[Any] = [b""]
     raw.aux_enc_hook(big, views)

@@ -103,7 +103,7 @@ def _aux_reads() -> None:
     import tokenwire.msgspec as tm
 
     frame = tokenwire.encode(tokenwire.as_tokens(range(1000)), codec="pfor")
-    ext = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.BUFFER_EXT_CODE,
+    ext = msgspec.msgpack.encode(msgspec.msgpack.Ext(tm.Hooks.BUFFER_EXT_CODE,
                                                      tm._REF_FRAMED.pack(1, 1000, 1)))
     main = b"\xde" + (200).to_bytes(2, "big") + (b"\xa1k" + ext + b"\xa1k\x00") * 100
     hooks = tm.Hooks()

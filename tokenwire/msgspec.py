@@ -1,4 +1,5 @@
-"""TokenVector as a msgspec value: msgpack Ext hooks, out-of-band frames, JSON hooks.
+"""TokenVector as a msgspec value: `Encoder` / `Decoder` (msgpack with out-of-band frames), and
+`Hooks`, the hooks a stack plugs into its own msgspec encoder and decoder (msgpack and JSON).
 
 Needs the optional `msgspec` package (``pip install 'tokenwire[msgspec]'``); importing
 `tokenwire` itself never imports it. The guide (hooks, out-of-band frames, a host's own buffer
@@ -31,25 +32,11 @@ from tokenwire.transport import (NETWORK_CODEC, received_buffer, recv_frames, se
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
 
-__all__ = [
-    "BUFFER_EXT_CODE",
-    "EXT_CODE",
-    "Decoder",
-    "Encoder",
-    "Hooks",
-    "aux_enc_hook",
-    "aux_ext_hook",
-    "dec_hook",
-    "enc_hook",
-    "ext_hook",
-    "json_enc_hook",
-]
+__all__ = ["Decoder", "Encoder", "Hooks"]
 
-#: msgpack Ext type of an inline TokenVector (payload: a tokenwire frame). 84 is "T"; vLLM's
-#: encoder uses 1-5 for its own types.
-EXT_CODE = 84
-#: msgpack Ext type of a reference to an out-of-band buffer (`Encoder` / `Decoder`).
-BUFFER_EXT_CODE = 85
+# The default Ext types (Hooks.EXT_CODE, Hooks.BUFFER_EXT_CODE).
+_EXT_CODE = 84
+_BUFFER_EXT_CODE = 85
 
 # An out-of-band reference: the buffer's index in [main, *buffers], the number of ids it holds.
 # 12 bytes: the buffer is the ids themselves (int32 little-endian, codec "raw": viewed in place);
@@ -100,11 +87,14 @@ def _msgpack_list_bytes(tv: TokenVector, at_most: int) -> int:
 
 
 class Hooks:
-    """`enc_hook` / `ext_hook` / `dec_hook` / `json_enc_hook` for msgspec, carrying TokenVectors,
-    and `aux_enc_hook` / `aux_ext_hook` for a host encoder that keeps its own buffer list.
+    """The hooks a msgspec encoder and decoder need to carry TokenVectors:
+    ``hooks = Hooks()``, then ``msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook)`` and
+    ``msgspec.msgpack.Decoder(T, ext_hook=hooks.ext_hook, dec_hook=hooks.dec_hook)`` (msgpack),
+    ``enc_hook=hooks.json_enc_hook`` / ``dec_hook=hooks.dec_hook`` (JSON), and
+    `aux_enc_hook` / `aux_ext_hook` for a host encoder that keeps its own buffer list.
 
     Args:
-        ext_code: the msgpack Ext type of a TokenVector (default `EXT_CODE`).
+        ext_code: the msgpack Ext type of a TokenVector (default `Hooks.EXT_CODE`).
         codec, checksum: how the Ext payload's frame is encoded (see `encode`). The default "auto"
             is the smallest of raw / u16 / packed, and a vector whose Ext would take more bytes
             than msgpack's list of the same ids is written as that list (a field typed
@@ -115,7 +105,7 @@ class Hooks:
         urlsafe: the base64 alphabet of the JSON string.
         threshold, buffer_ext_code: `aux_enc_hook` puts a TokenVector of at least `threshold`
             bytes (``None``: never) into the host's buffer list, referenced by an Ext of type
-            `buffer_ext_code`.
+            `buffer_ext_code` (default `Hooks.BUFFER_EXT_CODE`).
         oob_codec: the codec of those out-of-band buffers (default None: `codec`), apart from the
             inline Exts': a socket-aware encoder sends them raw on the host and compact across a
             network while its inline Exts stay "auto".
@@ -124,15 +114,21 @@ class Hooks:
             msgspec.ValidationError "Expected `X`, got `Y`", as msgspec says without hooks).
     """
 
+    #: msgpack Ext type of an inline TokenVector (payload: a tokenwire frame). 84 is "T";
+    #: vLLM's encoder uses 1-5 for its own types.
+    EXT_CODE = _EXT_CODE
+    #: msgpack Ext type of a reference to an out-of-band buffer (`Encoder` / `Decoder`).
+    BUFFER_EXT_CODE = _BUFFER_EXT_CODE
+
     __slots__ = ("ext_code", "codec", "oob_codec", "checksum", "vocab_size", "json_array",
                  "urlsafe", "threshold", "buffer_ext_code", "_next_enc", "_next_ext",
                  "_next_dec", "_local")
 
-    def __init__(self, *, ext_code: int = EXT_CODE, codec: _Codec = "auto",
+    def __init__(self, *, ext_code: int = _EXT_CODE, codec: _Codec = "auto",
                  checksum: bool = False, vocab_size: Optional[int] = None,
                  json_array: bool = False, urlsafe: bool = False,
                  threshold: Optional[int] = OOB_THRESHOLD,
-                 buffer_ext_code: int = BUFFER_EXT_CODE,
+                 buffer_ext_code: int = _BUFFER_EXT_CODE,
                  enc_hook: Optional[Callable[[Any], Any]] = None,
                  ext_hook: Optional[Callable[[int, memoryview], Any]] = None,
                  dec_hook: Optional[Callable[[type, Any], Any]] = None,
@@ -435,17 +431,6 @@ def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequenc
     return tv
 
 
-_DEFAULT = Hooks()
-#: The hooks with the defaults (Ext `EXT_CODE`, codec "auto", base64 JSON); `Hooks(...)` for
-#: others.
-enc_hook = _DEFAULT.enc_hook
-ext_hook = _DEFAULT.ext_hook
-dec_hook = _DEFAULT.dec_hook
-json_enc_hook = _DEFAULT.json_enc_hook
-aux_enc_hook = _DEFAULT.aux_enc_hook
-aux_ext_hook = _DEFAULT.aux_ext_hook
-
-
 def _prefix_frames(prefix: Iterable[Any]) -> List[Any]:
     frames = list(prefix)
     for i, f in enumerate(frames):
@@ -487,8 +472,8 @@ class Encoder:
     Other keywords: see `Hooks`.
     """
 
-    def __init__(self, *, threshold: Optional[int] = OOB_THRESHOLD, ext_code: int = EXT_CODE,
-                 buffer_ext_code: int = BUFFER_EXT_CODE, codec: Optional[_Codec] = "auto",
+    def __init__(self, *, threshold: Optional[int] = OOB_THRESHOLD, ext_code: int = _EXT_CODE,
+                 buffer_ext_code: int = _BUFFER_EXT_CODE, codec: Optional[_Codec] = "auto",
                  checksum: bool = False, enc_hook: Optional[Callable[[Any], Any]] = None,
                  channel: Any = None) -> None:
         self.channel = channel
@@ -563,8 +548,8 @@ class Decoder:
     `channel` (a `tokenwire.shm.Receiver`) when the encoder has one. Other keywords: see `Hooks`.
     """
 
-    def __init__(self, type: Any = Any, *, ext_code: int = EXT_CODE,
-                 buffer_ext_code: int = BUFFER_EXT_CODE, vocab_size: Optional[int] = None,
+    def __init__(self, type: Any = Any, *, ext_code: int = _EXT_CODE,
+                 buffer_ext_code: int = _BUFFER_EXT_CODE, vocab_size: Optional[int] = None,
                  ext_hook: Optional[Callable[[int, memoryview], Any]] = None,
                  dec_hook: Optional[Callable[[type, Any], Any]] = None,
                  channel: Any = None) -> None:
