@@ -10,7 +10,7 @@ import sys
 import tempfile
 import tracemalloc
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
 import numpy as np
 import pytest
@@ -216,14 +216,32 @@ def test_a_damaged_ext_payload(payload: bytes, error: type, message: str) -> Non
             decoder.decode(ext_message(tm.Hooks.EXT_CODE, payload))
 
 
-def test_vocab_size_is_checked_inline_and_out_of_band() -> None:
-    tv = tokenwire.as_tokens([1, 2, 70_000] * 30_000)
-    for threshold in (None, 0):
-        frames = tm.Encoder(threshold=threshold).encode(Request("r", tv, None, 0.0))
+@pytest.mark.parametrize("n", [3, 300, 16_383, 16_384, 90_000])
+@pytest.mark.parametrize("codec", ["auto", "raw", "pfor"])
+def test_an_id_outside_the_vocabulary_is_one_error_whatever_the_size(n: int, codec: str) -> None:
+    """A short prompt (a list under "auto", an inline Ext) and a long one (out of band, past
+    16,384 ids) raise the same TokenIdError, naming the index and the id."""
+    ids = [1, 2, 70_000] * (n // 3) + [1] * (n % 3)
+    tv = tokenwire.as_tokens(ids)
+    for threshold in (None, 0, tm.Encoder().threshold):
+        frames = tm.Encoder(threshold=threshold, codec=codec).encode(Request("r", tv, None, 0.0))
         out = tm.Decoder(Request, vocab_size=70_001).decode(frames).prompt_token_ids
-        assert out.tolist() == [1, 2, 70_000] * 30_000
-        with pytest.raises(WireFormatError, match="index 2 is 70000, outside the vocabulary"):
+        assert out.tolist() == ids
+        with pytest.raises(tokenwire.TokenIdError,
+                           match="index 2 is 70000, outside the vocabulary") as e:
             tm.Decoder(Request, vocab_size=70_000).decode(frames)
+        assert type(e.value) is tokenwire.TokenIdError
+        # The hooks in a msgspec decoder of one's own: the same error, or msgspec's
+        # ValidationError (every dec_hook error becomes one) caused by it.
+        hooks = tm.Hooks(vocab_size=70_000)
+        one = msgspec.msgpack.Encoder(enc_hook=tm.Hooks(codec=cast(Any, codec)).enc_hook)
+        with pytest.raises((tokenwire.TokenIdError, msgspec.ValidationError)) as e2:
+            msgspec.msgpack.Decoder(Request, ext_hook=hooks.ext_hook,
+                                    dec_hook=hooks.dec_hook).decode(one.encode(Request("r", tv,
+                                                                                  None, 0.0)))
+        err = e2.value
+        assert type(err if type(err) is tokenwire.TokenIdError else err.__cause__) \
+            is tokenwire.TokenIdError
 
 
 BIG = tokenwire.as_tokens(np.arange(50_000, dtype=np.int32))
@@ -673,8 +691,8 @@ def test_a_damaged_framed_reference() -> None:
         tm.Decoder().decode([msgspec.msgpack.encode(kind), frames[1]])
     with pytest.raises(WireFormatError, match="out-of-band frame 1: .*magic"):
         tm.Decoder().decode([frames[0], b"XXXX" + frames[1][4:]])
-    with pytest.raises(WireFormatError, match="out-of-band frame 1: .*vocab"):
-        tm.Decoder(vocab_size=100).decode(frames)
+    with pytest.raises(tokenwire.TokenIdError, match="out-of-band frame 1: .*vocab"):
+        tm.Decoder(vocab_size=100).decode(frames)             # the ids, not the frame, are bad
 
 
 # -------------------------------------------------------------------------------------------
@@ -1016,3 +1034,4 @@ def test_hooks_send_out_of_band_buffers_in_their_own_codec() -> None:
     assert type(views[1]) is memoryview and views[1].nbytes == big.nbytes
     with pytest.raises(ValueError, match="unknown codec 'lz4'"):
         tm.Hooks(oob_codec="lz4")  # type: ignore[arg-type]
+

@@ -23,7 +23,7 @@ except ImportError as e:
     ) from e
 
 from tokenwire._core import TokenVector, _buffer_address, as_tokens, check_codec, decode, encode
-from tokenwire.errors import WireFormatError, _describe
+from tokenwire.errors import TokenIdError, WireFormatError, _describe
 from tokenwire.text import from_base64, to_base64
 from tokenwire._oob import OOB_THRESHOLD
 from tokenwire.transport import (NETWORK_CODEC, received_buffer, recv_frames, send_frames,
@@ -46,6 +46,17 @@ _REF_FRAMED = struct.Struct("<IQB")
 _FRAMED = 1
 _LITTLE_ENDIAN = sys.byteorder == "little"
 _Ext = msgspec.msgpack.Ext
+
+
+def _vocab_checked(tv: TokenVector, vocab_size: Optional[int], where: str = "") -> TokenVector:
+    """`tv`, its ids checked against `vocab_size`: TokenIdError, whatever path the ids took
+    (an inline Ext, an out-of-band frame, a list), naming `where` when given."""
+    if vocab_size is not None:
+        try:
+            as_tokens(tv, vocab_size=vocab_size)            # checks, returns tv itself
+        except TokenIdError as e:
+            raise TokenIdError(f"{where}{e}") from None
+    return tv
 
 
 def _check_ext_code(name: str, code: int) -> int:
@@ -92,6 +103,11 @@ class Hooks:
     ``msgspec.msgpack.Decoder(T, ext_hook=hooks.ext_hook, dec_hook=hooks.dec_hook)`` (msgpack),
     ``enc_hook=hooks.json_enc_hook`` / ``dec_hook=hooks.dec_hook`` (JSON), and
     `aux_enc_hook` / `aux_ext_hook` for a host encoder that keeps its own buffer list.
+
+    An id outside `vocab_size` is a TokenIdError whatever path it took (inline, out of band,
+    a list); from msgspec's decoder, whose `dec_hook` errors become ``msgspec.ValidationError``,
+    a list's is that error with the TokenIdError as its ``__cause__`` (`Decoder` raises the
+    TokenIdError itself).
 
     Args:
         ext_code: the msgpack Ext type of a TokenVector (default `Hooks.EXT_CODE`).
@@ -216,7 +232,7 @@ class Hooks:
         """msgpack: ``Ext(ext_code, frame)`` becomes a TokenVector (a view of the message when
         `decode` allows it). Other codes go to your ext_hook, or come back as `Ext` objects."""
         if code == self.ext_code:
-            return decode(data, vocab_size=self.vocab_size)
+            return _vocab_checked(decode(data), self.vocab_size)
         if self._next_ext is not None:
             return self._next_ext(code, data)
         return _Ext(code, bytes(data))
@@ -402,10 +418,8 @@ def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequenc
         decoded(index)
     if framed:
         try:
-            tv = decode(buf, vocab_size=hooks.vocab_size)
+            tv = decode(buf)
         except WireFormatError as e:
-            raise WireFormatError(f"out-of-band frame {index}: {e}") from None
-        except ValueError as e:                  # an id outside vocab_size
             raise WireFormatError(f"out-of-band frame {index}: {e}") from None
         if len(tv) != count:
             raise WireFormatError(
@@ -417,11 +431,7 @@ def _resolve(hooks: Hooks, code: int, data: memoryview, frames: Optional[Sequenc
                 f"out-of-band frame {index} has {nbytes} bytes, its reference says {count} "
                 f"ids ({4 * count} bytes)")
         tv = TokenVector.frombuffer(buf)
-        if hooks.vocab_size is not None:
-            try:
-                as_tokens(tv, vocab_size=hooks.vocab_size)      # checks, returns tv itself
-            except ValueError as e:
-                raise WireFormatError(f"out-of-band frame {index}: {e}") from None
+    _vocab_checked(tv, hooks.vocab_size, f"out-of-band frame {index}: ")
     if forget is None:
         made[index] = (buf, tv)
     else:
@@ -568,8 +578,9 @@ class Decoder:
 
         A raw buffer in immutable memory (`bytes`, an `ImmutableBuffer`) is viewed, others
         are copied once; a framed buffer is decoded once. Raises WireFormatError for a bad
-        reference or frame, msgspec.DecodeError for bad msgpack, msgspec.ValidationError for
-        a value of the wrong type.
+        reference or frame, TokenIdError for an id outside `vocab_size` (however the ids were
+        sent), msgspec.DecodeError for bad msgpack, msgspec.ValidationError for a value of the
+        wrong type.
         """
         if type(frames) is not list:
             frames = [frames] if _is_buffer(frames) else list(frames)   # one frame: no buffers
@@ -584,6 +595,10 @@ class Decoder:
         local.made = {}
         try:
             return self._decoder.decode(frames[0])
+        except msgspec.ValidationError as e:
+            if type(e.__cause__) is TokenIdError:    # an id outside vocab_size, in a list
+                raise TokenIdError(str(e)) from None
+            raise
         except UnicodeDecodeError as e:
             # msgspec before 0.21 (the last release for Python 3.9 is 0.20) lets a string that is
             # not UTF-8 escape as UnicodeDecodeError; later releases raise DecodeError. One
