@@ -1035,3 +1035,84 @@ def test_hooks_send_out_of_band_buffers_in_their_own_codec() -> None:
     with pytest.raises(ValueError, match="unknown codec 'lz4'"):
         tm.Hooks(oob_codec="lz4")  # type: ignore[arg-type]
 
+
+# -------------------------------------------------------------------------------------------
+# What goes into a TokenVector field: ndarrays taken, text refused where it is encoded
+
+
+class Prompt(msgspec.Struct):
+    prompt_token_ids: TokenVector
+    mm_ids: Optional[TokenVector] = None
+
+
+def test_an_int32_array_is_sent_without_a_copy() -> None:
+    ids = np.arange(50_000, dtype=np.int32)
+    frames = tm.Encoder(codec="raw").encode(Prompt(ids))
+    assert len(frames) == 2 and np.shares_memory(np.asarray(frames[1]), ids)
+    got = tm.Decoder(Prompt).decode([bytes(f) for f in frames]).prompt_token_ids
+    assert type(got) is TokenVector and got == ids.tolist()
+    # A host's own buffer list (aux_enc_hook) takes the array's memory the same way.
+    hooks, buffers = tm.Hooks(codec="raw"), [b""]
+    ext = hooks.aux_enc_hook(ids, buffers)
+    assert ext.code == hooks.buffer_ext_code and np.shares_memory(np.asarray(buffers[1]), ids)
+    # Compact codecs and inline Exts encode the array's ids (one pass, as for a TokenVector).
+    for codec in ("auto", "pfor"):
+        frames = tm.Encoder(codec=codec).encode(Prompt(ids, ids[:100]))
+        back = tm.Decoder(Prompt).decode(frames)
+        assert back.prompt_token_ids == ids.tolist() and back.mm_ids == list(range(100))
+
+
+@pytest.mark.parametrize("arr", [np.arange(30_000, dtype=np.int64),
+                                 np.arange(60_000, dtype=np.int32)[::2],
+                                 np.arange(30_000, dtype=np.uint16),
+                                 np.arange(30_000, dtype=">i4")])
+def test_other_integer_arrays_are_converted(arr: Any) -> None:
+    frames = tm.Encoder(codec="raw").encode(Prompt(arr))
+    assert not np.shares_memory(np.asarray(frames[1]), arr)
+    assert tm.Decoder(Prompt).decode(frames).prompt_token_ids == arr.tolist()
+    text = msgspec.json.encode(Prompt(arr), enc_hook=HOOKS.json_enc_hook)
+    assert msgspec.json.decode(text, type=Prompt, dec_hook=HOOKS.dec_hook).prompt_token_ids \
+        == arr.tolist()
+
+
+@pytest.mark.parametrize("arr", [np.zeros(5), np.array([True, False]),
+                                 np.zeros((2, 3), np.int32)])
+def test_arrays_that_are_not_ids_are_refused_naming_as_tokens(arr: Any) -> None:
+    for encode in (tm.Encoder().encode, msgspec.msgpack.Encoder(enc_hook=HOOKS.enc_hook).encode,
+                   msgspec.json.Encoder(enc_hook=HOOKS.json_enc_hook).encode):
+        with pytest.raises(tokenwire.errors.TokenIdTypeError,
+                           match=rf"dtype {arr.dtype} .*tokenwire\.as_tokens"):
+            encode(Prompt(arr))
+
+
+def test_your_enc_hook_gets_the_arrays() -> None:
+    seen: List[Any] = []
+
+    def mine(obj: Any) -> Any:
+        seen.append(obj)
+        return obj.tolist()
+
+    arr = np.zeros(3)
+    tm.Encoder(enc_hook=mine).encode({"x": arr})
+    assert seen == [arr]
+
+
+@pytest.mark.parametrize("value", ["1 2 3", b"\x01\x00\x00\x00", 7, 1.5, {"ids": [1]}])
+def test_a_value_the_receiver_cannot_read_is_refused_at_encode(value: Any, zmq_ctx: Any) -> None:
+    with pytest.raises(tokenwire.errors.TokenIdTypeError,
+                       match=rf"Prompt\.prompt_token_ids is typed TokenVector, got "
+                             rf"{type(value).__name__}: .*tokenwire\.as_tokens"):
+        tm.Encoder().encode(Prompt(value))
+    with pytest.raises(tokenwire.errors.TokenIdTypeError, match=r"Prompt\.mm_ids .* got str"):
+        tm.Encoder().encode(Prompt([1], "1 2"))
+    with pytest.raises(tokenwire.errors.TokenIdTypeError, match="got NoneType|got None"):
+        tm.Encoder().encode(Prompt(None))                     # not Optional: refused
+    zmq_, ctx = zmq_ctx
+    sender, receiver = ctx.socket(zmq_.PUSH), ctx.socket(zmq_.PULL)
+    sender.connect(f"tcp://127.0.0.1:{receiver.bind_to_random_port('tcp://127.0.0.1')}")
+    with pytest.raises(tokenwire.errors.TokenIdTypeError):
+        tm.Encoder().send(sender, Prompt(value))
+    tm.Encoder().send(sender, Prompt([1, 2], None))       # lists, tuples and None (Optional) go
+    assert receiver.poll(10_000)
+    got = tm.Decoder(Prompt).recv(receiver)                   # the refused one was never sent
+    assert got.prompt_token_ids == [1, 2] and got.mm_ids is None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 import sys
 import threading
+import types
+import typing
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, \
     Tuple, cast
@@ -23,7 +25,7 @@ except ImportError as e:
     ) from e
 
 from tokenwire._core import TokenVector, _buffer_address, as_tokens, check_codec, decode, encode
-from tokenwire.errors import TokenIdError, WireFormatError, _describe
+from tokenwire.errors import TokenIdError, TokenIdTypeError, WireFormatError, _describe
 from tokenwire.text import from_base64, to_base64
 from tokenwire._oob import OOB_THRESHOLD
 from tokenwire.transport import (NETWORK_CODEC, received_buffer, recv_frames, send_frames,
@@ -46,6 +48,25 @@ _REF_FRAMED = struct.Struct("<IQB")
 _FRAMED = 1
 _LITTLE_ENDIAN = sys.byteorder == "little"
 _Ext = msgspec.msgpack.Ext
+
+
+def _is_ndarray(obj: Any) -> bool:
+    np = sys.modules.get("numpy")        # an ndarray exists only once numpy is imported
+    return np is not None and isinstance(obj, np.ndarray)
+
+
+def _array_ids(obj: Any) -> Any:
+    """An ndarray given where a TokenVector goes: a 1-D C-contiguous native int32 array itself
+    (its memory is sent as it is), any other integer array as a TokenVector (`as_tokens`:
+    one checked copy); anything else is not token ids (TokenIdTypeError naming `as_tokens`)."""
+    dtype, ndim = obj.dtype, obj.ndim
+    if dtype.kind in "iu" and ndim == 1:
+        if dtype.kind == "i" and dtype.itemsize == 4 and dtype.isnative and obj.flags.c_contiguous:
+            return obj
+        return as_tokens(obj)
+    raise TokenIdTypeError(
+        f"a numpy array of dtype {obj.dtype} and {ndim} dimension(s) is not token ids: a "
+        f"TokenVector is a 1-D integer array (make one with tokenwire.as_tokens(ids))")
 
 
 def _vocab_checked(tv: TokenVector, vocab_size: Optional[int], where: str = "") -> TokenVector:
@@ -104,6 +125,9 @@ class Hooks:
     ``enc_hook=hooks.json_enc_hook`` / ``dec_hook=hooks.dec_hook`` (JSON), and
     `aux_enc_hook` / `aux_ext_hook` for a host encoder that keeps its own buffer list.
 
+    A numpy integer array where a TokenVector goes is sent as one (a native int32 array's own
+    memory, any other integer dtype converted by `as_tokens`); an array of another dtype is
+    refused with TokenIdTypeError. With your own `enc_hook`, ndarrays go to it instead.
     An id outside `vocab_size` is a TokenIdError whatever path it took (inline, out of band,
     a list); from msgspec's decoder, whose `dec_hook` errors become ``msgspec.ValidationError``,
     a list's is that error with the TokenIdError as its ``__cause__`` (`Decoder` raises the
@@ -193,6 +217,8 @@ class Hooks:
             return frame if type(frame) is list else _Ext(self.ext_code, frame)
         if self._next_enc is not None:
             return self._next_enc(obj)
+        if _is_ndarray(obj):
+            return self.enc_hook(as_tokens(_array_ids(obj)))
         raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
     def _out_of_band(self, obj: Any) -> bool:
@@ -207,8 +233,17 @@ class Hooks:
         `threshold` bytes is appended to `buffers` and replaced by an
         ``Ext(buffer_ext_code, reference)``; smaller ones and other types go to `enc_hook`.
         Under `oob_codec` "raw" the buffer is a view of the vector (keep it alive until sent),
-        under others a frame of its own. `buffers` None (called outside the host's encode)
-        raises ValueError."""
+        under others a frame of its own; a native int32 ndarray is viewed the same way (do not
+        write it until sent). `buffers` None (called outside the host's encode) raises
+        ValueError."""
+        if self._next_enc is None and _is_ndarray(obj):
+            ids = _array_ids(obj)
+            if type(ids) is not TokenVector and self.threshold is not None \
+                    and ids.nbytes >= self.threshold and buffers is not None \
+                    and self.oob_codec == "raw" and not self.checksum and _LITTLE_ENDIAN:
+                buffers.append(memoryview(ids))           # the array's own memory: no copy
+                return _Ext(self.buffer_ext_code, _REF.pack(len(buffers) - 1, len(ids)))
+            obj = as_tokens(ids)
         if not self._out_of_band(obj):
             return self.enc_hook(obj)
         if buffers is None:
@@ -300,6 +335,8 @@ class Hooks:
             return to_base64(obj, codec=codec, checksum=self.checksum, urlsafe=self.urlsafe)
         if self._next_enc is not None:
             return self._next_enc(obj)
+        if _is_ndarray(obj):
+            return self.json_enc_hook(as_tokens(_array_ids(obj)))
         raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
 
@@ -480,6 +517,11 @@ class Encoder:
     `channel` (a `tokenwire.shm.Sender`): the buffers go through its
     shared-memory slots when they can, and the message is ``[descriptor, main, *frames]``.
     Other keywords: see `Hooks`.
+
+    Before anything is sent, a Struct's field typed ``TokenVector`` (or ``Optional[...]``) must
+    hold ids (a TokenVector, list, tuple or integer ndarray; None when Optional): a str, bytes
+    or number there is refused with TokenIdTypeError naming the field, where the receiver could
+    only fail on it.
     """
 
     def __init__(self, *, threshold: Optional[int] = OOB_THRESHOLD, ext_code: int = _EXT_CODE,
@@ -508,6 +550,9 @@ class Encoder:
         return self._encode(obj, "raw")
 
     def _encode(self, obj: Any, oob_codec: str) -> List[Any]:
+        fields = _token_fields(type(obj))
+        if fields:
+            _check_token_fields(obj, fields)
         frames: List[Any] = [b""]
         local = self._local
         local.frames = frames
@@ -541,6 +586,56 @@ class Encoder:
     def _enc_hook(self, obj: Any) -> Any:
         local = self._local
         return local.hooks.aux_enc_hook(obj, local.frames)
+
+
+#: Struct type -> its fields typed TokenVector: (name, whether None is allowed).
+_TOKEN_FIELDS: "weakref.WeakKeyDictionary[type, Tuple[Tuple[str, bool], ...]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _token_fields(cls: type) -> Tuple[Tuple[str, bool], ...]:
+    """The fields of Struct type `cls` typed ``TokenVector`` or ``Optional[TokenVector]``."""
+    try:
+        return _TOKEN_FIELDS[cls]
+    except (KeyError, TypeError):
+        pass
+    found: List[Tuple[str, bool]] = []
+    if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
+        try:
+            infos = msgspec.structs.fields(cls)
+        except Exception:                        # an annotation msgspec cannot resolve
+            infos = ()
+        for info in infos:
+            kind = info.type
+            if kind is TokenVector:
+                found.append((info.name, False))
+            elif typing.get_origin(kind) in (typing.Union, types.UnionType):
+                args = typing.get_args(kind)
+                if TokenVector in args and len(args) == 2 and type(None) in args:
+                    found.append((info.name, True))
+    fields = tuple(found)
+    try:
+        _TOKEN_FIELDS[cls] = fields
+    except TypeError:
+        pass
+    return fields
+
+
+#: What msgspec encodes for a TokenVector field that its decoder reads back as ids.
+_IDS_TYPES = (TokenVector, list, tuple)
+
+
+def _check_token_fields(obj: Any, fields: Tuple[Tuple[str, bool], ...]) -> None:
+    """Refuse, before anything is sent, a value in a TokenVector field that msgspec would
+    encode as it is (a str, bytes, a number) and the receiver could not read as ids."""
+    for name, optional in fields:
+        value = getattr(obj, name, None)
+        if type(value) in _IDS_TYPES or value is None and optional or _is_ndarray(value):
+            continue
+        what = "None" if value is None else type(value).__name__
+        raise TokenIdTypeError(
+            f"{type(obj).__name__}.{name} is typed TokenVector, got {what}: the receiver "
+            f"could not read it as token ids (pass ids: tokenwire.as_tokens(...))")
 
 
 def _is_buffer(obj: Any) -> bool:
