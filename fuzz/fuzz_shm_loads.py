@@ -54,7 +54,6 @@ from harness import count_input, edit_bytes, fuzz_main, raised_in
 with atheris.instrument_imports():
     import tokenwire
     import tokenwire._oob
-    import tokenwire._shmsegment
     import tokenwire.shm
     import tokenwire.transport
     from tokenwire import TokenVector
@@ -62,11 +61,10 @@ with atheris.instrument_imports():
     from tokenwire._core import ImmutableBuffer
 
 shm = tokenwire.shm
-seg = tokenwire._shmsegment
 oob = tokenwire._oob
 KEY = bytes(range(1, 33))
-DESC = seg._DESC                     # header: magic, segment id, pid, fd, count, pad, seq, token
-ENTRY = seg._ENTRY                   # per buffer: slot index, generation, length
+DESC = shm._DESC                     # header: magic, segment id, pid, fd, count, pad, seq, token
+ENTRY = shm._ENTRY                   # per buffer: slot index, generation, length
 PID_AT = 20                          # offset of the sender pid in the descriptor header
 NO_PID = (1 << 22) + 1               # above pid_max: a pid that cannot exist
 FIND_CLASS = tokenwire.unpickle.find_class
@@ -116,7 +114,7 @@ BYTE_EDITS: Dict[str, Any] = dict(words=(), align=4, max_insert=24)
 def pin_pid(frame: bytes) -> bytes:
     """A frame the receiver may read as a descriptor of another segment names our own pid or
     one that cannot exist: an attach attempt never reaches another process."""
-    if len(frame) < PID_AT + 4 or frame[:4] != seg._DESC_MAGIC or frame[4:20] == SEGMENT_ID:
+    if len(frame) < PID_AT + 4 or frame[:4] != shm._DESC_MAGIC or frame[4:20] == SEGMENT_ID:
         return frame
     pid = struct.unpack_from("<I", frame, PID_AT)[0]
     if pid in (os.getpid(), NO_PID):
@@ -131,7 +129,7 @@ def damage(fdp: atheris.FuzzedDataProvider, key, sign_buffers, frames):
     """Fuzzed edits of the message: (frames, whether the pickle's bytes changed)."""
     signed = key is not None
     desc_at = 1 if signed else 0
-    has_desc = len(frames) > desc_at and frames[desc_at][:4] == seg._DESC_MAGIC
+    has_desc = len(frames) > desc_at and frames[desc_at][:4] == shm._DESC_MAGIC
     head_at = desc_at + 1 if has_desc else desc_at
     parts = list(frames)
     pickle_changed = False

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import shm_helpers
-from support.shm_helpers import KEY, _entry, _seq_of, attach, ids, shm, shm_segment
+from support.shm_helpers import KEY, _entry, _seq_of, attach, ids, shm
 
 from tokenwire import WireFormatError
 from tokenwire.errors import AuthenticationError
@@ -61,7 +61,7 @@ def test_tampered_descriptor_is_refused(channel, pair, field, value, message):
         receiver.loads(frames)                       # a replay finds the slot freed
 
 
-_SEQUENCE_AT = shm_segment._DESC.size - 16     # the header's message sequence, then its token
+_SEQUENCE_AT = shm._DESC.size - 16     # the header's message sequence, then its token
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -89,7 +89,7 @@ def test_any_entry_value_reads_the_slot_or_is_refused(channel, pair, field, valu
     else:
         assert got == {"a": ids(), "b": ids(start=7)}
         assert field != 6 or value == seq, f"sequence {value} read message {seq}'s slots"
-    assert sender._words.load(shm_segment._DONE_WORD) <= seq
+    assert sender._words.load(shm._DONE_WORD) <= seq
 
 
 @pytest.mark.parametrize("damage", ["truncate", "magic", "count", "frame"])
@@ -121,9 +121,9 @@ def test_a_stripped_descriptor_is_refused_and_touches_no_slot(pair, channel, key
     seg = receiver._segments[sender._id]
     frames = sender.dumps({"ids": ids(start=1)}, key=key)
     first = 1 if key is not None else 0
-    i = shm_segment._ENTRY.unpack_from(frames[first], shm_segment._DESC.size)[0]
-    state = shm_segment._state_word(i)
-    full = sender._gens[i] << 2 | shm_segment._FULL
+    i = shm._ENTRY.unpack_from(frames[first], shm._DESC.size)[0]
+    state = shm._state_word(i)
+    full = sender._gens[i] << 2 | shm._FULL
     stripped = frames[:first] + frames[first + 1:]
     push.send_multipart(stripped)
     published, taken = seg.published, receiver.stats["shm"]
@@ -137,7 +137,7 @@ def test_a_stripped_descriptor_is_refused_and_touches_no_slot(pair, channel, key
     assert recv_pyobj_oob(pull, key=key, channel=receiver)["ids"] == ids(start=2)
     assert seg.published == sender._seq
     sender._collect()
-    assert sender._words.load(state) & 3 == shm_segment._FREE      # taken back by sequence
+    assert sender._words.load(state) & 3 == shm._FREE      # taken back by sequence
 
 
 # -- the signature covers the descriptor -----------------------------------------------------------
@@ -182,7 +182,7 @@ def test_plain_signed_message_does_not_verify_as_a_channel_message(channel):
     plain = dumps_oob({"ids": ids()}, key=KEY)
     assert receiver.loads(plain, key=KEY)["ids"] == ids()
     desc = sender.dumps({"ids": ids()})[0]                   # not attached: a descriptor
-    assert desc[:4] == shm_segment._DESC_MAGIC
+    assert desc[:4] == shm._DESC_MAGIC
     with pytest.raises(AuthenticationError):                 # a descriptor put in
         receiver.loads([plain[0], desc, *plain[1:]], key=KEY)
     framed = sender.dumps({"ids": ids()}, key=KEY)

@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 from support import shm_helpers
-from support.shm_helpers import KEY, N, OTHER_KEY, _entry, _spawn, attach, ids, shm, shm_segment, worker_sockets
+from support.shm_helpers import KEY, N, OTHER_KEY, _entry, _spawn, attach, ids, shm, worker_sockets
 
 from tokenwire import WireFormatError
 from tokenwire.errors import AuthenticationError
@@ -79,9 +79,9 @@ def _forged(sender, seq: int, entries=(), key=None) -> list:
     from tokenwire._oob import signature
     from tokenwire.transport import dumps_oob
     head = dumps_oob({"ids": "forged"})[0]
-    desc = shm_segment._DESC.pack(shm_segment._DESC_MAGIC, sender._id, os.getpid(), sender.fd,
+    desc = shm._DESC.pack(shm._DESC_MAGIC, sender._id, os.getpid(), sender.fd,
                                   len(entries), 0, seq, 0x5EED) + \
-        b"".join(shm_segment._ENTRY.pack(*e) for e in entries)
+        b"".join(shm._ENTRY.pack(*e) for e in entries)
     if key is None:
         return [desc, head]
     return [signature(OTHER_KEY, desc + head, [], False, channel=True), desc, head]
@@ -149,7 +149,7 @@ def test_a_forged_doorbell_is_refused(pair, channel):
     push, pull = pair
     sender.send(push, {"n": 1, "ids": ids(start=1)})
     assert receiver.recv(pull)["n"] == 1
-    push.send(shm_segment._BELL.pack(shm_segment._BELL_MAGIC, sender._id, os.getpid(), sender.fd,
+    push.send(shm._BELL.pack(shm._BELL_MAGIC, sender._id, os.getpid(), sender.fd,
                              sender._seq + 1, 0, 1, 200))
     with pytest.raises(WireFormatError, match="does not hold generation 1"):
         receiver.recv(pull)
@@ -161,12 +161,12 @@ def test_a_forged_doorbell_is_refused(pair, channel):
 
 PAUSED_RECEIVER = textwrap.dedent("""
     import sys, zmq
-    from tokenwire import _shmsegment as shm_segment, shm
+    from tokenwire import shm
     from tokenwire.transport import recv_pyobj_oob
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL); pull.connect(sys.argv[1])
     push = ctx.socket(zmq.PAIR); push.connect(sys.argv[2])
-    free = shm_segment._Segment._release
+    free = shm._Segment._release
     armed = []
 
     def paused(self, state, expect):
@@ -177,7 +177,7 @@ PAUSED_RECEIVER = textwrap.dedent("""
             push.recv()
         return free(self, state, expect)
 
-    shm_segment._Segment._release = paused
+    shm._Segment._release = paused
     receiver = shm.Receiver()
     for n in range(3):
         armed[:] = [True] if n == 1 else []
@@ -209,12 +209,12 @@ def test_a_late_free_by_the_receiver_keeps_the_slot_of_a_newer_message(zmq_ctx, 
             sender.reclaim()
             send_pyobj_oob(push, {"n": 2, "ids": ids(start=2)}, channel=sender)   # slot 0 again
             assert sender.stats["shm"] == 2
-            new = sender._gens[0] << 2 | shm_segment._FULL
+            new = sender._gens[0] << 2 | shm._FULL
             ctl.send(b"")
             reply = ctl.recv_pyobj()
             assert reply[0] == "error" and "rewritten while it was read" in reply[1], reply
             # not freed under the sender
-            assert sender._words.load(shm_segment._state_word(0)) == new
+            assert sender._words.load(shm._state_word(0)) == new
             ctl.send(b"")
             assert ctl.recv_pyobj() == ("ok", 2, [2, 3, 4])
     finally:
@@ -253,7 +253,7 @@ def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monk
     seg_id = os.urandom(16)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo, 0o600)
-    proc = subprocess.Popen([sys.executable, "-c", SWAPPER, shm_segment._NAME + seg_id.hex(),
+    proc = subprocess.Popen([sys.executable, "-c", SWAPPER, shm._NAME + seg_id.hex(),
                              str(fifo)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=tempfile.gettempdir())
@@ -276,7 +276,7 @@ def test_attaching_never_opens_a_file_the_descriptor_did_not_name(tmp_path, monk
         for _ in range(3):
             tell("memfd")
             with pytest.raises(OSError):         # not a sealed segment: refused every time
-                shm_segment._Segment(proc.pid, 100, seg_id)
+                shm._Segment(proc.pid, 100, seg_id)
         monkeypatch.setattr(os, "readlink", readlink)
         proc.stdin.close()
         assert proc.stdout.readline().strip() == "untouched"
@@ -322,8 +322,8 @@ def test_a_forged_offer_of_the_receivers_own_file_leaves_it_alone(pair, tmp_path
         fcntl.lockf(f, fcntl.LOCK_EX)
         assert lock_probe(path) == "held"
         seg_id = os.urandom(16)
-        desc = shm_segment._DESC.pack(shm_segment._DESC_MAGIC, seg_id, os.getpid(), f.fileno(),
-                                      1, 0, 1, 7) + shm_segment._ENTRY.pack(0, 1, 4 * N)
+        desc = shm._DESC.pack(shm._DESC_MAGIC, seg_id, os.getpid(), f.fileno(),
+                                      1, 0, 1, 7) + shm._ENTRY.pack(0, 1, 4 * N)
         with pytest.raises(WireFormatError, match="cannot map"):
             if where == "take":
                 receiver.take(desc, [])
@@ -333,7 +333,7 @@ def test_a_forged_offer_of_the_receivers_own_file_leaves_it_alone(pair, tmp_path
                 tm = pytest.importorskip("tokenwire.msgspec")
                 tm.Decoder(channel=receiver).decode([desc, b"\xc0"])
             else:
-                push.send(shm_segment._BELL.pack(shm_segment._BELL_MAGIC, seg_id, os.getpid(),
+                push.send(shm._BELL.pack(shm._BELL_MAGIC, seg_id, os.getpid(),
                                                  f.fileno(), 1, 0, 1, 200))
                 receiver.recv(pull)
         assert "is not the segment" in receiver._refused[seg_id]

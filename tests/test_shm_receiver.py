@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from support import shm_helpers
-from support.shm_helpers import N, attach, ids, shm, shm_segment
+from support.shm_helpers import N, attach, ids, shm
 
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 
@@ -53,7 +53,7 @@ def test_the_slot_is_copied_before_it_is_freed(pair, channel, monkeypatch):
     sender, receiver = channel
     attach(pair, sender, receiver)
     push, pull = pair
-    release = shm_segment._Segment._release
+    release = shm._Segment._release
     freed, rewritten = threading.Event(), threading.Event()
     armed = [True]
 
@@ -71,7 +71,7 @@ def test_the_slot_is_copied_before_it_is_freed(pair, channel, monkeypatch):
             sender.dumps({"ids": ids(start=1000 + k)})
         rewritten.set()
 
-    monkeypatch.setattr(shm_segment._Segment, "_release", release_then_pause)
+    monkeypatch.setattr(shm._Segment, "_release", release_then_pause)
     before = sender.stats["shm"]
     send_pyobj_oob(push, {"ids": ids(start=1)}, channel=sender)
     with ThreadPoolExecutor(1) as pool:

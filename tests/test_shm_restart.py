@@ -55,7 +55,7 @@ WORKER = textwrap.dedent("""
 
 SENDER = textwrap.dedent("""
     import os, signal, sys, zmq, numpy as np
-    from tokenwire import TokenVector, _shmsegment as shm_segment, shm
+    from tokenwire import TokenVector, shm
     from tokenwire.transport import send_pyobj_oob
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH); push.connect(sys.argv[1])
@@ -68,7 +68,7 @@ SENDER = textwrap.dedent("""
                        channel=sender)
         pull.recv()          # received (message 3: its slot is read only after our death)
     # Mid-message: a slot half written, its message never sent; then SIGKILL.
-    sender._words.store(shm_segment._state_word(sender._free_slot()), 99 << 2 | 2)
+    sender._words.store(shm._state_word(sender._free_slot()), 99 << 2 | 2)
     os.kill(os.getpid(), signal.SIGKILL)
 """)
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from support import shm_helpers
-from support.shm_helpers import KEY, N, OTHER_KEY, _seq_of, _spawn, attach, ids, shm, shm_segment, worker_sockets
+from support.shm_helpers import KEY, N, OTHER_KEY, _seq_of, _spawn, attach, ids, shm, worker_sockets
 
 from tokenwire.errors import AuthenticationError
 
@@ -45,7 +45,7 @@ def test_a_doorbell_of_a_message_taken_from_the_ring_is_dropped(pair, channel):
     assert receiver.stats["ring"] == 2
     if pull.poll(100):             # message 2's doorbell, if the ring was faster: nothing else
         left = pull.recv_multipart()
-        assert len(left) == 1 and shm_segment._BELL.unpack(left[0])[4] == sender._seq
+        assert len(left) == 1 and shm._BELL.unpack(left[0])[4] == sender._seq
     assert not pull.poll(100)
 
 
@@ -95,7 +95,7 @@ def test_a_ring_message_keeps_its_buffer_slots_until_they_are_copied(pair, monke
         attach(pair, sender, receiver)
         sender.send(push, {"n": 1, "ids": ids(start=1)})          # both slots: ids, message
         assert sender.stats["ring"] == 1
-        take = shm_segment._Segment.take
+        take = shm._Segment.take
         sent = []
 
         def send_then_take(self, i, gen, n, seq, raw=False):
@@ -103,7 +103,7 @@ def test_a_ring_message_keeps_its_buffer_slots_until_they_are_copied(pair, monke
                 sent.append(sender.message({"n": 2, "ids": ids(start=2)}))
             return take(self, i, gen, n, seq, raw)
 
-        monkeypatch.setattr(shm_segment._Segment, "take", send_then_take)
+        monkeypatch.setattr(shm._Segment, "take", send_then_take)
         got = receiver.recv(pull, spin_us=100_000)
         assert got["n"] == 1 and got["ids"] == ids(start=1)
         push.send_multipart(sent[0])
@@ -146,13 +146,13 @@ def test_a_record_reused_by_a_message_on_the_socket_names_no_slot(pair, channel)
     sender, receiver = channel
     attach(pair, sender, receiver)
     push, pull = pair
-    for n in range(shm_segment._RECORDS):
+    for n in range(shm._RECORDS):
         sender.send(push, {"n": n})
         assert receiver.recv(pull, spin_us=100_000)["n"] == n
-    assert sender.stats["ring"] == shm_segment._RECORDS
+    assert sender.stats["ring"] == shm._RECORDS
     big = ids(sender.slot_bytes // 4 + 8)                   # a frame: stays on the socket
     frames = sender.message({"n": "big", "ids": big})
-    assert len(frames) == 3 and sender._seq == 2 + shm_segment._RECORDS   # record of ring msg 2
+    assert len(frames) == 3 and sender._seq == 2 + shm._RECORDS   # record of ring msg 2
     seg = receiver._segments[sender._id]
     assert seg.next_message(sender._seq, 0) is None
     push.send_multipart(frames)

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 from support import shm_helpers
-from support.shm_helpers import KEY, N, _entry, _seq_of, attach, ids, shm, shm_segment
+from support.shm_helpers import KEY, N, _entry, _seq_of, attach, ids, shm
 
 from tokenwire import WireFormatError
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
@@ -152,7 +152,7 @@ def test_sequences_stay_contiguous_over_slot_and_no_slot_messages(pair, channel)
     assert seqs == list(range(2, 2 + len(seqs))) and len(seqs) == sizes.count(N)
     assert sender._seq == seqs[-1] == receiver._segments[sender._id].published
     sender._collect()
-    assert all(sender._words.load(shm_segment._state_word(i)) & 3 == shm_segment._FREE
+    assert all(sender._words.load(shm._state_word(i)) & 3 == shm._FREE
                for i in range(sender.slots))
 
 

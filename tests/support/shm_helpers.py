@@ -1,9 +1,8 @@
-"""What the shared-memory channel's tests share (tests/test_shm_*.py): tokenwire.shm and
-tokenwire._shmsegment (importing this module skips the test module that imports it where they
-cannot be imported or there are no memfd segments, that is off Linux); the keys and the id
-vectors the tests send; the `pair` and `channel` fixtures; the first message, which attaches the
-receiver; where a descriptor's entries and sequence lie; and a peer process started from a
-neutral directory.
+"""What the shared-memory channel's tests share (tests/test_shm_*.py): tokenwire.shm (importing
+this module skips the test module that imports it where it cannot be imported or there are no
+memfd segments, that is off Linux); the keys and the id vectors the tests send; the `pair` and
+`channel` fixtures; the first message, which attaches the receiver; where a descriptor's entries
+and sequence lie; and a peer process started from a neutral directory.
 
 A test module takes the fixtures as names of its own (`pair = shm_helpers.pair`): pytest finds a
 fixture among the attributes of the module whose tests use it, and an imported name that the
@@ -25,7 +24,6 @@ from tokenwire import TokenVector
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 
 shm = pytest.importorskip("tokenwire.shm")
-shm_segment = pytest.importorskip("tokenwire._shmsegment")
 if not shm.available():
     pytest.skip("shared-memory segments need Linux memfd_create", allow_module_level=True)
 
@@ -90,16 +88,16 @@ def attach(pair, sender, receiver, key=None):
 
 
 def _entry(desc: bytes, k: int = 0) -> int:
-    return shm_segment._DESC.size + 24 * k              # descriptor header, then 24-byte entries
+    return shm._DESC.size + 24 * k              # descriptor header, then 24-byte entries
 
 
 def _seq_of(frames, signed=False) -> int:
     """The sequence of a received channel message's descriptor, 0 for one without."""
     desc = bytes(frames[1 if signed else 0])
-    if desc[:4] != shm_segment._DESC_MAGIC:
+    if desc[:4] != shm._DESC_MAGIC:
         assert desc[:2] == b"\x80\x05"          # a protocol-5 pickle
         return 0
-    return shm_segment._DESC.unpack_from(desc, 0)[6]
+    return shm._DESC.unpack_from(desc, 0)[6]
 
 
 def _spawn(code: str, *args: str) -> subprocess.Popen:
