@@ -6,9 +6,10 @@
 Per id count, one send + receive of ``{"ids": TokenVector}`` on an ipc:// PUSH/PULL pair in this
 process for each path (in-band, out-of-band frame, shared-memory slot; best of 15 rounds of 200);
 the round trip of 40,000 ids to a worker process that acknowledges each message (out-of-band;
-shm with send_pyobj_oob; the whole message in the ring, the worker sleeping on the socket or
-spinning SPIN_US on the ring; median of 7 rounds of 200); then 160 KB through a slot (write, copy
-out, free) next to one memcpy of it into a ring of 4 slot-sized buffers.
+shm with send_pyobj_oob(channel=); the whole message in the ring, Sender(ring=True), the worker
+sleeping on the socket or spinning SPIN_US on it, Receiver(spin_us=); median of 7 rounds of 200);
+then 160 KB through a slot (write, copy out, free) next to one memcpy of it into a ring of 4
+slot-sized buffers.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import time
 import timeit
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import zmq
@@ -75,18 +76,22 @@ def worker(inbox: str, acks: str) -> None:
     pull.connect(inbox)
     push.connect(acks)
     with shm.Receiver() as receiver:
-        # Through the receiver: a doorbell still waiting for a message the spin took from the
-        # ring is dropped there, never read as a message.
-        while (msg := receiver.recv(pull))[1]:
-            mode, count = msg
+        while True:
+            # Through the channel: a doorbell still waiting for a message the spin took from
+            # the ring is dropped there, never read as a message.
+            mode, count = recv_pyobj_oob(pull, channel=receiver)
+            if not count:
+                break
+            # One receiver for every row (two would each take the other's doorbells for new
+            # messages): the row's spin set as Receiver(spin_us=) sets it.
+            receiver._spin_us = SPIN_US if mode == "shm-spin" else 0.0
             for _ in range(count):
                 if mode == "out-of-band":
                     recv_pyobj_oob(pull)
-                elif mode == "shm":
+                else:                                   # shm, the ring (spinning or not)
                     recv_pyobj_oob(pull, channel=receiver)
-                else:                                   # the ring, spinning or not
-                    receiver.recv(pull, spin_us=SPIN_US if mode == "shm-spin" else 0)
                 push.send(b"")
+            receiver._spin_us = 0.0
     ctx.destroy(linger=0)
 
 
@@ -103,17 +108,18 @@ def across_processes(n: int = 40_000, rounds: int = 7) -> None:
         send_pyobj_oob(push, ("shm", 1), channel=sender)  # the first offers the segment
         send_pyobj_oob(push, obj, channel=sender)
         pull.recv()
-        sends: dict[str, Callable[[], Any]] = {
-            "out-of-band": lambda: send_pyobj_oob(push, obj, oob_threshold=0),
-            "shm": lambda: send_pyobj_oob(push, obj, oob_threshold=0, channel=sender),
-            "shm-ring": lambda: sender.send(push, obj, oob_threshold=0)}
-        sends["shm-spin"] = sends["shm-ring"]
-        medians = {}
-        for name, send in sends.items():
+        medians: dict[str, float] = {}
+        for name in ("out-of-band", "shm", "shm-ring", "shm-spin"):
+            channel = None if name == "out-of-band" else sender
             times = []
             for r in range(rounds + 1):                  # the first round warms up
                 send_pyobj_oob(push, (name, 200), channel=sender)
-                times.append(_us(lambda: (send(), pull.recv())))
+                # One sender for every row (the ring keeps one sender's order on its socket:
+                # another sender's message could be overtaken): ring=True set per row.
+                sender._ring = name in ("shm-ring", "shm-spin")
+                times.append(_us(lambda: (send_pyobj_oob(push, obj, oob_threshold=0,
+                                                         channel=channel), pull.recv())))
+                sender._ring = False
             medians[name] = sorted(times[1:])[rounds // 2]
         send_pyobj_oob(push, ("", 0), channel=sender)
         proc.wait()
@@ -129,14 +135,14 @@ def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_
     arr = np.arange(40_000, dtype=np.int32)
     src = memoryview(arr.tobytes())                  # the same 160 KB of int32 ids
     n = src.nbytes
-    receiver.loads(sender.dumps({"ids": TokenVector(arr)}))
+    receiver._loads(sender._dumps({"ids": TokenVector(arr)}))
     segment = next(iter(receiver._segments.values()))
-    ring = memoryview(bytearray(4 * sender.slot_bytes))
+    ring = memoryview(bytearray(4 * sender._slot_bytes))
     clock = time.perf_counter_ns
     spent = [0, 0, 0]
     warm = rounds // 10
     for k in range(rounds):
-        o = (k % 4) * sender.slot_bytes
+        o = (k % 4) * sender._slot_bytes
         t0 = clock()
         ring[o:o + n] = src
         t1 = clock()

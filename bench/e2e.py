@@ -47,7 +47,7 @@ FLOOR = "floor"
 ZMQ_MODES = MODES + (FLOOR,)
 #: Untimed requests at the start of every row: more than the ring's slots, so each slot's pages
 #: are touched before the timing starts.
-WARMUP = shm.SLOTS + 4
+WARMUP = shm._SLOTS + 4
 #: The modes take turns in blocks of this many timed requests.
 BLOCK = 10
 #: The Ray rows: the list baseline, the raw and the pfor request, the floor (a call or put whose
@@ -211,9 +211,7 @@ def receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
     """The worker's side of a message of `mode`: what `send` put on the socket, received."""
     if mode == FLOOR:
         return sock.recv()                      # the 1-byte message
-    if mode == "tokenwire-shm-spin":
-        return receiver.recv(sock)              # the ring (poll spun for it), or the socket
-    if mode == "tokenwire-shm":
+    if mode in SHM_MODES:                       # spin: the ring (poll spun for it), or the socket
         return recv_pyobj_oob(sock, channel=receiver)
     if mode == "tokenwire-oob":
         return recv_pyobj_oob(sock)
@@ -236,12 +234,12 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
     gc.callbacks.append(gc_log)
     with GilMonitor(enabled=gil_monitor) as mon:
         results.send_pyobj({"idle_gap_us": mon.idle_gap * 1e6})
-        receiver.recv(data)                          # the channel's first message: attach
+        recv_pyobj_oob(data, channel=receiver)       # the channel's first message: attach
         results.send_pyobj(None)
         while True:
-            # Control messages travel through the channel too: Receiver.recv drops the
+            # Control messages travel through the channel too: the receiver drops the
             # doorbells of messages the spinning worker already took from the ring.
-            ctl = receiver.recv(data)
+            ctl = recv_pyobj_oob(data, channel=receiver)
             if ctl is None:
                 break
             mode, count, warmup = ctl["mode"], ctl["count"], ctl["warmup"]
@@ -252,7 +250,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
             for k in range(warmup + count):
                 # wait (GIL released) outside the timed window
                 if mode == "tokenwire-shm-spin":
-                    receiver.poll(data, SHM_SPIN_US)
+                    receiver._poll(data, SHM_SPIN_US)   # as Receiver(spin_us=) spins
                 else:
                     data.poll()
                 t0 = time.perf_counter()
@@ -503,9 +501,9 @@ def serialize(mode: str, req: Any, sender: shm.Sender) -> list[Any]:
         as_tokens(req)                            # the list's one unavoidable pass
         return [b"\x00"]
     if mode == "tokenwire-shm-spin":
-        return sender.message(req)                # = sender.send(...): a doorbell, or frames
+        return sender._message(req)               # = Sender(ring=True)'s: a doorbell, or frames
     if mode == "tokenwire-shm":
-        return sender.dumps(req)                  # = send_pyobj_oob(..., channel=sender)
+        return sender._dumps(req)                 # = send_pyobj_oob(..., channel=sender)
     if mode == "tokenwire-oob":
         return dumps_oob(req)                     # = send_pyobj_oob(...)
     return [pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)]   # = socket.send_pyobj
@@ -518,7 +516,7 @@ def send(sock: Any, mode: str, frames: list[Any], sender: shm.Sender) -> None:
     if mode == "tokenwire-oob":
         send_frames(sock, frames)               # = send_pyobj_oob's send
     elif mode in SHM_MODES:
-        sender.send_frames(sock, frames)        # = the channel's send (publishes)
+        sender._send_frames(sock, frames)       # = the channel's send (publishes)
     else:
         sock.send_multipart(frames, copy=mode == "baseline" or mode == "tokenwire")
 
@@ -547,7 +545,7 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
         # The channel's first message offers the segment; the worker's Receiver attaches.
         send_pyobj_oob(data, "attach", channel=sender)
         reply(results, "the worker did not answer the channel's first message", 120_000)
-        if set(SHM_MODES) & set(modes) and not sender.attached():
+        if set(SHM_MODES) & set(modes) and not sender._attached():
             stderr_progress("tokenwire-shm: the worker could not map the segment (not Linux?): "
                             "its ids travel as out-of-band frames")
         for isl in isls:
@@ -588,8 +586,9 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                 # Right ids (the floor's worker copies zeros), no list built, and through the
                 # channel a slot for every request whose ids reach its threshold.
                 slots = sender.stats["shm"] - slots_before
-                want = (end - first if mode in SHM_MODES and sender.attached()
-                        and 4 * isl >= sender.threshold else 0)
+                want = (end - first if mode in SHM_MODES and sender._attached()
+                        and 4 * isl >= sender._threshold else 0)
+                # (The floor's worker copies zeros: it was sent no ids to check.)
                 want_crcs = ([crc(np.zeros(isl, np.int32))] * (end - first) if mode == FLOOR
                              else expected[first:end])
                 res.correct &= (report["crcs"] == want_crcs

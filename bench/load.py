@@ -589,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in threads:
             proxies[n] = Proxy(engine_path, n)
-        if "tokenwire-shm" in names and not proxies[1].sender.attached():
+        if "tokenwire-shm" in names and not proxies[1].sender._attached():
             stderr_progress("tokenwire-shm: the worker could not map the segment: its ids "
                             "travel as out-of-band frames")
         for isl in isls:

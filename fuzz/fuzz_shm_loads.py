@@ -1,10 +1,10 @@
-"""atheris fuzz target for tokenwire.shm.Receiver.loads (not part of pytest).
+"""atheris fuzz target for tokenwire.shm.Receiver._loads (not part of pytest).
 
     python fuzz/fuzz_shm_loads.py --seconds 30              # extra args after -- go to libFuzzer
 
 One process holds a real channel: a `Sender` with its memfd segment (4 slots of 4 KiB; buffers
 of 256 bytes and more take a slot) and a `Receiver` attached to it by a first message, as
-between a proxy and its worker. Each input builds a real message with `Sender.dumps` from fuzzed
+between a proxy and its worker. Each input builds a real message with `Sender._dumps` from fuzzed
 parameters -- two token vectors whose ids land in slots, in frames or in the pickle, signed
 with a key or not, `sign_buffers` or not -- and then damages it from the fuzzer's data: bits
 and bytes and 64-bit fields of the descriptor (slot index, generation, length, count, sequence,
@@ -13,7 +13,7 @@ added, the signature changed, removed or added; frames given as bytes, bytearray
 or ImmutableBuffer. Some damaged signed messages are signed again with the key (a peer that
 holds the key but sends garbage), so the checks behind the signature are fuzzed too; some
 inputs replay the previous input's frames (its slots read or taken back since). Then
-``receiver.loads(frames, key=..., sign_buffers=..., find_class=...)``:
+``receiver._loads(frames, key=..., sign_buffers=..., find_class=...)``:
 
 * an undamaged message loads to what was sent;
 * otherwise only the errors the channel documents may come out of it (tokenwire.shm's and
@@ -33,7 +33,7 @@ facing untrusted bytes should: a damaged pickle cannot call anything else. A des
 names another segment makes the receiver try to attach to it; the harness sets the sender pid
 such a descriptor names to its own pid or to one that cannot exist, so the fuzzer never reaches
 into another process on the machine. The ring stays healthy: every input first takes back the
-slots left unread (`Sender.reclaim`), so each message finds free slots.
+slots left unread (`Sender._reclaim`), so each message finds free slots.
 
 Run it through fuzz/run.sh (target `shm`), which builds the extension with clang,
 -fsanitize=fuzzer-no-link,address, so the C code under the channel (the shared words, the
@@ -77,8 +77,8 @@ if not shm.available():
 
 SENDER = shm.Sender(slots=4, slot_bytes=4096, threshold=256)
 RECEIVER = shm.Receiver()
-RECEIVER.loads(SENDER.dumps({"ids": TokenVector(range(100))}))   # the offer: attach
-assert SENDER.attached() == os.getpid(), "the receiver did not attach"
+RECEIVER._loads(SENDER._dumps({"ids": TokenVector(range(100))}))  # the offer: attach
+assert SENDER._attached() == os.getpid(), "the receiver did not attach"
 SEGMENT_ID = SENDER._id
 
 _stats = {"inputs": 0, "loaded": 0, "slots": 0}
@@ -98,7 +98,7 @@ def build(fdp: atheris.FuzzedDataProvider):
     sign_buffers = key is not None and fdp.ConsumeIntInRange(0, 7) == 0
     oob = (0, 64, 1024, tokenwire.transport.OOB_THRESHOLD)[fdp.ConsumeIntInRange(0, 3)]
     before = SENDER.stats["shm"]
-    frames = SENDER.dumps(obj, oob_threshold=oob, key=key, sign_buffers=sign_buffers)
+    frames = SENDER._dumps(obj, oob_threshold=oob, key=key, sign_buffers=sign_buffers)
     _stats["slots"] += SENDER.stats["shm"] - before
     return obj, key, sign_buffers, [bytes(memoryview(f)) for f in frames]
 
@@ -195,7 +195,7 @@ def test_one_input(raw: bytes) -> None:
     count_input("shm", _stats, lambda: f"{_stats['loaded']} loaded, {_stats['slots']} "
                                        f"buffers through slots")
     fdp = atheris.FuzzedDataProvider(raw)
-    SENDER.reclaim()                              # every slot free again: the ring stays healthy
+    SENDER._reclaim()                             # every slot free again: the ring stays healthy
     mode = fdp.ConsumeIntInRange(0, 7)
     if mode == 0 and _previous:                   # the previous input's frames, replayed
         obj, key, sign_buffers, frames = _previous[0]
@@ -210,7 +210,7 @@ def test_one_input(raw: bytes) -> None:
         key = None if key is not None else KEY    # read with the other choice of key
     given = as_type(fdp, frames)
     try:
-        got = RECEIVER.loads(given, key=key, sign_buffers=sign_buffers, find_class=FIND_CLASS)
+        got = RECEIVER._loads(given, key=key, sign_buffers=sign_buffers, find_class=FIND_CLASS)
     except (TokenwireError, pickle.UnpicklingError) as e:     # every documented error
         assert not pristine, f"an undamaged message was refused: {e!r}"
         return

@@ -149,8 +149,8 @@ def test_shm_imports_without_fcntl_and_sends_frames() -> None:
         for _ in range(3):
             send_pyobj_oob(push, {"ids": ids}, channel=sender)
             assert recv_pyobj_oob(pull, channel=receiver) == {"ids": ids}
-            sender.send(push, {"ids": ids})
-            assert receiver.recv(pull) == {"ids": ids}
+            sender._send(push, {"ids": ids})
+            assert receiver._recv(pull) == {"ids": ids}
         assert sender.stats["shm"] == 0 and sender.stats["ring"] == 0, sender.stats
         assert sender.stats["frames"] == 6, sender.stats
         sender.close()

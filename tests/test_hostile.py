@@ -486,8 +486,9 @@ def test_a_received_pickle_is_checked_on_the_socket_and_the_channel(zmq_ctx) -> 
         push.send(data)
         with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
             recv_pyobj_oob(pull, find_class=find_class)
-    with pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
-        Receiver().loads([data], find_class=tokenwire.unpickle.find_class)
+    push.send(data)
+    with Receiver() as receiver, pytest.raises(pickle.UnpicklingError, match=re.escape(message)):
+        recv_pyobj_oob(pull, find_class=tokenwire.unpickle.find_class, channel=receiver)
 
 
 @pytest.mark.parametrize("name", list(HUGE_PICKLES))

@@ -34,7 +34,7 @@ _PRELUDE = textwrap.dedent("""
     ids = TokenVector(np.arange(40_000, dtype=np.int32))
     send_pyobj_oob(push, {"ids": ids}, channel=sender)        # offers the segment
     recv_pyobj_oob(pull, channel=receiver)                    # ...and the receiver maps it
-    assert sender.attached() == os.getpid()
+    assert sender._attached() == os.getpid()
     barrier = threading.Barrier(2)
     outcome = []
 
@@ -52,9 +52,9 @@ _SPIN = _PRELUDE + textwrap.dedent("""
         barrier.wait()
         try:
             if sys.argv[1] == "recv":
-                receiver.recv(pull, spin_us=60_000_000)          # nothing comes: a minute
+                receiver._recv(pull, spin_us=60_000_000)          # nothing comes: a minute
             else:
-                receiver.poll(pull, spin_us=60_000_000)
+                receiver._poll(pull, spin_us=60_000_000)
             outcome.append("returned")
         except ValueError as e:
             outcome.append(str(e))
@@ -75,9 +75,9 @@ _SEND = _PRELUDE + textwrap.dedent("""
         barrier.wait()
         try:
             while not closed.is_set():
-                sender.send(push, {"ids": ids})             # reads the slots' state words
+                sender._send(push, {"ids": ids})             # reads the slots' state words
                 sent.append(1)
-            sender.send(push, {"ids": ids})                 # after the close: frames
+            sender._send(push, {"ids": ids})                 # after the close: frames
             outcome.append("sent")
         except Exception as e:                              # a Python error: not a fault
             outcome.append(type(e).__name__)

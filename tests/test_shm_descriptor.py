@@ -32,7 +32,7 @@ def test_slot_reused_while_the_old_message_is_unread_is_refused(pair, zmq_ctx):
     with shm.Sender(slots=1, slot_bytes=256 * 1024) as sender, shm.Receiver() as receiver:
         attach(pair, sender, receiver)
         send_pyobj_oob(push, {"ids": ids(start=1)}, channel=sender)     # slot 0, unread
-        sender.reclaim()
+        sender._reclaim()
         send_pyobj_oob(push, {"ids": ids(start=2)}, channel=sender)     # slot 0 again
         assert sender.stats["shm"] == 2
         with pytest.raises(WireFormatError, match="does not hold generation"):
@@ -51,14 +51,14 @@ def test_slot_reused_while_the_old_message_is_unread_is_refused(pair, zmq_ctx):
 def test_tampered_descriptor_is_refused(channel, pair, field, value, message):
     sender, receiver = channel
     attach(pair, sender, receiver)
-    frames = sender.dumps({"ids": ids()})
+    frames = sender._dumps({"ids": ids()})
     desc = bytearray(frames[0])
     struct.pack_into("<Q", desc, _entry(desc) + 8 * field, value)
     with pytest.raises(WireFormatError, match=message):
-        receiver.loads([bytes(desc), *frames[1:]])
-    assert receiver.loads(frames)["ids"] == ids()   # the real message still reads (once)
+        receiver._loads([bytes(desc), *frames[1:]])
+    assert receiver._loads(frames)["ids"] == ids()   # the real message still reads (once)
     with pytest.raises(WireFormatError, match="does not hold generation"):
-        receiver.loads(frames)                       # a replay finds the slot freed
+        receiver._loads(frames)                       # a replay finds the slot freed
 
 
 _SEQUENCE_AT = shm._DESC.size - 16     # the header's message sequence, then its token
@@ -72,10 +72,10 @@ def test_any_entry_value_reads_the_slot_or_is_refused(channel, pair, field, valu
     never reads outside the ring (which would crash), and never publishes a sequence past the
     message's: a forged one would tell the sender that messages not yet read are done."""
     sender, receiver = channel
-    if not sender.attached():
+    if not sender._attached():
         attach(pair, sender, receiver)
-    sender.reclaim()
-    frames = sender.dumps({"a": ids(), "b": ids(start=7)})
+    sender._reclaim()
+    frames = sender._dumps({"a": ids(), "b": ids(start=7)})
     seq = _seq_of(frames)
     desc = bytearray(frames[0])
     if field == 6:
@@ -83,7 +83,7 @@ def test_any_entry_value_reads_the_slot_or_is_refused(channel, pair, field, valu
     else:
         struct.pack_into("<Q", desc, _entry(desc, field // 3) + 8 * (field % 3), value)
     try:
-        got = receiver.loads([bytes(desc), *frames[1:]])
+        got = receiver._loads([bytes(desc), *frames[1:]])
     except WireFormatError:
         pass
     else:
@@ -95,7 +95,7 @@ def test_any_entry_value_reads_the_slot_or_is_refused(channel, pair, field, valu
 @pytest.mark.parametrize("damage", ["truncate", "magic", "count", "frame"])
 def test_malformed_descriptor_frame_is_refused(channel, damage):
     sender, receiver = channel
-    frames = sender.dumps({"ids": ids()})          # not attached: the ids are a frame
+    frames = sender._dumps({"ids": ids()})          # not attached: the ids are a frame
     desc = bytearray(frames[0])
     if damage == "truncate":
         desc = desc[:40]
@@ -105,7 +105,7 @@ def test_malformed_descriptor_frame_is_refused(channel, damage):
         struct.pack_into("<I", desc, 28, 2)
     with pytest.raises(WireFormatError):
         rest = frames[1:2] if damage == "frame" else frames[1:]
-        receiver.loads([bytes(desc), *rest])
+        receiver._loads([bytes(desc), *rest])
 
 
 @pytest.mark.parametrize("key", [None, KEY], ids=["unsigned", "signed"])
@@ -119,7 +119,7 @@ def test_a_stripped_descriptor_is_refused_and_touches_no_slot(pair, channel, key
     attach(pair, sender, receiver, key=key)
     push, pull = pair
     seg = receiver._segments[sender._id]
-    frames = sender.dumps({"ids": ids(start=1)}, key=key)
+    frames = sender._dumps({"ids": ids(start=1)}, key=key)
     first = 1 if key is not None else 0
     i = shm._ENTRY.unpack_from(frames[first], shm._DESC.size)[0]
     state = shm._state_word(i)
@@ -145,20 +145,20 @@ def test_a_stripped_descriptor_is_refused_and_touches_no_slot(pair, channel, key
 def test_signed_descriptor_is_covered_by_the_signature(channel, pair):
     sender, receiver = channel
     attach(pair, sender, receiver, key=KEY)
-    frames = sender.dumps({"ids": ids()}, key=KEY)
+    frames = sender._dumps({"ids": ids()}, key=KEY)
     desc = bytes(frames[1])
     for at in range(len(desc)):
         bad = bytearray(desc)
         bad[at] ^= 1
         with pytest.raises(AuthenticationError):
-            receiver.loads([frames[0], bytes(bad), *frames[2:]], key=KEY)
+            receiver._loads([frames[0], bytes(bad), *frames[2:]], key=KEY)
     with pytest.raises(AuthenticationError):
-        receiver.loads(frames[1:], key=KEY)                  # signature dropped
+        receiver._loads(frames[1:], key=KEY)                  # signature dropped
     with pytest.raises(AuthenticationError, match="pass key"):
-        receiver.loads(frames)
+        receiver._loads(frames)
     with pytest.raises(AuthenticationError):
         loads_oob(frames, key=KEY)            # a channel message never verifies as a plain one
-    assert receiver.loads(frames, key=KEY)["ids"] == ids()   # nothing was freed meanwhile
+    assert receiver._loads(frames, key=KEY)["ids"] == ids()   # nothing was freed meanwhile
 
 
 def test_sign_buffers_refuses_a_descriptor_naming_slots(channel, pair):
@@ -167,11 +167,11 @@ def test_sign_buffers_refuses_a_descriptor_naming_slots(channel, pair):
     sender, receiver = channel
     attach(pair, sender, receiver)
     from tokenwire._oob import signature
-    frames = sender.dumps({"ids": ids()})
+    frames = sender._dumps({"ids": ids()})
     assert sender.stats["shm"] == 1
     sig = signature(KEY, frames[0] + frames[1], frames[2:], True, channel=True)
     with pytest.raises(WireFormatError, match="sign_buffers"):
-        receiver.loads([sig, *frames], key=KEY, sign_buffers=True)
+        receiver._loads([sig, *frames], key=KEY, sign_buffers=True)
 
 
 def test_plain_signed_message_does_not_verify_as_a_channel_message(channel):
@@ -180,11 +180,11 @@ def test_plain_signed_message_does_not_verify_as_a_channel_message(channel):
     from tokenwire.transport import dumps_oob
     sender, receiver = channel
     plain = dumps_oob({"ids": ids()}, key=KEY)
-    assert receiver.loads(plain, key=KEY)["ids"] == ids()
-    desc = sender.dumps({"ids": ids()})[0]                   # not attached: a descriptor
+    assert receiver._loads(plain, key=KEY)["ids"] == ids()
+    desc = sender._dumps({"ids": ids()})[0]                   # not attached: a descriptor
     assert desc[:4] == shm._DESC_MAGIC
     with pytest.raises(AuthenticationError):                 # a descriptor put in
-        receiver.loads([plain[0], desc, *plain[1:]], key=KEY)
-    framed = sender.dumps({"ids": ids()}, key=KEY)
+        receiver._loads([plain[0], desc, *plain[1:]], key=KEY)
+    framed = sender._dumps({"ids": ids()}, key=KEY)
     with pytest.raises(AuthenticationError):                 # its descriptor taken out
-        receiver.loads([framed[0], *framed[2:]], key=KEY)
+        receiver._loads([framed[0], *framed[2:]], key=KEY)

@@ -48,7 +48,7 @@ def test_refused_and_dropped_messages_give_their_slots_back(pair, kind):
                 with pytest.raises(AuthenticationError):
                     recv_pyobj_oob(pull, key=KEY, channel=receiver)
                 continue
-            frames = sender.dumps({"ids": ids(start=k)})
+            frames = sender._dumps({"ids": ids(start=k)})
             desc = bytearray(frames[0])
             if kind == "dropped":
                 push.send_multipart(frames)
@@ -58,9 +58,9 @@ def test_refused_and_dropped_messages_give_their_slots_back(pair, kind):
             if struct.unpack_from("<Q", desc, _entry(desc))[0] != 2**64 - 1:   # in a slot
                 struct.pack_into("<Q", desc, _entry(desc) + 8 * field, 4)
                 with pytest.raises(WireFormatError):
-                    receiver.loads([bytes(desc), *frames[1:]])
+                    receiver._loads([bytes(desc), *frames[1:]])
             else:                               # the ring is full: a frame, read as such
-                assert receiver.loads(frames)["ids"] == ids(start=k)
+                assert receiver._loads(frames)["ids"] == ids(start=k)
         # A refused message gives its slot back at once (the next one takes it); a dropped one
         # only when a later message's sequence is published.
         assert sender.stats["shm"] == (2 if kind == "dropped" else 5), sender.stats
@@ -79,7 +79,7 @@ def _forged(sender, seq: int, entries=(), key=None) -> list:
     from tokenwire._oob import signature
     from tokenwire.transport import dumps_oob
     head = dumps_oob({"ids": "forged"})[0]
-    desc = shm._DESC.pack(shm._DESC_MAGIC, sender._id, os.getpid(), sender.fd,
+    desc = shm._DESC.pack(shm._DESC_MAGIC, sender._id, os.getpid(), sender._fd,
                                   len(entries), 0, seq, 0x5EED) + \
         b"".join(shm._ENTRY.pack(*e) for e in entries)
     if key is None:
@@ -130,10 +130,10 @@ def test_a_real_sequence_with_a_forged_token_frees_no_slot(pair, key):
         assert receiver._segments[sender._id].has_record(seq, sender._token)
         forged = _forged(sender, seq, key=key)                # frames only, a made-up token
         if key is None:
-            assert receiver.loads(forged)["ids"] == "forged"
+            assert receiver._loads(forged)["ids"] == "forged"
         else:
             with pytest.raises(AuthenticationError, match="bad signature"):
-                receiver.loads(forged, key=key)
+                receiver._loads(forged, key=key)
         assert receiver._segments[sender._id].published < seq
         send_pyobj_oob(push, {"ids": ids(start=2)}, key=key, channel=sender)
         assert sender.stats["shm"] == 1                       # the ring stayed full
@@ -147,14 +147,14 @@ def test_a_forged_doorbell_is_refused(pair, channel):
     sender, receiver = channel
     attach(pair, sender, receiver)
     push, pull = pair
-    sender.send(push, {"n": 1, "ids": ids(start=1)})
-    assert receiver.recv(pull)["n"] == 1
-    push.send(shm._BELL.pack(shm._BELL_MAGIC, sender._id, os.getpid(), sender.fd,
+    sender._send(push, {"n": 1, "ids": ids(start=1)})
+    assert receiver._recv(pull)["n"] == 1
+    push.send(shm._BELL.pack(shm._BELL_MAGIC, sender._id, os.getpid(), sender._fd,
                              sender._seq + 1, 0, 1, 200))
     with pytest.raises(WireFormatError, match="does not hold generation 1"):
-        receiver.recv(pull)
-    sender.send(push, {"n": 2, "ids": ids(start=2)})
-    assert receiver.recv(pull)["n"] == 2
+        receiver._recv(pull)
+    sender._send(push, {"n": 2, "ids": ids(start=2)})
+    assert receiver._recv(pull)["n"] == 2
 
 
 # -- a late free never frees a newer message -------------------------------------------------------
@@ -194,7 +194,7 @@ PAUSED_RECEIVER = textwrap.dedent("""
 @pytest.mark.integration
 def test_a_late_free_by_the_receiver_keeps_the_slot_of_a_newer_message(zmq_ctx, tmp_path):
     """The receiver copies a slot, then stalls before freeing it; meanwhile the sender takes the
-    slot back (Sender.reclaim: a receiver it believes gone) and writes the next message into
+    slot back (Sender._reclaim: a receiver it believes gone) and writes the next message into
     it. The receiver's free is a compare-and-swap from the generation it read, so it fails and
     the message is refused; the new message's slot stays FULL and reads back intact."""
     zmq, ctx = zmq_ctx
@@ -206,7 +206,7 @@ def test_a_late_free_by_the_receiver_keeps_the_slot_of_a_newer_message(zmq_ctx, 
             assert ctl.recv_pyobj()[:2] == ("ok", 0)
             send_pyobj_oob(push, {"n": 1, "ids": ids(start=1)}, channel=sender)   # slot 0
             assert ctl.recv_pyobj() == ("paused",)
-            sender.reclaim()
+            sender._reclaim()
             send_pyobj_oob(push, {"n": 2, "ids": ids(start=2)}, channel=sender)   # slot 0 again
             assert sender.stats["shm"] == 2
             new = sender._gens[0] << 2 | shm._FULL
@@ -326,16 +326,16 @@ def test_a_forged_offer_of_the_receivers_own_file_leaves_it_alone(pair, tmp_path
                                       1, 0, 1, 7) + shm._ENTRY.pack(0, 1, 4 * N)
         with pytest.raises(WireFormatError, match="cannot map"):
             if where == "take":
-                receiver.take(desc, [])
+                receiver._placed(desc, [])
             elif where == "loads":
-                receiver.loads([desc, b"\x80\x05N."])
+                receiver._loads([desc, b"\x80\x05N."])
             elif where == "msgspec":
                 tm = pytest.importorskip("tokenwire.msgspec")
                 tm.Decoder(channel=receiver).decode([desc, b"\xc0"])
             else:
                 push.send(shm._BELL.pack(shm._BELL_MAGIC, seg_id, os.getpid(),
                                                  f.fileno(), 1, 0, 1, 200))
-                receiver.recv(pull)
+                receiver._recv(pull)
         assert "is not the segment" in receiver._refused[seg_id]
         assert str(path) not in receiver._refused[seg_id]      # whatever it names stays unsaid
         assert lock_probe(path) == "held"

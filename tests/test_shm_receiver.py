@@ -38,10 +38,10 @@ def test_a_received_array_views_the_workers_own_read_only_copy(pair, channel):
     send_pyobj_oob(push, {"array": array}, channel=sender)
     got = recv_pyobj_oob(pull, channel=receiver)
     assert sender.stats["shm"] == 1
-    sender.reclaim()
-    for k in range(sender.slots):               # every slot rewritten with other ids
-        sender.dumps({"ids": ids(start=1000 + k)})
-    assert sender.stats["shm"] == 1 + sender.slots
+    sender._reclaim()
+    for k in range(sender._slots):               # every slot rewritten with other ids
+        sender._dumps({"ids": ids(start=1000 + k)})
+    assert sender.stats["shm"] == 1 + sender._slots
     assert np.array_equal(got["array"], array)
     assert not got["array"].flags.writeable
 
@@ -67,8 +67,8 @@ def test_the_slot_is_copied_before_it_is_freed(pair, channel, monkeypatch):
 
     def rewrite_every_slot() -> None:
         assert freed.wait(120), "the receiver never freed the slot"
-        for k in range(sender.slots):
-            sender.dumps({"ids": ids(start=1000 + k)})
+        for k in range(sender._slots):
+            sender._dumps({"ids": ids(start=1000 + k)})
         rewritten.set()
 
     monkeypatch.setattr(shm._Segment, "_release", release_then_pause)
@@ -79,7 +79,7 @@ def test_the_slot_is_copied_before_it_is_freed(pair, channel, monkeypatch):
         got = recv_pyobj_oob(pull, channel=receiver)
         writer.result(timeout=120)
     assert rewritten.is_set()                    # the sender wrote during the receive
-    assert sender.stats["shm"] == before + 1 + sender.slots
+    assert sender.stats["shm"] == before + 1 + sender._slots
     assert got["ids"] == ids(start=1)
 
 
@@ -88,24 +88,24 @@ def test_the_slot_is_copied_before_it_is_freed(pair, channel, monkeypatch):
 def test_receiver_refuses_a_segment_others_could_open(pair, channel):
     """A segment readable by group or others is not attached to: the ids come as frames."""
     sender, receiver = channel
-    os.fchmod(sender.fd, 0o644)
+    os.fchmod(sender._fd, 0o644)
     push, pull = pair
     for k in range(3):
         send_pyobj_oob(push, {"ids": ids(start=k)}, channel=sender)
         assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=k)
-    assert sender.attached() == 0 and sender.stats == {"shm": 0, "frames": 3, "ring": 0}
+    assert sender._attached() == 0 and sender.stats == {"shm": 0, "frames": 3, "ring": 0}
 
 
 def test_unreachable_segment_falls_back_without_the_caller_noticing(pair, channel):
     """A receiver that cannot open the segment (another host, another pid namespace) never
     attaches, so the sender keeps sending frames."""
     sender, receiver = channel
-    frames = sender.dumps({"ids": ids()})
+    frames = sender._dumps({"ids": ids()})
     desc = bytearray(frames[0])
     struct.pack_into("<I", desc, 20, 2**22 + 1)      # a pid that cannot exist here
-    assert receiver.loads([bytes(desc), *frames[1:]])["ids"] == ids()
-    assert sender.attached() == 0
-    assert receiver.loads(sender.dumps({"ids": ids()}))["ids"] == ids()  # refused once: frames
+    assert receiver._loads([bytes(desc), *frames[1:]])["ids"] == ids()
+    assert sender._attached() == 0
+    assert receiver._loads(sender._dumps({"ids": ids()}))["ids"] == ids()  # refused once: frames
 
 
 def test_a_receiver_announces_itself_again_after_the_sender_reset(pair, channel):
@@ -115,7 +115,7 @@ def test_a_receiver_announces_itself_again_after_the_sender_reset(pair, channel)
     push, pull = pair
     send_pyobj_oob(push, {"ids": ids()}, channel=sender)
     assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids()
-    assert sender.attached() == os.getpid()
+    assert sender._attached() == os.getpid()
 
 
 def test_a_new_receiver_attaches_from_a_doorbell(pair):
@@ -128,7 +128,7 @@ def test_a_new_receiver_attaches_from_a_doorbell(pair):
             send_pyobj_oob(push, {"n": 1, "ids": ids(start=1)}, channel=sender)
             assert recv_pyobj_oob(pull, channel=first)["n"] == 1
         with shm.Receiver() as second:
-            sender.send(push, {"n": 2, "ids": ids(start=2)})
-            got = second.recv(pull)
+            sender._send(push, {"n": 2, "ids": ids(start=2)})
+            got = second._recv(pull)
             assert got["n"] == 2 and got["ids"] == ids(start=2)
             assert second.stats["ring"] == 1 and sender._id in second._segments

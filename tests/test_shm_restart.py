@@ -26,7 +26,7 @@ pair = shm_helpers.pair
 # -- real processes killed mid-message -------------------------------------------------------------
 
 # A worker: argv out, back, and "ring" with a spin in microseconds to read whole messages from
-# the ring (Receiver.recv) instead of recv_pyobj_oob.
+# the ring (Receiver._recv) instead of recv_pyobj_oob.
 WORKER = textwrap.dedent("""
     import os, sys, time, zmq
     from tokenwire import shm
@@ -40,7 +40,7 @@ WORKER = textwrap.dedent("""
     while True:
         try:
             if ring:
-                msg = receiver.recv(pull, spin_us=float(sys.argv[4]))
+                msg = receiver._recv(pull, spin_us=float(sys.argv[4]))
             else:
                 msg = recv_pyobj_oob(pull, channel=receiver)
         except Exception as e:
@@ -116,7 +116,7 @@ def test_worker_killed_holding_slots_then_replaced(zmq_ctx, tmp_path):
                 pass
         assert 11 in seen and len(seen) >= 6 and all(seen.values()), seen
         assert sender.stats["shm"] >= 2 + 6       # slots were taken back and used again
-        assert sender.attached() == workers[1].pid
+        assert sender._attached() == workers[1].pid
     finally:
         for w in workers:
             w.kill()
@@ -149,7 +149,7 @@ def test_sender_killed_mid_message_then_restarted(zmq_ctx, tmp_path):
             frames = pull.recv_multipart(copy=False)
             ack.send(b"")
             assert proxy.wait(timeout=30) == -signal.SIGKILL
-            msg = receiver.loads([f.buffer for f in frames])    # after its death
+            msg = receiver._loads([f.buffer for f in frames])    # after its death
             assert msg["n"] == 3 and msg["ids"] == ids(start=start + 3)
             assert receiver.stats["shm"] >= 2
         assert len(receiver._segments) == 2               # the restarted proxy's segment too
@@ -170,7 +170,7 @@ def _wait_event(monitor, event, timeout_ms: int = 30_000) -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("spin_us", [0, 2000])
 def test_a_worker_restarted_after_kill_9_gets_every_message(zmq_ctx, tmp_path, spin_us):
-    """A worker reading whole messages from the ring (Sender.send / Receiver.recv) is killed
+    """A worker reading whole messages from the ring (Sender._send / Receiver._recv) is killed
     with SIGKILL and a new one started in its place: every message sent to the new worker
     arrives, with its ids; none is refused for naming a segment it has not mapped. The
     proxy sees that the attached pid no longer runs and offers the segment again, and a
@@ -183,7 +183,7 @@ def test_a_worker_restarted_after_kill_9_gets_every_message(zmq_ctx, tmp_path, s
 
     def send(n: int) -> None:
         v = ids(start=n)
-        sender.send(push, {"n": n, "ids": v, "expect": v})
+        sender._send(push, {"n": n, "ids": v, "expect": v})
 
     try:
         for life in range(2):
@@ -196,7 +196,7 @@ def test_a_worker_restarted_after_kill_9_gets_every_message(zmq_ctx, tmp_path, s
                 got.append(pull.recv_pyobj())
             assert got == [("ok", n, True, workers[-1].pid)
                            for n in range(100 * life, 100 * life + 24)], got
-            assert sender.attached() == workers[-1].pid
+            assert sender._attached() == workers[-1].pid
             assert sender.stats["ring"] >= 20 * (life + 1)
             workers[-1].send_signal(signal.SIGKILL)
             workers[-1].wait()
@@ -227,4 +227,4 @@ def test_a_sequence_pushed_to_the_top_is_never_published(pair):
         assert recv_pyobj_oob(pull, channel=receiver)["ids"] == ids(start=3)
         seg = receiver._segments[sender._id]
         assert seg.published < 1 << 63
-        assert receiver.poll(pull, spin_us=10, timeout_ms=0) is False
+        assert receiver._poll(pull, spin_us=10, timeout_ms=0) is False

@@ -24,14 +24,14 @@ channel = shm_helpers.channel
 
 def test_segment_is_a_sealed_owner_only_memfd(channel):
     sender, _ = channel
-    st = os.fstat(sender.fd)
+    st = os.fstat(sender._fd)
     assert stat.S_IMODE(st.st_mode) == 0o600
     import fcntl
-    seals = fcntl.fcntl(sender.fd, fcntl.F_GET_SEALS)
+    seals = fcntl.fcntl(sender._fd, fcntl.F_GET_SEALS)
     assert seals & fcntl.F_SEAL_SHRINK and seals & fcntl.F_SEAL_GROW and seals & fcntl.F_SEAL_SEAL
-    assert os.readlink(f"/proc/self/fd/{sender.fd}").startswith("/memfd:tokenwire-")
+    assert os.readlink(f"/proc/self/fd/{sender._fd}").startswith("/memfd:tokenwire-")
     with pytest.raises(OSError):
-        os.ftruncate(sender.fd, 4096)           # nobody can shrink it under a reader
+        os.ftruncate(sender._fd, 4096)           # nobody can shrink it under a reader
 
 
 def test_shared_words_refuse_unaligned_buffers_and_indices_outside():
@@ -84,13 +84,13 @@ def test_a_spin_outside_a_minute_is_refused(zmq_ctx, pair, channel, spin_us):
     push, pull = pair
     pull.setsockopt(zmq_ctx[0].RCVTIMEO, 2000)          # a spin taken as 0 blocks: not forever
     with pytest.raises(ValueError, match="spin_us must be in"):
-        receiver.recv(pull, spin_us=spin_us)
+        receiver._recv(pull, spin_us=spin_us)
     with pytest.raises(ValueError, match="spin_us must be in"):
-        receiver.poll(pull, spin_us=spin_us, timeout_ms=0)
+        receiver._poll(pull, spin_us=spin_us, timeout_ms=0)
     with pytest.raises(ValueError, match="timeout_us must be in"):
         receiver._segments[sender._id].words.wait(0, 1, spin_us)
-    sender.send(push, {"ids": ids(start=3)})
-    assert receiver.recv(pull, spin_us=shm.MAX_SPIN_US)["ids"] == ids(start=3)
+    sender._send(push, {"ids": ids(start=3)})
+    assert receiver._recv(pull, spin_us=shm._MAX_SPIN_US)["ids"] == ids(start=3)
 
 
 @pytest.mark.parametrize("make, error, match", [
@@ -101,6 +101,8 @@ def test_a_spin_outside_a_minute_is_refused(zmq_ctx, pair, channel, spin_us):
     (lambda: shm.Sender(threshold="1"), TypeError, "threshold must be an int, got str"),
     (lambda: shm.Receiver(max_segments=0), ValueError, "max_segments must be in"),
     (lambda: shm.Receiver(max_segments=True), TypeError, "max_segments must be an int"),
+    (lambda: shm.Receiver(spin_us=float("nan")), ValueError, "spin_us must be in"),
+    (lambda: shm.Receiver(spin_us="1"), TypeError, "spin_us must be a number"),
 ])
 def test_channel_arguments_are_checked(make, error, match):
     with pytest.raises(error, match=match):
@@ -111,6 +113,18 @@ def test_poll_timeout_and_spin_types_are_checked(pair, channel):
     _, receiver = channel
     _, pull = pair
     with pytest.raises(ValueError, match="timeout_ms must be in"):
-        receiver.poll(pull, timeout_ms=-5)
+        receiver._poll(pull, timeout_ms=-5)
     with pytest.raises(TypeError, match="spin_us must be a number"):
-        receiver.recv(pull, spin_us="100")
+        receiver._recv(pull, spin_us="100")
+
+
+def test_the_public_surface():
+    """tokenwire.shm exports its two ends and `available`; each end's public members are its
+    construction, `close`, the context manager and `stats`: everything else is reached through
+    send_pyobj_oob / recv_pyobj_oob (or tokenwire.msgspec) with channel=."""
+    assert shm.__all__ == ["Receiver", "Sender", "available"]
+    for cls in (shm.Sender, shm.Receiver):
+        assert [n for n in vars(cls) if not n.startswith("_")] == ["close"]
+        assert "__enter__" in vars(cls) and "__exit__" in vars(cls)
+        with cls() as end:
+            assert [n for n in vars(end) if not n.startswith("_")] == ["stats"]

@@ -35,7 +35,7 @@ def test_round_trip_through_slots(pair, channel, key):
     first = recv_pyobj_oob(pull, key=key, channel=receiver)
     assert first["ids"] == ids()
     assert sender.stats == {"shm": 0, "frames": 1, "ring": 0}           # the offer
-    assert sender.attached() == os.getpid()
+    assert sender._attached() == os.getpid()
     for k in range(1, 13):                      # 3 times round the ring: slots are released
         send_pyobj_oob(push, {"ids": ids(start=k), "n": k}, key=key, channel=sender)
         got = recv_pyobj_oob(pull, key=key, channel=receiver)
@@ -48,10 +48,10 @@ def test_small_buffers_stay_in_band_and_mid_sized_ones_use_slots(pair, channel):
     sender, receiver = channel
     attach(pair, sender, receiver)
     push, pull = pair
-    small, mid = ids(100), ids(shm.SHM_THRESHOLD // 4)     # mid is below OOB_THRESHOLD
-    frames = sender.dumps({"a": small, "b": mid})
+    small, mid = ids(100), ids(shm._SHM_THRESHOLD // 4)     # mid is below OOB_THRESHOLD
+    frames = sender._dumps({"a": small, "b": mid})
     assert len(frames) == 2                                  # descriptor + pickle: no frame
-    got = receiver.loads(frames)
+    got = receiver._loads(frames)
     assert got == {"a": small, "b": mid}
     assert sender.stats["shm"] == 1
 
@@ -74,7 +74,7 @@ def test_oversize_buffer_and_sign_buffers_travel_as_frames(pair, channel):
     sender, receiver = channel
     attach(pair, sender, receiver, key=KEY)
     push, pull = pair
-    big = ids(sender.slot_bytes // 4 + 1)
+    big = ids(sender._slot_bytes // 4 + 1)
     send_pyobj_oob(push, {"ids": big}, key=KEY, channel=sender)
     assert recv_pyobj_oob(pull, key=KEY, channel=receiver)["ids"] == big
     send_pyobj_oob(push, {"ids": ids()}, key=KEY, sign_buffers=True, channel=sender)
@@ -116,19 +116,19 @@ def test_a_message_without_slot_has_no_descriptor_once_attached(pair, channel, k
     send_pyobj_oob(push, obj, key=key, channel=sender)
     before = pull.recv_multipart()
     assert _seq_of(before, key is not None) == 1 == sender._seq            # the offer
-    assert receiver.loads(before, key=key) == obj
-    assert sender.attached() == os.getpid()
+    assert receiver._loads(before, key=key) == obj
+    assert sender._attached() == os.getpid()
     for n in range(3):
         obj = {"n": n, "ids": ids(10 + n)}
         send_pyobj_oob(push, obj, key=key, channel=sender)
         got = pull.recv_multipart()
         assert got == [bytes(f) for f in dumps_oob(obj, key=key)]
-        assert receiver.loads(got, key=key) == obj
+        assert receiver._loads(got, key=key) == obj
     assert sender._seq == 1 and receiver._segments[sender._id].published == 1
     send_pyobj_oob(push, {"ids": ids()}, key=key, channel=sender)          # a slot: a descriptor
     got = pull.recv_multipart()
     assert _seq_of(got, key is not None) == 2
-    assert receiver.loads(got, key=key)["ids"] == ids()
+    assert receiver._loads(got, key=key)["ids"] == ids()
     assert receiver._segments[sender._id].published == 2
 
 
@@ -138,7 +138,7 @@ def test_sequences_stay_contiguous_over_slot_and_no_slot_messages(pair, channel)
     sender, receiver = channel
     attach(pair, sender, receiver)
     push, pull = pair
-    sizes = [10, N, 10, 10, N, N, 100, sender.slot_bytes // 4 + 8, N, 10, N, N, N, 10]
+    sizes = [10, N, 10, 10, N, N, 100, sender._slot_bytes // 4 + 8, N, 10, N, N, N, 10]
     seqs = []
     for n, size in enumerate(sizes):
         send_pyobj_oob(push, {"n": n, "ids": ids(size, start=n)}, channel=sender)
@@ -146,14 +146,14 @@ def test_sequences_stay_contiguous_over_slot_and_no_slot_messages(pair, channel)
         if _seq_of(frames):
             seqs.append(_seq_of(frames))
         else:
-            assert size < N or size > sender.slot_bytes // 4, size     # no slot wanted
-        got = receiver.loads(frames)
+            assert size < N or size > sender._slot_bytes // 4, size     # no slot wanted
+        got = receiver._loads(frames)
         assert got["n"] == n and got["ids"] == ids(size, start=n)
     assert seqs == list(range(2, 2 + len(seqs))) and len(seqs) == sizes.count(N)
     assert sender._seq == seqs[-1] == receiver._segments[sender._id].published
     sender._collect()
     assert all(sender._words.load(shm._state_word(i)) & 3 == shm._FREE
-               for i in range(sender.slots))
+               for i in range(sender._slots))
 
 
 # -- a send that raises delivers nothing -----------------------------------------------------------
@@ -184,7 +184,7 @@ def test_a_send_that_raises_delivers_nothing_and_holds_no_slot(pair, channel, un
 
     def send(sock, msg, flags=0):
         if how == "send":
-            sender.send(sock, msg, flags=flags)
+            sender._send(sock, msg, flags=flags)
         elif how == "send_pyobj_oob":
             send_pyobj_oob(sock, msg, flags, channel=sender)
         else:
@@ -192,18 +192,18 @@ def test_a_send_that_raises_delivers_nothing_and_holds_no_slot(pair, channel, un
 
     def recv():
         if how == "send":
-            return receiver.recv(pull, spin_us=1000)
+            return receiver._recv(pull, spin_us=1000)
         if how == "send_pyobj_oob":
             return recv_pyobj_oob(pull, channel=receiver)
         return decoder.recv(pull)
 
     send(push, {"n": 0, "ids": ids(start=0)})
-    assert recv()["n"] == 0 and sender.attached() == os.getpid()
+    assert recv()["n"] == 0 and sender._attached() == os.getpid()
     seq, slots_used = sender._seq, sender.stats["shm"]
-    for _ in range(3 * sender.slots):              # more than the ring holds
+    for _ in range(3 * sender._slots):              # more than the ring holds
         with pytest.raises(zmq.Again):
             send(dead, {"n": 1, "ids": ids(start=1)}, zmq.NOBLOCK)
-        assert not receiver.poll(pull, spin_us=2000, timeout_ms=50)   # not in the ring either
+        assert not receiver._poll(pull, spin_us=2000, timeout_ms=50)   # not in the ring either
         assert sender._seq == seq and sender.stats["shm"] == slots_used
     for n in (1, 2):                                # the retry, then the next message
         send(push, {"n": n, "ids": ids(start=n)})

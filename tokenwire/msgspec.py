@@ -563,7 +563,7 @@ class Encoder:
             local.frames = None
             local.hooks = None
         if self.channel is not None:
-            desc, rest = self.channel.place(frames[1:])
+            desc, rest = self.channel._place(frames[1:])
             return [desc, frames[0], *rest]
         return frames
 
@@ -579,7 +579,7 @@ class Encoder:
         if prefix != ():
             frames = _prefix_frames(prefix) + frames
         if self.channel is not None:
-            self.channel.send_frames(socket, frames, flags)   # a send that raises delivers nothing
+            self.channel._send_frames(socket, frames, flags)   # a send that raises delivers nothing
         else:
             send_frames(socket, frames, flags)
 
@@ -682,7 +682,7 @@ class Decoder:
         if self.channel is not None:             # [descriptor, main, *frames]: slots copied out
             if len(frames) < 2:
                 raise WireFormatError("a channel message has a descriptor and a main frame")
-            frames = [frames[1], *self.channel.take(frames[0], frames[2:])]
+            frames = [frames[1], *self.channel._placed(frames[0], frames[2:])]
         if not frames:
             raise WireFormatError("Decoder.decode() got no frames (needs the main frame)")
         local = self._local

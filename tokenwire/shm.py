@@ -1,11 +1,10 @@
 """A same-host channel for large buffers: a ring of slots in shared memory beside a zmq socket.
 
-The segment's layout and the channel's frames come first, then the sending side (`Sender`:
-creates the segment, writes large buffers into free slots, sends each message exactly once or not
-at all), then the receiving side (a checked view of a sender's segment, and `Receiver`: attaches
-to the segments senders offer, copies slots out into storage it owns before anything is checked,
-publishes the messages it is done with). What it promises: docs/transport.md, "Shared-memory
-channel"; how it is built: docs/design.md, "tokenwire/shm.py"."""
+A `Sender` (the proxy's) and a `Receiver` (the worker's) are passed as ``channel=`` to
+`tokenwire.transport.send_pyobj_oob` and `recv_pyobj_oob`; `available` tells whether this
+platform has the segments. What the channel promises: docs/transport.md, "Shared-memory
+channel". The module reads in sections: the segment's layout, the channel's frames, the sending
+side, the receiving side (docs/design.md, "tokenwire/shm.py")."""
 
 from __future__ import annotations
 
@@ -24,22 +23,20 @@ try:
 except ImportError:                  # not POSIX (Windows): available() is False, no segment
     fcntl = None  # type: ignore[assignment]
 
-from tokenwire._core import MAX_SPIN_US, TokenVector, _ShmWords
+from tokenwire._core import MAX_SPIN_US as _MAX_SPIN_US
+from tokenwire._core import TokenVector, _ShmWords
 from tokenwire._oob import (OOB_THRESHOLD, FindClass, as_key, dumps_oob, is_signature, loads_oob,
                             signature, unpickle)
 from tokenwire.errors import AuthenticationError, WireFormatError
-from tokenwire.transport import received_buffer, send_frames
+from tokenwire.transport import received_buffer, recv_frames, send_frames
 
-__all__ = ["MAX_SPIN_US", "SHM_THRESHOLD", "SLOT_BYTES", "SLOTS", "Receiver", "Sender", "available"]
+__all__ = ["Receiver", "Sender", "available"]
 
-#: Buffers at least this many bytes go through a slot once a receiver has attached (smaller ones
-#: stay in-band, or travel as frames from the transport's ``oob_threshold`` up). Around 8k ids
-#: an out-of-band path starts to beat copying the ids into the pickle (docs/transport.md).
-SHM_THRESHOLD = 32 * 1024
-#: Default ring: SLOTS slots of SLOT_BYTES bytes each (memory is committed only when touched).
-SLOTS = 16
-#: The default size of a slot: 1 MiB (262,144 ids).
-SLOT_BYTES = 1 << 20
+# Sender's defaults (its docstring says why these sizes).
+_SHM_THRESHOLD = 32 * 1024
+_SLOTS = 16
+_SLOT_BYTES = 1 << 20
+
 
 # -- the segment's layout --------------------------------------------------------------------------
 
@@ -103,7 +100,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def create(slots: int, slot_bytes: int) -> Tuple[int, mmap.mmap, bytes]:
+def _create_segment(slots: int, slot_bytes: int) -> Tuple[int, mmap.mmap, bytes]:
     """A new segment of `slots` slots of `slot_bytes` bytes: ``(fd, mapping, segment id)``. A
     sealed 0o600 memfd named after its random id, its header written."""
     seg_id = os.urandom(16)
@@ -165,7 +162,7 @@ _DESC_UNPACK_FROM, _ENTRY_UNPACK_FROM = _DESC.unpack_from, _ENTRY.unpack_from
 _DESC_SIZE, _ENTRY_SIZE = _DESC.size, _ENTRY.size
 _NO_SLOT = (1 << 64) - 1
 _NO_SEGMENT = bytes(16)
-# A whole message in a slot (Sender.send / Receiver.recv): the lengths of its signature,
+# A whole message in a slot (Sender(ring=True)): the lengths of its signature,
 # descriptor and pickle, then those bytes. Its doorbell, the zmq message that wakes a receiver
 # blocked on the socket: magic, segment id, sender pid, segment fd (the offer to attach, as in a
 # descriptor: a receiver started in place of one that died maps the segment from it), sequence,
@@ -190,40 +187,56 @@ def _count(name: str, value: Any, lo: int, hi: int) -> int:
 
 
 def _spin(spin_us: Any) -> float:
-    """`spin_us` as microseconds in [0, MAX_SPIN_US] (a minute), or TypeError / ValueError."""
+    """`spin_us` as microseconds in [0, _MAX_SPIN_US] (a minute), or TypeError / ValueError."""
     if isinstance(spin_us, bool) or not isinstance(spin_us, (int, float)):
         raise TypeError(f"spin_us must be a number of microseconds, got "
                         f"{type(spin_us).__name__}")
-    if not 0 <= spin_us <= MAX_SPIN_US:          # False for NaN as well
-        raise ValueError(f"spin_us must be in [0, {MAX_SPIN_US:.0f}] microseconds (a minute), "
+    if not 0 <= spin_us <= _MAX_SPIN_US:         # False for NaN as well
+        raise ValueError(f"spin_us must be in [0, {_MAX_SPIN_US:.0f}] microseconds (a minute), "
                          f"got {spin_us}")
     return float(spin_us)
+
 
 # -- the sending side ------------------------------------------------------------------------------
 
 class Sender:
-    """The sending side: creates the segment and writes large buffers into free slots.
+    """The sending side of the channel: pass it as ``channel=`` to
+    `tokenwire.transport.send_pyobj_oob` (or `tokenwire.msgspec.Encoder`). It creates the
+    segment and writes each large buffer into a free slot.
 
-    `slots` slots of `slot_bytes` bytes; buffers of at least `threshold` bytes (and at most
-    `slot_bytes`) use a slot when one is free and a receiver has attached. ``stats`` counts the
-    buffers sent through slots (``"shm"``) and as frames (``"frames"``), and the whole messages
-    `send` put in a slot (``"ring"``). `close` (or garbage
-    collection, or the process's exit) releases the segment. Like a zmq socket, a Sender is
-    used by one thread at a time.
+    - `slots` (default 16) slots of `slot_bytes` bytes (default 1 MiB: 262,144 ids; rounded up
+      to a multiple of 64). Memory is committed only where a slot is written.
+    - `threshold` (default 32 KiB, 8,192 ids): buffers of at least this many bytes (and at most
+      `slot_bytes`) take a slot when one is free and a receiver has attached; smaller ones stay
+      in the pickle or travel as frames. Around 8k ids an out-of-band path starts to beat
+      copying the ids into the pickle (docs/transport.md, "Which path a buffer takes").
+    - `ring` (default False): when every large buffer of a message took a slot, the whole
+      message goes into a slot too and the socket carries only a small doorbell, for a
+      `Receiver` that spins on the ring (``Receiver(spin_us=...)``; docs/transport.md,
+      "Whole messages through the ring"). Without a spinning receiver it costs more than it
+      saves. The ring keeps this sender's order on its socket, not another's: a socket that
+      takes ring messages takes messages from this sender only.
+
+    ``stats`` counts the buffers sent through slots (``"shm"``) and as frames (``"frames"``),
+    and the whole messages put in a slot (``"ring"``). `close` (or the context manager, garbage
+    collection, the process's exit) releases the segment. Like a zmq socket, a Sender is used by
+    one thread at a time.
 
     The segment is a sealed memfd that only its owner may open. A full ring, an oversize buffer
     or an unattached receiver falls back to frames; a worker whose pid no longer runs is no
-    longer attached, and `send` offers the segment again, for the worker started in its place.
-    `slots`, `slot_bytes` and `threshold` must be ints in range (TypeError, ValueError).
+    longer attached, and the next message offers the segment again, for the worker started in
+    its place. `slots`, `slot_bytes` and `threshold` must be ints in range (TypeError,
+    ValueError).
     """
 
-    def __init__(self, slots: int = SLOTS, slot_bytes: int = SLOT_BYTES, *,
-                 threshold: int = SHM_THRESHOLD) -> None:
+    def __init__(self, slots: int = _SLOTS, slot_bytes: int = _SLOT_BYTES, *,
+                 threshold: int = _SHM_THRESHOLD, ring: bool = False) -> None:
         slots = _count("slots", slots, 1, _MAX_SLOTS)
         slot_bytes = _count("slot_bytes", slot_bytes, 1, _MAX_SLOT_BYTES)
-        self.threshold = _count("threshold", threshold, 0, 1 << 62)
-        self.slots = slots
-        self.slot_bytes = (slot_bytes + 63) // 64 * 64
+        self._threshold = _count("threshold", threshold, 0, 1 << 62)
+        self._slots = slots
+        self._slot_bytes = (slot_bytes + 63) // 64 * 64
+        self._ring = bool(ring)
         self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
         # Generations, sequences and owners are ours, kept in our memory, never read back from
         # the segment.
@@ -236,8 +249,8 @@ class Sender:
         self._pool = b""                         # random bytes for tokens (_random)
         self._pool_at = 0
         self._ring_records = [False] * _RECORDS  # records whose words 2-4 are not zeros
-        # The message being sent: what `cancel` undoes should its send fail (sequence, token,
-        # _unsequenced and stats before it, the slots it wrote), and the record `publish`
+        # The message being sent: what `_cancel` undoes should its send fail (sequence, token,
+        # _unsequenced and stats before it, the slots it wrote), and the record `_publish`
         # writes once the socket took its doorbell (a message in the ring).
         self._undo: Optional[Tuple[int, int, bool, Tuple[int, int, int], List[int]]] = None
         self._ring_record: Optional[Tuple[int, int, int, int, int]] = None
@@ -252,16 +265,11 @@ class Sender:
             self._create()
 
     def _create(self) -> None:
-        fd, m, seg_id = create(self.slots, self.slot_bytes)
+        fd, m, seg_id = _create_segment(self._slots, self._slot_bytes)
         self._fd, self._map, self._mv, self._id = fd, m, memoryview(m), seg_id
         self._words = _ShmWords(m, self._data // 8)
 
-    @property
-    def fd(self) -> int:
-        """The segment's file descriptor (-1 when there is none)."""
-        return self._fd
-
-    def attached(self) -> int:
+    def _attached(self) -> int:
         """The pid of the receiver attached to the segment, 0 when none is."""
         if self._words is None:
             return 0
@@ -310,7 +318,7 @@ class Sender:
         makes every copy, in and out, one into cold memory)."""
         assert self._words is not None
         words, gens, state = self._words, self._gens, _SLOT_STATE0
-        for i in range(self.slots):
+        for i in range(self._slots):
             if words.load(state + i * _WORDS_PER_SLOT) == gens[i] << 2 | _FREE:
                 return i
         return -1
@@ -321,7 +329,7 @@ class Sender:
         assert self._words is not None
         done = self._words.load(_DONE_WORD)
         taken = False
-        for i in range(self.slots):
+        for i in range(self._slots):
             if 0 < self._slot_seq[i] <= done:
                 self._slot_seq[i] = 0
                 taken |= self._take_back(i)
@@ -352,7 +360,7 @@ class Sender:
         n = raw.nbytes
         words.store(state + 1, n)
         words.store(state + 2, seq)
-        start = self._data + i * self.slot_bytes
+        start = self._data + i * self._slot_bytes
         words.write(start, raw)
         words.store(state, gen << 2 | _FULL)     # last (release): the bytes are in place
         return i, gen
@@ -362,7 +370,7 @@ class Sender:
         assert self._words is not None
         taken = False
         dead: Dict[int, bool] = {}
-        for i in range(self.slots):
+        for i in range(self._slots):
             if self._slot_seq[i]:
                 owner = self._owner[i]
                 if owner not in dead:
@@ -370,7 +378,7 @@ class Sender:
                 if dead[owner]:
                     self._slot_seq[i] = 0
                     taken |= self._take_back(i)
-        reader = self.attached()
+        reader = self._attached()
         if taken and dead.get(reader, False):
             self._words.cas(_READER_WORD, reader, 0)     # offer the segment again
         return taken
@@ -379,19 +387,19 @@ class Sender:
         """The attached receiver's pid, or 0 when none is attached or it no longer runs (killed:
         its unread slots are taken back, and the segment is offered again, so that a receiver
         started in its place attaches from the next message)."""
-        reader = self.attached()
+        reader = self._attached()
         if reader and not _alive(reader):
             assert self._words is not None
             self._reclaim_dead()
             self._words.cas(_READER_WORD, reader, 0)  # unless a new receiver wrote its pid
-            reader = self.attached()
+            reader = self._attached()
         return reader
 
-    def reclaim(self) -> None:
+    def _reclaim(self) -> None:
         """Take back every slot not yet read. A message naming one is then refused as stale
         (`WireFormatError`); use after a receiver was replaced."""
         if self._words is not None:
-            for i in range(self.slots):
+            for i in range(self._slots):
                 self._slot_seq[i] = 0
                 self._take_back(i)
 
@@ -399,7 +407,7 @@ class Sender:
 
     def _record(self, seq: int, token: int, where: int = 0, gen: int = 0, n: int = 0) -> None:
         """Write message `seq`'s record: its random token (a receiver that refuses the message
-        can still show that the sequence is ours, and so publish it) and, for a message `send`
+        can still show that the sequence is ours, and so publish it) and, for a message `_send`
         put in a slot, slot + 1, generation and length. The sequence word is cleared first and
         stored last (release), so a reader that sees it before and after sees a whole record."""
         words = self._words
@@ -423,7 +431,7 @@ class Sender:
         entries: List[bytes] = []
         frames: List[Any] = []
         took = wanted = 0
-        threshold, slot_bytes = self.threshold, self.slot_bytes
+        threshold, slot_bytes = self._threshold, self._slot_bytes
         for buf in buffers:
             raw = memoryview(buf)
             if raw.format != "B" or raw.ndim != 1:
@@ -469,22 +477,23 @@ class Sender:
         self._pool_at = k + 8
         return int.from_bytes(self._pool[k:k + 8], "little")
 
-    def place(self, buffers: Sequence[Any], *, use_slots: bool = True) -> Tuple[bytes, List[Any]]:
+    def _place(self, buffers: Sequence[Any], *,
+               use_slots: bool = True) -> Tuple[bytes, List[Any]]:
         """Put each buffer (bytes-like, C-contiguous) in a slot when it fits and one is free,
         keep the others as frames: ``(descriptor, frames)``. The descriptor lists every buffer
-        in order; `Receiver.take` gives them back. Every descriptor carries a message sequence
-        (`dumps` leaves out the descriptor of a message that needs none)."""
+        in order; `Receiver._placed` gives them back. Every descriptor carries a message sequence
+        (`_dumps` leaves out the descriptor of a message that needs none)."""
         live = self._words is not None
         self._begin()
-        reader = self.attached() if use_slots and live else 0
+        reader = self._attached() if use_slots and live else 0
         seq, token = self._sequenced()
         entries, frames, _ = self._entries(buffers, reader, seq)
         if live:
             self._record(seq, token)
         return self._descriptor(entries, seq, token), frames
 
-    def dumps(self, obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
-              sign_buffers: bool = False) -> List[Any]:
+    def _dumps(self, obj: Any, *, oob_threshold: int = OOB_THRESHOLD,
+               key: Optional[bytes] = None, sign_buffers: bool = False) -> List[Any]:
         """The frames of `obj`. Buffers below `oob_threshold` bytes stay in the pickle; large
         ones go through slots when possible, the others as frames (sign_buffers=True sends them
         all as frames: the signature then covers their bytes).
@@ -495,17 +504,17 @@ class Sender:
         the same way), with no descriptor and no sequence -- the receiver tells the two apart
         by the descriptor's magic (a pickle starts with ``b"\\x80\\x05"``). A buffer that
         wants a slot and finds the ring full keeps the descriptor and a sequence."""
-        reader = self.attached()
+        reader = self._attached()
         if not reader:
             parts = dumps_oob(obj, oob_threshold=oob_threshold)
-            desc, frames = self.place(parts[1:], use_slots=False)     # place begins the message
+            desc, frames = self._place(parts[1:], use_slots=False)    # it begins the message
             return self._framed(desc, parts[0], frames, key, sign_buffers)
         self._begin()
         if sign_buffers:
             frames = dumps_oob(obj, oob_threshold=oob_threshold)
             self.stats["frames"] += len(frames) - 1
         else:
-            frames = dumps_oob(obj, oob_threshold=min(oob_threshold, self.threshold))
+            frames = dumps_oob(obj, oob_threshold=min(oob_threshold, self._threshold))
             if len(frames) > 1:
                 # Slots are written for the next sequence, which only a message that took one
                 # uses: sequences stay contiguous over the messages that carry one.
@@ -519,8 +528,8 @@ class Sender:
                     self._record(seq, token)
                     return self._framed(self._descriptor(entries, seq, token), frames[0], rest,
                                         key, False)
-        # No slot: the message dumps_oob makes. A ring message (`message`) must not overtake
-        # it on its way through the socket: the next one `message` makes carries a sequence
+        # No slot: the message dumps_oob makes. A ring message (`_message`) must not overtake
+        # it on its way through the socket: the next one `_message` makes carries a sequence
         # but stays on the socket.
         self._unsequenced = True
         if key is None:
@@ -536,41 +545,50 @@ class Sender:
         sig = signature(as_key(key), desc + head, frames, sign_buffers, channel=True)
         return [sig, desc, head, *frames]
 
-    def send(self, socket: Any, obj: Any, *, key: Optional[bytes] = None,
-             oob_threshold: int = OOB_THRESHOLD, flags: int = 0) -> None:
-        """Send `obj` for `Receiver.recv` (which also reads what `send_pyobj_oob` sends with
-        this channel): the frames of `message`, through `send_frames` (a send that raises
-        delivers nothing)."""
-        self.send_frames(socket, self.message(obj, key=key, oob_threshold=oob_threshold), flags)
+    def _frames(self, obj: Any, *, oob_threshold: int, key: Optional[bytes],
+                sign_buffers: bool) -> List[Any]:
+        """The frames `tokenwire.transport.send_pyobj_oob` sends with ``channel=self`` (then
+        through `_send_frames`): `_message`'s with ``ring=True`` (sign_buffers=True excepted:
+        a slot's bytes cannot be signed), `_dumps`'s otherwise."""
+        if self._ring and not sign_buffers:
+            return self._message(obj, key=key, oob_threshold=oob_threshold)
+        return self._dumps(obj, oob_threshold=oob_threshold, key=key, sign_buffers=sign_buffers)
 
-    def send_frames(self, socket: Any, frames: List[Any], flags: int = 0) -> None:
-        """Send the frames of the last `message`, `dumps` or `place` on a zmq socket as one
+    def _send(self, socket: Any, obj: Any, *, key: Optional[bytes] = None,
+              oob_threshold: int = OOB_THRESHOLD, flags: int = 0) -> None:
+        """Send `obj` as ``send_pyobj_oob(socket, obj, channel=self)`` does with ``ring=True``:
+        the frames of `_message`, through `_send_frames` (a send that raises delivers
+        nothing)."""
+        self._send_frames(socket, self._message(obj, key=key, oob_threshold=oob_threshold), flags)
+
+    def _send_frames(self, socket: Any, frames: List[Any], flags: int = 0) -> None:
+        """Send the frames of the last `_message`, `_dumps` or `_place` on a zmq socket as one
         multipart message (``copy=False``; leading frames such as a ROUTER identity may come
         first). Exactly once or not at all: when the socket raises (``zmq.Again`` with
-        ``NOBLOCK``, a closed socket, ...) the message is cancelled (`cancel`) before the error
+        ``NOBLOCK``, a closed socket, ...) the message is cancelled (`_cancel`) before the error
         propagates, so a receiver never gets it, not even from the ring; once the socket took
-        the frames, a message in the ring is published there (`publish`)."""
+        the frames, a message in the ring is published there (`_publish`)."""
         try:
             send_frames(socket, frames, flags)
         except BaseException:
-            self.cancel()
+            self._cancel()
             raise
-        self.publish()
+        self._publish()
 
-    def publish(self) -> None:
-        """The socket took the last `message`'s doorbell: name the message's slot in its
+    def _publish(self) -> None:
+        """The socket took the last `_message`'s doorbell: name the message's slot in its
         record, where a spinning receiver can take it from then on (until then, only the doorbell
-        leads to it). `send_frames` calls it; a caller sending `message`'s frames itself calls
+        leads to it). `_send_frames` calls it; a caller sending `_message`'s frames itself calls
         it after its send. Nothing to do for a message that is not in the ring."""
         record, self._ring_record = self._ring_record, None
         self._undo = None
         if record is not None and self._words is not None:
             self._record(*record)
 
-    def cancel(self) -> None:
-        """The frames of the last `message`, `dumps` or `place` were not sent: take back the
+    def _cancel(self) -> None:
+        """The frames of the last `_message`, `_dumps` or `_place` were not sent: take back the
         slots they wrote and the sequence number they took (the next message takes it again),
-        so that nothing of that message is delivered or holds a slot. `send_frames` calls it
+        so that nothing of that message is delivered or holds a slot. `_send_frames` calls it
         when the socket raises (send_pyobj_oob and tokenwire.msgspec's Encoder.send with a
         channel send through it). Nothing to do once the message was published or another
         one begun."""
@@ -587,32 +605,32 @@ class Sender:
         self.stats["shm"], self.stats["frames"], self.stats["ring"] = stats
 
     def _begin(self) -> None:
-        """A new message: what `cancel` needs to undo it. A message neither published nor
+        """A new message: what `_cancel` needs to undo it. A message neither published nor
         cancelled before it counts as sent (its frames left some other way)."""
         st = self.stats
         self._undo = (self._seq, self._token, self._unsequenced,
                       (st["shm"], st["frames"], st["ring"]), [])
         self._ring_record = None
 
-    def message(self, obj: Any, *, key: Optional[bytes] = None,
-                oob_threshold: int = OOB_THRESHOLD) -> List[Any]:
-        """The frames `send` puts on the socket. When a receiver has attached and every large
+    def _message(self, obj: Any, *, key: Optional[bytes] = None,
+                 oob_threshold: int = OOB_THRESHOLD) -> List[Any]:
+        """The frames of `obj` with ``ring=True``. When a receiver has attached and every large
         buffer took a slot, the whole message (signature, descriptor, pickle) goes into a slot
-        too, and the socket carries only a small doorbell; once the socket took it (`publish`)
+        too, and the socket carries only a small doorbell; once the socket took it (`_publish`)
         the message's record names that slot: a receiver spinning on the ring takes the
         message without a wake-up through the socket, a sleeping one is woken by the doorbell.
         Otherwise the frames of a message with a descriptor. Either way the socket's order is
-        the messages' order: a message right after one without a sequence (`dumps` made it) is
+        the messages' order: a message right after one without a sequence (`_dumps` made it) is
         never put in the ring, since a receiver that spins could take it before the earlier one
         arrives; it goes through the socket, and once the receiver is done with it the ring is
         the next message's shortcut again. A receiver that no longer runs is no receiver: the
-        message offers the segment again (`dumps`), for the one started in its place."""
+        message offers the segment again (`_dumps`), for the one started in its place."""
         reader = self._live_reader()
         if not reader:
-            return self.dumps(obj, oob_threshold=oob_threshold, key=key)
+            return self._dumps(obj, oob_threshold=oob_threshold, key=key)
         self._begin()
         ring = not self._unsequenced
-        parts = dumps_oob(obj, oob_threshold=min(oob_threshold, self.threshold))
+        parts = dumps_oob(obj, oob_threshold=min(oob_threshold, self._threshold))
         seq, token = self._sequenced()
         entries, rest, _ = self._entries(parts[1:], reader, seq)
         desc, head = self._descriptor(entries, seq, token), parts[0]
@@ -622,12 +640,12 @@ class Sender:
             sig = frames[0] if key is not None else b""
             blob = b"".join((_MSG_PACK(len(sig), len(desc), len(head)), sig, desc, head))
             n = len(blob)
-            if n <= self.slot_bytes:
+            if n <= self._slot_bytes:
                 i, gen = self._write(memoryview(blob), reader, seq)
         if i < 0:
             self._record(seq, token)
             return frames
-        # The record is written by `publish`, once the socket took the doorbell: a receiver
+        # The record is written by `_publish`, once the socket took the doorbell: a receiver
         # spinning on it must not take a message whose send may still fail.
         self._ring_record = (seq, token, i + 1, gen, n)
         self.stats["ring"] += 1
@@ -774,20 +792,30 @@ class _Segment:
 
 
 class Receiver:
-    """The receiving side: attaches to the segments senders offer and copies slots out.
+    """The receiving side of the channel: pass it as ``channel=`` to
+    `tokenwire.transport.recv_pyobj_oob` (or `tokenwire.msgspec.Decoder`). It attaches to the
+    segments senders offer and copies slots out.
 
-    Keeps at most `max_segments` segments mapped (a sender that restarted offers a new one).
+    - `max_segments` (default 4): segments kept mapped, the least recently used unmapped first
+      (a sender that restarted offers a new one).
+    - `spin_us` (default 0): when no message waits on the socket, spin up to this many
+      microseconds on the ring (without the GIL, one core busy) for the next message a
+      ``Sender(ring=True)`` put there, before blocking on the socket. At most 60,000,000 (a
+      minute); a number (TypeError) in range (ValueError), NaN and infinity refused.
+
     ``stats`` counts buffers taken from slots (``"shm"``) and from frames (``"frames"``), and
-    whole messages `recv` took from a slot (``"ring"``).
-    Used by one thread at a time.
+    whole messages taken from a slot (``"ring"``). `close` (or the context manager) unmaps every
+    segment. Used by one thread at a time.
 
     Before it maps a segment it checks its owner, mode, seals and size; it copies each slot
     into a TokenVector it owns before anything is checked, and frees the slot at once. Messages
     must be loaded in the order they arrive.
     """
 
-    def __init__(self, max_segments: int = 4) -> None:
-        self.max_segments = _count("max_segments", max_segments, 1, 1 << 16)
+    def __init__(self, max_segments: int = 4, *, spin_us: float = 0) -> None:
+        self._max_segments = _count("max_segments", max_segments, 1, 1 << 16)
+        self._spin_us = _spin(spin_us)
+        self._rung = False                       # a message came through the ring
         self.stats: Dict[str, int] = {"shm": 0, "frames": 0, "ring": 0}
         self._segments: OrderedDict[bytes, _Segment] = OrderedDict()
         self._refused: OrderedDict[bytes, str] = OrderedDict()
@@ -828,19 +856,20 @@ class Receiver:
                 self._refused.popitem(last=False)
             return None
         self._segments[seg_id] = self._last = seg
-        while len(self._segments) > self.max_segments:
+        while len(self._segments) > self._max_segments:
             old = self._segments.popitem(last=False)[1]
             if old is self._last:
                 self._last = None
             old.close()
         return seg
 
-    def loads(self, frames: Iterable[Any], *, key: Optional[bytes] = None,
-              sign_buffers: bool = False, find_class: Optional[FindClass] = None) -> Any:
-        """The object `Sender.dumps` framed. With `key`, the signature (over the descriptor and
-        the pickle) is checked before any slot is touched. Frames are used as they are given:
-        an `ImmutableBuffer` is viewed, anything else copied once
-        (`tokenwire.transport.received_buffer` decides for received zmq frames)."""
+    def _loads(self, frames: Iterable[Any], *, key: Optional[bytes] = None,
+               sign_buffers: bool = False, find_class: Optional[FindClass] = None) -> Any:
+        """The object `Sender._dumps` or `Sender._message` framed (a doorbell excepted). With
+        `key`, the signature (over the descriptor and the pickle) is checked before any slot is
+        touched. Frames are used as they are given: an `ImmutableBuffer` is viewed, anything
+        else copied once (`tokenwire.transport.received_buffer` decides for received zmq
+        frames)."""
         frames = list(frames)
         views = [memoryview(f) for f in frames]
         if key is not None:
@@ -879,61 +908,93 @@ class Receiver:
         buffers = self._take(desc, frames[first:], not sign_buffers, key is not None)
         return unpickle(head, buffers, find_class)
 
-    def recv(self, socket: Any, *, key: Optional[bytes] = None,
-             find_class: Optional[FindClass] = None, spin_us: float = 0) -> Any:
-        """The next object `Sender.send` sent on `socket` (zmq). Messages waiting on the
-        socket come first, in order; when none is, and `spin_us` > 0, the receiver spins
-        (without the GIL, one core busy) up to `spin_us` microseconds on the ring for the next
-        message the sender published there, then blocks on the socket. A doorbell whose
-        message was already taken from the ring is dropped."""
-        import zmq
-        spin_us = _spin(spin_us)
+    def _recv(self, socket: Any, *, flags: int = 0, key: Optional[bytes] = None,
+              sign_buffers: bool = False, find_class: Optional[FindClass] = None,
+              spin_us: Optional[float] = None) -> Any:
+        """What `tokenwire.transport.recv_pyobj_oob` returns with ``channel=self`` and no
+        leading frames: the next object sent on `socket` (zmq). Messages waiting on the socket
+        come first, in order; once a message came through the ring and none is waiting, the
+        receiver takes the next one from the ring when its record names a slot, spinning up to
+        `spin_us` (None: the receiver's own) without the GIL for it, then blocks on the socket.
+        A doorbell whose message was already taken from the ring is dropped."""
+        spin = self._spin_us if spin_us is None else _spin(spin_us)
+        head = 3 if key is not None else 2       # [signature?, descriptor, pickle] as bytes
         while True:
-            try:
-                got = socket.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                got = None
-            if got is None:
-                ring = self._last
-                if ring is not None:
-                    where = ring.next_message(ring.published + 1, spin_us)
+            ring = self._last
+            if ring is not None and (spin or self._rung):
+                import zmq
+                try:
+                    got = recv_frames(socket, flags | zmq.NOBLOCK, head)
+                except zmq.Again:
+                    where = ring.next_message(ring.published + 1, spin)
                     if where is not None:               # its record: the sender's
-                        return self._from_slot(ring, *where, True, key, find_class)
-                got = socket.recv_multipart(copy=False)
+                        return self._from_slot(ring, *where, True, key, sign_buffers,
+                                               find_class)
+                    got = recv_frames(socket, flags, head)
+            else:
+                got = recv_frames(socket, flags, head)
             frames = [received_buffer(f) for f in got]
-            if len(frames) == 1 and memoryview(frames[0]).nbytes == _BELL.size:
-                bell = bytes(frames[0])
-                magic, seg_id, pid, fd, seq, i, gen, n = _BELL.unpack(bell)
-                if magic == _BELL_MAGIC:
-                    seg = self._segment(seg_id, pid, fd)   # attaches, as a descriptor's offer
-                    if seg is None:
-                        reason = self._refused.get(seg_id, "no segment named")
-                        raise WireFormatError(f"a doorbell names a shared-memory segment this "
-                                              f"receiver cannot map ({reason})")
-                    if seq <= seg.published:
-                        continue                     # taken from the ring already
-                    proven = seg.next_message(seq, 0) == (seq, i, gen, n)
-                    return self._from_slot(seg, seq, i, gen, n, proven, key, find_class)
-            return self.loads(frames, key=key, find_class=find_class)
+            bell = self._bell(frames)
+            if bell is None:
+                return self._loads(frames, key=key, sign_buffers=sign_buffers,
+                                   find_class=find_class)
+            seg, seq, i, gen, n = bell
+            if seq <= seg.published:
+                continue                                # taken from the ring already
+            proven = seg.next_message(seq, 0) == (seq, i, gen, n)
+            return self._from_slot(seg, seq, i, gen, n, proven, key, sign_buffers, find_class)
 
-    def poll(self, socket: Any, spin_us: float = 0, timeout_ms: Optional[int] = None) -> bool:
-        """Wait until `recv` has a message to return at once: the next one is in the ring
-        (spinning up to `spin_us` for it, without the GIL), or the socket has one (blocking up
-        to `timeout_ms`, None: forever). False on timeout. A doorbell on the socket counts as a
-        message; `recv` may drop it and wait again."""
-        spin_us = _spin(spin_us)
+    def _received(self, frames: List[Any], *, key: Optional[bytes] = None,
+                  sign_buffers: bool = False, find_class: Optional[FindClass] = None) -> Any:
+        """The object of a message received on the socket (`frames` as `received_buffer`
+        hands them over): what `recv_pyobj_oob` loads with ``channel=self`` and leading frames
+        (which never spins: the ring carries no ROUTER identity). A doorbell's message is taken
+        from its slot; a doorbell of a message this receiver is done with is refused."""
+        bell = self._bell(frames)
+        if bell is None:
+            return self._loads(frames, key=key, sign_buffers=sign_buffers, find_class=find_class)
+        seg, seq, i, gen, n = bell
+        if seq <= seg.published:
+            raise WireFormatError(f"a doorbell of message {seq}, which this receiver is done "
+                                  f"with (message {seg.published} and those before it)")
+        proven = seg.next_message(seq, 0) == (seq, i, gen, n)
+        return self._from_slot(seg, seq, i, gen, n, proven, key, sign_buffers, find_class)
+
+    def _bell(self, frames: List[Any]) -> Optional[Tuple[_Segment, int, int, int, int]]:
+        """``(segment, sequence, slot, generation, length)`` when `frames` is a doorbell (its
+        segment attached, as a descriptor's offer is), None for any other message."""
+        if len(frames) != 1 or memoryview(frames[0]).nbytes != _BELL.size:
+            return None
+        magic, seg_id, pid, fd, seq, i, gen, n = _BELL.unpack(bytes(frames[0]))
+        if magic != _BELL_MAGIC:
+            return None
+        seg = self._segment(seg_id, pid, fd)
+        if seg is None:
+            reason = self._refused.get(seg_id, "no segment named")
+            raise WireFormatError(f"a doorbell names a shared-memory segment this receiver "
+                                  f"cannot map ({reason})")
+        return seg, seq, i, gen, n
+
+    def _poll(self, socket: Any, spin_us: Optional[float] = None,
+              timeout_ms: Optional[int] = None) -> bool:
+        """Wait until `_recv` has a message to return at once: the next one is in the ring
+        (spinning up to `spin_us` for it, None: the receiver's own, without the GIL), or the
+        socket has one (blocking up to `timeout_ms`, None: forever). False on timeout. A
+        doorbell on the socket counts as a message; `_recv` may drop it and wait again."""
+        spin = self._spin_us if spin_us is None else _spin(spin_us)
         if timeout_ms is not None:
             timeout_ms = _count("timeout_ms", timeout_ms, 0, 1 << 31)
         if socket.poll(0):
             return True
         ring = self._last
-        if ring is not None and ring.next_message(ring.published + 1, spin_us) is not None:
+        if ring is not None and ring.next_message(ring.published + 1, spin) is not None:
             return True
         return bool(socket.poll(timeout_ms))
 
     def _from_slot(self, seg: _Segment, seq: int, i: int, gen: int, n: int, proven: bool,
-                   key: Optional[bytes], find_class: Optional[FindClass]) -> Any:
-        """The message `Sender.send` put in slot `i`: copied out (and the slot freed) first,
+                   key: Optional[bytes], sign_buffers: bool,
+                   find_class: Optional[FindClass]) -> Any:
+        """The message `Sender._message` put in slot `i`: copied out (and the slot freed) first,
         then checked like a message from the socket. Read or refused, it is done with: its
         sequence is published when the segment proves it the sender's (its record named this
         slot, or the slot held its random generation), so neither the ring nor its doorbell
@@ -946,6 +1007,7 @@ class Receiver:
             blob = seg.take(i, gen, n, seq, raw=True)
             proven = True
             self.stats["ring"] += 1
+            self._rung = True
             siglen, desclen, headlen = _MSG.unpack_from(blob, 0)
             if _MSG.size + siglen + desclen + headlen != n:
                 raise WireFormatError(f"a message slot of {n} bytes holds parts of {siglen}, "
@@ -956,7 +1018,8 @@ class Receiver:
             frames = [sig, desc, head] if siglen else [desc, head]
             if len(desc) >= _DESC.size and _DESC.unpack_from(desc, 0)[6] != seq:
                 raise WireFormatError(f"the message in slot {i} is not message {seq}")
-            return self.loads(frames, key=key, find_class=find_class)
+            return self._loads(frames, key=key, sign_buffers=sign_buffers,
+                               find_class=find_class)
         finally:
             if proven:
                 seg.publish(seq)
@@ -977,10 +1040,10 @@ class Receiver:
                 for i, gen, _ in _ENTRY.iter_unpack(desc[_DESC.size:])):
             seg.publish(seq)
 
-    def take(self, desc: Any, frames: Sequence[Any], *, slots: bool = True) -> List[Any]:
-        """The buffers `Sender.place` described, in order: slots copied out (each a
-        `TokenVector` the caller owns, or `bytes` for a length that is not a multiple of 4) and
-        freed, frames as they are. Raises
+    def _placed(self, desc: Any, frames: Sequence[Any], *, slots: bool = True) -> List[Any]:
+        """The buffers `Sender._place` described, in order (tokenwire.msgspec's Decoder with a
+        channel): slots copied out (each a `TokenVector` the caller owns, or `bytes` for a
+        length that is not a multiple of 4) and freed, frames as they are. Raises
         WireFormatError for a descriptor that does not match the frames or the slots, or that
         names a slot when `slots` is false (with sign_buffers=True every byte must be signed,
         and a slot's bytes are not)."""

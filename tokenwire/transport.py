@@ -159,15 +159,15 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
         frames = pickle_frames(obj, oob_threshold=oob_threshold, encode_ids=encode_ids)
         frames.insert(0, sign_frames(as_key(key), frames, sign_buffers, leading=prefix))
     elif channel is not None:
-        frames = channel.dumps(obj, oob_threshold=oob_threshold, key=key,
-                               sign_buffers=sign_buffers)
+        frames = channel._frames(obj, oob_threshold=oob_threshold, key=key,
+                                 sign_buffers=sign_buffers)
     else:
         frames = pickle_frames(obj, oob_threshold=oob_threshold, key=key,
                                 sign_buffers=sign_buffers, encode_ids=encode_ids)
     if prefix or routing:
         frames = [*routing, *prefix, *frames]
     if channel is not None:
-        channel.send_frames(socket, frames, flags)     # a send that raises delivers nothing
+        channel._send_frames(socket, frames, flags)    # a send that raises delivers nothing
     else:
         send_frames(socket, frames, flags)
 
@@ -284,6 +284,10 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
             return unpickle(frames[0], (), None)
         return _recv_rest(frames, None, sign_buffers, None, None)
     _check_counts(prefix, routing)
+    if channel is not None and not (prefix or routing):
+        # The channel's own loop: a message waiting on the socket, else the ring's next one.
+        return channel._recv(socket, flags=flags, key=key, sign_buffers=sign_buffers,
+                             find_class=find_class)
     # Leading frames, the signature, the channel's descriptor and the pickle as bytes; the
     # buffers as zmq.Frames. (A channel message that took no slot has no descriptor: its first
     # buffer frame, if any, is then received as bytes too -- a copy, never a view of memory
@@ -308,8 +312,8 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
 def _recv_rest(frames: List[Any], key: Optional[bytes], sign_buffers: bool,
                find_class: Optional[FindClass], channel: Any) -> Any:
     if channel is not None:
-        return channel.loads([received_buffer(f) for f in frames], key=key,
-                             sign_buffers=sign_buffers, find_class=find_class)
+        return channel._received([received_buffer(f) for f in frames], key=key,
+                                 sign_buffers=sign_buffers, find_class=find_class)
     # Frames are not trusted by type (a zmq.Frame built over a bytearray looks the same as a
     # received one), nor because they were received (over inproc they are the sender's memory).
     views = [_view(f) for f in frames]

@@ -84,7 +84,7 @@ def attach(pair, sender, receiver, key=None):
     push, pull = pair
     send_pyobj_oob(push, {"ids": ids(10)}, key=key, channel=sender)
     recv_pyobj_oob(pull, key=key, channel=receiver)
-    assert sender.attached() == os.getpid()
+    assert sender._attached() == os.getpid()
 
 
 def _entry(desc: bytes, k: int = 0) -> int:
