@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union, cast
 
 from tokenwire._core import TokenVector, _ids_from_int32_bytes, as_tokens, decode, encode
-from tokenwire.errors import WireFormatError
+from tokenwire.errors import WireFormatError, _describe
 
 if TYPE_CHECKING:
     from tokenwire._core import _Codec
@@ -100,8 +100,7 @@ def from_base64(text: Text, *, vocab_size: Optional[int] = None,
 
 def _check_format(format: str) -> None:
     if format not in ("frame", "int32"):
-        got = repr(format[:20]) if type(format) is str else type(format).__name__
-        raise ValueError(f"format must be 'frame' or 'int32', got {got}")
+        raise ValueError(f"format must be 'frame' or 'int32', got {_describe(format)}")
 
 
 def _payload(tokens: Any, codec: str, checksum: bool, format: str) -> Any:

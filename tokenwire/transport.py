@@ -13,7 +13,7 @@ from tokenwire._oob import (OOB_THRESHOLD, EncodeIds, FindClass, as_key, check_u
 # The out-of-band layer's own pair: frames of any transport, ids encoded by the caller's choice.
 from tokenwire._oob import dumps_oob as pickle_frames
 from tokenwire._oob import loads_oob as unpickle_frames
-from tokenwire.errors import WireFormatError
+from tokenwire.errors import WireFormatError, _describe
 
 __all__ = ["dumps_oob", "key_from_env", "loads_oob", "recv_pyobj_oob", "send_pyobj_oob"]
 
@@ -222,9 +222,8 @@ def _bytes_frames(name: str, frames: Iterable[Any]) -> List[Any]:
 def _check_counts(prefix: int, routing: int) -> None:
     for name, n in (("prefix", prefix), ("routing", routing)):
         if not isinstance(n, int) or n < 0:
-            got = f"{n}" if isinstance(n, int) and n >= -(2**63) else type(n).__name__
             raise ValueError(f"{name} must be an int >= 0 (a number of leading frames), "
-                             f"got {got}")
+                             f"got {_describe(n)}")
 
 
 def _leading(frames: List[Any], prefix: int, routing: int) -> int:
