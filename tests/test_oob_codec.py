@@ -234,7 +234,7 @@ def test_an_encoded_frame_must_decode_to_the_count_its_header_gives() -> None:
 def test_the_layer_without_a_decoder_refuses_encoded_frames() -> None:
     frames = dumps_oob(request(), codec="packed")
     with pytest.raises(WireFormatError, match="encoded token-id frames"):
-        _oob.loads_oob(frames)
+        _oob.unpickle_frames(frames)
 
 
 # -------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from tokenwire.unpickle import check_pickle, load_scope
 
 __all__ = ["CODEC_HEADER_MAGIC", "KEY_ENV", "MIN_KEY_BYTES", "OOB_THRESHOLD", "SIGNATURE_BYTES",
            "DecodeIds", "EncodeIds", "FindClass", "as_key", "check_unsigned", "codec_kinds",
-           "dumps_oob", "is_signature", "key_from_env", "load", "loads_oob", "sign_frames",
+           "pickle_frames", "is_signature", "key_from_env", "load", "unpickle_frames", "sign_frames",
            "signature", "unpickle", "verify"]
 
 
@@ -82,10 +82,10 @@ class CodecHeader(NamedTuple):
     wire_headers: dict[int, bytes]
 
 FindClass = Callable[[str, str], Any]
-#: `dumps_oob`'s `encode_ids`: the frame to send for an out-of-band buffer when it is token ids
+#: `pickle_frames`'s `encode_ids`: the frame to send for an out-of-band buffer when it is token ids
 #: to encode, None to send it raw.
 EncodeIds = Callable[[pickle.PickleBuffer], Optional[Any]]
-#: `loads_oob`'s `decode_ids`: the ids of an encoded frame (raises WireFormatError when bad).
+#: `unpickle_frames`'s `decode_ids`: the ids of an encoded frame (raises WireFormatError when bad).
 DecodeIds = Callable[[Any], Any]
 
 
@@ -186,7 +186,7 @@ def key_from_env(name: str = KEY_ENV) -> bytes:
     return key
 
 
-def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
+def pickle_frames(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[bytes] = None,
               sign_buffers: bool = False, encode_ids: Optional[EncodeIds] = None) -> List[Any]:
     """``[pickle, buffer, ...]``: `obj` pickled at protocol 5, followed by the raw views of its
     out-of-band buffers (``memoryview``s of the objects' own memory: no copy is made). With
@@ -226,7 +226,7 @@ def dumps_oob(obj: Any, *, oob_threshold: int = OOB_THRESHOLD, key: Optional[byt
 
 def sign_frames(key: bytes, frames: Sequence[Any], sign_buffers: bool,
                 leading: Sequence[Any] = ()) -> bytes:
-    """The signature frame of ``[header?, pickle, buffer, ...]`` (what `dumps_oob` makes
+    """The signature frame of ``[header?, pickle, buffer, ...]`` (what `pickle_frames` makes
     without a key), after the `leading` frames; `key` checked by the caller (`as_key`)."""
     if _has_header(frames):
         return signature(key, frames[1], frames[2:], sign_buffers, leading=leading,
@@ -286,7 +286,7 @@ def load(head: Any, buffers: Sequence[Any], header: Optional[CodecHeader],
         if decode_ids is None:
             raise WireFormatError(
                 "the message holds encoded token-id frames (a codec header): load it with "
-                "tokenwire.transport.loads_oob or recv_pyobj_oob")
+                "tokenwire.transport.unpickle_frames or recv_pyobj_oob")
         decoded = list(buffers)
         for i, expected in header.wire_headers.items():
             if bytes(memoryview(buffers[i])[:_WIRE_HEADER]) != expected:
@@ -361,10 +361,10 @@ def unpickle(head: Any, buffers: Sequence[Any], find_class: Optional[FindClass])
         return _RestrictedUnpickler(head, buffers, find_class).load()
 
 
-def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffers: bool = False,
+def unpickle_frames(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffers: bool = False,
               find_class: Optional[FindClass] = None,
               decode_ids: Optional[DecodeIds] = None) -> Any:
-    """The object `dumps_oob` produced: ``frames[0]`` is the pickle, the rest its buffers (any
+    """The object `pickle_frames` produced: ``frames[0]`` is the pickle, the rest its buffers (any
     bytes-like objects; read-only ones are viewed without copying). With `key`, ``frames[0]``
     must be a valid signature over the rest, checked before anything is unpickled
     (`AuthenticationError` otherwise). `find_class(module, name)` restricts the globals the
@@ -372,7 +372,7 @@ def loads_oob(frames: Iterable[Any], *, key: Optional[bytes] = None, sign_buffer
     `decode_ids` (see `load`)."""
     frames = list(frames)
     if not frames:
-        raise ValueError("loads_oob() needs at least one frame (the pickle)")
+        raise ValueError("unpickle_frames() needs at least one frame (the pickle)")
     if key is None:
         check_unsigned(frames)
     else:

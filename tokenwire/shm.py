@@ -25,8 +25,8 @@ except ImportError:                  # not POSIX (Windows): available() is False
 
 from tokenwire._core import MAX_SPIN_US as _MAX_SPIN_US
 from tokenwire._core import TokenVector, _ShmWords
-from tokenwire._oob import (OOB_THRESHOLD, FindClass, as_key, dumps_oob, is_signature, loads_oob,
-                            signature, unpickle)
+from tokenwire._oob import (OOB_THRESHOLD, FindClass, as_key, is_signature, pickle_frames,
+                            signature, unpickle, unpickle_frames)
 from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import received_buffer, recv_frames, send_frames
 
@@ -506,15 +506,15 @@ class Sender:
         wants a slot and finds the ring full keeps the descriptor and a sequence."""
         reader = self._attached()
         if not reader:
-            parts = dumps_oob(obj, oob_threshold=oob_threshold)
+            parts = pickle_frames(obj, oob_threshold=oob_threshold)
             desc, frames = self._place(parts[1:], use_slots=False)    # it begins the message
             return self._framed(desc, parts[0], frames, key, sign_buffers)
         self._begin()
         if sign_buffers:
-            frames = dumps_oob(obj, oob_threshold=oob_threshold)
+            frames = pickle_frames(obj, oob_threshold=oob_threshold)
             self.stats["frames"] += len(frames) - 1
         else:
-            frames = dumps_oob(obj, oob_threshold=min(oob_threshold, self._threshold))
+            frames = pickle_frames(obj, oob_threshold=min(oob_threshold, self._threshold))
             if len(frames) > 1:
                 # Slots are written for the next sequence, which only a message that took one
                 # uses: sequences stay contiguous over the messages that carry one.
@@ -630,7 +630,7 @@ class Sender:
             return self._dumps(obj, oob_threshold=oob_threshold, key=key)
         self._begin()
         ring = not self._unsequenced
-        parts = dumps_oob(obj, oob_threshold=min(oob_threshold, self._threshold))
+        parts = pickle_frames(obj, oob_threshold=min(oob_threshold, self._threshold))
         seq, token = self._sequenced()
         entries, rest, _ = self._entries(parts[1:], reader, seq)
         desc, head = self._descriptor(entries, seq, token), parts[0]
@@ -877,7 +877,7 @@ class Receiver:
                 # No descriptor: a message that took no slot, signed as dumps_oob signs (a
                 # channel message's signature never verifies as such a message's).
                 self.stats["frames"] += len(frames) - 2
-                return loads_oob(frames, key=key, sign_buffers=sign_buffers,
+                return unpickle_frames(frames, key=key, sign_buffers=sign_buffers,
                                  find_class=find_class)
             if len(views) < 3 or not is_signature(views[0]):
                 raise AuthenticationError(
@@ -898,7 +898,7 @@ class Receiver:
                 # here touches a segment: a slot-using message stripped of its descriptor
                 # names buffers that are missing and is refused by the unpickler.
                 self.stats["frames"] += len(frames) - 1
-                return loads_oob(frames, find_class=find_class)
+                return unpickle_frames(frames, find_class=find_class)
             if views and is_signature(views[0]):
                 raise AuthenticationError("the message is signed: pass key= to verify and load it")
             if len(views) < 2:

@@ -8,11 +8,11 @@ from functools import lru_cache
 from typing import Any, Iterable, List, Optional, cast
 
 from tokenwire._core import CODECS, ImmutableBuffer, TokenVector, check_codec, decode, encode
+# The out-of-band layer's own pair (pickle_frames, unpickle_frames) takes the ids' codec from
+# the caller: dumps_oob and loads_oob below plug in the wire codec.
 from tokenwire._oob import (OOB_THRESHOLD, EncodeIds, FindClass, as_key, check_unsigned,
-                            codec_kinds, key_from_env, load, sign_frames, unpickle, verify)
-# The out-of-band layer's own pair: frames of any transport, ids encoded by the caller's choice.
-from tokenwire._oob import dumps_oob as pickle_frames
-from tokenwire._oob import loads_oob as unpickle_frames
+                            codec_kinds, key_from_env, load, pickle_frames, sign_frames, unpickle,
+                            unpickle_frames, verify)
 from tokenwire.errors import WireFormatError, _describe
 
 __all__ = ["dumps_oob", "key_from_env", "loads_oob", "recv_pyobj_oob", "send_pyobj_oob"]
