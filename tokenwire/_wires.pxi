@@ -15,13 +15,15 @@ cdef extern from "tokenwire/wires.h" nogil:
                            size_t msz)
     int tww_msgpack_items(const uint8_t* p, size_t n, size_t off, size_t count, int32_t* out,
                           char* msg, size_t msz)
-    size_t tww_msgpack_size(const int32_t* ids, size_t n)
-    void tww_msgpack_write(const int32_t* ids, size_t n, uint8_t* o)
+    size_t tww_msgpack_bound(size_t n)
+    size_t tww_msgpack_write(const int32_t* ids, size_t n, uint8_t* o)
     size_t tww_json_cap(size_t n)
     int tww_json_read(const uint8_t* p, size_t n, int32_t* out, size_t* count, char* msg,
                       size_t msz)
     size_t tww_json_bound(size_t n)
-    size_t tww_json_write(const int32_t* ids, size_t n, uint8_t* o)
+    size_t TWW_JSON_TABLE_IDS
+    void tww_json_table_fill(uint64_t* tab)
+    size_t tww_json_write(const int32_t* ids, size_t n, const uint64_t* tab, uint8_t* o)
     size_t tww_pb_cap(size_t n)
     int tww_pb_read_packed(const uint8_t* p, size_t n, size_t base, int32_t* out, size_t* count,
                            char* msg, size_t msz)
@@ -39,6 +41,10 @@ cdef extern from "Python.h":
 WIRE_FORMATS = ("msgpack", "json", "protobuf")
 #: The largest protobuf field number (2**29 - 1).
 cdef uint32_t _PB_MAX_FIELD = (1 << 29) - 1
+
+#: From this many ids, the JSON writer reads each id's text from a table (_json_table).
+cdef size_t _JSON_TABLE_MIN = 1024
+cdef uint64_t* _json_table_slot = NULL
 
 cdef enum:
     _W_MSGPACK = 0
@@ -185,12 +191,15 @@ def write_wire(tokens, format, *, field=None):
     cdef TokenVector tv = tokens if type(tokens) is TokenVector else _convert(tokens)
     cdef const int32_t* ids = tv_data(tv) if tv._len else NULL
     cdef size_t n = <size_t>tv._len, size, payload = 0
+    cdef const uint64_t* table = NULL
     if fmt == _W_MSGPACK:
         if n > 0xFFFFFFFF:
             raise TokenIdOverflowError(f"a msgpack array holds at most 2**32 - 1 items, got {n}")
-        size = tww_msgpack_size(ids, n)
+        size = tww_msgpack_bound(n)       # written at the most it can take, then shrunk
     elif fmt == _W_JSON:
-        size = tww_json_bound(n)          # written at the most it can take, then shrunk
+        size = tww_json_bound(n)          # the same
+        if n >= _JSON_TABLE_MIN:
+            table = _json_table()
     else:
         payload = tww_pb_payload_size(ids, n)
         size = tww_pb_size(n, pb_field, payload) if pb_field else payload
@@ -200,9 +209,9 @@ def write_wire(tokens, format, *, field=None):
     cdef uint8_t* o = <uint8_t*>PyBytes_AS_STRING(<object>raw)
     if _release_gil(<Py_ssize_t>size):
         with nogil:
-            size = _wire_write(fmt, ids, n, pb_field, payload, size, o)
+            size = _wire_write(fmt, ids, n, pb_field, payload, table, size, o)
     else:
-        size = _wire_write(fmt, ids, n, pb_field, payload, size, o)
+        size = _wire_write(fmt, ids, n, pb_field, payload, table, size, o)
     if slack:
         _PyBytes_Resize(&raw, <Py_ssize_t>size)       # on failure raw is released and NULL
     out = <bytes>raw            # a second reference ...
@@ -210,13 +219,31 @@ def write_wire(tokens, format, *, field=None):
     return out
 
 
+cdef const uint64_t* _json_table() except NULL:
+    """The JSON writer's table of each id's text (2 MiB), filled once per process on first
+    use; of two threads filling it at once, the one that publishes second drops its copy."""
+    cdef uint64_t* table = <uint64_t*>tw_ptr_load_acquire(<void**>&_json_table_slot)
+    cdef uint64_t* winner
+    if table != NULL:
+        return table
+    table = <uint64_t*>PyMem_RawMalloc(TWW_JSON_TABLE_IDS * sizeof(uint64_t))
+    if table == NULL:
+        raise MemoryError()
+    with nogil:
+        tww_json_table_fill(table)
+    winner = <uint64_t*>tw_ptr_publish(<void**>&_json_table_slot, table)
+    if winner != table:
+        PyMem_RawFree(table)
+    return winner
+
+
 cdef size_t _wire_write(int fmt, const int32_t* ids, size_t n, uint32_t field, size_t payload,
-                        size_t size, uint8_t* o) noexcept nogil:
-    """Writes the wire's bytes at `o`; returns their size (`size`, but for JSON's)."""
+                        const uint64_t* table, size_t size, uint8_t* o) noexcept nogil:
+    """Writes the wire's bytes at `o`; returns their size (`size` for protobuf's)."""
     if fmt == _W_MSGPACK:
-        tww_msgpack_write(ids, n, o)
+        return tww_msgpack_write(ids, n, o)
     elif fmt == _W_JSON:
-        return tww_json_write(ids, n, o)
+        return tww_json_write(ids, n, table, o)
     else:
         tww_pb_write(ids, n, field, payload, o)
     return size

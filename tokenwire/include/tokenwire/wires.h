@@ -193,19 +193,8 @@ static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size
     return 0;
 }
 
-/* The bytes msgpack takes for one id, in the smallest form (msgspec's choice). */
-TW_INLINE size_t tww_msgpack_id_size(int32_t v) {
-    if (v >= 0)
-        return v < 128 ? 1 : v < 256 ? 2 : v < 65536 ? 3 : 5;
-    return v >= -32 ? 1 : v >= -128 ? 2 : v >= -32768 ? 3 : 5;
-}
-
-static inline size_t tww_msgpack_size(const int32_t *ids, size_t n) {
-    size_t i, s = n < 16 ? 1 : n < 65536 ? 3 : 5;
-    for (i = 0; i < n; i++)
-        s += tww_msgpack_id_size(ids[i]);
-    return s;
-}
+/* The most bytes msgpack takes for n ids (n < 2**32): a 5-byte header, 5 bytes an id. */
+TW_INLINE size_t tww_msgpack_bound(size_t n) { return 5 + 5 * n; }
 
 TW_INLINE uint8_t *tww_store_be16(uint8_t *o, uint32_t v) {
     o[0] = (uint8_t)(v >> 8);
@@ -220,11 +209,40 @@ TW_INLINE uint8_t *tww_store_be32(uint8_t *o, uint32_t v) {
     return o + 4;
 }
 
-/* Writes tww_msgpack_size(ids, n) bytes at `o`, which has TWW_WRITE_SLACK bytes more (n < 2**32:
- * the caller checks). Each id is one 8-byte store of its type byte and big-endian payload, its
- * form chosen without a branch. */
-static inline void tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
-    size_t i;
+/* A non-negative id in its smallest form at `o` (room for 8 bytes); returns the byte after
+ * it. One 8-byte store of the smallest of its candidate forms, all computed up front. */
+TW_INLINE uint8_t *tww_msgpack_put_uint(uint8_t *o, uint32_t u) {
+    uint64_t w4 = 0xceu | (uint64_t)tw_bswap32(u) << 8;
+    uint64_t w2 = 0xcdu | (uint64_t)tw_bswap16((uint16_t)u) << 8;
+    uint64_t w1 = 0xccu | (uint64_t)u << 8;
+    uint64_t w = u < 65536u ? w2 : w4;
+    size_t k = u < 65536u ? 3 : 5;
+    w = u < 256u ? w1 : w;
+    k = u < 256u ? 2 : k;
+    w = u < 128u ? (uint64_t)u : w;
+    k = u < 128u ? 1 : k;
+    tw_store_le64(o, w);
+    return o + k;
+}
+
+/* Any id in its smallest form at `o` (room for 8 bytes); returns the byte after it. */
+TW_INLINE uint8_t *tww_msgpack_put_id(uint8_t *o, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    if (v >= 0) return tww_msgpack_put_uint(o, u);
+    if (v >= -32) { o[0] = (uint8_t)u; return o + 1; }
+    if (v >= -128) { o[0] = 0xd0; o[1] = (uint8_t)u; return o + 2; }
+    if (v >= -32768) { o[0] = 0xd1; return tww_store_be16(o + 1, u); }
+    o[0] = 0xd2;
+    return tww_store_be32(o + 1, u);
+}
+
+/* msgpack as msgspec writes a list of ints (each id in its smallest form) at `o`, which has
+ * room for tww_msgpack_bound(n) + TWW_WRITE_SLACK bytes (n < 2**32: the caller checks);
+ * returns the size written. One pass, no size pass before it; four ids a step, their signs
+ * checked at once. */
+static inline size_t tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
+    uint8_t *start = o;
+    size_t i, j;
     if (n < 16) {
         *o++ = (uint8_t)(0x90 | n);
     } else if (n < 65536) {
@@ -234,18 +252,20 @@ static inline void tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW_R
         *o++ = 0xdd;
         o = tww_store_be32(o, (uint32_t)n);
     }
-    for (i = 0; i < n; i++) {
-        int32_t v = ids[i];
-        uint32_t u = (uint32_t)v;
-        int neg = v < 0, fix = (v >= -32) & (v < 128);
-        uint32_t mag = neg ? ~u : u;                         /* the form's range, either sign */
-        unsigned lg = (unsigned)(mag >= (neg ? 128u : 256u)) + (mag >= (neg ? 32768u : 65536u));
-        unsigned nbytes = 1u << lg;                          /* 1, 2 or 4 */
-        uint64_t payload = tw_bswap32(u) >> (32 - 8 * nbytes);
-        uint64_t word = (uint64_t)((neg ? 0xd0u : 0xccu) + lg) | payload << 8;
-        tw_store_le64(o, fix ? (uint64_t)(uint8_t)v : word);
-        o += fix ? 1 : 1 + nbytes;
+    for (i = 0; i + 4 <= n; i += 4) {
+        if ((ids[i] | ids[i + 1] | ids[i + 2] | ids[i + 3]) >= 0) {
+            o = tww_msgpack_put_uint(o, (uint32_t)ids[i]);
+            o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 1]);
+            o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 2]);
+            o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 3]);
+        } else {
+            for (j = i; j < i + 4; j++)
+                o = tww_msgpack_put_id(o, ids[j]);
+        }
     }
+    for (; i < n; i++)
+        o = tww_msgpack_put_id(o, ids[i]);
+    return (size_t)(o - start);
 }
 
 /* ---- JSON --------------------------------------------------------------------------------- */
@@ -394,33 +414,83 @@ TW_INLINE uint64_t tww_digits8(uint32_t u) {
     return tens + 0x3030303030303030ull;
 }
 
-/* Compact JSON, as msgspec and orjson write a list of ints ("[1,-2,3]"), at `o`, which has
- * room for tww_json_bound(n) + TWW_WRITE_SLACK bytes; returns the size written. An id below
- * 10**8 is one 8-byte store of its digits. */
-static inline size_t tww_json_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
-    uint8_t *start = o;
-    size_t i;
-    *o++ = '[';
-    for (i = 0; i < n; i++) {
-        int32_t v = ids[i];
-        uint32_t u;
-        size_t d;
-        if (i) *o++ = ',';
-        if (v < 0) { *o++ = '-'; u = 0u - (uint32_t)v; } else { u = (uint32_t)v; }
-        d = tww_dec_digits(u);
-        if (u < 100000000u) {
-            tw_store_le64(o, tww_digits8(u) >> (8 * (8 - d)));
+/* One id's decimal text at `o` (8-byte stores); returns the byte after it. */
+TW_INLINE uint8_t *tww_json_put_id(uint8_t *o, int32_t v) {
+    uint32_t u;
+    size_t d;
+    if (v < 0) { *o++ = '-'; u = 0u - (uint32_t)v; } else { u = (uint32_t)v; }
+    d = tww_dec_digits(u);
+    if (u < 100000000u) {
+        tw_store_le64(o, tww_digits8(u) >> (8 * (8 - d)));
+    } else {
+        tw_store_le64(o + d - 8, tww_digits8(u % 100000000u));
+        if (d == 10) {
+            o[0] = (uint8_t)('0' + u / 1000000000u);
+            o[1] = (uint8_t)('0' + u / 100000000u % 10u);
         } else {
-            tw_store_le64(o + d - 8, tww_digits8(u % 100000000u));
-            if (d == 10) {
-                o[0] = (uint8_t)('0' + u / 1000000000u);
-                o[1] = (uint8_t)('0' + u / 100000000u % 10u);
-            } else {
-                o[0] = (uint8_t)('0' + u / 100000000u);
-            }
+            o[0] = (uint8_t)('0' + u / 100000000u);
         }
-        o += d;
     }
+    return o + d;
+}
+
+/* The ids whose text a digit table holds: [0, 2**18), every id of the vocabularies in use. */
+#define TWW_JSON_TABLE_IDS ((size_t)1 << 18)
+
+/* Fills `tab` (TWW_JSON_TABLE_IDS words, 2 MiB) with each id's text and a ',' in a word's low
+ * bytes (the first digit lowest) and that text's size in its top byte: an id is then one load,
+ * one 8-byte store and an add. */
+static inline void tww_json_table_fill(uint64_t *tab) {
+    uint32_t u;
+    for (u = 0; u < TWW_JSON_TABLE_IDS; u++) {
+        size_t d = tww_dec_digits(u);       /* at most 6: the text and ',' fit 7 bytes */
+        tab[u] = tww_digits8(u) >> (8 * (8 - d)) | (uint64_t)',' << (8 * d)
+                 | (uint64_t)(d + 1) << 56;
+    }
+}
+
+/* One id's text and a ',' at `o` (room for 12 + 8 bytes); returns the byte after them. */
+TW_INLINE uint8_t *tww_json_put_item(uint8_t *o, int32_t v, const uint64_t *tab, size_t limit) {
+    if ((uint32_t)v < limit) {
+        uint64_t e = tab[v];
+        tw_store_le64(o, e);
+        return o + (e >> 56);
+    }
+    o = tww_json_put_id(o, v);
+    *o++ = ',';
+    return o;
+}
+
+/* Compact JSON, as msgspec and orjson write a list of ints ("[1,-2,3]"), at `o`, which has
+ * room for tww_json_bound(n) + TWW_WRITE_SLACK bytes; returns the size written. `tab` is a
+ * table tww_json_table_fill filled, or NULL: each id's digits are then computed (an id below
+ * 10**8 is one 8-byte store of them). Four ids a step, checked against the table at once. */
+static inline size_t tww_json_write(const int32_t *ids, size_t n, const uint64_t *tab,
+                                    uint8_t *TW_RESTRICT o) {
+    uint8_t *start = o;
+    size_t i, j, limit = tab ? TWW_JSON_TABLE_IDS : 0;   /* a power of two: one OR checks 4 */
+    *o++ = '[';
+    for (i = 0; i + 4 <= n; i += 4) {
+        uint32_t a = (uint32_t)ids[i], b = (uint32_t)ids[i + 1], c = (uint32_t)ids[i + 2],
+                 d = (uint32_t)ids[i + 3];
+        if ((a | b | c | d) < limit) {
+            uint64_t ea = tab[a], eb = tab[b], ec = tab[c], ed = tab[d];
+            tw_store_le64(o, ea);
+            o += ea >> 56;
+            tw_store_le64(o, eb);
+            o += eb >> 56;
+            tw_store_le64(o, ec);
+            o += ec >> 56;
+            tw_store_le64(o, ed);
+            o += ed >> 56;
+        } else {
+            for (j = i; j < i + 4; j++)
+                o = tww_json_put_item(o, ids[j], tab, limit);
+        }
+    }
+    for (; i < n; i++)
+        o = tww_json_put_item(o, ids[i], tab, limit);
+    if (n) o--;                             /* the last ',' */
     *o++ = ']';
     return (size_t)(o - start);
 }
