@@ -4,7 +4,9 @@ For each wire, decode and encode side by side at each ISL: msgpack (msgspec's li
 `as_tokens`, against `wires.read`), JSON (orjson's and msgspec's list against `wires.read`), and
 protobuf's packed `repeated uint32` (the upb runtime's parse, then `list(field)`, against
 `wires.read` of the message bytes and `as_tokens` of the parsed field). A floor row per wire
-copies the wire's bytes once (memcpy). After the table: bytes per id of each wire, each reader's
+copies the wire's bytes once (memcpy). The whole vLLM engine-core receive: the Rust frontend's
+20-element positional request, decoded into the engine's Struct and its ids written into a
+batch row (ids typed `list[int]`, against `msgspec.Raw` read by `wires.read`). After the table: bytes per id of each wire, each reader's
 bytes/ns, whether each writer's bytes equal the stack's encoder's, and the targets at 40k ids.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import numpy as np
 
@@ -32,6 +34,8 @@ MEMCPY = "memcpy of the wire's bytes (floor)"
 G_MP_DEC, G_MP_ENC = "msgpack decode", "msgpack encode"
 G_JS_DEC, G_JS_ENC = "JSON decode", "JSON encode"
 G_PB_DEC, G_PB_FIELD, G_PB_ENC = "protobuf decode", "protobuf parsed field", "protobuf encode"
+G_ENGINE = "vLLM engine-core receive: message bytes -> Struct -> batch row"
+ENGINE_TW = "ids as msgspec.Raw, then tokenwire.wires.read"
 TW_READ = "tokenwire.wires.read"
 TW_WRITE = "tokenwire.wires.write"
 AS_TOKENS_FIELD = "as_tokens(msg.input_ids)"
@@ -51,6 +55,59 @@ def _request_class() -> Any:
 
 
 Request = _request_class()
+
+# vLLM's EngineCoreRequest as its Rust frontend sends it: a positional (array_like) msgpack array
+# of 20 fields, "field order is the wire contract"; the ids are the second.
+_ENGINE_FIELDS: list[tuple[str, Any]] = [
+    ("request_id", str), ("prompt_token_ids", Optional[list[int]]),
+    ("mm_features", Optional[list[Any]]), ("sampling_params", Optional[dict[str, Any]]),
+    ("pooling_params", Optional[dict[str, Any]]), ("eos_token_id", Optional[int]),
+    ("arrival_time", float), ("lora_request", Optional[dict[str, Any]]),
+    ("cache_salt", Optional[str]), ("data_parallel_rank", Optional[int]),
+    ("prompt_embeds", Optional[bytes]), ("client_index", int), ("current_wave", int),
+    ("priority", int), ("trace_headers", Optional[dict[str, str]]),
+    ("resumable", bool), ("external_req_id", Optional[str]), ("reasoning_ended", Optional[bool]),
+    ("num_computed_tokens", int), ("kv_transfer_params", Optional[dict[str, Any]])]
+
+
+def _engine_struct(ids_type: Any) -> Any:
+    fields = [(name, ids_type if name == "prompt_token_ids" else t) for name, t in _ENGINE_FIELDS]
+    return msgspec.defstruct("EngineCoreRequest", fields, array_like=True, gc=False)
+
+
+EngineListed, EngineRaw = _engine_struct(Optional[list[int]]), _engine_struct(msgspec.Raw)
+
+
+def _engine_message(lst: list[int]) -> bytes:
+    """The frontend's bytes for one request (msgspec writes the same bytes from the list)."""
+    values = ["req-0", lst, None, {"max_tokens": 16, "temperature": 0.7}, None, 151_645,
+              1.7e9, None, None, None, None, 0, 0, 0, None, False, None, None, 0, None]
+    return msgspec.msgpack.encode(values)
+
+
+def _engine_receive(lst: list[int]) -> tuple[Callable[[], object], Callable[[], object]]:
+    """The engine's receive of one request, as it is and with tokenwire: decode the message
+    into the Struct, then write its ids into a row of the persistent batch (InputBatch's
+    `token_ids_cpu[row, :n] = prompt_token_ids`)."""
+    data = _engine_message(lst)
+    batch = np.zeros((2, len(lst)), dtype=np.int32)
+    listed = msgspec.msgpack.Decoder(EngineListed).decode
+    raw = msgspec.msgpack.Decoder(EngineRaw).decode
+    read = wires.read
+
+    def as_is() -> None:
+        ids = listed(data).prompt_token_ids
+        batch[0, :len(ids)] = ids
+
+    def with_tokenwire() -> None:
+        ids = read(raw(data).prompt_token_ids, "msgpack")
+        batch[1, :len(ids)] = ids
+
+    as_is()
+    with_tokenwire()
+    if not np.array_equal(batch[0], batch[1]):
+        raise SystemExit("engine-core receive: the two paths wrote different rows")
+    return as_is, with_tokenwire
 
 
 def _memcpy(data: bytes) -> Callable[[], object]:
@@ -75,6 +132,7 @@ def methods_for(n: int) -> list[Method]:
     mp_encode = msgspec.msgpack.Encoder().encode
     as_tokens = tokenwire.as_tokens
     read, write = wires.read, wires.write
+    engine_as_is, engine_tw = _engine_receive(lst)
 
     def m(group: str, name: str, fn: Callable[[], object], base: bool = False,
           nbytes: int | None = None) -> Method:
@@ -107,6 +165,8 @@ def methods_for(n: int) -> list[Method]:
         m(G_PB_ENC, "protobuf: Request(input_ids=list).SerializeToString()",
           lambda: Request(input_ids=lst).SerializeToString(), True),
         m(G_PB_ENC, TW_WRITE + " (field=2)", lambda: write(tv, "protobuf", field=2)),
+        m(G_ENGINE, "ids as list[int], then the row write", engine_as_is, True),
+        m(G_ENGINE, ENGINE_TW, engine_tw),
     ]
 
 
@@ -123,6 +183,8 @@ TARGETS: list[Target] = [
                  lambda r: r >= 10),
     ratio_target("protobuf writer >= 10x protobuf's encoder of the list", G_PB_ENC,
                  TW_WRITE + " (field=2)", lambda r: r >= 10),
+    ratio_target("vLLM engine-core receive (bytes -> Struct -> batch row) >= 4x", G_ENGINE,
+                 ENGINE_TW, lambda r: r >= 4),
 ]
 
 

@@ -286,4 +286,5 @@ def test_wires_suite(tmp_path: Path) -> None:
     assert r.stdout.count(" bytes/ns (memcpy ") == 3
     names = {row["name"] for row in json.loads(out.read_text())["rows"]}
     assert {"tokenwire.wires.read", "as_tokens(msg.input_ids)",
-            "memcpy of the wire's bytes (floor)"} <= names
+            "memcpy of the wire's bytes (floor)",
+            "ids as msgspec.Raw, then tokenwire.wires.read"} <= names   # the engine-core receive

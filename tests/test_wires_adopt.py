@@ -24,10 +24,10 @@ def _blocks() -> list[str]:
 
 
 def test_the_section_has_a_block_per_stack() -> None:
-    assert len(_blocks()) == 5
+    assert len(_blocks()) == 7
 
 
-@pytest.mark.parametrize("index", range(5))
+@pytest.mark.parametrize("index", range(7))
 def test_block_runs(index: int) -> None:
     block = _blocks()[index]
     changed = [line for line in block.splitlines() if "# changed" in line]
