@@ -178,6 +178,21 @@ def msgpack_items(draw: st.DrawFn) -> bytes:
     return bytes([tb]) + value.to_bytes(size, "big", signed=signed)
 
 
+@pytest.mark.parametrize("at", range(14))
+@pytest.mark.parametrize("bad", [2**31, 2**32 - 1])
+def test_msgpack_uint32_beyond_int32_at_every_position(at: int, bad: int) -> None:
+    # uint16 and uint32 items, the forms the reader takes two at a time, one of them too large.
+    values = [300 + k if k % 2 else 70_000 + k for k in range(14)]
+    values[at] = bad
+    data = msgspec.msgpack.encode(values)
+    offset = 1 + sum(3 if v < 65536 else 5 for v in values[:at])     # after a fixarray
+    with pytest.raises(WireFormatError, match=rf"^msgpack: item {at} at byte offset {offset} "
+                                              rf"is {bad}, outside int32$"):
+        wires.read(data, "msgpack")
+    values[at] = 2**31 - 1
+    assert wires.read(msgspec.msgpack.encode(values), "msgpack") == values
+
+
 @given(st.lists(st.one_of(st.integers(0, 10**7), st.sampled_from([0, 9, 10, 10**8, -1])),
                 min_size=1, max_size=40),
        st.data())

@@ -99,6 +99,32 @@ static inline int tww_msgpack_header(const uint8_t *p, size_t n, size_t *count, 
     return 0;
 }
 
+/* An item from its type byte `b` and the 8 bytes after it (`w`, big-endian): 1 with its value
+ * and size, when it is an integer form holding an int32; 0 otherwise. No branch on the form. */
+TW_INLINE int tww_msgpack_int(unsigned b, uint64_t w, int32_t *value, size_t *size) {
+    unsigned lg = b & 3u, nbytes = 1u << lg;                 /* 0xcc..0xcf, 0xd0..0xd3 */
+    uint64_t vu = w >> (64 - 8 * nbytes);
+    uint64_t sign = (uint64_t)1 << (8 * nbytes - 1);
+    int fix = (b < 0x80) | (b >= 0xe0);
+    int isint = ((b & 0xfc) == 0xcc) | ((b & 0xfc) == 0xd0);
+    int issigned = (b & 0xfc) == 0xd0;
+    int64_t v = (int64_t)((vu ^ sign) - sign);              /* as a signed form reads it */
+    int ok = issigned ? (v >= INT32_MIN) & (v <= INT32_MAX) : vu <= (uint64_t)INT32_MAX;
+    v = fix ? (int64_t)(int8_t)b : issigned ? v : (int64_t)vu;
+    *value = (int32_t)v;
+    *size = fix ? 1 : 1 + (size_t)nbytes;
+    return fix | (isint & ok);
+}
+
+/* tww_msgpack_int for the two forms most token ids take (uint16, uint32), in fewer
+ * operations: 0 for any other form, which tww_msgpack_int then reads. */
+TW_INLINE int tww_msgpack_uint(unsigned b, uint64_t w, int32_t *value, size_t *size) {
+    uint64_t vu = b & 1u ? w >> 48 : w >> 32;                /* 0xcd: 2 bytes, 0xce: 4 */
+    *value = (int32_t)vu;
+    *size = 1 + 2 * (size_t)(b & 3u);
+    return (b - 0xcdu < 2u) & (vu <= (uint64_t)INT32_MAX);
+}
+
 /* The `count` items from offset `off` (tww_msgpack_header's), into `out`; the input must end
  * with the last item. */
 static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size_t count,
@@ -107,26 +133,31 @@ static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 3, 5, 9, 2, 3, 5, 9, 0, 0, 0, 0, 0, 0, 0, 0,
         0, 0, 0, 0};
     size_t i = 0, pos = off, k;
-    /* While the widest item (9 bytes) fits, one item per step without a branch on its form:
-     * its size and value are computed from the type byte and the 8 bytes after it. Anything it
-     * does not take (not an integer, outside int32) ends it; the exact loop below resumes at
-     * that item and reports it. */
-    while (i < count && n - pos >= 9) {
-        uint8_t b = p[pos];
-        uint64_t w = tww_load_be64(p + pos + 1);
-        unsigned lg = b & 3u, nbytes = 1u << lg;             /* 0xcc..0xcf, 0xd0..0xd3 */
-        uint64_t vu = w >> (64 - 8 * nbytes);
-        uint64_t sign = (uint64_t)1 << (8 * nbytes - 1);
-        int fix = (b < 0x80) | (b >= 0xe0);
-        int isint = ((b & 0xfc) == 0xcc) | ((b & 0xfc) == 0xd0);
-        int issigned = (b & 0xfc) == 0xd0;
-        int64_t v = (int64_t)((vu ^ sign) - sign);          /* as a signed form reads it */
-        int ok = issigned ? (v >= INT32_MIN) & (v <= INT32_MAX) : vu <= (uint64_t)INT32_MAX;
-        v = fix ? (int64_t)(int8_t)b : issigned ? v : (int64_t)vu;
-        if (!(fix | (isint & ok)))
+    /* Two uint16/uint32 items a step while both fit: the second's type byte is taken from the
+     * register that holds the first, so the step's only load on the chain from one position to
+     * the next is the first. Any other item is read alone while the widest (9 bytes) fits,
+     * without a branch on its form. Anything neither takes (not an integer, outside int32)
+     * ends both; the exact loop below resumes at that item and reports it. */
+    for (;;) {
+        int32_t v0, v1;
+        size_t k1;
+        while (count - i >= 2 && n - pos >= 18) {
+            uint64_t w0 = tw_load_le64(p + pos);
+            if (!tww_msgpack_uint((unsigned)(w0 & 0xff), tw_bswap64(w0) << 8, &v0, &k))
+                break;
+            if (!tww_msgpack_uint((unsigned)(w0 >> (8 * k)) & 0xffu,
+                                  tww_load_be64(p + pos + k + 1), &v1, &k1))
+                break;
+            out[i] = v0;
+            out[i + 1] = v1;
+            i += 2;
+            pos += k + k1;
+        }
+        if (i >= count || n - pos < 9 ||
+            !tww_msgpack_int(p[pos], tww_load_be64(p + pos + 1), &v0, &k))
             break;
-        out[i++] = (int32_t)v;
-        pos += fix ? 1 : 1 + (size_t)nbytes;
+        out[i++] = v0;
+        pos += k;
     }
     for (; i < count; i++) {
         uint8_t b;
