@@ -101,6 +101,26 @@ def test_json_writer_sizes(ids: list[int]) -> None:
     assert wires.write(ids, "json") == orjson.dumps(ids)
 
 
+def test_json_table_filled_by_threads_at_once() -> None:
+    # A fresh process, so the table is not there yet: threads released together all fill it
+    # (the GIL released while they do) and publish it once; each writes the same bytes.
+    code = textwrap.dedent("""
+        import threading, orjson, tokenwire.wires as wires
+        ids = [(i * 7919) % 262_144 for i in range(5000)] + [-5, 2**31 - 1]
+        barrier, out = threading.Barrier(4), []
+        def work():
+            barrier.wait()
+            out.append(wires.write(ids, "json"))
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join(120)
+        assert out == [orjson.dumps(ids)] * 4, len(out)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr
+
+
 @given(nonneg_lists)
 def test_protobuf_writer_is_the_packed_field(ids: list[int]) -> None:
     assert wires.write(ids, "protobuf", field=2) == \
