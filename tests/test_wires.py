@@ -83,14 +83,14 @@ def test_json_writer_is_compact_json(ids: list[int]) -> None:
     assert out == json.dumps(ids, separators=(",", ":")).encode()
 
 
-# From 1024 ids the JSON writer reads each id's text from a table of [0, 2**18); below, and for
+# From 64 ids the JSON writer reads each id's text from a table of [0, 2**18); below, and for
 # the ids outside it, it computes the digits. Both, side by side in one array, at every width.
 JSON_WIDTHS = [0, 9, 10, 99, 100, 999, 1000, 9999, 10_000, 99_999, 100_000, 2**18 - 1, 2**18,
                999_999, 10**6, 10**7 - 1, 10**8 - 1, 10**8, 10**9 - 1, 10**9, 2**31 - 1, -1, -9,
                -10, -(2**18), -(2**31)]
 
 
-@pytest.mark.parametrize("n", [1023, 1024, 5000])
+@pytest.mark.parametrize("n", [63, 64, 5000])
 def test_json_writer_every_width_with_and_without_the_table(n: int) -> None:
     ids = (JSON_WIDTHS * (n // len(JSON_WIDTHS) + 1))[:n]
     assert wires.write(ids, "json") == orjson.dumps(ids) == msgspec.json.encode(ids)

@@ -43,7 +43,7 @@ WIRE_FORMATS = ("msgpack", "json", "protobuf")
 cdef uint32_t _PB_MAX_FIELD = (1 << 29) - 1
 
 #: From this many ids, the JSON writer reads each id's text from a table (_json_table).
-cdef size_t _JSON_TABLE_MIN = 1024
+cdef size_t _JSON_TABLE_MIN = 64
 cdef uint64_t* _json_table_slot = NULL
 
 cdef enum:
