@@ -11,8 +11,10 @@
  * and write int32 ids into a caller buffer whose size the caller derived from the input's size,
  * never from a count the input declares (tww_*_cap). They return 0, or -1 with the message --
  * the text of WireFormatError -- in the caller's buffer of TWW_MSG_SIZE bytes; on error the
- * output holds garbage, which the caller drops. Writers fill a buffer of the exact size their
- * tww_*_size function returned. Nothing here allocates, and nothing reads past `n`.
+ * output holds garbage, which the caller drops. The protobuf writer fills a buffer of the exact
+ * size tww_pb_size returned; the msgpack and JSON writers write into one of the size their
+ * tww_*_bound function returned (the most bytes the ids can take) and return the size written.
+ * Nothing here allocates (the JSON writer's table is the caller's), and nothing reads past `n`.
  */
 #ifndef TOKENWIRE_WIRES_H
 #define TOKENWIRE_WIRES_H
@@ -26,7 +28,7 @@
 
 #define TWW_MSG_SIZE 256
 /* The msgpack and JSON writers store 8 bytes at a time: their buffer holds this many bytes more
- * than the size their tww_*_size function returns. */
+ * than the size their tww_*_bound function returns. */
 #define TWW_WRITE_SLACK 8
 
 TW_INLINE uint16_t tww_load_be16(const uint8_t *p) {
