@@ -1,7 +1,6 @@
 """The shared-memory channel (tokenwire.shm) against in-band and out-of-band frames.
 
     python -m bench shm          # paths by size, across two processes, a slot vs memcpy
-    python bench/bench_shm.py    # the same, run as a script (--quick: fewer rounds)
 
 Per id count, one send + receive of ``{"ids": TokenVector}`` on an ipc:// PUSH/PULL pair in this
 process for each path (in-band, out-of-band frame, shared-memory slot; best of 15 rounds of 200);
@@ -16,17 +15,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import time
 import timeit
 from typing import Callable
 
 import numpy as np
-import zmq
 
 from tokenwire import TokenVector, shm
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+from bench.harness import Sockets, spawn, stop
 
 SIZES = (1024, 4096, 8192, 16384, 40000)
 #: How long the spinning receiver waits on the ring before it blocks on the socket.
@@ -38,44 +35,36 @@ def _us(fn: Callable[[], object]) -> float:
     return timeit.timeit(fn, number=200) / 200 * 1e6
 
 
-def _ipc(name: str) -> str:
-    """An abstract ipc:// address of this process (Linux, as the channel is)."""
-    return f"ipc://@tokenwire-bench-shm-{os.getpid()}-{name}"
-
-
 def paths(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 15) -> None:
-    # Run as a script (`python bench/bench_shm.py`) this file needs only tokenwire, numpy, pyzmq.
-    ctx = zmq.Context()
-    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
-    pull.bind(_ipc("paths"))
-    push.connect(_ipc("paths"))
-    send_pyobj_oob(push, {"ids": TokenVector(range(10))}, channel=sender)
-    recv_pyobj_oob(pull, channel=receiver)                 # the receiver attaches
-    print(f"{'ids':>6}  {'in-band':>9}  {'out-of-band':>11}  {'shm':>9}   (us, send + recv)")
-    for n in SIZES:
-        obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
+    import zmq
+    with Sockets() as socks:
+        pull = socks.bind(zmq.PULL, "paths")
+        push = socks.connect(zmq.PUSH, socks.addrs["paths"])
+        send_pyobj_oob(push, {"ids": TokenVector(range(10))}, channel=sender)
+        recv_pyobj_oob(pull, channel=receiver)                 # the receiver attaches
+        print(f"{'ids':>6}  {'in-band':>9}  {'out-of-band':>11}  {'shm':>9}   (us, send + recv)")
+        for n in SIZES:
+            obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
 
-        def run(threshold: int, channel: bool) -> None:
-            send_pyobj_oob(push, obj, oob_threshold=threshold, channel=sender if channel else None)
-            recv_pyobj_oob(pull, channel=receiver if channel else None)
+            def run(threshold: int, channel: bool) -> None:
+                send_pyobj_oob(push, obj, oob_threshold=threshold,
+                               channel=sender if channel else None)
+                recv_pyobj_oob(pull, channel=receiver if channel else None)
 
-        cases = [(1 << 30, False), (0, False), (0, True)]
-        best = [float("inf")] * 3
-        for _ in range(rounds):                # interleaved: the machine's noise hits all
-            for k, (threshold, channel) in enumerate(cases):
-                best[k] = min(best[k], _us(lambda: run(threshold, channel)))
-        print(f"{n:6d}  {best[0]:9.1f}  {best[1]:11.1f}  {best[2]:9.1f}")
-    ctx.destroy(linger=0)
+            cases = [(1 << 30, False), (0, False), (0, True)]
+            best = [float("inf")] * 3
+            for _ in range(rounds):                # interleaved: the machine's noise hits all
+                for k, (threshold, channel) in enumerate(cases):
+                    best[k] = min(best[k], _us(lambda: run(threshold, channel)))
+            print(f"{n:6d}  {best[0]:9.1f}  {best[1]:11.1f}  {best[2]:9.1f}")
 
 
 def worker(inbox: str, acks: str) -> None:
     """The far side of `across_processes`: told a mode and a count, receive that many messages
     that way, acknowledging each; a count of 0 ends it."""
-    ctx = zmq.Context()
-    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
-    pull.connect(inbox)
-    push.connect(acks)
-    with shm.Receiver() as receiver:
+    import zmq
+    with Sockets() as socks, shm.Receiver() as receiver:
+        pull, push = socks.connect(zmq.PULL, inbox), socks.connect(zmq.PUSH, acks)
         while True:
             # Through the channel: a doorbell still waiting for a message the spin took from
             # the ring is dropped there, never read as a message.
@@ -92,18 +81,13 @@ def worker(inbox: str, acks: str) -> None:
                     recv_pyobj_oob(pull, channel=receiver)
                 push.send(b"")
             receiver._spin_us = 0.0
-    ctx.destroy(linger=0)
 
 
 def across_processes(n: int = 40_000, rounds: int = 7) -> None:
-    ctx = zmq.Context()
-    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
-    inbox, acks = _ipc("in"), _ipc("ack")
-    push.bind(inbox)
-    pull.bind(acks)
-    with shm.Sender(slots=8) as sender:
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", inbox,
-                                 acks])
+    import zmq
+    with Sockets() as socks, shm.Sender(slots=8) as sender:
+        push, pull = socks.bind(zmq.PUSH, "in"), socks.bind(zmq.PULL, "ack")
+        proc = spawn(worker, socks.addrs["in"], socks.addrs["ack"])
         obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
         send_pyobj_oob(push, ("shm", 1), channel=sender)  # the first offers the segment
         send_pyobj_oob(push, obj, channel=sender)
@@ -122,8 +106,7 @@ def across_processes(n: int = 40_000, rounds: int = 7) -> None:
                 sender._ring = False
             medians[name] = sorted(times[1:])[rounds // 2]
         send_pyobj_oob(push, ("", 0), channel=sender)
-        proc.wait()
-    ctx.destroy(linger=0)
+        stop(proc)
     print(f"\n{n} ids, round trip to a worker process: " +
           ", ".join(f"{k} {v:.1f} us" for k, v in medians.items()))
 
@@ -173,9 +156,3 @@ def main(argv: list[str] | None = None) -> int:
         slot_vs_memcpy(sender, receiver, rounds=2_000 if args.quick else 20_000)
     return 0
 
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--worker"]:
-        worker(*sys.argv[2:4])
-        sys.exit(0)
-    sys.exit(main())
