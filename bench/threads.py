@@ -160,21 +160,12 @@ class Figure:
     cpu: list[float]             # the threads' CPU seconds per wall second, one per round
     faults: list[float]          # minor page faults per operation, one per round
 
-    @property
-    def ops_per_s(self) -> float:
-        return statistics.median(self.samples)
-
-    @property
-    def iqr_pct(self) -> float:
-        return Stat.of(self.samples).iqr_pct
-
-    @property
-    def cpu_per_wall(self) -> float:
-        return statistics.median(self.cpu)
-
-    @property
-    def faults_per_op(self) -> float:
-        return statistics.median(self.faults) if RUSAGE_THREAD is not None else math.nan
+    def medians(self) -> tuple[float, float, float, float]:
+        """ops/s, its spread (IQR %), CPU per wall second, faults per operation (NaN where the
+        OS does not count them)."""
+        s = Stat.of(self.samples)
+        return (s.median_us, s.iqr_pct, statistics.median(self.cpu),
+                statistics.median(self.faults) if RUSAGE_THREAD is not None else math.nan)
 
 
 class Figures:
@@ -184,7 +175,7 @@ class Figures:
         self.by = {(f.row, f.threads): f for f in figures}
 
     def scaling(self, row: str, n: int) -> float:
-        return self.by[(row, n)].ops_per_s / self.by[(row, 1)].ops_per_s
+        return self.by[(row, n)].medians()[0] / self.by[(row, 1)].medians()[0]
 
     def of_floor(self, row: str, n: int) -> float:
         return self.scaling(row, n) / self.scaling(FLOOR, n)
@@ -234,18 +225,6 @@ def measure(rows: Sequence[Row], counts: Sequence[int], isl: int, repeat: int, s
     return list(figures.values()), others
 
 
-def interpreter() -> dict[str, Any]:
-    gil = getattr(sys, "_is_gil_enabled", None)
-    return {"python": platform.python_version(),
-            "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
-            "gil_enabled": True if gil is None else bool(gil()),
-            "cpu_count": os.cpu_count()}
-
-
-def yes(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
 def print_table(figures: Figures, rows: Sequence[Row], counts: Sequence[int]) -> None:
     many = [k for k in counts if k > 1]
     width = max(len(r.name) for r in rows) + 4
@@ -256,34 +235,24 @@ def print_table(figures: Figures, rows: Sequence[Row], counts: Sequence[int]) ->
           + "".join(f"{'ops/s':>13}{'±IQR':>7}{'CPU':>5}{'flt/op':>7}" for _ in counts)
           + "".join(f"{'':>13}{'scaling':>9}" for _ in many))
     for r in rows:
-        cells = "".join(f"{figures.by[(r.name, k)].ops_per_s:>13,.0f}"
-                        f"{figures.by[(r.name, k)].iqr_pct:>6.0f}%"
-                        f"{figures.by[(r.name, k)].cpu_per_wall:>5.2f}"
-                        f"{figures.by[(r.name, k)].faults_per_op:>7.1f}" for k in counts)
+        medians = [figures.by[(r.name, k)].medians() for k in counts]
+        cells = "".join(f"{o:>13,.0f}{iqr:>6.0f}%{cpu:>5.2f}{flt:>7.1f}"
+                        for o, iqr, cpu, flt in medians)
         cells += "".join(f"{figures.scaling(r.name, k):>12.2f}x{figures.of_floor(r.name, k):>9.2f}"
                          for k in many)
         print(f"  {r.name:<{width - 2}}{cells}")
 
 
-def targets(rows: Sequence[Row]) -> list[Target]:
+def target(name: str) -> Target:
     """At 2 threads: scaling >= 1.8x, or >= 0.9x the floor's. The value is the larger of the two
     margins (>= 1 meets the target)."""
-    out = []
-    for r in rows:
-        if not r.tokenwire:
-            continue
-
-        def value(f: Figures, name: str = r.name) -> float:
-            return max(f.scaling(name, 2) / TARGET_SCALING, f.of_floor(name, 2) / TARGET_OF_FLOOR)
-
-        def shown(f: Figures, v: float, name: str = r.name) -> str:
-            return (f"{f.scaling(name, 2):.2f}x one thread's throughput, "
-                    f"{f.of_floor(name, 2):.2f} of the floor's {f.scaling(FLOOR, 2):.2f}x")
-
-        out.append(Target(f"{r.name}: 2 threads >= {TARGET_SCALING:g}x one thread, or >= "
-                          f"{TARGET_OF_FLOOR:g}x the floor's scaling", value, lambda v: v >= 1.0,
-                          shown))
-    return out
+    return Target(
+        f"{name}: 2 threads >= {TARGET_SCALING:g}x one thread, or >= {TARGET_OF_FLOOR:g}x the "
+        f"floor's scaling",
+        lambda f: max(f.scaling(name, 2) / TARGET_SCALING, f.of_floor(name, 2) / TARGET_OF_FLOOR),
+        lambda v: v >= 1.0,
+        lambda f, v: (f"{f.scaling(name, 2):.2f}x one thread's throughput, "
+                      f"{f.of_floor(name, 2):.2f} of the floor's {f.scaling(FLOOR, 2):.2f}x"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -308,11 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in ROWS if r.name == FLOOR or args.rows is None
             or any(s and s in r.name for s in args.rows.split(","))]
 
-    info = interpreter()
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)
+    info = {"python": platform.python_version(),
+            "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+            "gil_enabled": bool(gil()), "cpu_count": os.cpu_count()}
     print(f"# tokenwire threads benchmark — {machine()}")
     print(f"# {sys.version.splitlines()[0]}; free-threaded build (Py_GIL_DISABLED): "
-          f"{yes(info['free_threaded'])}; GIL enabled now: {yes(info['gil_enabled'])}; "
-          f"os.cpu_count(): {info['cpu_count']}")
+          f"{'yes' if info['free_threaded'] else 'no'}; GIL enabled now: "
+          f"{'yes' if info['gil_enabled'] else 'no'}; os.cpu_count(): {info['cpu_count']}")
     if info["free_threaded"] and info["gil_enabled"]:
         print("# note: a free-threaded build running with the GIL (an extension module that does "
               "not declare free-threading support turned it on at import; PYTHON_GIL=0 keeps it "
@@ -338,16 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     heading = ("Targets at 2 threads (from this run):" if free else
                "Targets at 2 threads (for a free-threaded build with the GIL off; this run holds "
                "the GIL, so they are informational):")
-    ok = report_targets(figures, targets(rows), heading)
+    ok = report_targets(figures, [target(r.name) for r in rows if r.tokenwire], heading)
     write_json(args.json, {
         "machine": machine(), "suite": "threads", **info, "isl": args.isl, "threads": counts,
         "repeat": repeat, "other_processes_cpus": others,
         "rows": [{"name": f.row, "threads": f.threads, "ops_per_thread": f.ops,
-                  "ops_per_s": f.ops_per_s, "iqr_pct": f.iqr_pct,
+                  **dict(zip(("ops_per_s", "iqr_pct", "cpu_per_wall", "faults_per_op"),
+                             (None if math.isnan(m) else m for m in f.medians()))),
                   "scaling": figures.scaling(f.row, f.threads),
                   "x_floor_scaling": figures.of_floor(f.row, f.threads),
-                  "cpu_per_wall": f.cpu_per_wall,
-                  "faults_per_op": None if math.isnan(f.faults_per_op) else f.faults_per_op,
                   "samples_ops_per_s": f.samples, "samples_cpu_per_wall": f.cpu,
                   "samples_faults_per_op": f.faults} for f in figs]})
     return 1 if args.check_targets and free and not ok else 0
