@@ -87,9 +87,6 @@ class NetnsPair:
             self.close()
             raise
 
-    def exec_prefix(self, ns: str) -> list[str]:
-        return ["ip", "netns", "exec", ns]
-
     def close(self) -> None:
         if self.closed:
             return
@@ -165,21 +162,15 @@ def proxy_main(cfg: dict[str, Any]) -> int:
     sock.connect(cfg["endpoint"])
 
     def send(row: str, req_id: int, lst: list[int]) -> None:
-        if row == "baseline":
-            sock.send(b"pyobj", zmq.SNDMORE)
-            sock.send_pyobj(PlainGenerationRequest(lst, {"max_tokens": 64}, id=req_id))
-            return
-        req = GenerationRequest(lst, {"max_tokens": 64}, id=req_id)
-        if row == "tokenwire":
+        cls = PlainGenerationRequest if row == "baseline" else GenerationRequest
+        req = cls(lst, {"max_tokens": 64}, id=req_id)
+        if not row.startswith("oob "):
             sock.send(b"pyobj", zmq.SNDMORE)
             sock.send_pyobj(req)
             return
-        codec = row.split(" ", 1)[1]
+        codec = row.split(" ", 1)[1]                 # "default": the transport's pick
         sock.send(b"oob", zmq.SNDMORE)
-        if codec == "default":
-            send_pyobj_oob(sock, req)
-        else:
-            send_pyobj_oob(sock, req, codec=codec)
+        send_pyobj_oob(sock, req, codec=None if codec == "default" else codec)
 
     rows = cfg["rows"]
     trips: dict[str, list[float]] = {r: [] for r in rows}
@@ -217,17 +208,14 @@ def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str,
     pair = NetnsPair(rate)
     worker = None
     try:
-        endpoint = f"tcp://{ADDR_WORKER}:{PORT}"
+        endpoint, me = f"tcp://{ADDR_WORKER}:{PORT}", str(os.getpid())
         worker = subprocess.Popen(
-            pair.exec_prefix(pair.worker) + [sys.executable, "-m", "bench.net", "--worker",
-                                             endpoint, "--launcher", str(os.getpid())],
-            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=None,
-            text=True)
-        proxy = run_group(
-            pair.exec_prefix(pair.proxy) + [sys.executable, "-m", "bench.net", "--proxy",
-                                            json.dumps(dict(cfg, endpoint=endpoint, dev="twv-p",
-                                                            launcher=os.getpid()))],
-            env=env, timeout=timeout)
+            ["ip", "netns", "exec", pair.worker, sys.executable, "-m", "bench.net", "--worker",
+             endpoint, "--launcher", me], env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=None, text=True)
+        cfg = dict(cfg, endpoint=endpoint, dev="twv-p", launcher=int(me))
+        proxy = run_group(["ip", "netns", "exec", pair.proxy, sys.executable, "-m", "bench.net",
+                           "--proxy", json.dumps(cfg)], env=env, timeout=timeout)
         return tagged_result(proxy, "TOKENWIRE-NET", "the proxy")
     finally:
         if worker is not None:
