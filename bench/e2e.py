@@ -87,6 +87,11 @@ def token_source(req: Any) -> Any:
     return req.prompt_token_ids
 
 
+def hand_off(req: Any) -> np.ndarray:
+    """A worker's hand-off without an engine: the request's ids as an owned int32 array."""
+    return np.array(token_source(req), dtype=np.int32)
+
+
 def engine_ids(vec: Any) -> np.ndarray:
     """The ids an engine holds: the numpy engine's array, a C++ Request's ids."""
     if hasattr(vec, "ids_bytes"):
@@ -600,7 +605,7 @@ class _RayWorker:
             if source is None:
                 source = self.floor_ids[req] = np.zeros(req, dtype=np.int32)
             return np.array(source)
-        return np.array(token_source(req), dtype=np.int32)
+        return hand_off(req)
 
     def submit(self, refs: list[Any]) -> tuple[float, float, int]:
         import ray

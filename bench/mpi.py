@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench.data import PlainGenerationRequest
-from bench.e2e import token_source
+from bench.e2e import hand_off
 from bench.harness import (arg_parser, clone_env, exit_on_sigterm, ints, load_average, machine,
                            percentile, print_trips, run_group, tagged_result, write_json)
 
@@ -53,11 +53,6 @@ def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
     return [pickle.loads(pickle.dumps(r, protocol=5)) for r in reqs]
 
 
-def to_engine(r: Any) -> np.ndarray:
-    """What a rank does with a received request: its ids as an owned int32 array."""
-    return np.array(token_source(r), dtype=np.int32)
-
-
 # ---------------------------------------------------------------------------------------------
 # Inside mpiexec: every rank runs rank_main; rank 0 prints one JSON line.
 
@@ -79,7 +74,7 @@ def rank_main(cfg: dict[str, Any]) -> int:
             comm.Barrier()
             t0 = time.perf_counter()
             got = bcast(batch, root=0)
-            arrays = [to_engine(r) for r in got]
+            arrays = [hand_off(r) for r in got]
             dt = time.perf_counter() - t0
             if it >= cfg["warmup"]:
                 times.append(dt)
@@ -125,7 +120,7 @@ def stage_times(comm: Any, kind: str, ids: list[np.ndarray], iters: int) -> dict
         got = pickle.loads(buf)
         t4 = time.perf_counter()
         for r in got:
-            to_engine(r)
+            hand_off(r)
         t5 = time.perf_counter()
         for name, dt in zip(times, (t1 - t0, t3 - t2, t4 - t3, t5 - t4)):
             times[name].append(dt)

@@ -18,13 +18,12 @@ import shutil
 import subprocess
 import sys
 import time
-import zlib
 from typing import Any
 
 import numpy as np
 
 from bench.data import PlainGenerationRequest, load_ids
-from bench.e2e import token_source
+from bench.e2e import crc, hand_off
 from bench.harness import (arg_parser, clone_env, exit_on_sigterm, kill_group, load_average,
                            machine, percentile, print_trips, run_group, tagged_result, turns,
                            wait_while_parent_lives, write_json)
@@ -135,9 +134,9 @@ def worker_main(endpoint: str, parent: int) -> int:
         if kind == b"":
             return 0
         req = recv_pyobj_oob(sock) if kind == b"oob" else sock.recv_pyobj()
-        ids = np.array(token_source(req), dtype=np.int32)
+        ids = hand_off(req)
         alive_or_exit(sock, parent, send=True)
-        sock.send(zlib.crc32(ids.tobytes()).to_bytes(4, "little"))
+        sock.send(crc(ids).to_bytes(4, "little"))
 
 
 def tx_bytes(dev: str) -> int:
@@ -157,7 +156,7 @@ def proxy_main(cfg: dict[str, Any]) -> int:
 
     parent = cfg["launcher"]
     ids = load_ids(cfg["isl"], cfg["ids"])
-    want = zlib.crc32(ids.tobytes()).to_bytes(4, "little")
+    want = crc(ids).to_bytes(4, "little")
     sock: Any = zmq.Context.instance().socket(zmq.PAIR)
     sock.connect(cfg["endpoint"])
 
