@@ -95,14 +95,17 @@ def across_processes(n: int = 40_000, rounds: int = 7) -> None:
         medians: dict[str, float] = {}
         for name in ("out-of-band", "shm", "shm-ring", "shm-spin"):
             channel = None if name == "out-of-band" else sender
+
+            def trip() -> None:
+                send_pyobj_oob(push, obj, oob_threshold=0, channel=channel)
+                pull.recv()
             times = []
             for r in range(rounds + 1):                  # the first round warms up
                 send_pyobj_oob(push, (name, 200), channel=sender)
                 # One sender for every row (the ring keeps one sender's order on its socket:
                 # another sender's message could be overtaken): ring=True set per row.
                 sender._ring = name in ("shm-ring", "shm-spin")
-                times.append(_us(lambda: (send_pyobj_oob(push, obj, oob_threshold=0,
-                                                         channel=channel), pull.recv())))
+                times.append(_us(trip))
                 sender._ring = False
             medians[name] = sorted(times[1:])[rounds // 2]
         send_pyobj_oob(push, ("", 0), channel=sender)
