@@ -34,8 +34,7 @@ def isolated(code: str, race: bool = False, timeout: float = 3600) -> str:
     """Run `code` in a fresh interpreter (this one, PYTHON_GIL unset: a free-threaded build runs
     without the GIL unless a module turns it on), after RACE's helpers with `race`; its stdout,
     or a failure with its output and how it ended (a signal by name). The timeout only catches
-    a hang: on a machine whose cores are busy, a race of 1,000 trials (8 threads started for
-    each) can take many minutes."""
+    a hang: a race waits for its conditions with deadlines of its own (DEADLINE below)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
     source = (RACE if race else "") + textwrap.dedent(code)
     # From a directory of its own: the clone's root would put its tokenwire/ sources (built for
@@ -50,10 +49,13 @@ def isolated(code: str, race: bool = False, timeout: float = 3600) -> str:
     return proc.stdout
 
 
-# The preamble of every race: threads started together, each running `work(i)` `rounds` times.
+# The preamble of every race: threads released together at a barrier (`race`, one race; `racing`,
+# trials that race the same threads again and again).
 RACE = """
-import sys, threading
+import os, sys, threading, time
+from contextlib import contextmanager
 THREADS = 8
+DEADLINE = 120       # s: how long a thread waits for a condition before it fails, naming it
 
 def race(work, threads=THREADS, extra=None):
     barrier = threading.Barrier(threads + (extra is not None))
@@ -75,6 +77,82 @@ def race(work, threads=THREADS, extra=None):
     if errors:
         raise errors[0]
 
+# A barrier for `parties` threads, used again and again, whose waiters spin: each looks at the
+# gate, yields its core (sched_yield; sleep(0) where there is none) and looks again.
+# threading.Barrier puts its waiters to sleep and wakes them one after another, each then
+# waiting for a core: on a machine whose cores are busy with other work a pass takes tens of
+# milliseconds, which a race of 1,000 trials pays 1,000 times; a spinning waiter that gets a
+# core sees the release at once. A waiter that waits DEADLINE s (a thread that never came)
+# raises AssertionError; one that is aborted raises Aborted.
+yield_core = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+class Aborted(Exception):
+    pass
+
+class Gate:
+    def __init__(self, parties):
+        self.parties, self.arrived, self.generation = parties, 0, 0
+        self.broken = False
+        self.lock = threading.Lock()
+    def wait(self):
+        with self.lock:
+            generation = self.generation
+            self.arrived += 1
+            if self.arrived == self.parties:
+                self.arrived, self.generation = 0, generation + 1
+        start = time.monotonic()
+        while self.generation == generation:
+            if self.broken:
+                raise Aborted
+            if time.monotonic() - start > DEADLINE:
+                raise AssertionError(f"{self.arrived} of {self.parties} threads came to the "
+                                     f"gate in {DEADLINE} s")
+            yield_core()
+    def abort(self):
+        self.broken = True
+
+# Trials that each race the same `threads` threads: `with racing(work) as race_once:` starts
+# them once; each call race_once() releases them together at a gate to run work(i) once each,
+# and returns when all have finished (raising the first error a thread met, naming its trial
+# on stderr). The caller sets a trial up before race_once() and checks it after; no thread is
+# started per trial.
+@contextmanager
+def racing(work, threads=THREADS):
+    start, end = Gate(threads + 1), Gate(threads + 1)
+    errors, stop, calls = [], [False], [0]
+    def run(i):
+        try:
+            while True:
+                start.wait()
+                if stop[0]:
+                    return
+                try:
+                    work(i)
+                except BaseException as e:
+                    errors.append(e)
+                end.wait()
+        except Aborted:                # the trials ended with an error, in this thread or not
+            return
+    def race_once():
+        calls[0] += 1
+        start.wait()
+        end.wait()
+        if errors:
+            print(f"a thread failed in trial {calls[0] - 1} (counting from 0)", file=sys.stderr)
+            raise errors[0]
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    try:
+        yield race_once
+        stop[0] = True
+        start.wait()
+    finally:
+        start.abort()              # after an error: a thread still waiting ends
+        end.abort()
+        for t in ts:
+            t.join()
+
 # work() while writer(done) runs in a thread of its own until done is set.
 def while_writing(writer, work):
     done = threading.Event()
@@ -90,7 +168,6 @@ def while_writing(writer, work):
 # reader started, and `seen` holds two sizes; at least 0.5 s (more calls overlap the writes).
 # Conditions, not a time: on a machine whose cores are busy it only takes longer. At DEADLINE s
 # it gives up, naming what it did not see (the reader's exception fails the race).
-DEADLINE = 120
 def reading(seen, writes, min_writes=1000):
     import time
     start, first = time.monotonic(), writes[0]
@@ -261,17 +338,19 @@ def test_an_unaligned_views_aligned_copy_is_made_once() -> None:
         import numpy as np, tokenwire
         frame = tokenwire.encode(np.arange(30_000, dtype=np.int32), codec="raw")
         src = b"\\0" + frame                           # the payload at an odd address
-        for trial in range(1000):
-            tv = tokenwire.decode(memoryview(src)[1:])
-            viewing = tv.__sizeof__()
-            arrays = [None] * THREADS
-            def take(i):
-                arrays[i] = np.frombuffer(tv, np.int32)
-            race(take)
-            addrs = {a.__array_interface__["data"][0] for a in arrays}
-            assert len(addrs) == 1, f"trial {trial}: {len(addrs)} copies"
-            assert addrs.pop() % 4 == 0 and tv.__sizeof__() == viewing + 4 * 30_000
-            assert all(np.array_equal(a, np.arange(30_000)) for a in arrays)
+        arrays = [None] * THREADS
+        def take(i):
+            arrays[i] = np.frombuffer(tv, np.int32)
+        with racing(take) as race_once:
+            for trial in range(1000):
+                tv = tokenwire.decode(memoryview(src)[1:])
+                viewing = tv.__sizeof__()
+                arrays[:] = [None] * THREADS
+                race_once()
+                addrs = {a.__array_interface__["data"][0] for a in arrays}
+                assert len(addrs) == 1, f"trial {trial}: {len(addrs)} copies"
+                assert addrs.pop() % 4 == 0 and tv.__sizeof__() == viewing + 4 * 30_000
+                assert all(np.array_equal(a, np.arange(30_000)) for a in arrays)
         print("ok")
     """)
     assert out.startswith("ok")
@@ -285,16 +364,19 @@ def test_a_fields_first_read_publishes_one_list() -> None:
         import pickle, tokenwire
         from tokenwire.request import GenerationRequest
         data = pickle.dumps(GenerationRequest(list(range(20_000))), protocol=5)
-        for trial in range(300):
-            req = pickle.loads(data)
-            got = [None] * THREADS
-            def read(i):
-                got[i] = req.prompt_token_ids
-            race(read)
-            assert all(g is got[0] for g in got), f"trial {trial}: {len(set(map(id, got)))} lists"
-            got[3].append(7)
-            assert all(g[-1] == 7 for g in got) and req.prompt_token_ids[-1] == 7
-            assert pickle.loads(pickle.dumps(req, protocol=5)).prompt_token_ids[-1] == 7
+        got = [None] * THREADS
+        def read(i):
+            got[i] = req.prompt_token_ids
+        with racing(read) as race_once:
+            for trial in range(300):
+                req = pickle.loads(data)
+                got[:] = [None] * THREADS
+                race_once()
+                assert all(g is got[0] for g in got), \
+                    f"trial {trial}: {len(set(map(id, got)))} lists"
+                got[3].append(7)
+                assert all(g[-1] == 7 for g in got) and req.prompt_token_ids[-1] == 7
+                assert pickle.loads(pickle.dumps(req, protocol=5)).prompt_token_ids[-1] == 7
         print("ok")
     """)
     assert out.startswith("ok")
@@ -308,19 +390,21 @@ def test_a_classs_first_pickles_from_threads() -> None:
     out = isolated(race=True, code="""
         import pickle, tokenwire
         from tokenwire.request import GenerationRequest
-        for trial in range(200):
-            # a class dict of some size: iterating it takes long enough to overlap a setattr
-            body = {"__module__": __name__, **{f"setting_{k}": k for k in range(500)}}
-            cls = type(f"Request{trial}", (GenerationRequest,), body)
-            globals()[cls.__name__] = cls                  # where pickle finds the class
-            objs = [cls(list(range(i, i + 100))) for i in range(THREADS)]
-            out = [None] * THREADS
-            def work(i):
-                out[i] = pickle.dumps(objs[i], protocol=5)
-            race(work)
-            assert "_tokenwire_config" in vars(cls)
-            assert all(pickle.loads(o).prompt_token_ids == objs[i].prompt_token_ids
-                       for i, o in enumerate(out)), trial
+        out = [None] * THREADS
+        def work(i):
+            out[i] = pickle.dumps(objs[i], protocol=5)
+        with racing(work) as race_once:
+            for trial in range(200):
+                # a class dict of some size: iterating it takes long enough to overlap a setattr
+                body = {"__module__": __name__, **{f"setting_{k}": k for k in range(500)}}
+                cls = type(f"Request{trial}", (GenerationRequest,), body)
+                globals()[cls.__name__] = cls                  # where pickle finds the class
+                objs = [cls(list(range(i, i + 100))) for i in range(THREADS)]
+                out[:] = [None] * THREADS
+                race_once()
+                assert "_tokenwire_config" in vars(cls)
+                assert all(pickle.loads(o).prompt_token_ids == objs[i].prompt_token_ids
+                           for i, o in enumerate(out)), trial
         print("ok")
     """)
     assert out.startswith("ok")
