@@ -167,8 +167,10 @@ def while_writing(writer, work):
 # A reader's loop, until the race is seen: the writer has made `min_writes` writes since this
 # reader started, and `seen` holds two sizes; at least 0.5 s (more calls overlap the writes).
 # Conditions, not a time: on a machine whose cores are busy it only takes longer. At DEADLINE s
-# it gives up, naming what it did not see (the reader's exception fails the race).
-def reading(seen, writes, min_writes=1000):
+# it gives up, naming what it did not see (the reader's exception fails the race). Each write
+# that meets the readers in the list's lock waits for them; 100 writes are far more than a
+# reader without that lock needs to crash or to see a list that never was.
+def reading(seen, writes, min_writes=100):
     import time
     start, first = time.monotonic(), writes[0]
     def seen_enough():
