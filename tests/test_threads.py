@@ -10,10 +10,11 @@ the calls), so it cannot pass by running the threads one after another. On a bui
 the same tests run and must pass as well (there the threads interleave rather than overlap).
 
 Each protection was planted out once on 3.13t to watch its test fail (docs/design.md,
-"Free-threaded CPython"): the list's critical section, in as_tokens and in the C++ hand-off
-(the reader crashes: SIGSEGV), the int table's compare-and-swap (two objects for one id), the
-aligned copy's compare-and-swap (two copies), the field's one publication (two lists for one
-field).
+"Free-threaded CPython"): the list's critical section, in as_tokens, TokenVector.__eq__ and
+the C++ hand-off (the reader crashes: SIGSEGV), the int table's compare-and-swap (two objects
+for one id), the aligned copy's compare-and-swap (two copies), the field's one publication
+(two lists for one field), the class configuration's one computation ("dictionary changed size
+during iteration").
 """
 
 from __future__ import annotations
@@ -216,8 +217,9 @@ def test_importing_tokenwire_keeps_the_gil_off() -> None:
 def test_as_tokens_of_a_list_another_thread_resizes() -> None:
     """8 threads convert one list while another thread appends to it and clears it: no crash,
     and every result is the list as it was at some moment (0, 1, 2, ... k-1 for some k: the
-    writer only ever appends the next ids, or clears). The list is read inside its critical
-    section (its lock, without the GIL), so an append that moves its items waits."""
+    writer only ever appends the next ids, or clears). Then they compare vectors with it. The
+    list is read inside its critical section (its lock, without the GIL), by as_tokens and by
+    TokenVector.__eq__, so an append that moves its items waits."""
     out = isolated(race=True, code="""
         import numpy as np, tokenwire
         lst = []
@@ -240,9 +242,17 @@ def test_as_tokens_of_a_list_another_thread_resizes() -> None:
                 sizes.add(len(ids))
                 assert tv == list(range(len(ids)))     # TokenVector.__eq__ of a list
         while_writing(writer, lambda: race(reader))
-        # __eq__ against the list being resized, from the readers' side
-        while_writing(writer, lambda: race(
-            lambda i: [tokenwire.TokenVector(range(5000)) == lst for _ in range(400)]))
+        # TokenVector.__eq__ against the list being resized, from the readers' side: ids of the
+        # length the list had a moment before, so that the items are compared (a length that
+        # differs answers False before any item is read); equal at two lengths at least.
+        ids = tokenwire.TokenVector(range(70_000))
+        equal = set()
+        def comparer(i):
+            for _ in reading(equal, writes):
+                n = len(lst)
+                if ids[:n] == lst:
+                    equal.add(n)
+        while_writing(writer, lambda: race(comparer))
         print("ok", writes[0])
     """)
     assert out.startswith("ok")
