@@ -101,9 +101,11 @@ def test_json_writer_sizes(ids: list[int]) -> None:
     assert wires.write(ids, "json") == orjson.dumps(ids)
 
 
-def test_json_table_filled_by_threads_at_once() -> None:
+def test_json_table_filled_by_threads_at_once(tmp_path: Path) -> None:
     # A fresh process, so the table is not there yet: threads released together all fill it
-    # (the GIL released while they do) and publish it once; each writes the same bytes.
+    # (the GIL released while they do) and publish it once; each writes the same bytes. It runs
+    # in an empty directory: `-c` puts the working directory first on sys.path, and a clone's
+    # root would shadow the installed tokenwire with its unbuilt sources.
     code = textwrap.dedent("""
         import threading, orjson, tokenwire.wires as wires
         ids = [(i * 7919) % 262_144 for i in range(5000)] + [-5, 2**31 - 1]
@@ -117,7 +119,7 @@ def test_json_table_filled_by_threads_at_once() -> None:
         assert out == [orjson.dumps(ids)] * 4, len(out)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=180)
+                          timeout=180, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
 
 
