@@ -29,10 +29,10 @@ with atheris.instrument_imports():
 
     import tokenwire
     import tokenwire.msgspec as tm
-    from tokenwire import TokenVector, WireFormatError
+    from tokenwire import TokenIdError, TokenVector, WireFormatError
     from tokenwire._core import ImmutableBuffer
 
-EXPECTED = (msgspec.DecodeError, msgspec.ValidationError, WireFormatError)
+EXPECTED = (msgspec.DecodeError, msgspec.ValidationError, WireFormatError, TokenIdError)
 
 
 class Request(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
