@@ -7,10 +7,14 @@ Compiler: $CXX or g++. Extra flags from $TOKENWIRE_CXXFLAGS (.ci/run's sanitizer
 (tests/support/system.py, "zstd.h").
 $TOKENWIRE_CXX_RUNNER runs the conformance server through a command (.ci/cross: a cross
 compiler as $CXX, -static, and qemu-aarch64-static or qemu-s390x-static as the runner).
+$TOKENWIRE_CPP_CACHE, when set, names a directory where each build is kept under the hash of its
+inputs (the command, the compiler's version, the source and tokenwire's headers), so that runs
+in a row (.ci/stress) build once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 import shlex
@@ -36,6 +40,35 @@ def have_zstd_header() -> bool:
     return system.have("zstd.h")
 
 
+def _build(cmd: list[str], target: pathlib.Path, source: pathlib.Path,
+           *, also: str = "") -> pathlib.Path:
+    """Run the compiler command `cmd`, which writes `target`; with $TOKENWIRE_CPP_CACHE set, take
+    the build from the cache when its inputs (and `also`, e.g. a library's version) are
+    unchanged, else build it there and keep it."""
+    cache = os.environ.get("TOKENWIRE_CPP_CACHE")
+    if not cache:
+        subprocess.run(cmd, check=True)
+        return target
+    key = hashlib.sha256()
+    compiler = subprocess.run([cxx(), "--version"], check=True, capture_output=True).stdout
+    # The command without the output's directory (a fresh temporary one each run).
+    named = [target.name if arg == str(target) else arg for arg in cmd]
+    for part in [*named, also, compiler, source.read_bytes()]:
+        key.update(part if isinstance(part, bytes) else part.encode())
+    for header in sorted(pathlib.Path(tokenwire.get_include()).rglob("*")):
+        if header.is_file():
+            key.update(str(header.name).encode() + header.read_bytes())
+    kept = pathlib.Path(cache) / key.hexdigest()[:32] / target.name
+    if not kept.exists():
+        # Built beside its final name and renamed into place: a run in parallel never sees
+        # half a file.
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f"{target.name}.{os.getpid()}.partial")
+        subprocess.run([str(partial) if arg == str(target) else arg for arg in cmd], check=True)
+        os.replace(partial, kept)
+    return kept
+
+
 def compile_conformance(out_dir: pathlib.Path, *, zstd: bool) -> pathlib.Path:
     exe = out_dir / ("conformance-zstd" if zstd else "conformance")
     cmd = [cxx(), "-std=c++17", "-O2", "-g1", "-Wall", "-Wextra", "-Werror",
@@ -44,18 +77,16 @@ def compile_conformance(out_dir: pathlib.Path, *, zstd: bool) -> pathlib.Path:
     if zstd:
         cmd[1:1] = ["-DTOKENWIRE_WITH_ZSTD"]
         cmd.append("-lzstd")
-    subprocess.run(cmd, check=True)
-    return exe
+    return _build(cmd, exe, HERE / "conformance.cpp")
 
 
 def compile_race_count_table(out_dir: pathlib.Path) -> pathlib.Path:
     """race_count_table.cpp: decode_many / frame_info while a thread rewrites the count table
     (-pthread; under .ci/run's flags, with AddressSanitizer)."""
     exe = out_dir / "race-count-table"
-    subprocess.run([cxx(), "-std=c++17", "-O2", "-g1", "-Wall", "-Wextra", "-Werror", "-pthread",
-                    "-I", tokenwire.get_include(), str(HERE / "race_count_table.cpp"),
-                    "-o", str(exe), *extra_flags()], check=True)
-    return exe
+    return _build([cxx(), "-std=c++17", "-O2", "-g1", "-Wall", "-Wextra", "-Werror", "-pthread",
+                   "-I", tokenwire.get_include(), str(HERE / "race_count_table.cpp"),
+                   "-o", str(exe), *extra_flags()], exe, HERE / "race_count_table.cpp")
 
 
 def compile_pybind_engine(out_dir: pathlib.Path) -> pathlib.Path:
@@ -68,8 +99,7 @@ def compile_pybind_engine(out_dir: pathlib.Path) -> pathlib.Path:
            "-I", tokenwire.get_include(), "-I", pybind11.get_include(),
            "-I", sysconfig.get_paths()["include"],
            str(HERE / "pybind_engine.cpp"), "-o", str(target), *extra_flags()]
-    subprocess.run(cmd, check=True)
-    return target
+    return _build(cmd, target, HERE / "pybind_engine.cpp", also=pybind11.__version__)
 
 
 class CppError(Exception):
