@@ -10,11 +10,13 @@ imported, so the counts do not depend on the extras installed."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
 PACKAGE = Path(__file__).resolve().parent.parent / "tokenwire"
+API_REFERENCE = PACKAGE.parent / "docs" / "api"
 
 MAX_PUBLIC_NAMES = 40
 MAX_PRIVATE_IMPORTS = 15
@@ -180,3 +182,22 @@ def test_the_counts_follow_re_exports_and_see_nested_imports(tmp_path: Path) -> 
     names = {a.name for n in ast.walk(nested) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert names == {"_describe"} and _private("_describe")
     assert not _private("__version__") and not _private("find_class")
+
+
+def test_the_api_reference_documents_each_public_name_and_no_other() -> None:
+    """docs/api/index.rst, which Sphinx builds: each public name has its own ``auto*``
+    directive or is in the ``__all__`` of a module documented whole (``automodule`` documents
+    ``__all__`` unless told otherwise), and every directive names a public path."""
+    text = (API_REFERENCE / "index.rst").read_text()
+    directives = re.findall(r"^\.\. auto(\w+):: ([\w.]+)\n((?:   :.*\n)*)", text, flags=re.M)
+    whole = {name for kind, name, options in directives
+             if kind == "module" and ":no-members:" not in options}
+    named = {name for kind, name, _ in directives if kind != "module"}
+    modules = {name for kind, name, _ in directives if kind == "module"}
+    public = {path for paths in _public_paths().values() for path in paths}
+    assert "ignore-module-all" not in (API_REFERENCE / "conf.py").read_text()
+    missing = sorted(p for p in public if p not in named and p.rsplit(".", 1)[0] not in whole)
+    assert missing == [], f"public names the API reference leaves out: {missing}"
+    assert sorted(named - public) == [], "the API reference documents names that are not public"
+    assert all(_is_public_module(m) and m in _modules() for m in modules), sorted(modules)
+

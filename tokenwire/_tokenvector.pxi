@@ -84,10 +84,10 @@ cdef class TokenVector:
         Python objects, structures) is refused with TypeError naming its format: those bytes
         are not token ids.
 
-        Zero-copy when `data` is immutable (see `is_immutable_source`), at any address: the
-        vector views `data` and keeps it alive (an unaligned view is aligned, once, when its buffer
-        is first exported). Otherwise one memcpy, so later writes to a mutable
-        source never show through. Raises ValueError when the byte count is not a multiple of 4
+        Zero-copy when `data` is immutable (`bytes`, a memoryview of bytes, a TokenVector), at
+        any address: the vector views `data` and keeps it alive (an unaligned view is aligned,
+        once, when its buffer is first exported). Otherwise one memcpy, so later writes to a
+        mutable source never show through. Raises ValueError when the byte count is not a multiple of 4
         or the memory is not C-contiguous.
         """
         cdef Py_buffer view
@@ -234,7 +234,7 @@ cdef class TokenVector:
     # -- conversions ---------------------------------------------------------------------------
 
     def tolist(self):
-        """The ids as a `list[int]`, built in C (see tokenwire.tolist)."""
+        """The ids as a `list[int]`, built in C (small ids share one table of int objects)."""
         return _tolist_strided(<const char*>self._data, self._len, 4)
 
     def copy(self):
@@ -269,8 +269,8 @@ cdef class TokenVector:
 
     @property
     def base(self):
-        """The object whose memory the ids are read from in place (a `bytes` frame, an
-        `ImmutableBuffer`, a read-only exporter), or None when the vector owns its memory (built
+        """The object whose memory the ids are read from in place (a `bytes` frame, the
+        wrapper around a received pyzmq frame, a read-only exporter), or None when the vector owns its memory (built
         from a list, copied from a mutable source, sliced, or empty). As numpy's ``ndarray.base``:
         ``tv.base is frame`` tells a zero-copy decode from a copy. A view at an unaligned address
         gets an aligned copy of its own the first time its buffer is exported (``memoryview(tv)``,

@@ -241,8 +241,8 @@ def decode(data, *, vocab_size=None):
     """Decode a single-sequence frame to a TokenVector.
 
     `data` is any bytes-like object. A raw frame in immutable memory (`bytes`, a memoryview of
-    bytes, an `ImmutableBuffer` such as a wrapped received pyzmq Frame; see
-    `is_immutable_source`) is not copied, at any address: the vector views `data` and keeps it
+    bytes, a pyzmq frame `tokenwire.transport.recv_pyobj_oob` read from a tcp or ipc stream)
+    is not copied, at any address: the vector views `data` and keeps it
     alive (its ids are read with unaligned loads; an unaligned view is aligned, once, when its
     buffer is first exported). Mutable memory (a bytearray, even behind a read-only
     memoryview) is copied. With `vocab_size`, every id must lie in [0, vocab_size).

@@ -199,8 +199,8 @@ class TokenIds:
     """A token-id field: reads as a ``list[int]`` built lazily from a native int32 buffer.
 
     One line per field, on a plain class or a dataclass -- the line adopts the class (it gets
-    tokenwire's ``__getstate__`` / ``__setstate__`` / ``__copy__`` / ``__deepcopy__``, see
-    tokenwire.state)::
+    tokenwire's ``__getstate__`` / ``__setstate__`` / ``__copy__`` / ``__deepcopy__``;
+    docs/design.md, "tokenwire/state.py")::
 
         @dataclass
         class TokenizedGenerateReqInput:

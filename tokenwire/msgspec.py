@@ -506,14 +506,15 @@ def _split_prefix(frames: List[Any], prefix: int) -> Tuple[List[bytes], List[Any
 class Encoder:
     """msgpack with out-of-band buffers: ``encode(obj) -> [main, *buffers]``.
 
-    A TokenVector of at least `threshold` bytes (default `OOB_THRESHOLD`, 64 KiB: 16,384 ids)
+    A TokenVector of at least `threshold` bytes (default 64 KiB: 16,384 ids)
     goes into a buffer of its own; smaller ones are inline Exts as `Hooks` writes them.
     ``threshold=None`` keeps everything inline. The buffer is a frame of `codec` (default
     "auto": encoded once, never larger than msgpack's list of the ids; see `Hooks`), or with
     ``codec="raw"`` a zero-copy view of the vector's memory (keep the vector alive until the
     frames are sent). ``codec=None`` decides per message where it goes: `send` sends the
-    buffers raw over ipc:// and inproc:// and compact over tcp://
-    (`tokenwire.transport.socket_codec`), `encode` (no socket) raw; inline Exts are "auto".
+    buffers raw over ipc:// and inproc:// and compact ("pfor") over tcp:// (judged by the
+    socket's ``zmq.LAST_ENDPOINT``, as `tokenwire.transport.send_pyobj_oob` judges), `encode`
+    (no socket) raw; inline Exts are "auto".
     `channel` (a `tokenwire.shm.Sender`): the buffers go through its
     shared-memory slots when they can, and the message is ``[descriptor, main, *frames]``.
     Other keywords: see `Hooks`.
@@ -671,8 +672,8 @@ class Decoder:
         """Decode ``[main, *buffers]`` (bytes, memoryviews, ``zmq.Frame`` objects, ...), or a
         message of one frame given as itself.
 
-        A raw buffer in immutable memory (`bytes`, an `ImmutableBuffer`) is viewed, others
-        are copied once; a framed buffer is decoded once. Raises WireFormatError for a bad
+        A raw buffer in immutable memory (`bytes`, a frame `recv` read from a tcp or ipc
+        stream) is viewed, others are copied once; a framed buffer is decoded once. Raises WireFormatError for a bad
         reference or frame, TokenIdError for an id outside `vocab_size` (however the ids were
         sent), msgspec.DecodeError for bad msgpack, msgspec.ValidationError for a value of the
         wrong type.
@@ -709,8 +710,7 @@ class Decoder:
         returns ``(leading, obj)``, `leading` the N frames as `bytes` (WireFormatError when
         the message has no frame after them). A frame read from a tcp or ipc stream is viewed
         (libzmq alone holds its memory and never rewrites it); one received over inproc is the
-        sender's memory, which it may still write, and is copied once
-        (`tokenwire.transport.received_buffer`)."""
+        sender's memory, which it may still write, and is copied once."""
         _check_prefix(prefix)
         if self.channel is not None:
             frames = socket.recv_multipart(flags=flags, copy=False)

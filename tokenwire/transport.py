@@ -135,8 +135,8 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
     sees. `channel` with `key` takes no `prefix` (ValueError).
 
     `codec`: how TokenVector buffers travel. None (the default) decides by the socket's last
-    endpoint (`socket_codec`): raw over ipc:// and inproc://, `NETWORK_CODEC` over tcp://;
-    a name forces that codec ("raw" never encodes). A `channel` is one host's shared memory:
+    endpoint (``zmq.LAST_ENDPOINT``): raw over ipc:// and inproc://, "pfor" over tcp:// and the
+    other network transports; a name forces that codec ("raw" never encodes). A `channel` is one host's shared memory:
     it takes codec None or "raw" only (ValueError).
     The counterpart of ``socket.send_pyobj``; receive with `recv_pyobj_oob`."""
     codec = _oob_codec(codec)
@@ -266,7 +266,7 @@ def recv_pyobj_oob(socket: Any, flags: int = 0, *, key: Optional[bytes] = None,
     """Receive an object sent by `send_pyobj_oob`. The leading frames and the pickle are
     received as `bytes`, the out-of-band buffers with ``copy=False``; a token field views a
     buffer read from a tcp or ipc stream and copies one received over inproc, whose memory the
-    sender can still write (`received_buffer`). With `key`, the signature is verified before
+    sender can still write. With `key`, the signature is verified before
     unpickling; a worker whose socket anyone else can reach must
     pass one. Pass `channel` (a `tokenwire.shm.Receiver`) when the sender passes one.
 
