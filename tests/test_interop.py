@@ -6,6 +6,7 @@ from __future__ import annotations
 import array
 import copy
 import json
+import re
 import subprocess
 import tempfile
 import sys
@@ -308,16 +309,59 @@ def test_model_dump_writes_lists_of_ints() -> None:
     assert CompletionRequest(model="m", prompt="p").model_dump()["prompt_token_ids"] is None
 
 
-def test_json_schema_is_an_array_of_int32_integers() -> None:
-    expected = {"type": "array",
-                "items": {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}}
-    for mode in ("validation", "serialization"):
-        schema = StrictRequest.model_json_schema(mode=mode)  # type: ignore[arg-type]
-        field = schema["properties"]["input_ids"]
-        assert {k: field[k] for k in ("type", "items")} == expected, field
-        prompt = CompletionRequest.model_json_schema(mode=mode)["properties"]["prompt"]  # type: ignore[arg-type]
-        assert {"type": "array", "items": {"type": "integer"}} in prompt["anyOf"]
-        assert any(s.get("items") == expected["items"] for s in prompt["anyOf"])
+INT32_ARRAY = {"type": "array",
+               "items": {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1}}
+
+
+def _forms(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The alternatives a property's schema names (itself when it names one)."""
+    return [{k: v for k, v in s.items() if k != "title"} for s in schema.get("anyOf", [schema])]
+
+
+def test_json_schema_names_both_forms_json_input_takes() -> None:
+    """What a model validates from JSON: an array of int32 integers or base64 text; what it
+    dumps: the array only. Each form the schema names validates through model_validate_json
+    (the text in both alphabets, matched by the schema's pattern first)."""
+    ids = [0, 1, 62, 63, 250_000, 2**31 - 1, -(2**31)] * 300     # "+/" or "-_" in the text
+    field = StrictRequest.model_json_schema()["properties"]["input_ids"]
+    array, text = _forms(field)
+    assert array == INT32_ARRAY
+    assert {k: text[k] for k in ("type", "contentEncoding")} == {"type": "string",
+                                                                 "contentEncoding": "base64"}
+    assert "to_base64" in text["description"]
+    bodies = {"array": ids}
+    for urlsafe in (False, True):
+        for codec in ("raw", "pfor"):
+            sent = tokenwire.to_base64(ids, codec=codec, urlsafe=urlsafe)
+            assert ("-" in sent or "_" in sent) == urlsafe
+            assert re.fullmatch(text["pattern"], sent), sent[:40]
+            bodies[f"base64 {codec}{' urlsafe' if urlsafe else ''}"] = sent
+    assert not re.fullmatch(text["pattern"], "AAA")          # a length no base64 text has
+    for form, value in bodies.items():
+        for model in (StrictRequest, CompletionRequest):
+            body = json.dumps({"request_id": "r", "input_ids": value,
+                               "model": "m", "prompt": "p", "prompt_token_ids": value})
+            req = model.model_validate_json(body)
+            got = getattr(req, "input_ids", None) or req.prompt_token_ids
+            assert type(got) is TokenVector and got == ids, form
+    # An Optional field names the same two forms and null.
+    optional = CompletionRequest.model_json_schema()["properties"]["prompt_token_ids"]
+    assert _forms(optional) == [array, text, {"type": "null"}]
+    # A union keeps its other members beside them.
+    prompt = _forms(CompletionRequest.model_json_schema()["properties"]["prompt"])
+    assert {"type": "array", "items": {"type": "integer"}} in prompt
+    assert array in prompt and text in prompt
+
+
+def test_json_schema_of_a_dump_is_an_array_of_int32_integers() -> None:
+    field = StrictRequest.model_json_schema(mode="serialization")["properties"]["input_ids"]
+    assert _forms(field) == [INT32_ARRAY]
+    req = StrictRequest.model_validate_json(
+        json.dumps({"request_id": "r", "input_ids": tokenwire.to_base64(IDS)}))
+    assert json.loads(req.model_dump_json())["input_ids"] == IDS
+    prompt = CompletionRequest.model_json_schema(mode="serialization")["properties"]["prompt"]
+    assert INT32_ARRAY in _forms(prompt)
+    assert all(s.get("contentEncoding") is None for s in _forms(prompt))
 
 
 def _serve(body: bytes) -> bytes:

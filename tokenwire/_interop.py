@@ -96,7 +96,19 @@ def _serialize(value: Any) -> list[int]:
         f"expected TokenVector, got {type(value).__name__}")
 
 
-def pydantic_json_schema() -> dict[str, Any]:
-    """The JSON schema of a `TokenVector` field: an array of int32 integers."""
-    return {"type": "array",
-            "items": {"type": "integer", "minimum": _INT32_MIN, "maximum": _INT32_MAX}}
+# Text `to_base64` writes, in either alphabet: groups of four characters, "=" padding the last.
+_BASE64_PATTERN = "^(?:[A-Za-z0-9+/_-]{4})*(?:[A-Za-z0-9+/_-]{2}==|[A-Za-z0-9+/_-]{3}=)?$"
+
+
+def pydantic_json_schema(mode: str = "validation") -> dict[str, Any]:
+    """The JSON schema of a `TokenVector` field. What a model dumps (``mode="serialization"``)
+    is an array of int32 integers; what it validates from JSON is that array or the base64
+    text of a frame (`_validate_json`)."""
+    ids = {"type": "array",
+           "items": {"type": "integer", "minimum": _INT32_MIN, "maximum": _INT32_MAX}}
+    if mode == "serialization":
+        return ids
+    text = {"type": "string", "contentEncoding": "base64", "pattern": _BASE64_PATTERN,
+            "description": "a tokenwire frame as tokenwire.to_base64 writes it (the standard "
+                           "or the URL-safe alphabet)"}
+    return {"anyOf": [ids, text]}

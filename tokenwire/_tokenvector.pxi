@@ -329,7 +329,7 @@ cdef class TokenVector:
     @classmethod
     def __get_pydantic_json_schema__(cls, core_schema, handler):
         from tokenwire._interop import pydantic_json_schema
-        return pydantic_json_schema()
+        return pydantic_json_schema(handler.mode)
 
     def __copy__(self):
         return self          # immutable: a copy is the same value
