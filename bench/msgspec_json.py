@@ -224,7 +224,7 @@ UpTokenRequest = engine_core_request("UpTokenRequest", TokenVector)
 class HostEncoder:
     """The host's encoder: ndarrays of >= 256 bytes into ``self.aux_buffers`` (None outside
     `encode`), smaller ones inline. `tokenwire` (a `Hooks`, or None for the stock host) adds
-    the one TokenVector line."""
+    the one TokenVector line. tests/test_msgspec.py runs it and `HostDecoder` too."""
 
     def __init__(self, tokenwire: Optional[tw_msgspec.Hooks] = None) -> None:
         self.tw = tokenwire
@@ -285,10 +285,12 @@ class HostDecoder:
         raise NotImplementedError(f"Extension type code {code} is not supported")
 
 
-def _up_request(cls: type, prompt: Any) -> Any:
+def up_request(cls: type, prompt: Any, **fields: Any) -> Any:
+    """A request of `cls` (`UpListRequest`, `UpTokenRequest`) with `prompt` and the values a
+    chat completion sends; `fields` sets others (``prompt_embeds``, ``priority``, ...)."""
     return cls("cmpl-0123456789abcdef-0", prompt, None,
                SamplingParams(temperature=0.7, max_tokens=256, seed=1), None, 151_645,
-               1_700_000_000.25, None, None, None)
+               1_700_000_000.25, None, None, None, **fields)
 
 
 G_ZMQ = "vLLM shape over zmq: encode, send, recv, decode, engine list (.copy())"
@@ -323,7 +325,7 @@ def upstream_methods(n: int, args: argparse.Namespace) -> list[Method]:
             (LIST, UpListRequest, lst, None),
             (AUTO, UpTokenRequest, tv, tw_msgspec.Hooks()),
             (RAW, UpTokenRequest, tv, tw_msgspec.Hooks(codec="raw"))):
-        req = _up_request(cls, prompt)
+        req = up_request(cls, prompt)
         enc, dec = HostEncoder(hooks), HostDecoder(cls, hooks)
         frames = [bytes(f) for f in enc.encode(req)]          # what the engine holds
 

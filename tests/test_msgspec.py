@@ -28,6 +28,8 @@ from support.strategies import int_arrays, token_lists  # noqa: E402
 from tokenwire import TokenVector, WireFormatError  # noqa: E402
 from tokenwire.errors import ChecksumError  # noqa: E402
 from tokenwire._core import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
+from bench.msgspec_json import (HostDecoder, HostEncoder, UpListRequest,  # noqa: E402
+                                 UpTokenRequest, up_request)
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = tm.Hooks()                     # the default hooks, for msgspec encoders and decoders
@@ -761,94 +763,17 @@ def test_router_identity_and_type_both_ways() -> None:
 
 
 # -------------------------------------------------------------------------------------------
-# A host encoder that keeps its own aux buffer list (the shape of vLLM's MsgpackEncoder)
+# A host encoder that keeps its own aux buffer list (the shape of vLLM's MsgpackEncoder), and
+# vLLM's EngineCoreRequest: the benchmark's model of both (bench/msgspec_json.py), one copy.
 
-CUSTOM_TYPE_RAW_VIEW = 3
-
-
-class HostRequest(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    request_id: str
-    prompt_token_ids: Optional[TokenVector]
-    eos_token_id: Optional[int]
-    arrival_time: float
-    prompt_embeds: Optional[Any] = None
-    priority: int = 0
-
-
-TW = tm.Hooks()
-
-
-class HostEncoder:
-    """Our own encoder of the host's shape: ndarrays into self.aux_buffers (None outside
-    encode), small ones inline. The TokenVector line is the one a host adds."""
-
-    def __init__(self, tokenwire_line: bool = True) -> None:
-        self.encoder = msgspec.msgpack.Encoder(enc_hook=self.enc_hook)
-        self.aux_buffers: Optional[List[Any]] = None
-        self.tokenwire_line = tokenwire_line
-
-    def encode(self, obj: Any) -> List[Any]:
-        try:
-            self.aux_buffers = bufs = [b""]
-            bufs[0] = self.encoder.encode(obj)
-            return bufs
-        finally:
-            self.aux_buffers = None
-
-    def enc_hook(self, obj: Any) -> Any:
-        if self.tokenwire_line and isinstance(obj, TokenVector):
-            return TW.aux_enc_hook(obj, self.aux_buffers)
-        if isinstance(obj, np.ndarray):
-            data = obj.data if obj.flags.c_contiguous else obj.tobytes()
-            if obj.nbytes < 256:
-                return obj.dtype.str, obj.shape, msgspec.msgpack.Ext(CUSTOM_TYPE_RAW_VIEW, data)
-            assert self.aux_buffers is not None
-            self.aux_buffers.append(data)
-            return obj.dtype.str, obj.shape, len(self.aux_buffers) - 1
-        raise TypeError(f"cannot encode {type(obj).__name__}")
-
-
-class HostDecoder:
-    def __init__(self, t: Any, tokenwire_line: bool = True) -> None:
-        self.decoder = msgspec.msgpack.Decoder(t, ext_hook=self.ext_hook, dec_hook=self.dec_hook)
-        self.aux_buffers: Any = ()
-        self.tokenwire_line = tokenwire_line
-
-    def decode(self, bufs: Any) -> Any:
-        if isinstance(bufs, (bytes, bytearray, memoryview, zmq.Frame)):
-            return self.decoder.decode(bufs)
-        self.aux_buffers = bufs
-        try:
-            return self.decoder.decode(bufs[0])
-        finally:
-            self.aux_buffers = ()
-
-    def dec_hook(self, t: type, obj: Any) -> Any:
-        if self.tokenwire_line and t is TokenVector:
-            return TW.dec_hook(t, obj)
-        if t is np.ndarray or t is Any:
-            dtype, shape, data = obj
-            buf = data if isinstance(data, msgspec.msgpack.Ext) else self.aux_buffers[data]
-            raw = buf.data if isinstance(buf, msgspec.msgpack.Ext) else buf
-            return np.frombuffer(raw, dtype=dtype).reshape(shape)
-        raise TypeError(t)
-
-    def ext_hook(self, code: int, data: memoryview) -> Any:
-        if self.tokenwire_line and code in (tm.Hooks.EXT_CODE, tm.Hooks.BUFFER_EXT_CODE):
-            return TW.aux_ext_hook(code, data, self.aux_buffers)
-        if code == CUSTOM_TYPE_RAW_VIEW:
-            return msgspec.msgpack.Ext(code, bytes(data))
-        raise NotImplementedError(code)
-
-
-class HostEngineRequest(HostRequest):
-    prompt_embeds: Optional[np.ndarray] = None  # type: ignore[assignment]
+TW = tm.Hooks()                          # the tokenwire line's hooks, per test
 
 
 def test_the_out_of_band_encoder_chained_with_a_host_hook_fails_on_its_buffers() -> None:
     """What happens without aux_enc_hook: the host's hook runs outside its own encode."""
-    host = HostEncoder()
-    req = HostRequest("r", tokenwire.as_tokens(BIG), 2, 0.0, np.ones((64, 8), np.float32))
+    host = HostEncoder(TW)
+    req = up_request(UpTokenRequest, tokenwire.as_tokens(BIG),
+                     prompt_embeds=np.ones((64, 8), np.float32))
     with pytest.raises(AssertionError):
         tm.Encoder(enc_hook=host.enc_hook).encode(req)
 
@@ -860,26 +785,26 @@ def test_one_buffer_list_for_tokens_and_tensors_over_zmq(codec: str) -> None:
     ctx, pull, push = _socket_pair((zmq.PULL, zmq.PUSH))
     try:
         embeds = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
-        req = HostEngineRequest("r", tokenwire.as_tokens(BIG), 2, 0.5, embeds, 1)
-        frames = HostEncoder().encode(req)
+        req = up_request(UpTokenRequest, tokenwire.as_tokens(BIG), prompt_embeds=embeds,
+                         priority=1)
+        frames = HostEncoder(TW).encode(req)
         assert len(frames) == 3                       # [main, tokens, tensor]: one list
         push.send_multipart([b"\x00", *frames], copy=False)
         kind, *data = pull.recv_multipart(copy=False)
-        got = HostDecoder(HostEngineRequest).decode(data)
+        got = HostDecoder(UpTokenRequest, TW).decode(data)
         assert kind.bytes == b"\x00" and got.prompt_token_ids == BIG
         assert np.array_equal(got.prompt_embeds, embeds) and got.priority == 1
         assert got.prompt_token_ids.copy() == BIG and type(got.prompt_token_ids.copy()) is list
         # A short prompt and a small tensor stay inline; a host decoder without the tokenwire
         # line on an old peer's list message still works (engine first, then the proxy).
-        small = HostEngineRequest("r", tokenwire.as_tokens([1, 2, 3]), 2, 0.5,
-                                  np.ones(4, np.float32))
-        assert len(HostEncoder().encode(small)) == 1
-        back = HostDecoder(HostEngineRequest).decode(HostEncoder().encode(small))
+        small = up_request(UpTokenRequest, tokenwire.as_tokens([1, 2, 3]),
+                           prompt_embeds=np.ones(4, np.float32))
+        assert len(HostEncoder(TW).encode(small)) == 1
+        back = HostDecoder(UpTokenRequest, TW).decode(HostEncoder(TW).encode(small))
         assert back.prompt_token_ids == [1, 2, 3] and np.array_equal(back.prompt_embeds,
                                                                      small.prompt_embeds)
-        old_peer = HostEncoder(tokenwire_line=False).encode(
-            HostRequest("r", list(BIG), 2, 0.5))      # type: ignore[arg-type]
-        assert HostDecoder(HostEngineRequest).decode(old_peer).prompt_token_ids == BIG
+        old_peer = HostEncoder(None).encode(up_request(UpListRequest, list(BIG)))
+        assert HostDecoder(UpTokenRequest, TW).decode(old_peer).prompt_token_ids == BIG
     finally:
         TW = tm.Hooks()
         push.close()
@@ -900,10 +825,11 @@ def test_aux_ext_hook_keeps_no_frame_once_the_message_is_dropped(codec: str) -> 
         before = tracemalloc.get_traced_memory()[0]
         ids = tokenwire.as_tokens(np.arange(2_000_000, dtype=np.int32))      # 8 MB of ids
         embeds = np.ones((8, 1024, 1024), np.float32)                           # 32 MB
-        frames = HostEncoder().encode(HostEngineRequest("r", ids, 2, 0.5, embeds, 1))
+        frames = HostEncoder(TW).encode(up_request(UpTokenRequest, ids, prompt_embeds=embeds,
+                                                   priority=1))
         assert len(frames) == 3
         frames = [bytes(f) for f in frames]           # as received: frames of their own
-        got = HostDecoder(HostEngineRequest).decode(frames)
+        got = HostDecoder(UpTokenRequest, TW).decode(frames)
         assert got.prompt_token_ids == ids and np.array_equal(got.prompt_embeds, embeds)
         del got, frames, ids, embeds
         gc.collect()
