@@ -22,7 +22,6 @@ import numpy as np
 
 import tokenwire
 from bench.data import SamplingParams, VOCABS, load_ids, token_stream, tokenized
-from bench.codec_zstd import openzl_codec
 from bench.harness import (Figures, Method, Result, Suite, Target, codec_method, machine, measure,
                            pyplot, save_plot, suite_main)
 
@@ -41,6 +40,30 @@ def _zstd_method(zstandard: Any, level: int, ids: np.ndarray) -> Method:
     cctx, dctx = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
     return codec_method(f"zstd-{level}(int32 bytes)", lambda: cctx.compress(ids),
                    lambda b: lambda: np.frombuffer(dctx.decompress(b), np.int32))
+
+
+def openzl_codec() -> tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.ndarray]] | None:
+    """OpenZL's field-aware LZ graph over one numeric (int32) input as (encode, decode), or
+    None when the `openzl` package is not installed (in no extra)."""
+    ext, graphs = _optional("openzl.ext"), _optional("openzl.ext.graphs")
+    if ext is None or graphs is None:
+        return None
+    compressor = ext.Compressor()
+    compressor.select_starting_graph(graphs.FieldLz()(compressor))
+    cctx = ext.CCtx()
+    cctx.ref_compressor(compressor)
+    cctx.set_parameter(ext.CParam.StickyParameters, 1)
+    cctx.set_parameter(ext.CParam.FormatVersion, ext.MAX_FORMAT_VERSION)
+    dctx = ext.DCtx()
+
+    def enc(ids: np.ndarray) -> bytes:
+        return bytes(cctx.compress([ext.Input(ext.Type.Numeric, ids)]))
+
+    def dec(blob: bytes) -> np.ndarray:
+        return np.asarray(dctx.decompress(blob)[0].content.as_nparray())
+
+    enc.compressor = compressor      # type: ignore[attr-defined]  # kept alive with cctx
+    return enc, dec
 
 
 def integer_codec_peers(ids: np.ndarray) -> list[Method]:

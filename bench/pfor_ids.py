@@ -1,4 +1,4 @@
-"""Real token ids for the benchmarks (`--ids`, bench/codec_zstd.py, bench/pfor_kernel.c).
+"""Real token ids for the benchmarks (`--ids`, bench/pfor_kernel.c).
 
 Tokenizes local English prose and Python source with two real tokenizers and writes the ids as
 raw little-endian int32 files, `{tokenizer}_{corpus}.i32`, 131,072 ids each:
