@@ -1,14 +1,12 @@
 """The shared-memory channel (tokenwire.shm) against in-band and out-of-band frames.
 
-    python -m bench shm          # paths by size, across two processes, a slot vs memcpy
+    python -m bench shm          # paths by size, a slot vs memcpy
 
 Per id count, one send + receive of ``{"ids": TokenVector}`` on an ipc:// PUSH/PULL pair in this
 process for each path (in-band, out-of-band frame, shared-memory slot; best of 15 rounds of 200);
-the round trip of 40,000 ids to a worker process that acknowledges each message (out-of-band;
-shm with send_pyobj_oob(channel=); the whole message in the ring, Sender(ring=True), the worker
-sleeping on the socket or spinning SPIN_US on it, Receiver(spin_us=); median of 7 rounds of 200);
 then 160 KB through a slot (write, copy out, free) next to one memcpy of it into a ring of 4
-slot-sized buffers.
+slot-sized buffers. The round trip to a worker process is bench e2e's (its tokenwire-oob,
+tokenwire-shm and tokenwire-shm-spin rows).
 """
 
 from __future__ import annotations
@@ -23,11 +21,9 @@ import numpy as np
 
 from tokenwire import TokenVector, shm
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
-from bench.harness import Sockets, spawn, stop
+from bench.harness import Sockets
 
 SIZES = (1024, 4096, 8192, 16384, 40000)
-#: How long the spinning receiver waits on the ring before it blocks on the socket.
-SPIN_US = 2000.0
 
 
 def _us(fn: Callable[[], object]) -> float:
@@ -57,61 +53,6 @@ def paths(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 15) -> None:
                 for k, (threshold, channel) in enumerate(cases):
                     best[k] = min(best[k], _us(lambda: run(threshold, channel)))
             print(f"{n:6d}  {best[0]:9.1f}  {best[1]:11.1f}  {best[2]:9.1f}")
-
-
-def worker(inbox: str, acks: str) -> None:
-    """The far side of `across_processes`: told a mode and a count, receive that many messages
-    that way, acknowledging each; a count of 0 ends it."""
-    import zmq
-    with Sockets() as socks, shm.Receiver() as receiver:
-        pull, push = socks.connect(zmq.PULL, inbox), socks.connect(zmq.PUSH, acks)
-        while True:
-            # Through the channel: a doorbell still waiting for a message the spin took from
-            # the ring is dropped there, never read as a message.
-            mode, count = recv_pyobj_oob(pull, channel=receiver)
-            if not count:
-                break
-            # One receiver for every row (two would each take the other's doorbells for new
-            # messages): the row's spin set as Receiver(spin_us=) sets it.
-            receiver._spin_us = SPIN_US if mode == "shm-spin" else 0.0
-            for _ in range(count):
-                if mode == "out-of-band":
-                    recv_pyobj_oob(pull)
-                else:                                   # shm, the ring (spinning or not)
-                    recv_pyobj_oob(pull, channel=receiver)
-                push.send(b"")
-            receiver._spin_us = 0.0
-
-
-def across_processes(n: int = 40_000, rounds: int = 7) -> None:
-    import zmq
-    with Sockets() as socks, shm.Sender(slots=8) as sender:
-        push, pull = socks.bind(zmq.PUSH, "in"), socks.bind(zmq.PULL, "ack")
-        proc = spawn(worker, socks.addrs["in"], socks.addrs["ack"])
-        obj = {"ids": TokenVector(np.arange(n, dtype=np.int32))}
-        send_pyobj_oob(push, ("shm", 1), channel=sender)  # the first offers the segment
-        send_pyobj_oob(push, obj, channel=sender)
-        pull.recv()
-        medians: dict[str, float] = {}
-        for name in ("out-of-band", "shm", "shm-ring", "shm-spin"):
-            channel = None if name == "out-of-band" else sender
-
-            def trip() -> None:
-                send_pyobj_oob(push, obj, oob_threshold=0, channel=channel)
-                pull.recv()
-            times = []
-            for r in range(rounds + 1):                  # the first round warms up
-                send_pyobj_oob(push, (name, 200), channel=sender)
-                # One sender for every row (the ring keeps one sender's order on its socket:
-                # another sender's message could be overtaken): ring=True set per row.
-                sender._ring = name in ("shm-ring", "shm-spin")
-                times.append(_us(trip))
-                sender._ring = False
-            medians[name] = sorted(times[1:])[rounds // 2]
-        send_pyobj_oob(push, ("", 0), channel=sender)
-        stop(proc)
-    print(f"\n{n} ids, round trip to a worker process: " +
-          ", ".join(f"{k} {v:.1f} us" for k, v in medians.items()))
 
 
 def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_000) -> None:
@@ -154,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with shm.Sender(slots=4, threshold=0) as sender, shm.Receiver() as receiver:
         paths(sender, receiver, rounds=2 if args.quick else 15)
-    across_processes(rounds=1 if args.quick else 7)
     with shm.Sender(slots=4) as sender, shm.Receiver() as receiver:
         slot_vs_memcpy(sender, receiver, rounds=2_000 if args.quick else 20_000)
     return 0
