@@ -2,9 +2,9 @@
 
 Under `mpiexec -n R`, an iteration (after a barrier) is rank 0's `bcast` of `--requests` requests
 of `--isl` ids and every rank's copy of their ids into owned int32 arrays; its time is the slowest
-rank's (p50, p99 over `--iters`), every rank checking its arrays; then the iteration stage by
-stage (dumps, Bcast of the bytes, loads, copies). Rows: plain-list requests (the baseline) and
-GenerationRequest, each through `comm.bcast` and `mpi4py.util.pkl5`. Needs the `mpi` extra.
+rank's (p50, p99 over `--iters`), every rank checking its arrays. Rows: plain-list requests
+(the baseline) and GenerationRequest, each through `comm.bcast` and `mpi4py.util.pkl5`. Needs
+the `mpi` extra.
 
   python -m bench mpi [--ranks 2,4] [--isl 40000] [--requests 8] [--iters 40] [--quick]
                       [--json PATH] [--check-targets]
@@ -92,48 +92,11 @@ def rank_main(cfg: dict[str, Any]) -> int:
             slowest = np.max(np.array(every_rank), axis=0)
             results[row] = {"p50_ms": percentile(slowest, 50) * 1e3,
                             "p99_ms": percentile(slowest, 99) * 1e3}
-    stages = {kind: stage_times(comm, kind, ids, cfg["iters"]) for kind in ("plain list",
-                                                                            "tokenwire")}
     wrong_total = comm.allreduce(wrong, op=MPI.SUM)
     if rank == 0:
         print("TOKENWIRE-MPI " + json.dumps({"ranks": comm.Get_size(), "rows": results,
-                                              "stages": stages, "wrong": wrong_total}),
-              flush=True)
+                                              "wrong": wrong_total}), flush=True)
     return 1 if wrong_total else 0
-
-
-def stage_times(comm: Any, kind: str, ids: list[np.ndarray], iters: int) -> dict[str, float]:
-    """Where an iteration goes, stage by stage, each after a barrier (median ms): rank 0's
-    pickle.dumps of the batch, then, timed on rank 1, MPI's Bcast of the pickle's bytes from
-    rank 0, pickle.loads of them and the copies into int32 arrays."""
-    from mpi4py import MPI
-
-    batch = make_batch(kind, ids)
-    data = pickle.dumps(batch, protocol=5)
-    buf = bytearray(len(data)) if comm.Get_rank() else bytearray(data)
-    times: dict[str, list[float]] = {"dumps": [], "Bcast": [], "loads": [], "copies": []}
-    for _ in range(iters):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        if comm.Get_rank() == 0:
-            pickle.dumps(batch, protocol=5)
-        t1 = time.perf_counter()
-        comm.Barrier()
-        t2 = time.perf_counter()
-        comm.Bcast([buf, MPI.BYTE], root=0)
-        t3 = time.perf_counter()
-        got = pickle.loads(buf)
-        t4 = time.perf_counter()
-        for r in got:
-            hand_off(r)
-        t5 = time.perf_counter()
-        for name, dt in zip(times, (t1 - t0, t3 - t2, t4 - t3, t5 - t4)):
-            times[name].append(dt)
-    every = comm.gather(times, root=0)
-    if comm.Get_rank() != 0 or not every or len(every) < 2:
-        return {}
-    seen = dict(every[1], dumps=every[0]["dumps"])
-    return {name: float(np.median(seen[name]) * 1e3) for name in times}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,9 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{n} ranks: iteration time (the slowest rank; bcast + int32 arrays)")
         print_trips(res["rows"])
         ok &= report_targets(res["rows"], [TARGET], "Target (p50):")
-        for kind, st in res["stages"].items():
-            print(f"  stages, {kind:<11} (median ms): "
-                  + ", ".join(f"{name} {ms:.2f}" for name, ms in st.items()))
         if res["wrong"] or res["exit"]:
             print(f"  ids arrived wrong in {res['wrong']} rank-iterations (mpiexec exit "
                   f"{res['exit']})", file=sys.stderr)

@@ -63,7 +63,3 @@ def test_mpi_benchmark_quick(tmp_path: Path) -> None:
                                 "tokenwire, comm.bcast", "tokenwire, pkl5"}
     for row in run["rows"].values():
         assert row["p99_ms"] >= row["p50_ms"] > 0
-    assert set(run["stages"]) == {"plain list", "tokenwire"}
-    for stages in run["stages"].values():
-        assert list(stages) == ["dumps", "Bcast", "loads", "copies"]
-        assert all(ms > 0 for ms in stages.values())
