@@ -10,6 +10,8 @@ import struct
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tokenwire
+import tokenwire._core as _core
 import tokenwire.wires as wires
 from tokenwire import TokenVector, WireFormatError
 
@@ -200,19 +203,111 @@ def msgpack_items(draw: st.DrawFn) -> bytes:
     return bytes([tb]) + value.to_bytes(size, "big", signed=signed)
 
 
-@pytest.mark.parametrize("at", range(14))
+@contextmanager
+def msgpack_simd(enabled: bool) -> Iterator[None]:
+    """The msgpack reader with its SSSE3 steps (where the CPU has them) or its scalar loops
+    alone."""
+    before = _core._set_wires_simd(enabled)
+    try:
+        yield
+    finally:
+        _core._set_wires_simd(before)
+
+
+def _read_msgpack(data: bytes, simd: bool) -> list[int] | str:
+    """The ids the msgpack reader gives, or its error's message."""
+    with msgpack_simd(simd):
+        try:
+            return wires.read(data, "msgpack").tolist()
+        except WireFormatError as e:
+            return str(e)
+
+
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+@pytest.mark.parametrize("at", range(40))
 @pytest.mark.parametrize("bad", [2**31, 2**32 - 1])
-def test_msgpack_uint32_beyond_int32_at_every_position(at: int, bad: int) -> None:
-    # uint16 and uint32 items, the forms the reader takes two at a time, one of them too large.
-    values = [300 + k if k % 2 else 70_000 + k for k in range(14)]
+def test_msgpack_uint32_beyond_int32_at_every_position(simd: bool, at: int, bad: int) -> None:
+    # uint16 and uint32 items, the forms the reader takes several at a time, one of them too
+    # large; 40 items (150 bytes) hold windows of 12.
+    values = [300 + k if k % 3 == 1 else 70_000 + k for k in range(40)]
     values[at] = bad
     data = msgspec.msgpack.encode(values)
-    offset = 1 + sum(3 if v < 65536 else 5 for v in values[:at])     # after a fixarray
-    with pytest.raises(WireFormatError, match=rf"^msgpack: item {at} at byte offset {offset} "
-                                              rf"is {bad}, outside int32$"):
-        wires.read(data, "msgpack")
+    offset = 3 + sum(3 if v < 65536 else 5 for v in values[:at])     # after an array16 header
+    assert _read_msgpack(data, simd) == (f"msgpack: item {at} at byte offset {offset} is {bad}, "
+                                         f"outside int32")
     values[at] = 2**31 - 1
-    assert wires.read(msgspec.msgpack.encode(values), "msgpack") == values
+    assert _read_msgpack(msgspec.msgpack.encode(values), simd) == values
+
+
+#: Items among uint16 and uint32 ones, and what the reader says of each: its value, or the end of
+#: its message (item and offset before it).
+OTHER_ITEMS = [
+    (b"\x05", 5), (b"\xcc\x80", 128), (b"\xcf" + (70_000).to_bytes(8, "big"), 70_000),
+    (b"\xd1\x01\x00", 256), (b"\xff", -1), (b"\xd2\x80\x00\x00\x00", -(2**31)),
+    (b"\xcd\xce\xce", 0xcece), (b"\xce\x00\xcd\xce\xcd", 0xcdcecd),
+    (b"\xce\x7f\xff\xff\xff", 2**31 - 1),
+    (b"\xc0", "is nil (type byte 0xc0), not an integer"),
+    (b"\xcb" + bytes(8), "is a float (type byte 0xcb), not an integer"),
+    (b"\xce\x80\x00\x00\x00", "is 2147483648, outside int32"),
+    (b"\xcf" + (2**31).to_bytes(8, "big"), "is 2147483648, outside int32"),
+]
+
+
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+@pytest.mark.parametrize("item,outcome", OTHER_ITEMS, ids=lambda x: x.hex()[:12]
+                         if isinstance(x, bytes) else "")
+def test_msgpack_one_other_item_at_every_position(simd: bool, item: bytes,
+                                                  outcome: int | str) -> None:
+    # 60 uint16/uint32 items (a window of 12 holds any mix of them) with one item in another
+    # form, value or type at every position: read as msgspec reads it, or refused by name.
+    values = [256 + (k * 7919) % 151_000 for k in range(60)]
+    items = [msgspec.msgpack.encode(v) for v in values]
+    for at in range(len(items)):
+        data = b"\xdc\x00\x3c" + b"".join(items[:at]) + item + b"".join(items[at + 1:])
+        offset = 3 + sum(len(x) for x in items[:at])
+        if isinstance(outcome, int):
+            expected: list[int] | str = values[:at] + [outcome] + values[at + 1:]
+            assert msgspec.msgpack.decode(data) == expected
+        else:
+            expected = f"msgpack: item {at} at byte offset {offset} {outcome}"
+        assert _read_msgpack(data, simd) == expected
+
+
+@st.composite
+def uint_heavy_msgpack(draw: st.DrawFn) -> bytes:
+    """An array of mostly uint16 and uint32 items (the forms read several at a time), now and
+    then another, with one byte replaced, inserted or deleted, or the end cut, or not."""
+    items = draw(st.lists(st.one_of(
+        st.integers(256, 2**31 - 1).map(msgspec.msgpack.encode),
+        st.integers(256, 65535).map(msgspec.msgpack.encode),
+        msgpack_items()), min_size=0, max_size=120))
+    data = bytearray(b"\xdd" + len(items).to_bytes(4, "big") + b"".join(items))
+    edit = draw(st.sampled_from(["none", "replace", "insert", "delete", "cut"]))
+    if edit != "none" and len(data) > 5:
+        at = draw(st.integers(5, len(data) - 1))
+        byte = draw(st.sampled_from([0x00, 0x7f, 0x80, 0xcc, 0xcd, 0xce, 0xcf, 0xc0, 0xff]))
+        if edit == "replace":
+            data[at] = byte
+        elif edit == "insert":
+            data.insert(at, byte)
+        elif edit == "delete":
+            del data[at]
+        else:
+            del data[at:]
+    return bytes(data)
+
+
+@given(uint_heavy_msgpack())
+def test_msgpack_simd_and_scalar_agree_with_msgspec(data: bytes) -> None:
+    # The SSSE3 steps and the scalar loops give the same ids or the same message for any input;
+    # what either reads, msgspec reads the same.
+    got = _read_msgpack(data, True)
+    assert got == _read_msgpack(data, False)
+    if isinstance(got, list):
+        assert msgspec.msgpack.decode(data, type=list[int]) == got
+    else:
+        assert got.startswith("msgpack: ")
+        assert _msgspec_refuses(data)
 
 
 @given(st.lists(st.one_of(st.integers(0, 10**7), st.sampled_from([0, 9, 10, 10**8, -1])),

@@ -157,6 +157,8 @@ class _ShmWords:
 # -- msgpack / JSON / protobuf id arrays (_wires.pxi; public as tokenwire.wires) --
 
 WIRE_FORMATS: Final[tuple[str, ...]]
+_WIRES_SSSE3: Final[bool]
+def _set_wires_simd(enabled: bool) -> bool: ...
 def read_wire(data: Buffer | str, format: Literal["msgpack", "json", "protobuf"], *,
               vocab_size: int | None = None, field: int | None = None) -> TokenVector: ...
 def write_wire(tokens: object, format: Literal["msgpack", "json", "protobuf"], *,

@@ -11,6 +11,9 @@ cdef extern from "tokenwire/wires.h" nogil:
     enum:
         TWW_MSG_SIZE
         TWW_WRITE_SLACK
+        TWW_MSGPACK_SSSE3
+    int tww_have_ssse3
+    void tww_init()
     int tww_msgpack_header(const uint8_t* p, size_t n, size_t* count, size_t* off, char* msg,
                            size_t msz)
     int tww_msgpack_items(const uint8_t* p, size_t n, size_t off, size_t count, int32_t* out,
@@ -45,6 +48,21 @@ cdef uint32_t _PB_MAX_FIELD = (1 << 29) - 1
 #: From this many ids, the JSON writer reads each id's text from a table (_json_table).
 cdef size_t _JSON_TABLE_MIN = 64
 cdef uint64_t* _json_table_slot = NULL
+
+tww_init()
+#: Whether the msgpack reader takes uint16/uint32 items three at a time (SSSE3, x86-64).
+_WIRES_SSSE3 = bool(tww_have_ssse3)
+
+
+def _set_wires_simd(bint enabled):
+    """Test hook: turn the msgpack reader's SSSE3 steps off (or back on, if the CPU has them) so
+    that the scalar loops are tested on machines that would never take them alone. Returns the
+    previous setting."""
+    global tww_have_ssse3
+    cdef bint before = tww_have_ssse3
+    tww_have_ssse3 = enabled and _WIRES_SSSE3
+    return before
+
 
 cdef enum:
     _W_MSGPACK = 0

@@ -127,6 +127,107 @@ TW_INLINE int tww_msgpack_uint(unsigned b, uint64_t w, int32_t *value, size_t *s
     return (b - 0xcdu < 2u) & (vu <= (uint64_t)INT32_MAX);
 }
 
+/* ---- msgpack, x86-64: three uint16/uint32 items a step (SSSE3, chosen at run time) ---------
+ *
+ * Where an item starts depends on every type byte before it: a scalar loop waits for one item's
+ * type byte before it can load the next. Here the type bytes of a 64-byte window are compared
+ * with 0xce at once (one bit a byte), and the bits at a step's offset name the layout of its next
+ * three items, when they are uint16 (0xcd, 3 bytes) or uint32 (0xce, 5 bytes): the bit of the
+ * first item's type byte gives the second's offset, and so on, so the 11 bits from the step's
+ * offset pick one of 8 layouts (tww_mp_layout). One byte shuffle of the step's 16 bytes puts the
+ * three big-endian values in int32 lanes and the three type bytes in the fourth lane; those are
+ * compared with the layout's (so the layout read from the window is checked against the bytes
+ * the values come from, each read once), and a uint32 from 2**31 shows as a lane's sign bit.
+ * Four steps (12 items, at most 60 bytes) a window; a window with any other item, or an id
+ * outside int32, is left whole to the scalar loops, which read it as they read everything. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(TWW_PORTABLE)
+#  include <immintrin.h>
+#  define TWW_MSGPACK_SSSE3 1
+/* Set by tww_init when the CPU has SSSE3 (and the tables are filled); a test hook may clear it. */
+static int tww_have_ssse3 = 0;
+/* By the bits (byte == 0xce) of the 11 bytes from a step's offset: the step's size in bytes
+ * (9 to 15) | its layout (bit k: item k is a uint32) << 4. */
+static uint8_t tww_mp_layout[2048];
+/* By layout: the shuffle that puts the items' values and type bytes in lanes, and the type
+ * bytes those lanes must hold (0 in the value lanes). */
+static uint8_t tww_mp_shuffle[8][16], tww_mp_types[8][16];
+
+static inline void tww_mp_tables(void) {
+    unsigned key, layout, k, b;
+    for (key = 0; key < 2048; key++) {
+        unsigned at = 0, bits = 0;
+        for (k = 0; k < 3; k++) {
+            unsigned big = (key >> at) & 1u;
+            bits |= big << k;
+            at += 3 + 2 * big;
+        }
+        tww_mp_layout[key] = (uint8_t)(at | bits << 4);
+    }
+    for (layout = 0; layout < 8; layout++) {
+        unsigned at = 0;
+        memset(tww_mp_shuffle[layout], 0x80, 16);        /* 0x80: a zero byte */
+        memset(tww_mp_types[layout], 0, 16);
+        for (k = 0; k < 3; k++) {
+            unsigned big = (layout >> k) & 1u, size = big ? 4 : 2;
+            for (b = 0; b < size; b++)       /* big-endian value bytes into a little-endian lane */
+                tww_mp_shuffle[layout][4 * k + b] = (uint8_t)(at + size - b);
+            tww_mp_shuffle[layout][12 + k] = (uint8_t)at;
+            tww_mp_types[layout][12 + k] = (uint8_t)(0xcd + big);
+            at += 1 + size;
+        }
+    }
+}
+
+static inline void tww_init(void) {
+    tww_mp_tables();
+    __builtin_cpu_init();
+    tww_have_ssse3 = __builtin_cpu_supports("ssse3") ? 1 : 0;
+}
+
+/* Items from (`*pos`, `*i`) in windows of 12 while the input has 64 bytes and `out` 13 slots
+ * (each step stores 4 lanes) left; stops at the first window it does not take. */
+__attribute__((target("ssse3")))
+static inline void tww_msgpack_ssse3(const uint8_t *p, size_t n, size_t *pos_, size_t count,
+                                     size_t *i_, int32_t *TW_RESTRICT out) {
+    const __m128i ce = _mm_set1_epi8((char)0xce);
+    const __m128i checked = _mm_set_epi32(-1, (int)0x80000000u, (int)0x80000000u,
+                                          (int)0x80000000u);
+    size_t pos = *pos_, i = *i_;
+    while (n - pos >= 64 && count - i >= 13) {
+        const uint8_t *q = p + pos;
+        uint64_t big = 0;
+        size_t at = 0;
+        unsigned k;
+        __m128i bad = _mm_setzero_si128();
+        for (k = 0; k < 4; k++) {
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(q + 16 * k));
+            big |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, ce)) << (16 * k);
+        }
+        for (k = 0; k < 4; k++) {
+            unsigned e = tww_mp_layout[(big >> at) & 0x7ffu], layout = e >> 4;
+            __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(q + at));
+            __m128i v = _mm_shuffle_epi8(
+                x, _mm_loadu_si128((const __m128i *)(const void *)tww_mp_shuffle[layout]));
+            _mm_storeu_si128((__m128i *)(void *)(out + i + 3 * k), v);
+            bad = _mm_or_si128(bad, _mm_xor_si128(
+                v, _mm_loadu_si128((const __m128i *)(const void *)tww_mp_types[layout])));
+            at += e & 15u;
+        }
+        bad = _mm_and_si128(bad, checked);
+        if (_mm_movemask_epi8(_mm_cmpeq_epi8(bad, _mm_setzero_si128())) != 0xffff)
+            break;
+        i += 12;
+        pos += at;
+    }
+    *pos_ = pos;
+    *i_ = i;
+}
+#else
+#  define TWW_MSGPACK_SSSE3 0
+static int tww_have_ssse3 = 0;      /* always 0 here */
+static inline void tww_init(void) { tww_have_ssse3 = 0; }
+#endif
+
 /* The `count` items from offset `off` (tww_msgpack_header's), into `out`; the input must end
  * with the last item. */
 static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size_t count,
@@ -142,8 +243,15 @@ static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size
      * ends both; the exact loop below resumes at that item and reports it. */
     for (;;) {
         int32_t v0, v1;
-        size_t k1;
-        while (count - i >= 2 && n - pos >= 18) {
+        size_t k1, stop = count;
+#if TWW_MSGPACK_SSSE3
+        if (tww_have_ssse3) {
+            /* windows while they hold uint16/uint32 ids; 16 items here after one that does not */
+            tww_msgpack_ssse3(p, n, &pos, count, &i, out);
+            if (count - i > 16) stop = i + 16;
+        }
+#endif
+        while (stop - i >= 2 && n - pos >= 18) {
             uint64_t w0 = tw_load_le64(p + pos);
             if (!tww_msgpack_uint((unsigned)(w0 & 0xff), tw_bswap64(w0) << 8, &v0, &k))
                 break;
