@@ -63,13 +63,40 @@ def _request_class() -> type:
 GenerateRequest = _request_class()
 
 
+@contextmanager
+def msgpack_simd(enabled: bool) -> Iterator[None]:
+    """The msgpack reader with its SSSE3 steps (where the CPU has them) or its scalar loops
+    alone."""
+    before = _core._set_wires_simd(enabled)
+    try:
+        yield
+    finally:
+        _core._set_wires_simd(before)
+
+
 # --------------------------------------------------------------------------------------------
 # Writers: byte-identical to the stacks' encoders
 
-@given(token_lists)
-def test_msgpack_writer_is_msgspecs_bytes(ids: list[int]) -> None:
-    assert wires.write(ids, "msgpack") == msgspec.msgpack.encode(ids)
-    assert wires.write(TokenVector(ids), "msgpack") == msgspec.msgpack.encode(ids)
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+@given(ids=token_lists)
+def test_msgpack_writer_is_msgspecs_bytes(simd: bool, ids: list[int]) -> None:
+    with msgpack_simd(simd):
+        assert wires.write(ids, "msgpack") == msgspec.msgpack.encode(ids)
+        assert wires.write(TokenVector(ids), "msgpack") == msgspec.msgpack.encode(ids)
+
+
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+@pytest.mark.parametrize("other", [0, 127, 128, 255, 256, 65535, 65536, 2**31 - 1, -1, -33,
+                                   -(2**31)])
+def test_msgpack_writer_one_other_id_at_every_position(simd: bool, other: int) -> None:
+    # uint16 and uint32 ids (written three at a time with SSSE3) around one id at each edge of
+    # msgpack's forms, at every position of arrays of every length up to 20.
+    for n in range(1, 21):
+        base = [256 + (k * 7919) % 151_000 for k in range(n)]
+        for at in range(n):
+            ids = base[:at] + [other] + base[at + 1:]
+            with msgpack_simd(simd):
+                assert wires.write(ids, "msgpack") == msgspec.msgpack.encode(ids)
 
 
 @given(sized_lists)
@@ -201,17 +228,6 @@ def msgpack_items(draw: st.DrawFn) -> bytes:
     value = draw(st.integers(max(lo, -(2**31) - 2), min(hi, 2**31 + 1)) if kind < 20
                  else st.integers(lo, hi))
     return bytes([tb]) + value.to_bytes(size, "big", signed=signed)
-
-
-@contextmanager
-def msgpack_simd(enabled: bool) -> Iterator[None]:
-    """The msgpack reader with its SSSE3 steps (where the CPU has them) or its scalar loops
-    alone."""
-    before = _core._set_wires_simd(enabled)
-    try:
-        yield
-    finally:
-        _core._set_wires_simd(before)
 
 
 def _read_msgpack(data: bytes, simd: bool) -> list[int] | str:

@@ -178,8 +178,30 @@ static inline void tww_mp_tables(void) {
     }
 }
 
+/* The writer's, by the bits (id >= 65536) of three ids in [256, 2**31): the shuffle of their
+ * int32 lanes into msgpack's bytes (0 where a type byte goes), those type bytes, the size. */
+static uint8_t tww_mpw_shuffle[8][16], tww_mpw_types[8][16], tww_mpw_size[8];
+
+static inline void tww_mpw_tables(void) {
+    unsigned layout, k, b;
+    for (layout = 0; layout < 8; layout++) {
+        unsigned at = 0;
+        memset(tww_mpw_shuffle[layout], 0x80, 16);
+        memset(tww_mpw_types[layout], 0, 16);
+        for (k = 0; k < 3; k++) {
+            unsigned big = (layout >> k) & 1u, size = big ? 4 : 2;
+            tww_mpw_types[layout][at] = (uint8_t)(0xcd + big);
+            for (b = 0; b < size; b++)       /* a little-endian lane's bytes, big-endian */
+                tww_mpw_shuffle[layout][at + 1 + b] = (uint8_t)(4 * k + size - 1 - b);
+            at += 1 + size;
+        }
+        tww_mpw_size[layout] = (uint8_t)at;
+    }
+}
+
 static inline void tww_init(void) {
     tww_mp_tables();
+    tww_mpw_tables();
     __builtin_cpu_init();
     tww_have_ssse3 = __builtin_cpu_supports("ssse3") ? 1 : 0;
 }
@@ -221,6 +243,29 @@ static inline void tww_msgpack_ssse3(const uint8_t *p, size_t n, size_t *pos_, s
     }
     *pos_ = pos;
     *i_ = i;
+}
+/* Ids from `ids` at `o`, three a step while they lie in [256, 2**31) and 4 are left (a step
+ * loads 4 and stores 16 bytes: the buffer has room, tww_msgpack_write's); returns the byte
+ * after them, how many in `*done`. */
+__attribute__((target("ssse3")))
+static inline uint8_t *tww_msgpack_write_ssse3(const int32_t *ids, size_t n, uint8_t *o,
+                                               size_t *done) {
+    const __m128i below = _mm_set1_epi32(255), wide = _mm_set1_epi32(65535);
+    size_t i = 0;
+    for (; n - i >= 4; i += 3) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(ids + i));
+        unsigned layout;
+        if ((_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(v, below))) & 7) != 7)
+            break;                                     /* an id below 256, or negative */
+        layout = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(v, wide))) & 7u;
+        v = _mm_or_si128(_mm_shuffle_epi8(v, _mm_loadu_si128(
+                             (const __m128i *)(const void *)tww_mpw_shuffle[layout])),
+                         _mm_loadu_si128((const __m128i *)(const void *)tww_mpw_types[layout]));
+        _mm_storeu_si128((__m128i *)(void *)o, v);
+        o += tww_mpw_size[layout];
+    }
+    *done = i;
+    return o;
 }
 #else
 #  define TWW_MSGPACK_SSSE3 0
@@ -379,11 +424,12 @@ TW_INLINE uint8_t *tww_msgpack_put_id(uint8_t *o, int32_t v) {
 
 /* msgpack as msgspec writes a list of ints (each id in its smallest form) at `o`, which has
  * room for tww_msgpack_bound(n) + TWW_WRITE_SLACK bytes (n < 2**32: the caller checks);
- * returns the size written. One pass, no size pass before it; four ids a step, their signs
- * checked at once. */
+ * returns the size written. One pass, no size pass before it; with SSSE3, three ids a step
+ * (tww_msgpack_write_ssse3) and four here after a step that stopped; else four ids a step,
+ * their signs checked at once. */
 static inline size_t tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
     uint8_t *start = o;
-    size_t i, j;
+    size_t i, j, at = 0, end;
     if (n < 16) {
         *o++ = (uint8_t)(0x90 | n);
     } else if (n < 65536) {
@@ -393,19 +439,30 @@ static inline size_t tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW
         *o++ = 0xdd;
         o = tww_store_be32(o, (uint32_t)n);
     }
-    for (i = 0; i < (n & ~(size_t)3); i += 4) {
-        if ((ids[i] | ids[i + 1] | ids[i + 2] | ids[i + 3]) >= 0) {
-            o = tww_msgpack_put_uint(o, (uint32_t)ids[i]);
-            o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 1]);
-            o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 2]);
-            o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 3]);
-        } else {
-            for (j = i; j < i + 4; j++)
-                o = tww_msgpack_put_id(o, ids[j]);
+    while (at < n) {
+        end = n;
+#if TWW_MSGPACK_SSSE3
+        if (tww_have_ssse3) {
+            o = tww_msgpack_write_ssse3(ids + at, n - at, o, &j);
+            at += j;
+            if (n - at > 4) end = at + 4;
         }
+#endif
+        for (i = at; i + 4 <= end; i += 4) {
+            if ((ids[i] | ids[i + 1] | ids[i + 2] | ids[i + 3]) >= 0) {
+                o = tww_msgpack_put_uint(o, (uint32_t)ids[i]);
+                o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 1]);
+                o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 2]);
+                o = tww_msgpack_put_uint(o, (uint32_t)ids[i + 3]);
+            } else {
+                for (j = i; j < i + 4; j++)
+                    o = tww_msgpack_put_id(o, ids[j]);
+            }
+        }
+        for (; i < end; i++)
+            o = tww_msgpack_put_id(o, ids[i]);
+        at = end;
     }
-    for (; i < n; i++)
-        o = tww_msgpack_put_id(o, ids[i]);
     return (size_t)(o - start);
 }
 
