@@ -64,9 +64,9 @@ GenerateRequest = _request_class()
 
 
 @contextmanager
-def msgpack_simd(enabled: bool) -> Iterator[None]:
-    """The msgpack reader with its SSSE3 steps (where the CPU has them) or its scalar loops
-    alone."""
+def wires_simd(enabled: bool) -> Iterator[None]:
+    """The msgpack reader and writer and the protobuf writer with their SSSE3 steps (where the
+    CPU has them) or their scalar loops alone."""
     before = _core._set_wires_simd(enabled)
     try:
         yield
@@ -80,7 +80,7 @@ def msgpack_simd(enabled: bool) -> Iterator[None]:
 @pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
 @given(ids=token_lists)
 def test_msgpack_writer_is_msgspecs_bytes(simd: bool, ids: list[int]) -> None:
-    with msgpack_simd(simd):
+    with wires_simd(simd):
         assert wires.write(ids, "msgpack") == msgspec.msgpack.encode(ids)
         assert wires.write(TokenVector(ids), "msgpack") == msgspec.msgpack.encode(ids)
 
@@ -95,7 +95,7 @@ def test_msgpack_writer_one_other_id_at_every_position(simd: bool, other: int) -
         base = [256 + (k * 7919) % 151_000 for k in range(n)]
         for at in range(n):
             ids = base[:at] + [other] + base[at + 1:]
-            with msgpack_simd(simd):
+            with wires_simd(simd):
                 assert wires.write(ids, "msgpack") == msgspec.msgpack.encode(ids)
 
 
@@ -153,18 +153,37 @@ def test_json_table_filled_by_threads_at_once(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-@given(nonneg_lists)
-def test_protobuf_writer_is_the_packed_field(ids: list[int]) -> None:
-    assert wires.write(ids, "protobuf", field=2) == \
-        GenerateRequest(input_ids=ids).SerializeToString()
-    payload = wires.write(ids, "protobuf")
-    assert wires.write(ids, "protobuf", field=2).endswith(payload)
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+@given(ids=nonneg_lists)
+def test_protobuf_writer_is_the_packed_field(simd: bool, ids: list[int]) -> None:
+    with wires_simd(simd):
+        assert wires.write(ids, "protobuf", field=2) == \
+            GenerateRequest(input_ids=ids).SerializeToString()
+        payload = wires.write(ids, "protobuf")
+        assert wires.write(ids, "protobuf", field=2).endswith(payload)
 
 
-@given(token_lists)
-def test_protobuf_writer_int32_field(ids: list[int]) -> None:
-    assert wires.write(ids, "protobuf", field=3) == \
-        GenerateRequest(signed_ids=ids).SerializeToString()
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+@given(ids=token_lists)
+def test_protobuf_writer_int32_field(simd: bool, ids: list[int]) -> None:
+    with wires_simd(simd):
+        assert wires.write(ids, "protobuf", field=3) == \
+            GenerateRequest(signed_ids=ids).SerializeToString()
+
+
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+@pytest.mark.parametrize("other", [0, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**28 - 1,
+                                   2**28, 2**31 - 1, -1, -(2**31)])
+def test_protobuf_writer_one_other_id_at_every_position(simd: bool, other: int) -> None:
+    # Ids of 1 to 3 varint bytes (written four at a time with SSSE3) around one id at each
+    # varint size's edge, at every position of arrays of every length up to 24.
+    for n in range(1, 25):
+        base = [(k * 7919) % 151_000 >> (k % 3 * 6) for k in range(n)]
+        for at in range(n):
+            ids = base[:at] + [other] + base[at + 1:]
+            with wires_simd(simd):
+                assert wires.write(ids, "protobuf", field=3) == \
+                    GenerateRequest(signed_ids=ids).SerializeToString()
 
 
 def test_writers_of_nothing() -> None:
@@ -232,7 +251,7 @@ def msgpack_items(draw: st.DrawFn) -> bytes:
 
 def _read_msgpack(data: bytes, simd: bool) -> list[int] | str:
     """The ids the msgpack reader gives, or its error's message."""
-    with msgpack_simd(simd):
+    with wires_simd(simd):
         try:
             return wires.read(data, "msgpack").tolist()
         except WireFormatError as e:

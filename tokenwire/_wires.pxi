@@ -11,7 +11,6 @@ cdef extern from "tokenwire/wires.h" nogil:
     enum:
         TWW_MSG_SIZE
         TWW_WRITE_SLACK
-        TWW_MSGPACK_SSSE3
     int tww_have_ssse3
     void tww_init()
     int tww_msgpack_header(const uint8_t* p, size_t n, size_t* count, size_t* off, char* msg,
@@ -50,14 +49,15 @@ cdef size_t _JSON_TABLE_MIN = 64
 cdef uint64_t* _json_table_slot = NULL
 
 tww_init()
-#: Whether the msgpack reader and writer take uint16/uint32 ids three at a time (SSSE3, x86-64).
+#: Whether the SSSE3 steps (x86-64) are taken: the msgpack reader's and writer's, the protobuf
+#: writer's, several ids a step.
 _WIRES_SSSE3 = bool(tww_have_ssse3)
 
 
 def _set_wires_simd(bint enabled):
-    """Test hook: turn the msgpack reader's and writer's SSSE3 steps off (or back on, if the CPU
-    has them) so that the scalar loops are tested on machines that would never take them alone.
-    Returns the previous setting."""
+    """Test hook: turn the SSSE3 steps off (or back on, if the CPU has them) so that the scalar
+    loops are tested on machines that would never take them alone. Returns the previous
+    setting."""
     global tww_have_ssse3
     cdef bint before = tww_have_ssse3
     tww_have_ssse3 = enabled and _WIRES_SSSE3

@@ -142,7 +142,7 @@ TW_INLINE int tww_msgpack_uint(unsigned b, uint64_t w, int32_t *value, size_t *s
  * outside int32, is left whole to the scalar loops, which read it as they read everything. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(TWW_PORTABLE)
 #  include <immintrin.h>
-#  define TWW_MSGPACK_SSSE3 1
+#  define TWW_SSSE3 1
 /* Set by tww_init when the CPU has SSSE3 (and the tables are filled); a test hook may clear it. */
 static int tww_have_ssse3 = 0;
 /* By the bits (byte == 0xce) of the 11 bytes from a step's offset: the step's size in bytes
@@ -199,9 +199,29 @@ static inline void tww_mpw_tables(void) {
     }
 }
 
+/* The protobuf writer's, by the bits (id >= 2**7) | (id >= 2**14) << 4 of four ids below 2**21:
+ * the shuffle that packs each lane's 1 to 3 varint bytes together, and their size. */
+static uint8_t tww_pbw_shuffle[256][16], tww_pbw_size[256];
+
+static inline void tww_pbw_tables(void) {
+    unsigned key, k, b;
+    for (key = 0; key < 256; key++) {
+        unsigned at = 0;
+        memset(tww_pbw_shuffle[key], 0x80, 16);
+        for (k = 0; k < 4; k++) {
+            unsigned size = 1 + ((key >> k) & 1u) + ((key >> (4 + k)) & 1u);
+            for (b = 0; b < size; b++)
+                tww_pbw_shuffle[key][at + b] = (uint8_t)(4 * k + b);
+            at += size;
+        }
+        tww_pbw_size[key] = (uint8_t)at;
+    }
+}
+
 static inline void tww_init(void) {
     tww_mp_tables();
     tww_mpw_tables();
+    tww_pbw_tables();
     __builtin_cpu_init();
     tww_have_ssse3 = __builtin_cpu_supports("ssse3") ? 1 : 0;
 }
@@ -268,7 +288,7 @@ static inline uint8_t *tww_msgpack_write_ssse3(const int32_t *ids, size_t n, uin
     return o;
 }
 #else
-#  define TWW_MSGPACK_SSSE3 0
+#  define TWW_SSSE3 0
 static int tww_have_ssse3 = 0;      /* always 0 here */
 static inline void tww_init(void) { tww_have_ssse3 = 0; }
 #endif
@@ -289,7 +309,7 @@ static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size
     for (;;) {
         int32_t v0, v1;
         size_t k1, stop = count;
-#if TWW_MSGPACK_SSSE3
+#if TWW_SSSE3
         if (tww_have_ssse3) {
             /* windows while they hold uint16/uint32 ids; 16 items here after one that does not */
             tww_msgpack_ssse3(p, n, &pos, count, &i, out);
@@ -441,7 +461,7 @@ static inline size_t tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW
     }
     while (at < n) {
         end = n;
-#if TWW_MSGPACK_SSSE3
+#if TWW_SSSE3
         if (tww_have_ssse3) {
             o = tww_msgpack_write_ssse3(ids + at, n - at, o, &j);
             at += j;
@@ -897,13 +917,14 @@ TW_INLINE size_t tww_varint_size(uint64_t v) {
     return k;
 }
 
-/* The payload of packed ids: a negative id takes 10 bytes (an int32 sign-extended). */
+/* The payload of packed ids: a negative id takes 10 bytes (an int32 sign-extended). A sum of
+ * comparisons, which compilers vectorize. */
 static inline size_t tww_pb_payload_size(const int32_t *ids, size_t n) {
     size_t i, s = 0;
     for (i = 0; i < n; i++) {
-        uint32_t u = (uint32_t)ids[i];
-        s += ids[i] < 0 ? 10 : u < (1u << 7) ? 1 : u < (1u << 14) ? 2 : u < (1u << 21) ? 3
-             : u < (1u << 28) ? 4 : 5;
+        int32_t v = ids[i];
+        s += (size_t)(1 + (v >= (1 << 7)) + (v >= (1 << 14)) + (v >= (1 << 21)) +
+                      (v >= (1 << 28)) + 9 * (v < 0));
     }
     return s;
 }
@@ -921,20 +942,69 @@ TW_INLINE uint8_t *tww_put_varint(uint8_t *o, uint64_t v) {
     return o;
 }
 
-/* Writes tww_pb_size(n, field, payload) bytes at `o`; with field 0, the payload alone. */
+#if TWW_SSSE3
+/* Ids from `ids` as varints at `o`, four a step while they lie in [0, 2**21) (every id of the
+ * vocabularies in use: at most 3 bytes each) and 16 bytes are left before `end`: each lane's
+ * 7-bit groups and continuation bits computed at once, then one byte shuffle packs the lanes'
+ * bytes together. Returns the byte after them, how many in `*done`. */
+__attribute__((target("ssse3")))
+static inline uint8_t *tww_pb_write_ssse3(const int32_t *ids, size_t n, uint8_t *o,
+                                          const uint8_t *end, size_t *done) {
+    const __m128i over = _mm_set1_epi32((1 << 21) - 1), two = _mm_set1_epi32((1 << 7) - 1),
+                  three = _mm_set1_epi32((1 << 14) - 1), low7 = _mm_set1_epi32(0x7f),
+                  mid7 = _mm_set1_epi32(0x7f00), high7 = _mm_set1_epi32(0x7f0000),
+                  more1 = _mm_set1_epi32(0x80), more2 = _mm_set1_epi32(0x8000);
+    size_t i = 0;
+    for (; n - i >= 4 && end - o >= 16; i += 4) {
+        __m128i u = _mm_loadu_si128((const __m128i *)(const void *)(ids + i));
+        __m128i g2 = _mm_cmpgt_epi32(u, two), g3 = _mm_cmpgt_epi32(u, three), w;
+        unsigned key;
+        if (_mm_movemask_ps(_mm_castsi128_ps(_mm_or_si128(_mm_cmpgt_epi32(u, over), u))))
+            break;                                     /* an id from 2**21, or negative */
+        w = _mm_or_si128(_mm_and_si128(u, low7),
+                         _mm_or_si128(_mm_and_si128(_mm_slli_epi32(u, 1), mid7),
+                                      _mm_and_si128(_mm_slli_epi32(u, 2), high7)));
+        w = _mm_or_si128(w, _mm_or_si128(_mm_and_si128(g2, more1), _mm_and_si128(g3, more2)));
+        key = (unsigned)_mm_movemask_ps(_mm_castsi128_ps(g2)) |
+              (unsigned)_mm_movemask_ps(_mm_castsi128_ps(g3)) << 4;
+        w = _mm_shuffle_epi8(w, _mm_loadu_si128((const __m128i *)(const void *)
+                                                tww_pbw_shuffle[key]));
+        _mm_storeu_si128((__m128i *)(void *)o, w);
+        o += tww_pbw_size[key];
+    }
+    *done = i;
+    return o;
+}
+#endif
+
+/* Writes tww_pb_size(n, field, payload) bytes at `o`; with field 0, the payload alone. With
+ * SSSE3, four ids a step (tww_pb_write_ssse3) and four here after a step that stopped. */
 static inline void tww_pb_write(const int32_t *ids, size_t n, uint32_t field, size_t payload,
                                 uint8_t *TW_RESTRICT o) {
-    size_t i;
+    size_t i, at = 0, stop;
+    const uint8_t *end = o + tww_pb_size(n, field, payload);
     if (n == 0) return;
     if (field) {
         o = tww_put_varint(o, ((uint64_t)field << 3) | 2);
         o = tww_put_varint(o, payload);
     }
-    for (i = 0; i < n; i++) {
-        int32_t v = ids[i];
-        if ((uint32_t)v < 0x80u) *o++ = (uint8_t)v;
-        else o = tww_put_varint(o, (uint64_t)(int64_t)v);
+    while (at < n) {
+        stop = n;
+#if TWW_SSSE3
+        if (tww_have_ssse3) {
+            o = tww_pb_write_ssse3(ids + at, n - at, o, end, &i);
+            at += i;
+            if (n - at > 4) stop = at + 4;
+        }
+#endif
+        for (i = at; i < stop; i++) {
+            int32_t v = ids[i];
+            if ((uint32_t)v < 0x80u) *o++ = (uint8_t)v;
+            else o = tww_put_varint(o, (uint64_t)(int64_t)v);
+        }
+        at = stop;
     }
+    (void)end;
 }
 
 #endif /* TOKENWIRE_WIRES_H */
