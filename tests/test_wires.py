@@ -308,6 +308,23 @@ def test_msgpack_one_other_item_at_every_position(simd: bool, item: bytes,
         assert _read_msgpack(data, simd) == expected
 
 
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "scalar"])
+def test_runs_of_small_and_large_ids(simd: bool) -> None:
+    # Stretches where the SSSE3 steps rarely take ids (they back off, up to 1024 ids) between
+    # stretches where they take every id: the same bytes and ids as msgspec's and protobuf's.
+    values: list[int] = []
+    for k, (length, every) in enumerate([(3000, 3), (2000, 0), (5000, 10), (50, 0), (4000, 1),
+                                         (700, 0), (3000, 40), (13, 0), (2, 1)]):
+        values += [(j * 7919 + k) % 100 if every and j % every == 0
+                   else 256 + (j * 104_729 + k) % 151_000 for j in range(length)]
+    data = msgspec.msgpack.encode(values)
+    with wires_simd(simd):
+        assert wires.read(data, "msgpack") == values
+        assert wires.write(values, "msgpack") == data
+        assert wires.write(values, "protobuf", field=2) == \
+            GenerateRequest(input_ids=values).SerializeToString()
+
+
 @st.composite
 def uint_heavy_msgpack(draw: st.DrawFn) -> bytes:
     """An array of mostly uint16 and uint32 items (the forms read several at a time), now and

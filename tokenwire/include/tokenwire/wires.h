@@ -145,6 +145,12 @@ TW_INLINE int tww_msgpack_uint(unsigned b, uint64_t w, int32_t *value, size_t *s
 #  define TWW_SSSE3 1
 /* Set by tww_init when the CPU has SSSE3 (and the tables are filled); a test hook may clear it. */
 static int tww_have_ssse3 = 0;
+/* How many ids the scalar loops take after the SSSE3 steps stop, before those are tried again:
+ * 16 after steps that took ids, else twice as many as last time (up to 1024), so that input
+ * they rarely take (many ids below 256, say) costs little more than the scalar loops alone. */
+TW_INLINE size_t tww_simd_backoff(size_t took, size_t backoff) {
+    return took ? 16 : backoff < 1024 ? 2 * backoff : backoff;
+}
 /* By the bits (byte == 0xce) of the 11 bytes from a step's offset: the step's size in bytes
  * (9 to 15) | its layout (bit k: item k is a uint32) << 4. */
 static uint8_t tww_mp_layout[2048];
@@ -306,14 +312,22 @@ static inline int tww_msgpack_items(const uint8_t *p, size_t n, size_t off, size
      * the next is the first. Any other item is read alone while the widest (9 bytes) fits,
      * without a branch on its form. Anything neither takes (not an integer, outside int32)
      * ends both; the exact loop below resumes at that item and reports it. */
+#if TWW_SSSE3
+    size_t retry = 0, backoff = 8;
+#endif
     for (;;) {
         int32_t v0, v1;
         size_t k1, stop = count;
 #if TWW_SSSE3
         if (tww_have_ssse3) {
-            /* windows while they hold uint16/uint32 ids; 16 items here after one that does not */
-            tww_msgpack_ssse3(p, n, &pos, count, &i, out);
-            if (count - i > 16) stop = i + 16;
+            /* windows while they hold uint16/uint32 ids, then the loops here up to `retry` */
+            if (i >= retry) {
+                size_t from = i;
+                tww_msgpack_ssse3(p, n, &pos, count, &i, out);
+                backoff = tww_simd_backoff(i - from, backoff);
+                retry = i + backoff;
+            }
+            if (count - i > retry - i) stop = retry;
         }
 #endif
         while (stop - i >= 2 && n - pos >= 18) {
@@ -445,11 +459,14 @@ TW_INLINE uint8_t *tww_msgpack_put_id(uint8_t *o, int32_t v) {
 /* msgpack as msgspec writes a list of ints (each id in its smallest form) at `o`, which has
  * room for tww_msgpack_bound(n) + TWW_WRITE_SLACK bytes (n < 2**32: the caller checks);
  * returns the size written. One pass, no size pass before it; with SSSE3, three ids a step
- * (tww_msgpack_write_ssse3) and four here after a step that stopped; else four ids a step,
- * their signs checked at once. */
+ * (tww_msgpack_write_ssse3) and, after a step that stopped, tww_simd_backoff's count here;
+ * here, four ids a step, their signs checked at once. */
 static inline size_t tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW_RESTRICT o) {
     uint8_t *start = o;
     size_t i, j, at = 0, end;
+#if TWW_SSSE3
+    size_t retry = 0, backoff = 8;
+#endif
     if (n < 16) {
         *o++ = (uint8_t)(0x90 | n);
     } else if (n < 65536) {
@@ -463,9 +480,13 @@ static inline size_t tww_msgpack_write(const int32_t *ids, size_t n, uint8_t *TW
         end = n;
 #if TWW_SSSE3
         if (tww_have_ssse3) {
-            o = tww_msgpack_write_ssse3(ids + at, n - at, o, &j);
-            at += j;
-            if (n - at > 4) end = at + 4;
+            if (at >= retry) {
+                o = tww_msgpack_write_ssse3(ids + at, n - at, o, &j);
+                at += j;
+                backoff = tww_simd_backoff(j, backoff);
+                retry = at + backoff;
+            }
+            if (n - at > retry - at) end = retry;
         }
 #endif
         for (i = at; i + 4 <= end; i += 4) {
@@ -978,11 +999,15 @@ static inline uint8_t *tww_pb_write_ssse3(const int32_t *ids, size_t n, uint8_t 
 #endif
 
 /* Writes tww_pb_size(n, field, payload) bytes at `o`; with field 0, the payload alone. With
- * SSSE3, four ids a step (tww_pb_write_ssse3) and four here after a step that stopped. */
+ * SSSE3, four ids a step (tww_pb_write_ssse3) and, after a step that stopped,
+ * tww_simd_backoff's count here. */
 static inline void tww_pb_write(const int32_t *ids, size_t n, uint32_t field, size_t payload,
                                 uint8_t *TW_RESTRICT o) {
     size_t i, at = 0, stop;
     const uint8_t *end = o + tww_pb_size(n, field, payload);
+#if TWW_SSSE3
+    size_t retry = 0, backoff = 8;
+#endif
     if (n == 0) return;
     if (field) {
         o = tww_put_varint(o, ((uint64_t)field << 3) | 2);
@@ -992,9 +1017,13 @@ static inline void tww_pb_write(const int32_t *ids, size_t n, uint32_t field, si
         stop = n;
 #if TWW_SSSE3
         if (tww_have_ssse3) {
-            o = tww_pb_write_ssse3(ids + at, n - at, o, end, &i);
-            at += i;
-            if (n - at > 4) stop = at + 4;
+            if (at >= retry) {
+                o = tww_pb_write_ssse3(ids + at, n - at, o, end, &i);
+                at += i;
+                backoff = tww_simd_backoff(i, backoff);
+                retry = at + backoff;
+            }
+            if (n - at > retry - at) stop = retry;
         }
 #endif
         for (i = at; i < stop; i++) {
