@@ -126,6 +126,17 @@ def test_json_writer_every_width_with_and_without_the_table(n: int) -> None:
     assert wires.write(ids, "json") == orjson.dumps(ids) == msgspec.json.encode(ids)
 
 
+@pytest.mark.parametrize("other", JSON_WIDTHS)
+def test_json_writer_one_other_id_at_every_position(other: int) -> None:
+    # Table ids (written four at a time) around one id at each width, at every position of
+    # arrays long enough for the table: every position within a step and after the last step.
+    for n in range(64, 64 + 16):
+        base = [(k * 7919) % 151_000 >> (k % 17) for k in range(n)]
+        for at in range(n):
+            ids = base[:at] + [other] + base[at + 1:]
+            assert wires.write(ids, "json") == orjson.dumps(ids)
+
+
 @given(sized_lists)
 def test_json_writer_sizes(ids: list[int]) -> None:
     assert wires.write(ids, "json") == orjson.dumps(ids)

@@ -3,7 +3,8 @@
  * Pseudo-random arrays of every length 0..300 in four mixes (uint16/uint32 ids only, with ids
  * below 256, with negative ids, every form at random) are written by the kernels, compared byte
  * for byte with the references, and read back; with the SSSE3 steps (where tww_init picks them)
- * and without, which must agree. A few malformed inputs must give their exact messages.
+ * and without, which must agree. The JSON writer also takes every digit-count edge at every
+ * position of short vectors. A few malformed inputs must give their exact messages.
  *
  * Prints "wires: ssse3" or "wires: portable", then "ok". .ci/cross runs it under qemu-aarch64
  * and qemu-s390x (big-endian), where only the portable loops exist.
@@ -118,6 +119,39 @@ static int check_one(int mix, size_t n, const int32_t *ids, const uint64_t *tabl
     return 0;
 }
 
+/* The JSON writer of ids[0..n) with and without the table against the reference. */
+static int check_json(const int32_t *ids, size_t n, const uint64_t *table) {
+    static uint8_t ref[12 * MAX_IDS + 16], got[12 * MAX_IDS + 16 + TWW_WRITE_SLACK];
+    size_t size = ref_json(ids, n, (char *)ref);
+    if (tww_json_write(ids, n, NULL, got) != size || memcmp(got, ref, size)) return 1;
+    if (tww_json_write(ids, n, table, got) != size || memcmp(got, ref, size)) return 1;
+    return 0;
+}
+
+/* Each id on either side of a change in its digit count, of the table's end and of int32's
+ * range, at every position of vectors of every length up to 57 (every position within the
+ * writer's steps of four table ids and after the last), among table ids of mixed sizes. */
+static int json_edges(const uint64_t *table) {
+    static const int32_t edges[] = {
+        0, 9, 10, 99, 100, 999, 1000, 9999, 10000, 99999, 100000, 999999, 1000000, 9999999,
+        10000000, 99999999, 100000000, 999999999, 1000000000, 2147483647, 262143, 262144,
+        -1, -9, -10, -99, -100, -99999999, -100000000, -999999999, -1000000000, -2147483647,
+        -2147483647 - 1};
+    static int32_t ids[MAX_IDS];
+    size_t e, n, at, i, longest = 57;
+    for (e = 0; e < sizeof edges / sizeof edges[0]; e++)
+        for (n = 1; n <= longest; n++)
+            for (at = 0; at < n; at++) {
+                for (i = 0; i < n; i++) ids[i] = (int32_t)(next32() % 151000u) >> (i % 17);
+                ids[at] = edges[e];
+                if (check_json(ids, n, table)) {
+                    printf("FAILED: JSON writer: %ld at %zu of %zu ids\n", (long)edges[e], at, n);
+                    return 1;
+                }
+            }
+    return 0;
+}
+
 static int check_error(const uint8_t *p, size_t n, const char *expected) {
     static int32_t out[64];
     char msg[TWW_MSG_SIZE];
@@ -181,6 +215,7 @@ int main(void) {
                 if (bad) return 1;
             }
         bad |= errors();
+        bad |= json_edges(table);
         if (bad) return 1;
         tww_have_ssse3 = 0;
     }
