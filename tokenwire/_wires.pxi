@@ -220,7 +220,7 @@ def write_wire(tokens, format, *, field=None):
             table = _json_table()
     else:
         payload = tww_pb_payload_size(ids, n)
-        size = tww_pb_size(n, pb_field, payload) if pb_field else payload
+        size = tww_pb_size(n, pb_field, payload)
     # msgpack and JSON store 8 bytes at a time: room for that, given back once written.
     cdef size_t slack = 0 if fmt == _W_PROTOBUF else TWW_WRITE_SLACK
     cdef PyObject* raw = _tw_bytes_new(NULL, <Py_ssize_t>(size + slack))

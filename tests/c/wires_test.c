@@ -94,6 +94,8 @@ static int check_one(int mix, size_t n, const int32_t *ids, const uint64_t *tabl
     static int32_t back[MAX_IDS + 1];
     char msg[TWW_MSG_SIZE];
     size_t size, count, off, payload;
+    uint8_t *exact;
+    int bad;
     size = ref_msgpack(ids, n, ref);
     if (tww_msgpack_write(ids, n, got) != size || memcmp(got, ref, size))
         return fail("msgpack writer", mix, n);
@@ -104,8 +106,19 @@ static int check_one(int mix, size_t n, const int32_t *ids, const uint64_t *tabl
     size = ref_protobuf(ids, n, ref);
     payload = tww_pb_payload_size(ids, n);
     if (tww_pb_size(n, 2, payload) != size) return fail("protobuf size", mix, n);
-    tww_pb_write(ids, n, 2, payload, got);
-    if (memcmp(got, ref, size)) return fail("protobuf writer", mix, n);
+    /* Written into buffers of their exact size, so that a store past the end is an error
+     * under AddressSanitizer: the field with its tag, and (field 0) the payload alone. */
+    if (!(exact = malloc(size ? size : 1))) return fail("malloc", mix, n);
+    tww_pb_write(ids, n, 2, payload, exact);
+    bad = memcmp(exact, ref, size) != 0;
+    free(exact);
+    if (bad) return fail("protobuf writer", mix, n);
+    if (tww_pb_size(n, 0, payload) != (n ? payload : 0)) return fail("protobuf size 0", mix, n);
+    if (!(exact = malloc(payload ? payload : 1))) return fail("malloc", mix, n);
+    tww_pb_write(ids, n, 0, payload, exact);
+    bad = memcmp(exact, ref + (size - payload), payload) != 0;
+    free(exact);
+    if (bad) return fail("protobuf writer (payload alone)", mix, n);
     count = 0;
     if (tww_pb_read_field(ref, size, 2, back, &count, msg, sizeof msg) || count != n ||
         memcmp(back, ids, n * sizeof *ids))

@@ -954,9 +954,10 @@ static inline size_t tww_pb_payload_size(const int32_t *ids, size_t n) {
 }
 
 /* Field `field` as protobuf serializes a packed repeated field: tag, length, payload; nothing
- * at all for no ids. */
+ * at all for no ids; with field 0, the payload alone. */
 static inline size_t tww_pb_size(size_t n, uint32_t field, size_t payload) {
     if (n == 0) return 0;
+    if (field == 0) return payload;
     return tww_varint_size(((uint64_t)field << 3) | 2) + tww_varint_size(payload) + payload;
 }
 
