@@ -9,12 +9,10 @@ ARMv8 CRC32 path, required there) and qemu-s390x (big-endian).
 from __future__ import annotations
 
 import pathlib
-import subprocess
 
 import pytest
 
-import tokenwire
-from support import system
+from support.cpp_harness import run_c_test
 
 pytestmark = pytest.mark.integration
 
@@ -23,16 +21,9 @@ SOURCE = pathlib.Path(__file__).resolve().parent / "c" / "crc32c_test.c"
 
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_picked_path_agrees_with_the_portable_one(tmp_path: pathlib.Path, compiler: str) -> None:
-    if compiler == "clang":
-        system.require("clang")
-    exe = tmp_path / "crc32c_test"
-    subprocess.run([compiler, "-std=c11", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    "-I", tokenwire.get_include(), str(SOURCE), "-o", str(exe)], check=True)
-    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "ok", proc.stdout
+    lines = run_c_test(SOURCE, tmp_path, compiler, timeout=120)
     cpuinfo = pathlib.Path("/proc/cpuinfo")
     if cpuinfo.exists():                # Linux: the path follows the CPU's flags
         flags = cpuinfo.read_text()
         hw = ("sse4_2" in flags) or (" crc32" in flags)
-        assert proc.stdout.splitlines()[0] == f"crc32c: {'hw' if hw else 'portable'}", proc.stdout
+        assert lines[0] == f"crc32c: {'hw' if hw else 'portable'}", lines

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import pathlib
 import platform
-import subprocess
 
 import pytest
 
-import tokenwire
-from support import system
+from support.cpp_harness import run_c_test
 
 pytestmark = pytest.mark.integration
 
@@ -27,14 +25,7 @@ SOURCE = pathlib.Path(__file__).resolve().parent / "c" / "wires_test.c"
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_kernels_agree_with_the_reference_encoders(tmp_path: pathlib.Path,
                                                    compiler: str) -> None:
-    if compiler == "clang":
-        system.require("clang")
-    exe = tmp_path / "wires_test"
-    subprocess.run([compiler, "-std=c11", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror",
-                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-                    "-I", tokenwire.get_include(), str(SOURCE), "-o", str(exe)], check=True)
-    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "ok", proc.stdout
+    lines = run_c_test(SOURCE, tmp_path, compiler, timeout=300)
     cpuinfo = pathlib.Path("/proc/cpuinfo")
     if platform.machine() == "x86_64" and cpuinfo.exists() and " ssse3" in cpuinfo.read_text():
-        assert proc.stdout.splitlines()[0] == "wires: ssse3", proc.stdout
+        assert lines[0] == "wires: ssse3", lines

@@ -218,6 +218,22 @@ class Conformance:
         return bytes.fromhex(self._call(b"E", data, codec, checksum).split()[1])
 
 
+def run_c_test(source: pathlib.Path, out_dir: pathlib.Path, compiler: str,
+               timeout: float) -> list[str]:
+    """A C test program of tests/c (a kernel header against its reference), built by `compiler`
+    (gcc or clang; clang skips where missing) with ASan and UBSan, run: its output lines, after
+    checking that it exited 0 with "ok" last."""
+    if compiler == "clang":
+        system.require("clang")
+    exe = out_dir / source.stem
+    subprocess.run([compiler, "-std=c11", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror",
+                    "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-I", tokenwire.get_include(), str(source), "-o", str(exe)], check=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0 and proc.stdout.splitlines()[-1] == "ok", proc.stdout
+    return proc.stdout.splitlines()
+
+
 def require_compiler() -> None:
     """Skip, naming g++, where there is no C++ compiler (a failure in CI: its skips are strict)."""
     system.require("g++")
@@ -225,4 +241,4 @@ def require_compiler() -> None:
 
 __all__ = ["CppError", "Conformance", "compile_conformance", "compile_pybind_engine",
            "compile_race_count_table", "cxx",
-           "have_zstd_header", "require_compiler"]
+           "have_zstd_header", "require_compiler", "run_c_test"]
