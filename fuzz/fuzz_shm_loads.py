@@ -100,7 +100,8 @@ for _sender in (SENDER, RING):
     RECEIVER._loads(_sender._dumps({"ids": TokenVector(range(100))}))  # the offer: attach
     assert _sender._attached() == os.getpid(), "the receiver did not attach"
 SEGMENT_IDS = {SENDER._id, RING._id}
-BELL = shm._BELL                     # magic, segment id, pid, fd, sequence, slot, generation, length
+# The doorbell's layout: magic, segment id, pid, fd, sequence, slot, generation, length.
+BELL = shm._BELL
 
 _stats = {"inputs": 0, "loaded": 0, "slots": 0, "bells": 0, "rung": 0}
 _previous: list = []

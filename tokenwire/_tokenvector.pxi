@@ -87,8 +87,8 @@ cdef class TokenVector:
         Zero-copy when `data` is immutable (`bytes`, a memoryview of bytes, a TokenVector), at
         any address: the vector views `data` and keeps it alive (an unaligned view is aligned,
         once, when its buffer is first exported). Otherwise one memcpy, so later writes to a
-        mutable source never show through. Raises ValueError when the byte count is not a multiple of 4
-        or the memory is not C-contiguous.
+        mutable source never show through. Raises ValueError when the byte count is not a
+        multiple of 4 or the memory is not C-contiguous.
         """
         cdef Py_buffer view
         cdef bint swap
@@ -270,11 +270,12 @@ cdef class TokenVector:
     @property
     def base(self):
         """The object whose memory the ids are read from in place (a `bytes` frame, the
-        wrapper around a received pyzmq frame, a read-only exporter), or None when the vector owns its memory (built
-        from a list, copied from a mutable source, sliced, or empty). As numpy's ``ndarray.base``:
-        ``tv.base is frame`` tells a zero-copy decode from a copy. A view at an unaligned address
-        gets an aligned copy of its own the first time its buffer is exported (``memoryview(tv)``,
-        ``numpy.asarray(tv)``): from then on it owns that copy and `base` is None."""
+        wrapper around a received pyzmq frame, a read-only exporter), or None when the vector
+        owns its memory (built from a list, copied from a mutable source, sliced, or empty). As
+        numpy's ``ndarray.base``: ``tv.base is frame`` tells a zero-copy decode from a copy. A
+        view at an unaligned address gets an aligned copy of its own the first time its buffer
+        is exported (``memoryview(tv)``, ``numpy.asarray(tv)``): from then on it owns that copy
+        and `base` is None."""
         if self._owned or self._view == NULL or <PyObject*>self._view.obj == NULL:
             return None
         return <object>self._view.obj

@@ -673,10 +673,10 @@ class Decoder:
         message of one frame given as itself.
 
         A raw buffer in immutable memory (`bytes`, a frame `recv` read from a tcp or ipc
-        stream) is viewed, others are copied once; a framed buffer is decoded once. Raises WireFormatError for a bad
-        reference or frame, TokenIdError for an id outside `vocab_size` (however the ids were
-        sent), msgspec.DecodeError for bad msgpack, msgspec.ValidationError for a value of the
-        wrong type.
+        stream) is viewed, others are copied once; a framed buffer is decoded once. Raises
+        WireFormatError for a bad reference or frame, TokenIdError for an id outside
+        `vocab_size` (however the ids were sent), msgspec.DecodeError for bad msgpack,
+        msgspec.ValidationError for a value of the wrong type.
         """
         if type(frames) is not list:
             frames = [frames] if _is_buffer(frames) else list(frames)   # one frame: no buffers

@@ -136,8 +136,8 @@ def send_pyobj_oob(socket: Any, obj: Any, flags: int = 0, *,
 
     `codec`: how TokenVector buffers travel. None (the default) decides by the socket's last
     endpoint (``zmq.LAST_ENDPOINT``): raw over ipc:// and inproc://, "pfor" over tcp:// and the
-    other network transports; a name forces that codec ("raw" never encodes). A `channel` is one host's shared memory:
-    it takes codec None or "raw" only (ValueError).
+    other network transports; a name forces that codec ("raw" never encodes). A `channel` is
+    one host's shared memory: it takes codec None or "raw" only (ValueError).
     The counterpart of ``socket.send_pyobj``; receive with `recv_pyobj_oob`."""
     codec = _oob_codec(codec)
     encode_ids = _lazy_encoder(socket) if codec is None else _encode_ids(codec)
