@@ -695,7 +695,15 @@ PROTOBUF_MESSAGE_ERRORS = [
     (b"\x13", "protobuf: field 2 at byte offset 0 has wire type 3 (a group: not supported)"),
     (b"\x16", "protobuf: field 2 at byte offset 0 has wire type 6 (not a protobuf wire type)"),
     (b"\x80", "protobuf: truncated tag at byte offset 0"),
-    (b"\xf8\xff\xff\xff\xff\x01", "protobuf: invalid field number 8589934591 at byte offset 0"),
+    (b"\xf8\xff\xff\xff\x1f", "protobuf: invalid field number 1073741823 at byte offset 0"),
+    # A tag or a length is a 32-bit varint: protobuf's parser refuses more than 5 bytes, even
+    # when the extra bytes are zeros (the fuzzer found the 6-byte tag of an unknown field).
+    (b"\x90\x80\x80\x80\x80\x00\x05", "protobuf: over-long tag at byte offset 0 (more than 5 "
+     "bytes)"),
+    (b"\xc9\xf2\xc6\xea\x88\x00\xcf\x889999t<", "protobuf: over-long tag at byte offset 0 (more "
+     "than 5 bytes)"),
+    (b"\x1a\x81\x80\x80\x80\x80\x00\x07", "protobuf: over-long length at byte offset 1 (more "
+     "than 5 bytes)"),
 ]
 
 
@@ -704,6 +712,9 @@ def test_protobuf_message_errors(data: bytes, message: str) -> None:
     with pytest.raises(WireFormatError) as info:
         wires.read(data, "protobuf", field=2)
     assert str(info.value) == message
+    if not message.endswith(("not varints", "(a group: not supported)")):
+        with pytest.raises(Exception, match="[Ee]rror parsing"):     # protobuf's parser too
+            GenerateRequest.FromString(data)
 
 
 # --------------------------------------------------------------------------------------------

@@ -795,15 +795,19 @@ static inline size_t tww_json_write(const int32_t *ids, size_t n, const uint64_t
 /* The most ids `n` bytes of packed varints can hold (a varint takes at least one byte). */
 TW_INLINE size_t tww_pb_cap(size_t n) { return n; }
 
-/* One varint at `*pos`: 0, or the reason it is refused (TWW_TRUNCATED, TWW_OVERLONG: more than
- * 10 bytes). Bits beyond the 64th (in the 10th byte) are dropped, as protobuf's parsers drop
- * them. */
+/* One varint of at most `limit` bytes at `*pos`: 0, or the reason it is refused (TWW_TRUNCATED,
+ * TWW_OVERLONG: more than `limit` bytes). A value takes up to 10 bytes (TWW_VARINT_MAX); bits
+ * beyond the 64th (in the 10th byte) are dropped, as protobuf's parsers drop them. A tag or a
+ * length is a 32-bit varint: up to 5 bytes (TWW_VARINT32_MAX), where protobuf's parser (upb)
+ * refuses longer ones even when the extra bytes are zeros. */
 enum { TWW_TRUNCATED = 1, TWW_OVERLONG = 2 };
+enum { TWW_VARINT_MAX = 10, TWW_VARINT32_MAX = 5 };
 
-static inline int tww_pb_varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *value) {
+static inline int tww_pb_varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *value,
+                                size_t limit) {
     size_t at = *pos, k;
     uint64_t v = 0;
-    for (k = 0; k < 10; k++) {
+    for (k = 0; k < limit; k++) {
         uint8_t b;
         if (at + k >= n)
             return TWW_TRUNCATED;
@@ -819,10 +823,13 @@ static inline int tww_pb_varint(const uint8_t *p, size_t n, size_t *pos, uint64_
 }
 
 /* The message for a varint tww_pb_varint refused. */
-static inline int tww_pb_bad_varint(int reason, const char *what, size_t at, char *msg, size_t msz) {
-    snprintf(msg, msz, "protobuf: %s %s at byte offset %zu%s",
-             reason == TWW_TRUNCATED ? "truncated" : "over-long", what, at,
-             reason == TWW_TRUNCATED ? "" : " (more than 10 bytes)");
+static inline int tww_pb_bad_varint(int reason, const char *what, size_t at, size_t limit,
+                                    char *msg, size_t msz) {
+    if (reason == TWW_TRUNCATED)
+        snprintf(msg, msz, "protobuf: truncated %s at byte offset %zu", what, at);
+    else
+        snprintf(msg, msz, "protobuf: over-long %s at byte offset %zu (more than %zu bytes)",
+                 what, at, limit);
     return -1;
 }
 
@@ -851,11 +858,11 @@ static inline int tww_pb_read_packed(const uint8_t *p, size_t n, size_t base, in
             pos++;
             continue;
         }
-        int r = tww_pb_varint(p, n, &pos, &v);
+        int r = tww_pb_varint(p, n, &pos, &v, TWW_VARINT_MAX);
         if (r != 0) {
             char what[48];
             snprintf(what, sizeof what, "varint (item %zu)", i);
-            return tww_pb_bad_varint(r, what, base + at, msg, msz);
+            return tww_pb_bad_varint(r, what, base + at, TWW_VARINT_MAX, msg, msz);
         }
         if (tww_pb_id(v, i, base + at, &out[i], msg, msz) != 0)
             return -1;
@@ -875,9 +882,9 @@ static inline int tww_pb_read_field(const uint8_t *p, size_t n, uint32_t field,
         uint64_t tag, len, v;
         size_t at = pos;
         uint32_t number, type;
-        int r = tww_pb_varint(p, n, &pos, &tag);
+        int r = tww_pb_varint(p, n, &pos, &tag, TWW_VARINT32_MAX);
         if (r != 0)
-            return tww_pb_bad_varint(r, "tag", at, msg, msz);
+            return tww_pb_bad_varint(r, "tag", at, TWW_VARINT32_MAX, msg, msz);
         number = (uint32_t)(tag >> 3);
         type = (uint32_t)(tag & 7);
         if (tag >> 32 || number == 0) {
@@ -888,9 +895,9 @@ static inline int tww_pb_read_field(const uint8_t *p, size_t n, uint32_t field,
         switch (type) {
         case 0:
             at = pos;
-            r = tww_pb_varint(p, n, &pos, &v);
+            r = tww_pb_varint(p, n, &pos, &v, TWW_VARINT_MAX);
             if (r != 0)
-                return tww_pb_bad_varint(r, "varint", at, msg, msz);
+                return tww_pb_bad_varint(r, "varint", at, TWW_VARINT_MAX, msg, msz);
             if (number == field) {
                 if (tww_pb_id(v, *count, at, &out[*count], msg, msz) != 0)
                     return -1;
@@ -912,9 +919,9 @@ static inline int tww_pb_read_field(const uint8_t *p, size_t n, uint32_t field,
             break;
         }
         case 2:
-            r = tww_pb_varint(p, n, &pos, &len);
+            r = tww_pb_varint(p, n, &pos, &len, TWW_VARINT32_MAX);
             if (r != 0)
-                return tww_pb_bad_varint(r, "length", pos, msg, msz);
+                return tww_pb_bad_varint(r, "length", pos, TWW_VARINT32_MAX, msg, msz);
             if (len > n - pos) {
                 snprintf(msg, msz, "protobuf: truncated: field %u at byte offset %zu declares "
                          "%llu bytes, %zu remain", number, at, (unsigned long long)len, n - pos);
