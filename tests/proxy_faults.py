@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from typing import Any, Dict, List
+from support.wait import WAIT_MS, WAIT_S
 
 
 def receiver(data_addr: str, ack_addr: str) -> None:
@@ -121,12 +122,12 @@ def main() -> None:
                              "--receiver", data_addr, ack_addr])
     def stop() -> None:
         data.send(b"stop")
-        ack.poll(30_000)
+        ack.poll(WAIT_MS)
 
     try:
         _loop(args, history, data, ack, stop)
     finally:
-        proc.wait(30)
+        proc.wait(WAIT_S)
         ctx.destroy(linger=0)
 
 
@@ -171,7 +172,7 @@ def _loop(args: Any, history: List[bytes], data: Any, ack: Any, stop: Any) -> No
             data.send_multipart(frames, copy=len(frames) == 1)
         f3 = minflt()
         if ack is not None:
-            if not ack.poll(60_000):
+            if not ack.poll(WAIT_MS):
                 raise RuntimeError("the receiver stopped answering")
             ack.recv()
         f4 = minflt()

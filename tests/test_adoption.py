@@ -37,6 +37,7 @@ from support.requests import PROTOCOLS, roundtrip  # noqa: E402
 from support.serving import (  # noqa: E402
     AFTER_PATH, BEFORE_PATH, after, before, executor, ids_of, tokenized,
 )
+from support.wait import WAIT_MS, WAIT_S
 
 import tokenwire  # noqa: E402
 from tokenwire import TokenIds, TokenVector, WireFormatError, token_buffer  # noqa: E402
@@ -51,7 +52,7 @@ DOC = ROOT / "docs" / "adopting.md"
 
 
 def _run(*args: str) -> str:
-    r = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300,
+    r = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=WAIT_S,
                        cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
@@ -123,7 +124,7 @@ def test_msgspec_section_as_documented(zmq_ctx):
         port = worker.bind_to_random_port("tcp://127.0.0.1")
         proxy.connect(f"tcp://127.0.0.1:{port}")
         Encoder().send(proxy, req)
-        assert worker.poll(10_000), "nothing arrived"
+        assert worker.poll(WAIT_MS), "nothing arrived"
         got = Decoder(EngineCoreRequest).recv(worker)
     finally:
         proxy.close(linger=0)

@@ -18,6 +18,7 @@ import tokenwire.text as text
 from tokenwire import WireFormatError, from_base64, to_base64
 from tokenwire.errors import ChecksumError
 from support.strategies import int_arrays, token_lists
+from support.wait import WAIT_S
 
 pytest.importorskip("pybase64")          # the test extra installs it: both paths are compared
 
@@ -225,7 +226,7 @@ def test_binascii_fallback_when_pybase64_is_not_installed() -> None:
         "assert tokenwire.from_base64(s) == ids\n"
         "print(s[-40:])\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S,
                        cwd=tempfile.gettempdir())        # not the checkout: the installed package
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == to_base64(list(range(0, 300000, 7)))[-40:]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import tokenwire
+from support.wait import WAIT_S
 
 # Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.
 pytestmark = pytest.mark.integration
@@ -28,7 +29,7 @@ def test_help_and_unknown_command() -> None:
     assert r.returncode == 0 and b"tokenwire inspect" in r.stdout
     assert b"python -m bench" in r.stdout                  # where the benchmarks went
     script = Path(sys.executable).with_name("tokenwire")       # the installed console script
-    r = subprocess.run([str(script), "--help"], capture_output=True, timeout=120,
+    r = subprocess.run([str(script), "--help"], capture_output=True, timeout=WAIT_S,
                        cwd=tempfile.gettempdir())
     assert r.returncode == 0 and b"tokenwire inspect" in r.stdout
     r = run("frobnicate")

@@ -16,6 +16,7 @@ from typing import Callable, Union
 import pytest
 
 from tokenwire._envflag import FALSE_WORDS, TRUE_WORDS, env_flag
+from support.wait import WAIT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,7 +71,7 @@ def test_setup_py_refuses_a_word_that_is_not_a_boolean() -> None:
     pytest.importorskip("Cython")      # setup.py's build, which reads the switches, needs it
     r = subprocess.run([sys.executable, str(ROOT / "setup.py"), "--name"], cwd=ROOT,
                        env=dict(os.environ, TOKENWIRE_LINETRACE="ture"), capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=WAIT_S)
     assert r.returncode != 0
     assert "TOKENWIRE_LINETRACE='ture' is not a boolean" in r.stderr
 
@@ -80,7 +81,7 @@ def test_setup_py_refuses_a_word_that_is_not_a_boolean() -> None:
 def test_the_runtime_reads_every_word_like_the_rule(word: str) -> None:
     """TOKENWIRE_LIST_ON_WIRE, read when tokenwire is imported (a fresh process per word)."""
     code = "import tokenwire; print(tokenwire.list_on_wire())"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S,
                        cwd=tempfile.gettempdir(), env=dict(os.environ, TOKENWIRE_LIST_ON_WIRE=word))
     try:
         expected: Outcome = env_flag("TOKENWIRE_LIST_ON_WIRE", {"TOKENWIRE_LIST_ON_WIRE": word})

@@ -38,6 +38,7 @@ from tokenwire.request import GenerationRequest
 from tokenwire.unpickle import check_pickle
 
 from support.leaks import traced_peak
+from support.wait import WAIT_S
 
 # Subprocesses, peak-RSS measurements and racing threads: `pytest -m "not slow"` skips them.
 pytestmark = pytest.mark.slow
@@ -51,7 +52,7 @@ def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     tests/: from the repository root, `-c` would import the uncompiled source tree instead of
     the installed package."""
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
-                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent)
+                          capture_output=True, text=True, timeout=WAIT_S, cwd=Path(__file__).parent)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import tokenwire
 from support.strategies import token_lists
+from support.wait import WAIT_S
 from tokenwire import TokenVector, json_default
 from tokenwire.errors import TokenIdOverflowError
 
@@ -170,7 +171,7 @@ def test_tokenwire_does_not_import_pydantic() -> None:
     code = ("import sys, json, tokenwire\n"
             "json.dumps(tokenwire.TokenVector([1]), default=tokenwire.json_default)\n"
             "assert 'pydantic' not in sys.modules and 'pydantic_core' not in sys.modules\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S,
                        cwd=tempfile.gettempdir())   # not the clone: its tokenwire/ is uncompiled
     assert r.returncode == 0, r.stderr
 

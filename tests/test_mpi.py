@@ -14,6 +14,7 @@ pytest.importorskip("mpi4py")
 
 from support import system  # noqa: E402
 from support.bench_cli import run_bench  # noqa: E402
+from support.wait import WAIT_S
 
 RANKS = Path(__file__).resolve().parent / "support" / "mpi_ranks.py"
 
@@ -55,7 +56,7 @@ def test_mpi_benchmark_quick(tmp_path: Path) -> None:
     import json
     mpiexec()
     out_json = tmp_path / "mpi.json"
-    r = run_bench("mpi", "--quick", "--iters", "4", "--json", str(out_json), timeout=300)
+    r = run_bench("mpi", "--quick", "--iters", "4", "--json", str(out_json), timeout=WAIT_S)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = json.loads(out_json.read_text())["runs"]
     assert run["ranks"] == 2 and run["wrong"] == 0

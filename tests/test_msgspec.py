@@ -25,6 +25,7 @@ import tokenwire.msgspec as tm  # noqa: E402
 from support.buffers import owns_memory  # noqa: E402
 from support.leaks import traced_peak  # noqa: E402
 from support.strategies import int_arrays, token_lists  # noqa: E402
+from support.wait import WAIT_MS, WAIT_S  # noqa: E402
 from tokenwire import TokenVector, WireFormatError  # noqa: E402
 from tokenwire.errors import ChecksumError  # noqa: E402
 from tokenwire._core import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
@@ -370,7 +371,7 @@ def _pair() -> tuple[Any, Any, Any]:
     a, b = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
     port = b.bind_to_random_port("tcp://127.0.0.1")
     a.connect(f"tcp://127.0.0.1:{port}")
-    b.setsockopt(zmq.RCVTIMEO, 10_000)
+    b.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     return ctx, a, b
 
 
@@ -507,7 +508,7 @@ def test_no_per_id_python_objects() -> None:
 
 def test_http_base64_example_runs() -> None:
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "http_base64.py")],
-                       capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
+                       capture_output=True, text=True, timeout=WAIT_S, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     assert "server decoded 40,000 ids" in r.stdout and "round trip OK" in r.stdout
 
@@ -522,7 +523,7 @@ def test_msgspec_stays_optional() -> None:
         "except ImportError as e:\n"
         "    print('ImportError', e)\n"
     )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S,
                        cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ImportError") and "pip install 'tokenwire[msgspec]'" in r.stdout
@@ -539,7 +540,7 @@ def test_one_encoder_and_decoder_shared_by_threads() -> None:
     events: list[tuple[str, str]] = []
     # Both threads meet once inside the hook, i.e. each in the middle of a message: the
     # interleaving is forced, not left to the scheduler (which often ran them apart).
-    meet = threading.Barrier(2, timeout=30)
+    meet = threading.Barrier(2, timeout=WAIT_S)
     met: set[str] = set()
 
     def yielding_enc(obj: Any) -> Any:
@@ -625,7 +626,7 @@ def test_recv_copies_inproc_frames_because_the_sender_can_still_write() -> None:
     after the send shows on the receiver), so the decoded vector is a copy made before it."""
     ctx = zmq.Context()
     push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
-    pull.setsockopt(zmq.RCVTIMEO, 10_000)
+    pull.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     pull.bind("inproc://tokenwire-msgspec-sender-writes")
     push.connect("inproc://tokenwire-msgspec-sender-writes")
     try:
@@ -716,7 +717,7 @@ def _socket_pair(kinds: tuple[int, int], identity: bytes = b"") -> tuple[Any, An
     port = a.bind_to_random_port("tcp://127.0.0.1")
     b.connect(f"tcp://127.0.0.1:{port}")
     for s in (a, b):
-        s.setsockopt(zmq.RCVTIMEO, 10_000)
+        s.setsockopt(zmq.RCVTIMEO, WAIT_MS)
         s.setsockopt(zmq.LINGER, 0)
     return ctx, a, b
 
@@ -1039,6 +1040,6 @@ def test_a_value_the_receiver_cannot_read_is_refused_at_encode(value: Any, zmq_c
     with pytest.raises(tokenwire.errors.TokenIdTypeError):
         tm.Encoder().send(sender, Prompt(value))
     tm.Encoder().send(sender, Prompt([1, 2], None))       # lists, tuples and None (Optional) go
-    assert receiver.poll(10_000)
+    assert receiver.poll(WAIT_MS)
     got = tm.Decoder(Prompt).recv(receiver)                   # the refused one was never sent
     assert got.prompt_token_ids == [1, 2] and got.mm_ids is None

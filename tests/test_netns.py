@@ -15,6 +15,7 @@ import pytest
 
 from bench import net
 from support import system
+from support.wait import WAIT_S
 
 pytest.importorskip("zmq")
 
@@ -61,7 +62,7 @@ def wait_for_namespaces(proc: subprocess.Popen[str], timeout: float = 60) -> lis
 def test_every_row_crosses_the_namespaces_whole_over_tcp(tmp_path: Path) -> None:
     out_json = tmp_path / "net.json"
     proc = start("--quick", "--isl", "20000", "--json", str(out_json))
-    out, err = proc.communicate(timeout=600)
+    out, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 0, out + err
     run = json.loads(out_json.read_text())["runs"]["unshaped"]
     assert run["wrong"] == 0 and run["exit"] == 0
@@ -85,14 +86,14 @@ def test_nothing_outlives_a_stopped_or_killed_run(how: signal.Signals) -> None:
         made = wait_for_namespaces(proc)
         time.sleep(0.5)                                   # mid-run: requests are crossing
         proc.send_signal(how)
-        proc.communicate(timeout=60)
+        proc.communicate(timeout=WAIT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
         for pipe in (proc.stdout, proc.stderr):     # closed even when communicate timed out
             if pipe is not None:
                 pipe.close()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + WAIT_S
     while bench_processes() and time.monotonic() < deadline:
         time.sleep(0.1)                   # the worker and the proxy notice their parent is gone
     assert bench_processes() == []

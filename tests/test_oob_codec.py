@@ -22,6 +22,7 @@ from tokenwire.transport import (NETWORK_CODEC, dumps_oob, endpoint_codec, loads
                                  recv_pyobj_oob, send_pyobj_oob, socket_codec)
 
 from support.codec_harness import has_zstandard
+from support.wait import WAIT_MS
 
 zmq = pytest.importorskip("zmq")
 
@@ -269,7 +270,7 @@ def test_endpoint_codec() -> None:
 def pair(endpoint: str, bind_sender: bool) -> Any:
     ctx = zmq.Context.instance()
     push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
-    pull.setsockopt(zmq.RCVTIMEO, 10_000)
+    pull.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     if bind_sender:
         if endpoint.endswith(":*"):
             port = push.bind_to_random_port(endpoint[:-2])

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.wait import WAIT_S
 
 pytestmark = [
     pytest.mark.integration,
@@ -43,7 +44,7 @@ def _env() -> dict[str, str]:
 
 def _run(*args: str) -> Any:
     out = subprocess.run([sys.executable, str(SCRIPT), *args], env=_env(), check=True,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=WAIT_S)
     return json.loads(out.stdout)
 
 
@@ -99,6 +100,6 @@ print(json.dumps(seen))
 
 def test_settling_is_bounded_and_happens_once_per_size() -> None:
     out = subprocess.run([sys.executable, "-c", _BOUNDS], env=_env(), check=True,
-                         capture_output=True, text=True, timeout=120,
+                         capture_output=True, text=True, timeout=WAIT_S,
                          cwd=tempfile.gettempdir())   # not the clone: its tokenwire/ is uncompiled
     assert json.loads(out.stdout) == [0, 0, 1 << 20, 1 << 20, 32 << 20, 32 << 20]

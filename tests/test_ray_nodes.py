@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from support import ray_nodes
+from support.wait import WAIT_S
 
 ray = pytest.importorskip("ray")
 
@@ -40,8 +41,8 @@ def test_requests_cross_nodes_and_are_viewed_in_the_receiving_object_store(clust
     rng = np.random.default_rng(7)
     sent = [rng.integers(0, 151_936, n, dtype=np.int32) for n in (40_000, 128_000)]
     sent[0][:2] = (-(2**31), 2**31 - 1)
-    arrivals = ray.get(sender.send.remote(receiver, [s.tolist() for s in sent]), timeout=300)
-    sender_node = ray.get(sender.node.remote(), timeout=60)
+    arrivals = ray.get(sender.send.remote(receiver, [s.tolist() for s in sent]), timeout=WAIT_S)
+    sender_node = ray.get(sender.node.remote(), timeout=WAIT_S)
     for ids, got in zip(sent, arrivals):
         assert got.node_id != sender_node                     # the request crossed nodes
         assert got.prompt == ids.tobytes()

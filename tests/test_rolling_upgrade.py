@@ -22,6 +22,7 @@ import pytest
 
 import tokenwire
 from support.serving import PROTOCOLS, ROOT, after, before, executor, ids_of, tokenized
+from support.wait import WAIT_S
 from tokenwire import TokenVector, token_buffer
 
 # --------------------------------------------------------------------------------------------
@@ -31,7 +32,7 @@ from tokenwire import TokenVector, token_buffer
 def _old_worker(data: bytes, *args: str) -> dict:
     worker = ROOT / "tests" / "support" / "dropin_old_worker.py"
     r = subprocess.run([sys.executable, str(worker), *args],
-                       input=data, capture_output=True, timeout=120,
+                       input=data, capture_output=True, timeout=WAIT_S,
                        cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr.decode()
     return json.loads(r.stdout)

@@ -8,6 +8,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from support.wait import WAIT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tokenwire"
@@ -50,7 +51,7 @@ def test_an_asyncio_stream_transport_built_on_the_layer() -> None:
     loads_oob: the ids arrive, a peer without the key and a frame count beyond the reader's
     limit are refused."""
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "asyncio_stream.py"),
-                        "--isl", "50000"], capture_output=True, text=True, timeout=120)
+                        "--isl", "50000"], capture_output=True, text=True, timeout=WAIT_S)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "received 50000 ids, equal: True; answer sum ok: True",

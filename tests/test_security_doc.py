@@ -20,6 +20,7 @@ import tokenwire
 import tokenwire.unpickle
 from tokenwire._core import MAX_SPIN_US, _ShmWords
 from tokenwire.unpickle import check_pickle
+from support.wait import WAIT_S
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "security.md"
 _RESTORE = b"\x8c\x0ftokenwire._core\x94\x8c\x15_restore_token_vector\x94\x93\x94"
@@ -132,13 +133,13 @@ def _shm_close() -> None:
     thread = threading.Thread(target=spin)
     thread.start()
     barrier.wait()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + WAIT_S
     while words.users == 0:
         assert time.monotonic() < deadline, "the wait never started"
         time.sleep(0.001)
     words.release()
     assert words.users == 0                        # release returned once the wait left
-    thread.join(120)
+    thread.join(WAIT_S)
     assert ended == ["_ShmWords: released while waiting"]
     with pytest.raises(ValueError, match="released"):
         words.load(0)

@@ -14,8 +14,9 @@ import textwrap
 
 import pytest
 from support import shm_helpers  # noqa: F401  (skips this module where there is no shm)
+from support.wait import WAIT_S
 
-_PRELUDE = textwrap.dedent("""
+_PRELUDE = f"WAIT_S = {WAIT_S!r}\n" + textwrap.dedent("""
     import os, sys, threading, time, uuid
     import numpy as np
     import zmq
@@ -29,7 +30,7 @@ _PRELUDE = textwrap.dedent("""
     pull.bind(f"ipc://{path}")
     push = ctx.socket(zmq.PUSH)
     push.connect(f"ipc://{path}")
-    pull.setsockopt(zmq.RCVTIMEO, 120_000)
+    pull.setsockopt(zmq.RCVTIMEO, int(WAIT_S * 1000))
     sender, receiver = shm.Sender(slots=4, slot_bytes=256 * 1024), shm.Receiver()
     ids = TokenVector(np.arange(40_000, dtype=np.int32))
     send_pyobj_oob(push, {"ids": ids}, channel=sender)        # offers the segment
@@ -39,7 +40,7 @@ _PRELUDE = textwrap.dedent("""
     outcome = []
 
     def until(condition, what):
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + WAIT_S
         while not condition():
             if time.monotonic() > deadline:
                 sys.exit(f"timed out waiting for {what}")
@@ -63,7 +64,7 @@ _SPIN = _PRELUDE + textwrap.dedent("""
     barrier.wait()
     until(lambda: segment.words.users > 0, "the spin on the ring")
     receiver.close()                                # unmaps the segment under the spin
-    thread.join(120)
+    thread.join(WAIT_S)
     assert not thread.is_alive(), "the spinning thread did not end"
     print(outcome[0])
     os._exit(0)
@@ -95,7 +96,7 @@ _SEND = _PRELUDE + textwrap.dedent("""
     until(lambda: len(sent) >= 20, "sends")
     sender.close()                                  # unmaps the segment under the sends
     closed.set()
-    thread.join(120)
+    thread.join(WAIT_S)
     assert not thread.is_alive(), "the sending thread did not end"
     print(outcome[0])
     os._exit(0)                                     # the drainer blocks in recv
@@ -104,7 +105,7 @@ _SEND = _PRELUDE + textwrap.dedent("""
 
 def _run(code: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *args], cwd=tempfile.gettempdir(),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=WAIT_S)
 
 
 @pytest.mark.parametrize("call", ["recv", "poll"])

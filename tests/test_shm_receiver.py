@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from support import shm_helpers
 from support.shm_helpers import N, attach, ids, shm
+from support.wait import WAIT_S
 
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 
@@ -62,11 +63,11 @@ def test_the_slot_is_copied_before_it_is_freed(pair, channel, monkeypatch):
         if done and armed:
             armed.clear()
             freed.set()
-            assert rewritten.wait(120), "the sender never rewrote the slots"
+            assert rewritten.wait(WAIT_S), "the sender never rewrote the slots"
         return done
 
     def rewrite_every_slot() -> None:
-        assert freed.wait(120), "the receiver never freed the slot"
+        assert freed.wait(WAIT_S), "the receiver never freed the slot"
         for k in range(sender._slots):
             sender._dumps({"ids": ids(start=1000 + k)})
         rewritten.set()
@@ -77,7 +78,7 @@ def test_the_slot_is_copied_before_it_is_freed(pair, channel, monkeypatch):
     with ThreadPoolExecutor(1) as pool:
         writer = pool.submit(rewrite_every_slot)
         got = recv_pyobj_oob(pull, channel=receiver)
-        writer.result(timeout=120)
+        writer.result(timeout=WAIT_S)
     assert rewritten.is_set()                    # the sender wrote during the receive
     assert sender.stats["shm"] == before + 1 + sender._slots
     assert got["ids"] == ids(start=1)

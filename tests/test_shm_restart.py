@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
+import time
 
 import pytest
 from support import shm_helpers
 from support.shm_helpers import _spawn, attach, dev_shm, ids, mapped_segments, shm, worker_sockets
+from support.wait import WAIT_MS, WAIT_S
 
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 
@@ -102,18 +104,16 @@ def test_worker_killed_holding_slots_then_replaced(zmq_ctx, tmp_path):
         workers.append(_spawn(WORKER, out, back))
         assert pull.recv_pyobj()[0] == "ready"
         # A message may still be routed to the dead worker's connection before zmq notices it
-        # is gone; whatever the new worker reads must carry the right ids.
-        pull.setsockopt(zmq.RCVTIMEO, 5_000)
+        # is gone: each reply is waited for 5 s (a late one still counts), the last one for
+        # WAIT_S. Whatever the new worker reads must carry the right ids.
         seen = {}
         for n in range(3, 12):
             send(n)
-            try:
-                while n not in seen:
-                    reply = pull.recv_pyobj()
-                    if reply[0] == "ok":
-                        seen[reply[1]] = reply[2]
-            except zmq.Again:
-                pass
+            end = time.monotonic() + (WAIT_S if n == 11 else 5.0)
+            while n not in seen and pull.poll(max(0, int((end - time.monotonic()) * 1000))):
+                reply = pull.recv_pyobj()
+                if reply[0] == "ok":
+                    seen[reply[1]] = reply[2]
         assert 11 in seen and len(seen) >= 6 and all(seen.values()), seen
         assert sender.stats["shm"] >= 2 + 6       # slots were taken back and used again
         assert sender._attached() == workers[1].pid
@@ -136,22 +136,29 @@ def test_sender_killed_mid_message_then_restarted(zmq_ctx, tmp_path):
     inbox, acks = f"ipc://{tmp_path}/in", f"ipc://{tmp_path}/ack"
     pull = ctx.socket(zmq.PULL)
     pull.bind(inbox)
-    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    pull.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     ack = ctx.socket(zmq.PUSH)
     ack.bind(acks)
+    proxies = []
     with shm.Receiver() as receiver:
-        for start in (0, 500):
-            proxy = _spawn(SENDER, inbox, acks, str(start))
-            for n in range(3):
-                msg = recv_pyobj_oob(pull, channel=receiver)
-                assert msg["n"] == n and msg["ids"] == ids(start=start + n)
+        try:
+            for start in (0, 500):
+                proxy = _spawn(SENDER, inbox, acks, str(start))
+                proxies.append(proxy)
+                for n in range(3):
+                    msg = recv_pyobj_oob(pull, channel=receiver)
+                    assert msg["n"] == n and msg["ids"] == ids(start=start + n)
+                    ack.send(b"")
+                frames = pull.recv_multipart(copy=False)
                 ack.send(b"")
-            frames = pull.recv_multipart(copy=False)
-            ack.send(b"")
-            assert proxy.wait(timeout=30) == -signal.SIGKILL
-            msg = receiver._loads([f.buffer for f in frames])    # after its death
-            assert msg["n"] == 3 and msg["ids"] == ids(start=start + 3)
-            assert receiver.stats["shm"] >= 2
+                assert proxy.wait(timeout=WAIT_S) == -signal.SIGKILL
+                msg = receiver._loads([f.buffer for f in frames])    # after its death
+                assert msg["n"] == 3 and msg["ids"] == ids(start=start + 3)
+                assert receiver.stats["shm"] >= 2
+        finally:
+            for p in proxies:                             # a failed test leaves none behind
+                p.kill()
+                p.wait()
         assert len(receiver._segments) == 2               # the restarted proxy's segment too
     assert mapped_segments(os.getpid()) == []             # the kernel frees them now
     assert dev_shm() - before == set()
@@ -159,7 +166,7 @@ def test_sender_killed_mid_message_then_restarted(zmq_ctx, tmp_path):
 
 # -- a worker restarted after kill -9 --------------------------------------------------------------
 
-def _wait_event(monitor, event, timeout_ms: int = 30_000) -> None:
+def _wait_event(monitor, event, timeout_ms: int = WAIT_MS) -> None:
     from zmq.utils.monitor import recv_monitor_message
     while True:
         assert monitor.poll(timeout_ms), f"no zmq event {event}"

@@ -17,6 +17,7 @@ import time
 import pytest
 from support import shm_helpers
 from support.shm_helpers import KEY, N, OTHER_KEY, _seq_of, _spawn, attach, ids, shm, worker_sockets
+from support.wait import WAIT_MS, WAIT_S
 
 from tokenwire.errors import AuthenticationError, WireFormatError
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
@@ -40,7 +41,7 @@ def test_a_doorbell_of_a_message_taken_from_the_ring_is_dropped(pair, channel):
     got = receiver._recv(pull, spin_us=100_000)                    # the socket is empty: the ring
     assert got["n"] == 1 and got["ids"] == ids(start=1) and receiver.stats["ring"] == 1
     push.send_multipart(bell)                                     # its doorbell, late
-    assert pull.poll(10_000)                                      # ...is waiting now
+    assert pull.poll(WAIT_MS)                                      # ...is waiting now
     sender._send(push, {"n": 2, "ids": ids(start=2)})
     got = receiver._recv(pull)
     assert got["n"] == 2 and got["ids"] == ids(start=2)
@@ -259,7 +260,7 @@ def test_a_spinning_worker_process_reads_every_message_in_order(zmq_ctx, tmp_pat
             assert all(r[1] for r in replies)
             assert replies[-1][2] == sender.stats["ring"] > 0
             send_pyobj_oob(push, None, key=KEY, channel=sender)
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=WAIT_S) == 0
     finally:
         proc.kill()
         proc.wait()

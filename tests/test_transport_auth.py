@@ -23,6 +23,7 @@ from tokenwire.errors import AuthenticationError
 from tokenwire._oob import KEY_ENV, MIN_KEY_BYTES, SIGNATURE_BYTES
 from tokenwire.transport import (dumps_oob, key_from_env, loads_oob, recv_pyobj_oob,
                                  send_pyobj_oob)
+from support.wait import WAIT_MS, WAIT_S
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
@@ -205,7 +206,7 @@ def test_find_class_allow_list():
 def test_zmq_worker_rejects_an_attacker_and_keeps_serving(zmq_ctx):
     zmq, ctx = zmq_ctx
     pull = ctx.socket(zmq.PULL)
-    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    pull.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     port = pull.bind_to_random_port("tcp://127.0.0.1")
     proxy, attacker = ctx.socket(zmq.PUSH), ctx.socket(zmq.PUSH)
     proxy.connect(f"tcp://127.0.0.1:{port}")
@@ -239,7 +240,7 @@ def test_worker_example_with_a_key(tmp_path):
     result = subprocess.run(
         [sys.executable, str(root / "examples" / "worker_submit.py"), "--requests", "2",
          "--isl", "40000", "--key-env", KEY_ENV],
-        capture_output=True, text=True, timeout=120, env=env)
+        capture_output=True, text=True, timeout=WAIT_S, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok: 2 requests" in result.stdout and "signed: yes" in result.stdout
 

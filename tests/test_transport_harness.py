@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from support import transports
 from support.transports import ADAPTERS, DAMAGES, SIZES, Adapter, ends_of, make_ids
+from support.wait import WAIT_S
 
 pytestmark = pytest.mark.integration
 
 # Generous: a receive that waits for a message that is on its way (a loaded machine).
-ARRIVES = 60.0
+ARRIVES = WAIT_S
 # How long a receive waits for a message that must not arrive.
 NOTHING = 3.0
 
@@ -145,9 +146,9 @@ def test_killed_peer(adapter: Adapter, tmp_path) -> None:
             assert receiver.recv(ARRIVES) == (seq, make_ids(10, seq))
         seq = adapter.warm_up
         transports.command(proc, f"send {seq} {SIZES[-1]}")
-        assert relay.holding.wait(120), "the message never reached the relay"
+        assert relay.holding.wait(WAIT_S), "the message never reached the relay"
         proc.send_signal(signal.SIGKILL)
-        assert proc.wait(timeout=120) == -signal.SIGKILL
+        assert proc.wait(timeout=WAIT_S) == -signal.SIGKILL
         relay.check()
         with pytest.raises(adapter.killed):
             got = receiver.recv(NOTHING)

@@ -27,6 +27,7 @@ from tokenwire import GenerationRequest, TokenVector, WireFormatError, token_buf
 from tokenwire._oob import OOB_THRESHOLD
 from tokenwire.transport import dumps_oob, loads_oob, recv_pyobj_oob, send_pyobj_oob
 from support.transport_workers import Received, describe
+from support.wait import WAIT_MS, WAIT_S
 
 # Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.
 pytestmark = pytest.mark.integration
@@ -91,13 +92,13 @@ def test_spawn_queue(spawn):
         for req in sent:
             inbox.put(req)
         for req in sent:
-            received, echoed = outbox.get(timeout=60)
+            received, echoed = outbox.get(timeout=WAIT_S)
             check(received, req)
             # ... and back: the echoed request crossed the queue twice, still unread.
             assert not PROMPT.is_materialized(echoed)
             assert echoed.prompt_token_ids == req.prompt_token_ids
         inbox.put(None)
-        proc.join(timeout=60)
+        proc.join(timeout=WAIT_S)
         assert proc.exitcode == 0
     finally:
         if proc.is_alive():
@@ -109,7 +110,7 @@ def test_spawn_process_pool(spawn):
     sent = [make_request(n, seed, kind) for seed, (n, kind) in
             enumerate([(40_000, "list"), (128_000, "ndarray"), (0, "list"), (7, "ndarray")])]
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
-        for req, received in zip(sent, pool.map(describe, sent, timeout=120)):
+        for req, received in zip(sent, pool.map(describe, sent, timeout=WAIT_S)):
             check(received, req)
 
 
@@ -129,10 +130,10 @@ def test_zmq_dealer_router_roundtrip(zmq_ctx, tmp_path):
     """A request and its reply through DEALER/ROUTER (the RPC pattern), both with the helper."""
     zmq, ctx = zmq_ctx
     router = ctx.socket(zmq.ROUTER)
-    router.setsockopt(zmq.RCVTIMEO, 30_000)
+    router.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     endpoint = _endpoint(zmq, router, "tcp", tmp_path)
     dealer = ctx.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.RCVTIMEO, 30_000)
+    dealer.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     dealer.connect(endpoint)
     req = make_request(40_000, 3)
     send_pyobj_oob(dealer, req)
@@ -152,7 +153,7 @@ def test_example_worker_submit_runs(transport):
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "worker_submit.py"), "--transport", transport,
          "--requests", "3", "--isl", "40000"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=WAIT_S,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ok: 3 requests" in result.stdout
@@ -188,7 +189,7 @@ def ray():
 def test_ray_task(ray):
     task = ray.remote(num_cpus=1)(transport_workers.describe)
     sent = [make_request(n, seed) for seed, n in enumerate(ISLS)]
-    for req, received in zip(sent, ray.get([task.remote(r) for r in sent], timeout=120)):
+    for req, received in zip(sent, ray.get([task.remote(r) for r in sent], timeout=WAIT_S)):
         check(received, req)
 
 
@@ -197,16 +198,16 @@ def test_ray_actor_method(ray):
     try:
         sent = [make_request(n, seed, "ndarray") for seed, n in enumerate(ISLS)]
         for req, received in zip(sent, ray.get([worker.submit.remote(r) for r in sent],
-                                               timeout=120)):
+                                               timeout=WAIT_S)):
             check(received, req)
-        assert ray.get(worker.count.remote(), timeout=60) == len(sent)
+        assert ray.get(worker.count.remote(), timeout=WAIT_S) == len(sent)
     finally:
         ray.kill(worker)
 
 
 def test_ray_object_store_put_get(ray):
     req = pickle.loads(pickle.dumps(make_request(128_000, 5)))     # as a worker would hold it
-    out = ray.get(ray.put(req), timeout=60)
+    out = ray.get(ray.put(req), timeout=WAIT_S)
     check(describe(out), req)
     assert type(token_buffer(out, "prompt_token_ids")) is TokenVector
 
@@ -217,7 +218,7 @@ def test_inproc_frames_are_copied_because_the_sender_can_still_write(zmq_ctx):
     token field keeps the ids that were sent (a frame read from tcp/ipc is viewed: above)."""
     zmq, ctx = zmq_ctx
     pull = ctx.socket(zmq.PULL)
-    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    pull.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     pull.bind("inproc://tokenwire-sender-writes")
     push = ctx.socket(zmq.PUSH)
     push.connect("inproc://tokenwire-sender-writes")
@@ -258,7 +259,7 @@ def _tcp_pair(zmq_ctx: Any, kinds: tuple[int, int], identity: bytes = b"") -> tu
     port = a.bind_to_random_port("tcp://127.0.0.1")
     b.connect(f"tcp://127.0.0.1:{port}")
     for s in (a, b):
-        s.setsockopt(zmq.RCVTIMEO, 10_000)
+        s.setsockopt(zmq.RCVTIMEO, WAIT_MS)
         s.setsockopt(zmq.LINGER, 0)
     return a, b
 

@@ -25,6 +25,7 @@ from tokenwire import TokenVector, WireFormatError
 
 from support.leaks import traced_peak
 from support.strategies import BOUNDARY_IDS, int32s, token_lists
+from support.wait import WAIT_S
 
 msgspec = pytest.importorskip("msgspec")
 orjson = pytest.importorskip("orjson")
@@ -156,11 +157,11 @@ def test_json_table_filled_by_threads_at_once(tmp_path: Path) -> None:
             out.append(wires.write(ids, "json"))
         threads = [threading.Thread(target=work) for _ in range(4)]
         for t in threads: t.start()
-        for t in threads: t.join(120)
+        for t in threads: t.join()
         assert out == [orjson.dumps(ids)] * 4, len(out)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=180, cwd=tmp_path)
+                          timeout=WAIT_S, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -490,7 +491,7 @@ def test_as_tokens_of_upb_and_pure_python_repeated_fields() -> None:
     for impl in ("upb", "python"):
         env = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION": impl, "PATH": "/usr/bin:/bin"}
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, env=env, timeout=120)
+                              cwd=Path(__file__).parent, env=env, timeout=WAIT_S)
         assert proc.returncode == 0, proc.stderr
         seen.add(proc.stdout.strip())
     assert seen == {"upb", "python"}
@@ -786,7 +787,7 @@ def test_a_buffer_written_during_the_read(fmt: str) -> None:
     try:
         start.wait()
         sys.setswitchinterval(1000)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + WAIT_S
         while overlapped < 3 and time.monotonic() < deadline:
             before = writes[0]
             try:

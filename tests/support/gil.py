@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from support.wait import WAIT_S
 
 
 def longest_stall_fraction(call: Callable[[], object]) -> float:
@@ -33,7 +34,7 @@ def longest_stall_fraction(call: Callable[[], object]) -> float:
 
 
 def stall_fraction_below(call: Callable[[], object], bound: float,
-                         deadline: float = 120.0) -> float:
+                         deadline: float = WAIT_S) -> float:
     """The smallest longest_stall_fraction(call), measured again until one is below `bound` or
     `deadline` seconds have passed. On a machine whose cores are busy the other thread also
     waits for a core, not only for the GIL: one measurement with the thread running throughout

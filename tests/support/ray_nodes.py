@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tokenwire import GenerationRequest, TokenVector, token_buffer
+from support.wait import WAIT_S
 
 
 class Arrival(NamedTuple):
@@ -55,4 +56,4 @@ class Sender:
         import ray
         refs = [receiver.submit.remote(GenerationRequest(x, {"max_tokens": 8}, id=i))
                 for i, x in enumerate(ids)]
-        return list(ray.get(refs, timeout=120))
+        return list(ray.get(refs, timeout=WAIT_S))

@@ -22,6 +22,7 @@ import pytest
 
 from tokenwire import TokenVector
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+from support.wait import WAIT_MS
 
 shm = pytest.importorskip("tokenwire.shm")
 if not shm.available():
@@ -108,12 +109,12 @@ def _spawn(code: str, *args: str) -> subprocess.Popen:
 def worker_sockets(zmq, ctx, tmp_path, back_type=None):
     """The test's ends of a worker process's two sockets, over ipc:// in `tmp_path`: a PUSH bound
     to `out` (the worker connects and pulls the messages) and a socket of `back_type` (PULL
-    unless given) bound to `back`, whose receives time out after 30 s. Returns (out, back, push,
+    unless given) bound to `back`, whose receives time out after WAIT_S. Returns (out, back, push,
     pull)."""
     out, back = f"ipc://{tmp_path}/out", f"ipc://{tmp_path}/back"
     push = ctx.socket(zmq.PUSH)
     push.bind(out)
     pull = ctx.socket(zmq.PULL if back_type is None else back_type)
     pull.bind(back)
-    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    pull.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     return out, back, push, pull

@@ -45,6 +45,7 @@ from tokenwire.errors import AuthenticationError
 from tokenwire._core import ImmutableBuffer
 from tokenwire.transport import (dumps_oob, key_from_env, loads_oob, recv_pyobj_oob,
                                  send_pyobj_oob)
+from support.wait import WAIT_S
 
 #: Sizes every adapter sends: empty, one id, both sides of the out-of-band threshold (64 KiB:
 #: 16,384 ids; tests/test_transport_harness.py checks where it lies), and a long prompt.
@@ -685,7 +686,7 @@ class Relay:
         sel.register(up, selectors.EVENT_READ, "up")
         try:
             while True:
-                for key, _ in sel.select(timeout=300):
+                for key, _ in sel.select(timeout=WAIT_S):
                     sock = key.fileobj
                     data = sock.recv(1 << 16)            # type: ignore[union-attr]
                     if not data:
@@ -717,12 +718,12 @@ class Relay:
             self.listener.close()
 
     def check(self) -> None:
-        assert self.closed.wait(120), "the relay did not see the sender's connection end"
+        assert self.closed.wait(WAIT_S), "the relay did not see the sender's connection end"
         if self.error is not None:
             raise AssertionError(f"the relay failed: {self.error!r}") from self.error
 
 
-def read_line(proc: subprocess.Popen, expect: str, deadline: float = 120) -> None:
+def read_line(proc: subprocess.Popen, expect: str, deadline: float = WAIT_S) -> None:
     """The sending process's next line, which must be `expect`, within `deadline` seconds."""
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
@@ -752,7 +753,7 @@ def end(proc: subprocess.Popen) -> None:
     """Kill `proc` (if it still runs) and reap it."""
     if proc.poll() is None:
         proc.kill()
-    proc.wait(timeout=120)
+    proc.wait(timeout=WAIT_S)
     for pipe in (proc.stdin, proc.stdout):
         if pipe is not None:
             pipe.close()
