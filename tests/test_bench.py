@@ -15,6 +15,7 @@ import pytest
 
 import tokenwire
 from support.bench_cli import ROOT, run_bench
+from support.wait import WAIT_S
 
 
 # Real subprocesses, sockets and clusters: `pytest -m "not integration"` skips them.
@@ -49,7 +50,7 @@ def test_the_installed_tokenwire_is_measured(tmp_path: Path) -> None:
     probe = ("import sys, bench, tokenwire; print(tokenwire.__file__); "
              "print(sys.path.index(bench.ROOT) == len(sys.path) - 1)")
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                       cwd=ROOT, timeout=120)
+                       cwd=ROOT, timeout=WAIT_S)
     assert r.returncode == 0, r.stderr
     imported, root_last = r.stdout.split()
     assert Path(imported) == Path(tokenwire.__file__) and root_last == "True"
@@ -111,7 +112,7 @@ def test_msgspec_suite(tmp_path: Path) -> None:
     pytest.importorskip("msgspec")
     out = tmp_path / "m.json"
     r = run_bench("msgspec", "--isl", "200", "--repeat", "2", "--round-ms", "1",
-                  "--json", str(out), timeout=300)
+                  "--json", str(out))
     assert r.returncode == 0, r.stderr
     assert "out-of-band Encoder/Decoder" in r.stdout and "characters per id" in r.stdout
     names = {row["name"] for row in json.loads(out.read_text())["rows"]}
@@ -172,7 +173,7 @@ def test_shm_suite_quick() -> None:
     from tokenwire import shm
     if not shm.available():
         pytest.skip("the shared-memory channel needs Linux memfd_create")
-    r = run_bench("shm", "--quick", timeout=300)
+    r = run_bench("shm", "--quick")
     assert r.returncode == 0, r.stderr
     assert "in-band  out-of-band        shm" in r.stdout
     assert "x one memcpy" in r.stdout
@@ -257,7 +258,7 @@ def test_bench_typechecks() -> None:
     """The benchmarks are held to the package's standard: `mypy --strict -p bench`."""
     pytest.importorskip("mypy")
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "-p", "bench"],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       capture_output=True, text=True, cwd=ROOT, timeout=WAIT_S,
                        env=dict(os.environ, MYPY_CACHE_DIR=os.devnull))
     assert r.returncode == 0, r.stdout + r.stderr
 
@@ -265,7 +266,7 @@ def test_bench_typechecks() -> None:
 def test_upstream_suite_quick() -> None:
     pytest.importorskip("msgspec")
     pytest.importorskip("zmq")
-    r = run_bench("upstream", "--quick", timeout=300)
+    r = run_bench("upstream", "--quick")
     assert r.returncode == 0, r.stderr
     assert "prompt_token_ids: list[int], stock msgspec" in r.stdout
     assert "prompt_token_ids: TokenVector (default codec)" in r.stdout
@@ -276,8 +277,7 @@ def test_wires_suite(tmp_path: Path) -> None:
     pytest.importorskip("orjson")
     pytest.importorskip("google.protobuf")
     out = tmp_path / "w.json"
-    r = run_bench("wires", "--isl", "300", "--repeat", "2", "--round-ms", "1", "--json", str(out),
-                  timeout=300)
+    r = run_bench("wires", "--isl", "300", "--repeat", "2", "--round-ms", "1", "--json", str(out))
     assert r.returncode == 0, r.stderr
     # every writer's bytes are the stack's own, and each reader's speed is printed
     assert r.stdout.count("writer byte-identical to the stack's: True") == 3, r.stdout

@@ -30,6 +30,7 @@ from support.cpp_harness import compile_pybind_engine, require_compiler
 from support.strategies import int_arrays, token_lists
 from support.bench_cli import run_bench
 from support.gil import longest_stall_fraction, stall_fraction_below
+from support.wait import WAIT_S
 from bench import engine
 
 # Builds C++ extensions with a real compiler: `pytest -m "not integration"` skips them.
@@ -227,7 +228,7 @@ def test_an_odd_item_late_in_a_list_is_read_once(ext: ModuleType) -> None:
     # From a directory of its own: `-c` puts the working directory first on sys.path, where a
     # clone's tokenwire/ sources would shadow the installed package.
     r = subprocess.run([sys.executable, "-c", _COUNT_AS_TOKENS, ext.__file__, "capsule"],
-                       capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
+                       capture_output=True, text=True, timeout=WAIT_S, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]", f"as_tokens converted the whole list: {r.stdout}"
 
@@ -236,7 +237,7 @@ def test_without_the_capsule_a_list_goes_to_as_tokens_whole(ext: ModuleType) -> 
     """Headers newer than the tokenwire installed (no `_items_into_v1` capsule): the same ids and
     errors, each such list converted by as_tokens whole, as before the capsule."""
     r = subprocess.run([sys.executable, "-c", _COUNT_AS_TOKENS, ext.__file__, "no capsule"],
-                       capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
+                       capture_output=True, text=True, timeout=WAIT_S, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str([128_000] * 5)
 
@@ -313,7 +314,7 @@ def test_load_with_the_nanobind_engine(nb_engine: ModuleType, cache_home: pathli
     out = tmp_path / "load.json"
     env = dict(os.environ, XDG_CACHE_HOME=str(cache_home))
     r = run_bench("load", "--quick", "--engine", "nanobind", "--rows", "baseline,tokenwire-oob",
-                  "--json", str(out), env=env, timeout=300)
+                  "--json", str(out), env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "engine: nanobind C++ Request" in r.stdout
     doc = json.loads(out.read_text())

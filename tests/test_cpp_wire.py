@@ -44,6 +44,7 @@ from support.cpp_agreement import (
     python_outcome,
 )
 from support.strategies import CODECS, damaged_frames, frames, ids_for_codec
+from support.wait import WAIT_S
 
 # A C++ compiler and a long-lived subprocess (pyproject.toml's markers).
 pytestmark = pytest.mark.integration
@@ -467,7 +468,7 @@ def test_decode_many_reads_the_count_table_once(cpp_build_dir: pathlib.Path) -> 
     read), never [N, N] -- 2N ids read from an N-id payload, past the frame (under .ci/run's
     AddressSanitizer build: a heap-buffer-overflow report and a nonzero exit)."""
     exe = compile_race_count_table(cpp_build_dir)
-    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=WAIT_S)
     assert r.returncode == 0, r.stdout + r.stderr
     word, decodes, first, second, refused = r.stdout.split()
     assert word == "ok"

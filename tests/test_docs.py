@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.wait import WAIT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -75,5 +76,5 @@ def test_every_block_runs_or_says_why_not() -> None:
                          ids=[f"{doc}:{line}" for doc, line, _ in RUNNABLE])
 def test_block_runs(doc: str, line: int, code: str, tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=WAIT_S)
     assert r.returncode == 0, f"{doc}:{line}\n{r.stdout}{r.stderr}"

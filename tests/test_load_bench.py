@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from support.bench_cli import run_bench
-from support.wait import WAIT_S
 
 pytest.importorskip("zmq")
 
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 def test_load_quick(tmp_path: Path) -> None:
     out = tmp_path / "load.json"
-    r = run_bench("load", "--quick", "--json", str(out), timeout=WAIT_S)
+    r = run_bench("load", "--quick", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     rows = doc["rows"]
@@ -47,7 +46,7 @@ def test_load_with_proxy_threads(tmp_path: Path) -> None:
     worker still checks every id."""
     out = tmp_path / "load.json"
     r = run_bench("load", "--quick", "--rows", "baseline,tokenwire-oob,tokenwire-shm,floor",
-                  "--proxy-threads", "2", "--json", str(out), timeout=WAIT_S)
+                  "--proxy-threads", "2", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     rows = json.loads(out.read_text())["rows"]
     by = {(row["row"], row["threads"], row["isl"]) for row in rows}

@@ -29,7 +29,7 @@ def mpiexec() -> str:
     return found
 
 
-def run_ranks(n: int, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def run_ranks(n: int, timeout: float = WAIT_S) -> subprocess.CompletedProcess[str]:
     """`mpiexec -n N python tests/support/mpi_ranks.py`, its process group killed if it hangs."""
     import tokenwire
     from bench.harness import run_group
@@ -56,7 +56,7 @@ def test_mpi_benchmark_quick(tmp_path: Path) -> None:
     import json
     mpiexec()
     out_json = tmp_path / "mpi.json"
-    r = run_bench("mpi", "--quick", "--iters", "4", "--json", str(out_json), timeout=WAIT_S)
+    r = run_bench("mpi", "--quick", "--iters", "4", "--json", str(out_json))
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = json.loads(out_json.read_text())["runs"]
     assert run["ranks"] == 2 and run["wrong"] == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import tokenwire
+from support.wait import WAIT_S
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +67,7 @@ def _check(dist_dir: Path) -> tuple[int, str]:
     import sys
 
     r = subprocess.run([sys.executable, str(ROOT / ".ci" / "release_metadata.py"), str(dist_dir),
-                        "--repository", REPO], capture_output=True, text=True, timeout=60)
+                        "--repository", REPO], capture_output=True, text=True, timeout=WAIT_S)
     return r.returncode, r.stdout + r.stderr
 
 

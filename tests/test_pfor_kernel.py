@@ -24,6 +24,7 @@ import subprocess
 import pytest
 
 import tokenwire
+from support.wait import WAIT_S
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +52,7 @@ def _run(exe: pathlib.Path, seed: int, iterations: int, *extra: str) -> str:
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
                UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     proc = subprocess.run([str(exe), str(seed), str(iterations), *extra], capture_output=True,
-                          text=True, env=env, timeout=300)
+                          text=True, env=env, timeout=WAIT_S)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == "ok", proc.stdout
     return proc.stdout

@@ -14,9 +14,9 @@ import textwrap
 
 import pytest
 from support import shm_helpers  # noqa: F401  (skips this module where there is no shm)
-from support.wait import WAIT_S
+from support.wait import WAIT_MS, WAIT_S
 
-_PRELUDE = f"WAIT_S = {WAIT_S!r}\n" + textwrap.dedent("""
+_PRELUDE = f"WAIT_S, WAIT_MS = {WAIT_S!r}, {WAIT_MS!r}\n" + textwrap.dedent("""
     import os, sys, threading, time, uuid
     import numpy as np
     import zmq
@@ -30,7 +30,7 @@ _PRELUDE = f"WAIT_S = {WAIT_S!r}\n" + textwrap.dedent("""
     pull.bind(f"ipc://{path}")
     push = ctx.socket(zmq.PUSH)
     push.connect(f"ipc://{path}")
-    pull.setsockopt(zmq.RCVTIMEO, int(WAIT_S * 1000))
+    pull.setsockopt(zmq.RCVTIMEO, WAIT_MS)
     sender, receiver = shm.Sender(slots=4, slot_bytes=256 * 1024), shm.Receiver()
     ids = TokenVector(np.arange(40_000, dtype=np.int32))
     send_pyobj_oob(push, {"ids": ids}, channel=sender)        # offers the segment

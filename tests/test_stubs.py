@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import tokenwire
+from support.wait import WAIT_S
 
 HERE = Path(__file__).parent
 
@@ -37,7 +38,7 @@ def _mypy_env() -> dict[str, str]:
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
-                          cwd=HERE, env=_mypy_env(), timeout=600)
+                          cwd=HERE, env=_mypy_env(), timeout=WAIT_S)
 
 
 def test_stubtest_core() -> None:
@@ -71,5 +72,5 @@ def test_package_typechecks_without_the_optional_extras(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--config-file", str(config),
                         "--python-executable", str(python), "--cache-dir", str(tmp_path / "cache"),
                         "-p", "tokenwire"],
-                       capture_output=True, text=True, cwd=root, timeout=600)
+                       capture_output=True, text=True, cwd=root, timeout=WAIT_S)
     assert r.returncode == 0, r.stdout + r.stderr

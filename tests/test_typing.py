@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from support.wait import WAIT_S
 
 ROOT = Path(__file__).parent.parent           # the checkout: its tokenwire/ is what is checked
 CASES = Path(__file__).parent / "typecheck"
@@ -30,14 +31,14 @@ def _expected_lines(path: Path) -> set[int]:
 
 def _mypy(path: Path) -> tuple[int, set[int], str]:
     r = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(path)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+                       capture_output=True, text=True, cwd=ROOT, timeout=WAIT_S)
     lines = {int(m) for m in re.findall(r"\.py:(\d+): error", r.stdout, re.M)}
     return r.returncode, lines, r.stdout + r.stderr
 
 
 def _pyright(path: Path) -> tuple[int, set[int], str]:
     r = subprocess.run([sys.executable, "-m", "pyright", "--pythonpath", sys.executable,
-                        str(path)], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                        str(path)], capture_output=True, text=True, cwd=ROOT, timeout=WAIT_S,
                        env={**os.environ, "PYRIGHT_PYTHON_IGNORE_WARNINGS": "1"})
     lines = {int(m) for m in re.findall(r"\.py:(\d+):\d+ - error", r.stdout)}
     return r.returncode, lines, r.stdout + r.stderr

@@ -25,7 +25,7 @@ SOURCE = pathlib.Path(__file__).resolve().parent / "c" / "wires_test.c"
 @pytest.mark.parametrize("compiler", ["gcc", "clang"])
 def test_kernels_agree_with_the_reference_encoders(tmp_path: pathlib.Path,
                                                    compiler: str) -> None:
-    lines = run_c_test(SOURCE, tmp_path, compiler, timeout=300)
+    lines = run_c_test(SOURCE, tmp_path, compiler)
     cpuinfo = pathlib.Path("/proc/cpuinfo")
     if platform.machine() == "x86_64" and cpuinfo.exists() and " ssse3" in cpuinfo.read_text():
         assert lines[0] == "wires: ssse3", lines

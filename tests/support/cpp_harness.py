@@ -26,6 +26,7 @@ import tokenwire
 
 from support import system
 from support.system import cxx
+from support.wait import WAIT_S
 
 HERE = pathlib.Path(__file__).resolve().parent.parent / "cpp"  # the C++ sources
 CODEC_IDS = {"auto": 0, "raw": 1, "u16": 2, "packed": 3, "zstd": 4, "pfor": 5, None: 255}
@@ -133,7 +134,7 @@ class Conformance:
     def close(self) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.close()
-        rc = self.proc.wait(timeout=60)
+        rc = self.proc.wait(timeout=WAIT_S)
         self.proc.stdout.close()
         assert rc == 0, f"conformance server exited with {rc}"
 
@@ -145,7 +146,7 @@ class Conformance:
         self.proc.stdin.flush()
         head = self.proc.stdout.read(8)
         if len(head) != 8:
-            raise RuntimeError(f"conformance server died (exit {self.proc.wait(timeout=10)})")
+            raise RuntimeError(f"conformance server died (exit {self.proc.wait(timeout=WAIT_S)})")
         (n,) = struct.unpack("<Q", head)
         text = self.proc.stdout.read(n).decode()
         self._skip_if_no_zstd(text)
@@ -219,7 +220,7 @@ class Conformance:
 
 
 def run_c_test(source: pathlib.Path, out_dir: pathlib.Path, compiler: str,
-               timeout: float) -> list[str]:
+               timeout: float = WAIT_S) -> list[str]:
     """A C test program of tests/c (a kernel header against its reference), built by `compiler`
     (gcc or clang; clang skips where missing) with ASan and UBSan, run: its output lines, after
     checking that it exited 0 with "ok" last."""

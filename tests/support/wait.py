@@ -11,7 +11,8 @@ sched_yield 40 times before it waits, some 18,000 yields for numpy, each handing
 another process for its time slice. A wait for something that must NOT happen (nothing
 arrives, nothing is left over) keeps its own short time. tests/test_threads.py's races keep
 their DEADLINE: it starts after the child's imports, and a race with its protection planted out
-must fail within a CI step.
+must fail within a CI step. A run whose own work takes longer names its own, longer time (the
+two-node Ray benchmark, a thread race's whole process).
 """
 
 #: Seconds.
