@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,7 +34,8 @@ from tokenwire._core import malloc_settling
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.engine import build_for, engine_for
 from bench.harness import (Sockets, Target, arg_parser, ints, machine, percentile, ray_cluster,
-                           report_targets, spawn, stderr_progress, stop, turns, write_json)
+                           report_targets, spawn, stderr_progress, stop, turns,
+                           wait_while_parent_lives, write_json)
 from tokenwire.transport import dumps_oob, recv_pyobj_oob, send_frames, send_pyobj_oob
 
 MODES = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin")
@@ -223,30 +224,54 @@ def receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
     return sock.recv_pyobj()
 
 
-def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None,
-                gil_monitor: bool = True) -> None:
+class WorkerEnd:
+    """A worker process's side of the pair `ProxyEnd` spawns it from: malloc settled as
+    docs/adopting.md advises a serving process, the engine, one PULL socket reading every data
+    address, the PUSH socket of its replies, and the channel's Receiver (once per run, like the
+    proxy's Sender). It says hello (`hello`) and maps the segment the proxy's first message
+    offers."""
+
+    def __init__(self, data_addrs: list[str], results_addr: str, parent: int,
+                 engine_path: str | None, hello: dict[str, Any]) -> None:
+        import zmq
+        malloc_settling(True)
+        self.parent, self.engine = parent, engine_for(engine_path)
+        self.socks = Sockets()
+        self.data = self.socks.connect(zmq.PULL, data_addrs[0])
+        for addr in data_addrs[1:]:
+            self.data.connect(addr)
+        self.results = self.socks.connect(zmq.PUSH, results_addr)
+        self.receiver = shm.Receiver()
+        self.results.send_pyobj(hello)
+        if self.control() == "attach":
+            self.results.send_pyobj(None)
+
+    def control(self) -> Any:
+        """The next control message, None once the proxy closes or is gone. Control messages
+        travel through the channel too: the receiver drops the doorbells of messages the
+        spinning worker already took from the ring."""
+        if not wait_while_parent_lives(self.data, self.parent, 1000):
+            return None
+        return recv_pyobj_oob(self.data, channel=self.receiver)
+
+    def close(self) -> None:
+        self.receiver.close()
+        self.socks.close()
+
+
+def worker_main(data_addrs: list[str], results_addr: str, parent: int,
+                engine_path: str | None = None, gil_monitor: bool = True) -> None:
     """Receive (mode, count, warmup) then `warmup + count` requests, time each submit after
     the warm-up, acknowledge each, report."""
-    import zmq
-    malloc_settling(True)                       # as docs/adopting.md advises a serving process
-    eng = engine_for(engine_path)
-    socks = Sockets()
-    data, results = socks.connect(zmq.PULL, data_addr), socks.connect(zmq.PUSH, result_addr)
-    receiver = shm.Receiver()                   # once per run, like the proxy's Sender
     # Looked up once: this check runs after each ack, while the proxy prepares the next request.
     materialized = GenerationRequest.prompt_token_ids.is_materialized
     gc_log = GcLog()
     gc.callbacks.append(gc_log)
     with GilMonitor(enabled=gil_monitor) as mon:
-        results.send_pyobj({"idle_gap_us": mon.idle_gap * 1e6})
-        recv_pyobj_oob(data, channel=receiver)       # the channel's first message: attach
-        results.send_pyobj(None)
-        while True:
-            # Control messages travel through the channel too: the receiver drops the
-            # doorbells of messages the spinning worker already took from the ring.
-            ctl = recv_pyobj_oob(data, channel=receiver)
-            if ctl is None:
-                break
+        end = WorkerEnd(data_addrs, results_addr, parent, engine_path,
+                        {"idle_gap_us": mon.idle_gap * 1e6})
+        data, results, receiver = end.data, end.results, end.receiver
+        while (ctl := end.control()) is not None:
             mode, count, warmup = ctl["mode"], ctl["count"], ctl["warmup"]
             floor_ids = np.zeros(ctl["isl"] if mode == FLOOR else 0, dtype=np.int32)
             windows, prep, ctor, crcs, fallbacks = [], [], [], [], 0
@@ -263,7 +288,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
                 ta = time.perf_counter()
                 source = floor_ids if mode == FLOOR else token_source(req)
                 tb = time.perf_counter()
-                vec = np.array(source) if mode == FLOOR else eng.build(req, source)
+                vec = np.array(source) if mode == FLOOR else end.engine.build(req, source)
                 t1 = time.perf_counter()
                 results.send_pyobj(None)        # ack: the proxy may send the next request
                 if k >= warmup:
@@ -285,9 +310,7 @@ def worker_main(data_addr: str, result_addr: str, engine_path: str | None = None
                 "gc_us": gc_log.inside(windows)})
             mon.gaps.clear()
             gc_log.passes.clear()
-    results.send_pyobj({"bye": True})
-    receiver.close()
-    socks.close()
+    end.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,33 +527,74 @@ def send(sock: Any, mode: str, frames: list[Any], sender: shm.Sender) -> None:
         sock.send_multipart(frames, copy=mode == "baseline" or mode == "tokenwire")
 
 
-def reply(sock: Any, what: str, timeout_ms: int = 300_000) -> Any:
-    """The next pickled message on `sock`; RuntimeError ("`what`") when none comes in time."""
-    if not sock.poll(timeout_ms):
+class ProxyEnd:
+    """This process's side of a proxy -> worker pair: the shared-memory Sender (`slots` slots,
+    or the default), a PUSH socket "data" to the worker (and `extra` more, one per serializing
+    thread), a PULL socket "results" from it, and the worker process `worker(data_addrs,
+    results_addr, this pid, *args)` (a `WorkerEnd`), spawned. Up when the worker has said hello
+    (`self.hello`) and mapped the channel's segment, which the first message offers."""
+
+    def __init__(self, worker: Callable[..., object], *args: object, transport: str = "ipc",
+                 slots: int = 0, extra: int = 0, shm_rows: bool = True) -> None:
+        import zmq
+        self.zmq = zmq
+        self.sender = shm.Sender(slots=slots) if slots else shm.Sender()
+        self.socks = Sockets(tcp=transport == "tcp")
+        self.data = self.socks.bind(zmq.PUSH, "data")
+        self.results = self.socks.bind(zmq.PULL, "results")
+        self.extra = [self.socks.bind(zmq.PUSH, f"data{k}") for k in range(extra)]
+        self.failed: list[BaseException] = []       # what a serializing thread raised
+        addrs = self.socks.addrs
+        self.proc = spawn(worker, [a for name, a in addrs.items() if name != "results"],
+                          addrs["results"], os.getpid(), *args)
+        try:
+            self.hello = self.reply("the worker process did not start", 120_000)
+            send_pyobj_oob(self.data, "attach", channel=self.sender)
+            self.reply("the worker did not answer the channel's first message", 120_000)
+        except BaseException:
+            self.close()
+            raise
+        if shm_rows and not self.sender._attached():
+            stderr_progress("tokenwire-shm: the worker could not map the segment (not Linux?): "
+                            "its ids travel as out-of-band frames")
+
+    def wait(self, what: str = "the worker stopped answering", timeout_ms: int = 300_000) -> None:
+        """Until a reply can be read; RuntimeError (`what`) when none came in time, or when a
+        serializing thread failed."""
+        for _ in range(max(1, timeout_ms // 1000)):
+            if self.failed:
+                raise RuntimeError("a serializing thread failed") from self.failed[0]
+            if self.results.poll(1000):
+                return
         raise RuntimeError(what)
-    return sock.recv_pyobj()
+
+    def reply(self, what: str = "the worker stopped answering", timeout_ms: int = 300_000) -> Any:
+        self.wait(what, timeout_ms)
+        return self.results.recv_pyobj()
+
+    def close(self, timeout: float = 30) -> None:
+        """Tells the worker to end (it also ends once this process is gone) and waits for it."""
+        try:
+            if self.proc.is_alive():
+                send_pyobj_oob(self.data, None, self.zmq.NOBLOCK, channel=self.sender)
+        except self.zmq.Again:
+            pass
+        finally:
+            stop(self.proc, timeout)
+            self.socks.close()
+            self.sender.close()
 
 
 def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
             engine_path: str | None = None, modes: Sequence[str] = ZMQ_MODES,
             warmup: int = WARMUP, gil_monitor: bool = True) -> list[ModeResult]:
-    import zmq
-
-    sender = shm.Sender()                 # once per run: the ring the worker's Receiver maps
-    socks = Sockets(tcp=transport == "tcp")
-    data, results = socks.bind(zmq.PUSH, "data"), socks.bind(zmq.PULL, "results")
-    proc = spawn(worker_main, socks.addrs["data"], socks.addrs["results"], engine_path,
-                 gil_monitor)
+    link = ProxyEnd(worker_main, engine_path, gil_monitor, transport=transport,
+                    shm_rows=bool(set(SHM_MODES) & set(modes)))
+    sender, data = link.sender, link.data
+    idle_gap_us = link.hello["idle_gap_us"]
+    stderr_progress(f"worker up; GIL monitor resolution {idle_gap_us:.1f} µs")
     out: list[ModeResult] = []
     try:
-        idle_gap_us = reply(results, "the worker process did not start", 120_000)["idle_gap_us"]
-        stderr_progress(f"worker up; GIL monitor resolution {idle_gap_us:.1f} µs")
-        # The channel's first message offers the segment; the worker's Receiver attaches.
-        send_pyobj_oob(data, "attach", channel=sender)
-        reply(results, "the worker did not answer the channel's first message", 120_000)
-        if set(SHM_MODES) & set(modes) and not sender._attached():
-            stderr_progress("tokenwire-shm: the worker could not map the segment (not Linux?): "
-                            "its ids travel as out-of-band frames")
         for isl in isls:
             # The ids of each request, drawn beforehand (seeded: the same for every mode).
             streams = [token_stream(isl, seed=1000 * isl + i) for i in range(warmup + count)]
@@ -560,9 +624,9 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                     if i >= warmup:
                         res.send_us.append((t1 - t0) * 1e6)
                         starts.append(t0)
-                    reply(results, "the worker stopped answering")      # ack
+                    link.reply()                # ack
                     del req, frames             # freed here, outside the timed window
-                report = reply(results, "the worker stopped answering")
+                report = link.reply()
                 for name in ("latency_us", "gil_us", "prep_us", "ctor_us", "gc_us"):
                     getattr(res, name).extend(report[name])
                 res.trip_us += [(e - s) * 1e6 for s, e in zip(starts, report["end_times"])]
@@ -577,12 +641,8 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                 res.correct &= (report["crcs"] == want_crcs
                                 and report["fallbacks"] == 0 and report["slots"] == slots == want)
             out += rows.values()
-        send_pyobj_oob(data, None, channel=sender)
-        results.poll(30_000)
     finally:
-        stop(proc)
-        socks.close()
-        sender.close()
+        link.close()
     return out
 
 

@@ -30,14 +30,14 @@ import numpy as np
 
 from tokenwire import shm
 from tokenwire._core import malloc_settling
-from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
+from tokenwire.transport import send_pyobj_oob
 from bench.data import token_stream
-from bench.e2e import (FLOOR, engine_ids, make_request, receive, send, serialize,
-                       token_source)
-from bench.engine import build_for, engine_for
-from bench.harness import (Sockets, Target, arg_parser, counts, exit_on_sigterm, ints,
-                           load_average, machine, percentile, pyplot, report_targets, save_plot,
-                           spawn, stderr_progress, stop, wait_while_parent_lives, write_json)
+from bench.e2e import (FLOOR, ProxyEnd, WorkerEnd, engine_ids, make_request, receive, send,
+                       serialize, token_source)
+from bench.engine import build_for
+from bench.harness import (Target, arg_parser, counts, exit_on_sigterm, ints, load_average,
+                           machine, percentile, pyplot, report_targets, save_plot,
+                           stderr_progress, wait_while_parent_lives, write_json)
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
 ROWS: dict[str, tuple[str, int]] = {
@@ -91,33 +91,19 @@ def _cpu_s() -> float:
 # Worker process
 
 
-def worker_main(data_addrs: list[str], ack_addr: str, parent: int,
+def worker_main(data_addrs: list[str], results_addr: str, parent: int,
                 engine_path: str | None = None) -> None:
     """Idle: wait for a row's set-up on the channel. In a row: requests (acked by id), "begin"
     (CPU snapshot, acked), "end" (report CPU, requests, wrong ones) and "done" (back to idle).
     The first data address is the proxy's main socket (control messages, and requests at one
-    proxy thread), the others its threads' (requests): one PULL socket reads them all."""
-    import zmq
-    malloc_settling(True)
-    eng = engine_for(engine_path)
-    socks = Sockets()
-    data, acks = socks.connect(zmq.PULL, data_addrs[0]), socks.connect(zmq.PUSH, ack_addr)
-    for addr in data_addrs[1:]:
-        data.connect(addr)
-    receiver = shm.Receiver()
+    proxy thread), the others its threads' (requests)."""
+    end = WorkerEnd(data_addrs, results_addr, parent, engine_path, {})
+    data, acks, receiver = end.data, end.results, end.receiver
     expected: list[np.ndarray] = []
     floor_ids = np.zeros(0, dtype=np.int32)         # the floor's engine vector: isl zeros
     isl = -1
     try:
-        while True:
-            if not wait_while_parent_lives(data, parent, 1000):
-                return                              # the proxy is gone: so are we
-            ctl = recv_pyobj_oob(data, channel=receiver)
-            if ctl is None:
-                return
-            if ctl["op"] == "attach":
-                acks.send_pyobj(None)
-                continue
+        while (ctl := end.control()) is not None:
             mode = ctl["mode"]
             if ctl["isl"] != isl:
                 isl, expected = ctl["isl"], pool(ctl["isl"])
@@ -155,7 +141,7 @@ def worker_main(data_addrs: list[str], ack_addr: str, parent: int,
                 reqs = msg if isinstance(msg, list) else [msg]
                 ids = np.empty(len(reqs), dtype=np.int64)
                 for k, req in enumerate(reqs):
-                    vec = eng.build(req, token_source(req))
+                    vec = end.engine.build(req, token_source(req))
                     t = time.thread_time()
                     if not np.array_equal(engine_ids(vec), expected[req.id % POOL]):
                         bad += 1
@@ -164,8 +150,7 @@ def worker_main(data_addrs: list[str], ack_addr: str, parent: int,
                 acks.send(ids.tobytes(), copy=True)
                 count += len(reqs)
     finally:
-        receiver.close()
-        socks.close()
+        end.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,44 +196,29 @@ class LoadRow:
 # Proxy
 
 
-class Proxy:
-    """This process's side: the sockets, the shared-memory Sender and the worker process; with
-    `threads` > 1, the serializing threads, each with its socket."""
+class Proxy(ProxyEnd):
+    """The proxy's side with a slot for every request in flight (a server sizes its ring for its
+    window); with `threads` > 1, the serializing threads, each with its socket."""
 
-    def __init__(self, engine_path: str | None = None, threads: int = 1) -> None:
-        import zmq
-        self.zmq = zmq
-        # A slot for every request in flight (a server sizes its ring for its window).
-        self.sender = shm.Sender(slots=WINDOW + 16)
-        self.sockets = Sockets()
-        self.data = self.sockets.bind(zmq.PUSH, "data")
-        self.acks = self.sockets.bind(zmq.PULL, "acks")
+    def __init__(self, engine_path: str | None = None, threads: int = 1,
+                 shm_rows: bool = True) -> None:
         self.threads = threads
-        self.socks = [self.sockets.bind(zmq.PUSH, f"data{k}")
-                      for k in range(threads if threads > 1 else 0)]
-        for sock in self.socks:
-            # A send the worker no longer takes fails after 10 s (the thread reports it and
-            # ends) rather than blocking the thread, and close() with it, for ever.
-            sock.setsockopt(zmq.SNDTIMEO, 10_000)
         self.todo: queue.SimpleQueue[tuple[str, int, list[list[int]], int] | None] = \
             queue.SimpleQueue()
-        self.failed: list[BaseException] = []
+        self.workers: list[threading.Thread] = []
+        super().__init__(worker_main, engine_path, slots=WINDOW + 16,
+                         extra=threads if threads > 1 else 0, shm_rows=shm_rows)
+        for sock in self.extra:
+            # A send the worker no longer takes fails after 10 s (the thread reports it and
+            # ends) rather than blocking the thread, and close() with it, for ever.
+            sock.setsockopt(self.zmq.SNDTIMEO, 10_000)
         self.workers = [threading.Thread(target=self._serialize, args=(sock,), daemon=True)
-                        for sock in self.socks]
+                        for sock in self.extra]
         self.starts: dict[int, float] = {}
         self.lat_us: list[float] = []
         self.next_id = 0
-        addrs = self.sockets.addrs
-        self.proc = spawn(worker_main, [a for n, a in addrs.items() if n != "acks"],
-                          addrs["acks"], os.getpid(), engine_path)
         for t in self.workers:
             t.start()
-        try:
-            send_pyobj_oob(self.data, {"op": "attach"}, channel=self.sender)
-            self._reply(120_000)
-        except BaseException:
-            self.close()
-            raise
 
     def _serialize(self, sock: Any) -> None:
         """A serializing thread: builds and serializes the requests of each message it is handed
@@ -276,41 +246,19 @@ class Proxy:
             except queue.Empty:
                 return
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5) -> None:
         self._discard_jobs()
         for _ in self.workers:
             self.todo.put(None)
         for t in self.workers:
             t.join(15)                          # a blocked send gives up after 10 s
-        try:
-            if self.proc.is_alive():
-                send_pyobj_oob(self.data, None, self.zmq.NOBLOCK, channel=self.sender)
-        except self.zmq.Again:
-            pass
-        finally:
-            stop(self.proc, 5)
-            self.sockets.close()
-            self.sender.close()
-
-    def _wait(self, timeout_ms: int) -> None:
-        """Until an ack (or reply) can be read; RuntimeError when a serializing thread failed or
-        nothing came for `timeout_ms`."""
-        for _ in range(max(1, timeout_ms // 1000)):
-            if self.failed:
-                raise RuntimeError("a serializing thread failed") from self.failed[0]
-            if self.acks.poll(1000):
-                return
-        raise RuntimeError("the worker process stopped answering")
-
-    def _reply(self, timeout_ms: int = 60_000) -> Any:
-        self._wait(timeout_ms)
-        return self.acks.recv_pyobj()
+        super().close(timeout)
 
     def _drain(self, block: bool) -> None:
         """Take the acks that have arrived (at least one with `block`)."""
-        zmq, acks, starts, lat = self.zmq, self.acks, self.starts, self.lat_us
+        zmq, acks, starts, lat = self.zmq, self.results, self.starts, self.lat_us
         if block:
-            self._wait(60_000)
+            self.wait(timeout_ms=60_000)
         while True:
             try:
                 msg = acks.recv(zmq.NOBLOCK)
@@ -340,7 +288,7 @@ class Proxy:
         in self.lat_us."""
         mode, batch = ROWS[row]
         _send(self.data, mode, {"op": "begin"}, self.sender)
-        self._reply()
+        self.reply(timeout_ms=60_000)
         self.lat_us = []
         pc, rng = time.perf_counter, random.Random(len(lists) * 7919 + int(rate or 0))
         starts = self.starts
@@ -359,12 +307,12 @@ class Proxy:
                     self._message(mode, batch, lists, t_next)
                     t_next += rng.expovariate(rate / batch)
                     continue
-                if self.acks.poll(0):
+                if self.results.poll(0):
                     self._drain(block=False)
                 elif len(starts) + batch > OPEN_CAP:
                     self._drain(block=True)
                 elif t_next - now >= 2e-3:
-                    if self.acks.poll(int((t_next - now) * 1e3) - 1):
+                    if self.results.poll(int((t_next - now) * 1e3) - 1):
                         self._drain(block=False)
                 else:
                     time.sleep(max(0.0, t_next - now - 60e-6))
@@ -373,14 +321,14 @@ class Proxy:
         wall = pc() - t0
         cpu = (time.process_time() - cpu0, time.thread_time() - thread0)
         _send(self.data, mode, {"op": "end"}, self.sender)
-        report = self._reply()
+        report = self.reply(timeout_ms=60_000)
         return report["requests"], wall, cpu, report
 
     def run_row(self, row: str, isl: int, lists: list[list[int]], seconds: float,
                 fractions: Sequence[float]) -> LoadRow:
         mode, batch = ROWS[row]
         send_pyobj_oob(self.data, {"op": "row", "mode": mode, "isl": isl}, channel=self.sender)
-        self._reply()
+        self.reply(timeout_ms=60_000)
         res = LoadRow(row, isl, seconds, self.threads, checked=mode != FLOOR)
         try:
             what = f"load: ISL {isl:,}, {row}" + (f", {self.threads} proxy threads"
@@ -588,10 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     proxies: dict[int, Proxy] = {}
     try:
         for n in threads:
-            proxies[n] = Proxy(engine_path, n)
-        if "tokenwire-shm" in names and not proxies[1].sender._attached():
-            stderr_progress("tokenwire-shm: the worker could not map the segment: its ids "
-                            "travel as out-of-band frames")
+            proxies[n] = Proxy(engine_path, n, shm_rows=n == 1 and "tokenwire-shm" in names)
         for isl in isls:
             # The tokenizer's lists, built once: make_request takes them as they are.
             lists = [ids.tolist() for ids in pool(isl)]
