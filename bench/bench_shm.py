@@ -11,7 +11,6 @@ tokenwire-shm and tokenwire-shm-spin rows).
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 import timeit
@@ -21,7 +20,7 @@ import numpy as np
 
 from tokenwire import TokenVector, shm
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
-from bench.harness import Sockets
+from bench.harness import Sockets, arg_parser
 
 SIZES = (1024, 4096, 8192, 16384, 40000)
 
@@ -86,9 +85,8 @@ def slot_vs_memcpy(sender: shm.Sender, receiver: shm.Receiver, rounds: int = 20_
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench shm", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="fewer rounds (a smoke test: a few seconds, figures rougher)")
+    p = arg_parser("python -m bench shm", __doc__, "fewer rounds (a smoke test: a few seconds, "
+                   "figures rougher)", json=False)
     args = p.parse_args(argv)
     if not shm.available():
         print("tokenwire.shm needs Linux memfd_create")

@@ -32,7 +32,7 @@ import numpy as np
 from tokenwire import GenerationRequest, TokenIds, as_tokens, shm, token_buffer
 from tokenwire._core import malloc_settling
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
-from bench.engine import build_for, engine_for
+from bench.engine import build_for, engine_for, engine_label, engine_option
 from bench.harness import (Sockets, Target, arg_parser, ints, machine, percentile, ray_cluster,
                            report_targets, spawn, stderr_progress, stop, turns,
                            wait_while_parent_lives, write_json)
@@ -760,8 +760,7 @@ def run_ray(isls: Sequence[int], count: int, nodes: int = 1,
 def main(argv: list[str] | None = None) -> int:
     malloc_settling(True)                       # the proxy too (docs/adopting.md, section 6)
     p = arg_parser("python -m bench e2e", __doc__, "ISL 1k/40k, 12 requests: a smoke test",
-                   check=True)
-    p.add_argument("--isl", default="1000,40000,128000", help="comma-separated prompt lengths")
+                   check=True, isl="1000,40000,128000")
     p.add_argument("--requests", type=int, default=None,
                    help="requests per mode and ISL (default 60; 12 with --quick)")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
@@ -769,9 +768,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ray-nodes", type=int, choices=(1, 2), default=1,
                    help="with --ray: 2 runs a two-node Ray cluster on this machine, the proxy "
                         "actor on one node and the worker actor on the other")
-    p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
-                   help="where the worker's ids end: the numpy stand-in, or a C++ Request built "
-                        "with nanobind (needs nanobind, cmake, ninja: the bench extra)")
+    engine_option(p)
     p.add_argument("--no-gil-monitor", dest="gil_monitor", action="store_false",
                    help="no background thread in the worker: no GIL columns, and none of its "
                         "wake-ups (tens of thousands a second) competing for the CPUs")
@@ -781,8 +778,7 @@ def main(argv: list[str] | None = None) -> int:
     count = args.requests or (12 if args.quick else 60)
     print(f"# tokenwire e2e — {machine()}")
     print(f"# proxy process -> worker process over pyzmq {args.transport}://, {count} requests "
-          f"per row, one at a time; engine: "
-          f"{'nanobind C++ Request' if engine_path else 'numpy stand-in'}; submit = worker's "
+          f"per row, one at a time; engine: {engine_label(engine_path)}; submit = worker's "
           f"receive+unpickle+token prep+request ctor; trip = proxy serialize+transport+submit\n")
     inline_limit = os.environ.get(RAY_INLINE_ENV)
     if args.ray:

@@ -10,6 +10,7 @@ cached in a directory keyed by the sources, tokenwire's headers, nanobind and th
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.machinery
 import importlib.metadata
@@ -136,6 +137,18 @@ class NanobindEngine(Engine):
 
 def engine_for(path: str | None) -> Engine:
     return NanobindEngine(path) if path else Engine()
+
+
+def engine_option(p: argparse.ArgumentParser) -> None:
+    """--engine, as bench e2e and bench load take it (`build_for` reads it)."""
+    p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
+                   help="where the worker's ids end: the numpy stand-in, or a C++ Request built "
+                        "with nanobind (needs nanobind, cmake, ninja: the bench extra)")
+
+
+def engine_label(path: str | None) -> str:
+    """How a run's header and JSON name the engine of `build_for`'s `path`."""
+    return "nanobind C++ Request" if path else "numpy stand-in"
 
 
 def build_for(name: str) -> str | None:

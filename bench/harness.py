@@ -66,9 +66,10 @@ class Result:
         return sum(s.median_us for s in self.stats.values())
 
 
-def timed(group: str, name: str, fn: Op, baseline: bool = False) -> Method:
+def timed(group: str, name: str, fn: Op, baseline: bool = False,
+          nbytes: int | None = None) -> Method:
     """A grouped suite's row of one timed operation."""
-    return Method(name, {"time": fn}, group, baseline)
+    return Method(name, {"time": fn}, group, baseline, nbytes)
 
 
 def codec_method(name: str, enc: Callable[[], Any],
@@ -164,9 +165,11 @@ def run_group(cmd: Sequence[str], *, env: dict[str, str] | None = None,
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def tagged_result(run: subprocess.CompletedProcess[str], tag: str, what: str) -> dict[str, Any]:
-    """The JSON a benchmark's child printed on its last line starting with `tag`, with the
-    child's exit status as "exit"; RuntimeError with the end of its stderr when there is none."""
+def run_tagged(cmd: Sequence[str], tag: str, what: str, timeout: float) -> dict[str, Any]:
+    """Runs a benchmark's child `cmd` as `run_group` does, in `clone_env()`: the JSON it printed
+    on its last line starting with `tag`, with its exit status as "exit"; RuntimeError with the
+    end of its stderr when there is none."""
+    run = run_group(cmd, env=clone_env(), timeout=timeout)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith(tag + " ")]
     if not lines:
         raise RuntimeError(f"{what} printed no result (exit {run.returncode}):\n"
@@ -180,17 +183,22 @@ def tagged_result(run: subprocess.CompletedProcess[str], tag: str, what: str) ->
 # Command lines and output shared by every suite
 
 
-def arg_parser(prog: str, doc: str | None, quick: str | None = None,
-               check: bool = False) -> argparse.ArgumentParser:
+def arg_parser(prog: str, doc: str | None, quick: str | None = None, check: bool | str = False,
+               isl: str | None = None, json: bool = True) -> argparse.ArgumentParser:
     """A suite's parser with the options every suite spells alike: --quick (its help `quick`),
-    --json, and with `check` --check-targets."""
+    --json, --isl (comma-separated, default `isl`) and with `check` --check-targets (its help
+    `check` when a string)."""
     p = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
     if quick:
         p.add_argument("--quick", action="store_true", help=quick)
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    if json:
+        p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    if isl:
+        p.add_argument("--isl", default=isl, help="comma-separated prompt lengths")
     if check:
-        p.add_argument("--check-targets", action="store_true", help="exit 1 when a target is "
-                       "missed (off by default: shared machines are noisy)")
+        default = "exit 1 when a target is missed (off by default: shared machines are noisy)"
+        p.add_argument("--check-targets", action="store_true",
+                       help=check if isinstance(check, str) else default)
     return p
 
 
@@ -562,8 +570,7 @@ def suite_main(argv: list[str] | None, suite: Suite) -> int:
     """Parse the common options, measure every ISL (peers interleaved), print the table and the
     targets, write JSON. A missed target makes the exit code 1 only with --check-targets."""
     p = arg_parser(suite.prog, suite.doc, f"a smoke run: ISL {suite.quick[0]}, {suite.quick[1]} "
-                   "short rounds", check=True)
-    p.add_argument("--isl", default=suite.default_isl, help="comma-separated prompt lengths")
+                   "short rounds", check=True, isl=suite.default_isl)
     p.add_argument("--repeat", type=int, default=suite.repeat, help="timed rounds per method (median)")
     p.add_argument("--round-ms", type=float, default=suite.round_ms,
                    help="target duration of one round")

@@ -34,7 +34,7 @@ from tokenwire.transport import send_pyobj_oob
 from bench.data import token_stream
 from bench.e2e import (FLOOR, ProxyEnd, WorkerEnd, engine_ids, make_request, receive, send,
                        serialize, token_source)
-from bench.engine import build_for
+from bench.engine import build_for, engine_label, engine_option
 from bench.harness import (Target, arg_parser, counts, exit_on_sigterm, ints, load_average,
                            machine, percentile, pyplot, report_targets, save_plot,
                            stderr_progress, wait_while_parent_lives, write_json)
@@ -495,9 +495,7 @@ def plot(rows: Sequence[LoadRow], path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     malloc_settling(True)
     p = arg_parser("python -m bench load", __doc__, "ISL 1k/40k, 1 s, the closed loop and the "
-                   "open loop at 0.5: a smoke test", check=True)
-    p.add_argument("--isl", default="1000,8000,40000,128000",
-                   help="comma-separated prompt lengths")
+                   "open loop at 0.5: a smoke test", check=True, isl="1000,8000,40000,128000")
     p.add_argument("--seconds", type=float, default=None,
                    help="duration of the closed loop and of each open-loop fraction (default 1.5; "
                         "1 with --quick)")
@@ -506,9 +504,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated counts of the proxy's serializing threads: every row "
                         "runs at each (default 1; 1 is always run first, the reference)")
     p.add_argument("--plot", metavar="PNG", help="latency (p50, p99) against throughput per row")
-    p.add_argument("--engine", choices=("numpy", "nanobind"), default="numpy",
-                   help="where the worker's ids end (as bench e2e's): an int32 numpy array, or "
-                        "the C++ Request of a nanobind extension built on first use")
+    engine_option(p)
     args = p.parse_args(argv)
     isls = [1000, 40_000] if args.quick else ints(args.isl)
     seconds = args.seconds or (1.0 if args.quick else 1.5)
@@ -523,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         stderr_progress("tokenwire-shm: no shared-memory channel on this platform; row skipped")
     exit_on_sigterm()                       # the finally blocks stop the worker, close the segment
     engine_path = build_for(args.engine)
-    engine = "nanobind C++ Request" if engine_path else "numpy stand-in"
+    engine = engine_label(engine_path)
     print(f"# tokenwire load — {machine()}")
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
     print(f"# proxy threads {', '.join(map(str, threads))}; the GIL "

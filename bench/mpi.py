@@ -25,9 +25,8 @@ import numpy as np
 
 from bench.data import PlainGenerationRequest
 from bench.e2e import hand_off
-from bench.harness import (Target, arg_parser, clone_env, exit_on_sigterm, ints, load_average,
-                           machine, percentile, print_trips, report_targets, run_group,
-                           tagged_result, write_json)
+from bench.harness import (Target, arg_parser, exit_on_sigterm, ints, load_average, machine,
+                           percentile, print_trips, report_targets, run_tagged, write_json)
 
 #: Rows: (request kind, broadcast); the first is the baseline.
 ROWS = [("plain list", "comm.bcast"), ("plain list", "pkl5"),
@@ -111,20 +110,19 @@ def find_mpiexec() -> str | None:
 def run_ranks(mpiexec: str, ranks: int, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Runs rank_main under `mpiexec -n ranks` and returns rank 0's results. The ranks run in a
     process group of their own, killed whatever happens here (a timeout, ^C)."""
-    run = run_group([mpiexec, "-n", str(ranks), sys.executable, "-m", "bench.mpi",
-                     "--rank-main", json.dumps(cfg)], env=clone_env(), timeout=timeout)
-    return tagged_result(run, "TOKENWIRE-MPI", f"mpiexec -n {ranks}")
+    return run_tagged([mpiexec, "-n", str(ranks), sys.executable, "-m", "bench.mpi",
+                       "--rank-main", json.dumps(cfg)], "TOKENWIRE-MPI", f"mpiexec -n {ranks}",
+                      timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = arg_parser("python -m bench mpi", __doc__, "2 ranks, 8 iterations: a smoke test")
+    p = arg_parser("python -m bench mpi", __doc__, "2 ranks, 8 iterations: a smoke test",
+                   check=f"exit 1 unless the best tokenwire row is >= {TARGET_RATIO:g}x the "
+                         "baseline at every rank count")
     p.add_argument("--ranks", default="2,4", help="comma-separated rank counts (mpiexec -n)")
     p.add_argument("--isl", type=int, default=40_000, help="ids per request")
     p.add_argument("--requests", type=int, default=8, help="requests per iteration")
     p.add_argument("--iters", type=int, default=40, help="timed iterations per row")
-    p.add_argument("--check-targets", action="store_true",
-                   help=f"exit 1 unless the best tokenwire row is >= {TARGET_RATIO:g}x the "
-                        "baseline at every rank count")
     p.add_argument("--rank-main", metavar="CONFIG", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rank_main:
@@ -140,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m bench mpi: no mpiexec beside this Python or on PATH "
               "(pip install '.[mpi]' brings MPICH's)", file=sys.stderr)
         return 2
-    exit_on_sigterm()               # run_group's finally kills the mpiexec group
+    exit_on_sigterm()               # run_tagged kills the mpiexec group whatever happens
     ranks = [2] if args.quick else ints(args.ranks)
     iters = 8 if args.quick else args.iters
     cfg = {"isl": args.isl, "requests": args.requests, "iters": iters, "warmup": 2}

@@ -25,7 +25,7 @@ import numpy as np
 from bench.data import PlainGenerationRequest, load_ids
 from bench.e2e import crc, hand_off
 from bench.harness import (arg_parser, clone_env, exit_on_sigterm, kill_group, load_average,
-                           machine, percentile, print_trips, run_group, tagged_result, turns,
+                           machine, percentile, print_trips, run_tagged, turns,
                            wait_while_parent_lives, write_json)
 
 PREFIX = "twbench"
@@ -203,19 +203,17 @@ def proxy_main(cfg: dict[str, Any]) -> int:
 
 def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One namespace pair (rate-limited to `rate`, or not), the worker and the proxy in it."""
-    env = clone_env()
     pair = NetnsPair(rate)
     worker = None
     try:
         endpoint, me = f"tcp://{ADDR_WORKER}:{PORT}", str(os.getpid())
         worker = subprocess.Popen(
             ["ip", "netns", "exec", pair.worker, sys.executable, "-m", "bench.net", "--worker",
-             endpoint, "--launcher", me], env=env, start_new_session=True,
+             endpoint, "--launcher", me], env=clone_env(), start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=None, text=True)
         cfg = dict(cfg, endpoint=endpoint, dev="twv-p", launcher=int(me))
-        proxy = run_group(["ip", "netns", "exec", pair.proxy, sys.executable, "-m", "bench.net",
-                           "--proxy", json.dumps(cfg)], env=env, timeout=timeout)
-        return tagged_result(proxy, "TOKENWIRE-NET", "the proxy")
+        return run_tagged(["ip", "netns", "exec", pair.proxy, sys.executable, "-m", "bench.net",
+                           "--proxy", json.dumps(cfg)], "TOKENWIRE-NET", "the proxy", timeout)
     finally:
         if worker is not None:
             kill_group(worker)

@@ -256,7 +256,9 @@ def target(name: str) -> Target:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = arg_parser("python -m bench threads", __doc__, "a smoke run: 20 operations, 2 rounds")
+    p = arg_parser("python -m bench threads", __doc__, "a smoke run: 20 operations, 2 rounds",
+                   check="exit 1 when a target is missed on a free-threaded build with the GIL "
+                         "off")
     p.add_argument("--threads", default="1,2",
                    help="comma-separated thread counts (1 is always measured: the reference)")
     p.add_argument("--isl", type=int, default=40_000, help="ids per operation")
@@ -267,8 +269,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=7, help="rounds (median)")
     p.add_argument("--rows", default=None,
                    help="comma-separated substrings of the rows to run (the floor always runs)")
-    p.add_argument("--check-targets", action="store_true",
-                   help="exit 1 when a target is missed on a free-threaded build with the GIL off")
     args = p.parse_args(argv)
     counts = thread_counts(p, args.threads, "--threads")
     if args.isl < 1:

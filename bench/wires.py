@@ -22,6 +22,7 @@ import tokenwire
 import tokenwire.wires as wires
 from bench.data import token_stream
 from bench.harness import Method, Result, Target, grouped_suite_main, ratio_target
+from bench.harness import timed as m
 
 try:
     import msgspec
@@ -133,10 +134,6 @@ def methods_for(n: int) -> list[Method]:
     as_tokens = tokenwire.as_tokens
     read, write = wires.read, wires.write
     engine_as_is, engine_tw = _engine_receive(lst)
-
-    def m(group: str, name: str, fn: Callable[[], object], base: bool = False,
-          nbytes: int | None = None) -> Method:
-        return Method(name, {"time": fn}, group=group, baseline=base, nbytes=nbytes)
 
     return [
         m(G_MP_DEC, "msgspec: list[int], then as_tokens", lambda: as_tokens(decode_list(mp)),
