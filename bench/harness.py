@@ -366,8 +366,6 @@ def ray_cluster(nodes: int, store: int, resources: tuple[str, str],
     on each and objects between them move from store to store. `init` goes to ray.init. Yields
     True when two nodes run. Started from the temporary directory: Ray puts the driver's working
     directory on its workers' sys.path, where a checkout's tokenwire/ would shadow the package."""
-    import tempfile
-
     import ray
     from ray.cluster_utils import Cluster
 

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.data import PlainGenerationRequest
+from tokenwire import GenerationRequest
+from bench.data import PlainGenerationRequest, token_stream
 from bench.e2e import hand_off
 from bench.harness import (Target, arg_parser, exit_on_sigterm, ints, load_average, machine,
                            percentile, print_trips, report_targets, run_tagged, write_json)
@@ -41,7 +42,6 @@ TARGET = Target(f"best tokenwire row >= {TARGET_RATIO:g}x the baseline",
 
 def expected_ids(isl: int, requests: int) -> list[np.ndarray]:
     """The batch's ids, the same on every rank (seeded per request)."""
-    from bench.data import token_stream
     return [token_stream(isl, seed=i).astype(np.int32) for i in range(requests)]
 
 
@@ -52,7 +52,6 @@ def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
         reqs: list[Any] = [PlainGenerationRequest(a.tolist(), {"max_tokens": 64}, id=i)
                            for i, a in enumerate(ids)]
     else:
-        from tokenwire import GenerationRequest
         reqs = [GenerationRequest(a.tolist(), {"max_tokens": 64}, id=i) for i, a in enumerate(ids)]
     return [pickle.loads(pickle.dumps(r, protocol=5)) for r in reqs]
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from tokenwire import GenerationRequest
+from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 from bench.data import PlainGenerationRequest, load_ids
 from bench.e2e import crc, hand_off
 from bench.harness import (arg_parser, clone_env, exit_on_sigterm, kill_group, load_average,
@@ -124,8 +126,6 @@ def worker_main(endpoint: str, parent: int) -> int:
     """Receives requests until an empty message; answers each with the CRC-32 of its ids."""
     import zmq
 
-    from tokenwire.transport import recv_pyobj_oob
-
     sock: Any = zmq.Context.instance().socket(zmq.PAIR)
     sock.bind(endpoint)
     while True:
@@ -150,9 +150,6 @@ def tx_bytes(dev: str) -> int:
 def proxy_main(cfg: dict[str, Any]) -> int:
     """Runs every row against the worker and prints one JSON line with the trips."""
     import zmq
-
-    from tokenwire import GenerationRequest
-    from tokenwire.transport import send_pyobj_oob
 
     parent = cfg["launcher"]
     ids = load_ids(cfg["isl"], cfg["ids"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any, Dict
 
@@ -128,7 +129,6 @@ def _struct_classes() -> tuple[Any, Any]:
     """SGLang's TokenizedGenerateReqInput as a msgspec.Struct (pickled by zmq's send_pyobj):
     unmodified (`input_ids: array`) and adopted (`input_ids: TokenVector`, docs/adopting.md)."""
     import msgspec
-    from array import array
 
     def struct(name: str, ids: Any) -> Any:
         return msgspec.defstruct(name, [
@@ -159,7 +159,6 @@ def struct_methods(n: int) -> list[Method]:
         StructReq, TwStructReq = _struct_classes()
     except ImportError:                  # msgspec is an extra
         return []
-    from array import array
 
     lst = token_stream(n).tolist()
     sp = {"temperature": 0.7, "max_new_tokens": 128}
