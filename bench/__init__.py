@@ -6,7 +6,8 @@ against the tokenwire installed in the environment (`pip install '.[bench]'`)::
 
 The modules: `harness` (measurement, processes, tables, targets, the suites' command line),
 `data` (ids and the plain-list baseline request), `examples` (examples/' classes), `engine` (the
-C++ engine stand-in); each other module is a suite (bench/__main__.py maps them).
+C++ engine stand-in); each other module is a suite (bench/__main__.py maps them), `e2e` also
+the proxy -> worker pair over zmq and shared memory that `load` runs on.
 """
 
 from __future__ import annotations

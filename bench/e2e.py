@@ -33,8 +33,8 @@ from tokenwire import GenerationRequest, TokenIds, as_tokens, shm, token_buffer
 from tokenwire._core import malloc_settling
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.engine import build_for, engine_for, engine_label, engine_option
-from bench.harness import (Sockets, Target, arg_parser, ints, machine, percentile, ray_cluster,
-                           report_targets, spawn, stderr_progress, stop, turns,
+from bench.harness import (Sockets, Target, arg_parser, end_progress, ints, machine, percentile,
+                           ray_cluster, report_targets, spawn, stderr_progress, stop, turns,
                            wait_while_parent_lives, write_json)
 from tokenwire.transport import dumps_oob, recv_pyobj_oob, send_frames, send_pyobj_oob
 
@@ -225,11 +225,9 @@ def receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
 
 
 class WorkerEnd:
-    """A worker process's side of the pair `ProxyEnd` spawns it from: malloc settled as
-    docs/adopting.md advises a serving process, the engine, one PULL socket reading every data
-    address, the PUSH socket of its replies, and the channel's Receiver (once per run, like the
-    proxy's Sender). It says hello (`hello`) and maps the segment the proxy's first message
-    offers."""
+    """A worker process's side of `ProxyEnd`: malloc settled (docs/adopting.md advises it for a
+    serving process), the engine, one PULL socket on every data address, a PUSH socket for
+    replies and the channel's Receiver; says `hello` and maps the offered segment."""
 
     def __init__(self, data_addrs: list[str], results_addr: str, parent: int,
                  engine_path: str | None, hello: dict[str, Any]) -> None:
@@ -528,11 +526,9 @@ def send(sock: Any, mode: str, frames: list[Any], sender: shm.Sender) -> None:
 
 
 class ProxyEnd:
-    """This process's side of a proxy -> worker pair: the shared-memory Sender (`slots` slots,
-    or the default), a PUSH socket "data" to the worker (and `extra` more, one per serializing
-    thread), a PULL socket "results" from it, and the worker process `worker(data_addrs,
-    results_addr, this pid, *args)` (a `WorkerEnd`), spawned. Up when the worker has said hello
-    (`self.hello`) and mapped the channel's segment, which the first message offers."""
+    """This process's side of a proxy -> worker pair: the shared-memory Sender, a PUSH socket
+    "data" (and `extra` more, one per serializing thread), a PULL socket "results" and the
+    spawned `worker(data_addrs, results_addr, this pid, *args)`, up once it said `hello`."""
 
     def __init__(self, worker: Callable[..., object], *args: object, transport: str = "ipc",
                  slots: int = 0, extra: int = 0, shm_rows: bool = True) -> None:
@@ -789,7 +785,7 @@ def main(argv: list[str] | None = None) -> int:
     results = run_zmq(isls, count, args.transport, engine_path, gil_monitor=args.gil_monitor)
     if args.ray:
         results += run_ray(isls, count, args.ray_nodes, args.gil_monitor)
-    print("", file=sys.stderr)
+    end_progress()
     print_table(results)
     passes = [us for r in results for us in r.gc_us]
     if any(r.transport == "zmq" for r in results):

@@ -81,7 +81,8 @@ def codec_method(name: str, enc: Callable[[], Any],
     return Method(name, {"encode": enc, "decode": dec_of(blob)}, nbytes=size)
 
 
-def _calibrate(fn: Op, round_s: float) -> int:
+def calibrate(fn: Op, round_s: float) -> int:
+    """Calls of `fn` that take about `round_s` (at least 1)."""
     number = 1
     while True:
         t0 = time.perf_counter()
@@ -96,7 +97,7 @@ def _calibrate(fn: Op, round_s: float) -> int:
 def measure(methods: Sequence[Method], isl: int, repeat: int, round_s: float,
             progress: Callable[[str], None] | None = None) -> list[Result]:
     pairs = [(m, op, fn) for m in methods for op, fn in m.ops.items()]
-    numbers = [_calibrate(fn, round_s) for _, _, fn in pairs]      # doubles as the warm-up
+    numbers = [calibrate(fn, round_s) for _, _, fn in pairs]      # doubles as the warm-up
     samples: list[list[float]] = [[] for _ in pairs]
     for r in range(repeat):
         if progress:
@@ -492,11 +493,6 @@ def report_targets(figures: Any, targets: Sequence[Target], heading: str) -> boo
     return ok_all
 
 
-def check_targets(results: Sequence[Result], targets: Sequence[Target], isl: int) -> bool:
-    """`report_targets` over the figures of a measured suite at one ISL."""
-    return report_targets(Figures(results, isl), targets, f"Targets at ISL {isl:,} (from this run):")
-
-
 # --------------------------------------------------------------------------------------------
 # Grouped suites: every group has one baseline row; ratio = baseline time / row time.
 
@@ -587,7 +583,8 @@ def suite_main(argv: list[str] | None, suite: Suite) -> int:
     extra = list(suite.extra(args)) if suite.extra else []
     end_progress()
     suite.table(results)
-    ok = check_targets(results + extra, suite.targets, suite.target_isl)
+    ok = report_targets(Figures(results + extra, suite.target_isl), suite.targets,
+                        f"Targets at ISL {suite.target_isl:,} (from this run):")
     if suite.after:
         suite.after(results + extra, args)
     if args.json:

@@ -35,8 +35,8 @@ from bench.data import token_stream
 from bench.e2e import (FLOOR, ProxyEnd, WorkerEnd, engine_ids, make_request, receive, send,
                        serialize, token_source)
 from bench.engine import build_for, engine_label, engine_option
-from bench.harness import (Target, arg_parser, counts, exit_on_sigterm, ints, load_average,
-                           machine, percentile, pyplot, report_targets, save_plot,
+from bench.harness import (Target, arg_parser, counts, end_progress, exit_on_sigterm, ints,
+                           load_average, machine, percentile, pyplot, report_targets, save_plot,
                            stderr_progress, wait_while_parent_lives, write_json)
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for proxy in proxies.values():
             proxy.close()
-    print("", file=sys.stderr)
+    end_progress()
     print_table(rows)
     try:
         targets_ok = report_targets(LoadFigures(rows), TARGETS,

@@ -32,7 +32,7 @@ import numpy as np
 import tokenwire
 from tokenwire import GenerationRequest, token_buffer
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
-from bench.harness import (Stat, Target, _calibrate, arg_parser, counts as thread_counts,
+from bench.harness import (Op, Stat, Target, arg_parser, calibrate, counts as thread_counts,
                            end_progress, machine, report_targets, stderr_progress, write_json)
 
 try:
@@ -48,8 +48,6 @@ WARMUP = 3
 #: floor row's.
 TARGET_SCALING = 1.8
 TARGET_OF_FLOOR = 0.9
-
-Op = Callable[[], Any]
 
 
 def round_trip(ids: np.ndarray) -> Op:
@@ -203,7 +201,7 @@ def measure(rows: Sequence[Row], counts: Sequence[int], isl: int, repeat: int, s
         # here, in one thread, as a server's first request would; the threads measure the
         # steady state. (The calibration doubles as this warm-up.)
         warm = r.make(inputs[0].copy())
-        per_thread[r.name] = ops or _calibrate(warm, seconds)
+        per_thread[r.name] = ops or calibrate(warm, seconds)
         warm()
     figures = {(r.name, k): Figure(r.name, k, per_thread[r.name], [], [], []) for r in rows
                for k in counts}
