@@ -14,10 +14,8 @@ import argparse
 import hashlib
 import importlib.machinery
 import importlib.metadata
-import importlib.util
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -29,8 +27,8 @@ import numpy as np
 import tokenwire
 from tokenwire import GenerationRequest
 from bench.data import token_stream
-from bench.harness import (Figures, Method, Target, grouped_suite_main, ratio_target,
-                           stderr_progress)
+from bench.harness import (Figures, Method, Target, find_tool, grouped_suite_main, load_module,
+                           ratio_target, stderr_progress)
 from bench.harness import timed as m
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parent / "engine_src"
@@ -42,9 +40,7 @@ class EngineBuildError(RuntimeError):
 
 
 def _tool(name: str) -> str:
-    """A build tool from this interpreter's environment (pip's cmake / ninja), else from PATH."""
-    here = pathlib.Path(sys.executable).parent / name
-    found = str(here) if here.exists() else shutil.which(name)
+    found = find_tool(name)
     if not found:
         raise EngineBuildError(f"{name} not found (pip install {name})")
     return found
@@ -99,18 +95,7 @@ def build(build_root: str | os.PathLike[str] | None = None, *, quiet: bool = Tru
 
 def load(build_root: str | os.PathLike[str] | None = None) -> ModuleType:
     """The engine extension module, built if need be."""
-    return _import(build(build_root))
-
-
-def _import(path: str | os.PathLike[str]) -> ModuleType:
-    if MODULE in sys.modules:
-        return sys.modules[MODULE]
-    spec = importlib.util.spec_from_file_location(MODULE, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[MODULE] = module
-    return module
+    return load_module(MODULE, build(build_root))
 
 
 class Engine:
@@ -127,7 +112,7 @@ class NanobindEngine(Engine):
     std::vector caster (engines today), tokenwire's buffer through tokenwire::Tokens."""
 
     def __init__(self, path: str) -> None:
-        self.module = _import(path)
+        self.module = load_module(MODULE, path)
 
     def build(self, req: Any, source: Any) -> Any:
         cls = self.module.RequestTokens if isinstance(req, GenerationRequest) else \

@@ -10,27 +10,15 @@ Each is registered in sys.modules under its own name, so that its classes pickle
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from types import ModuleType
 
 from bench import ROOT
+from bench.harness import load_module
 
 
 def _load(name: str, *path: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "examples", *path))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
+    return load_module(name, os.path.join(ROOT, "examples", *path))
 
 
 before = _load("bench.examples.before", "before", "serving_requests.py")

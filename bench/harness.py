@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import math
 import os
+import pathlib
 import platform
 import shutil
 import signal
@@ -25,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, TypeVar
 
 Op = Callable[[], object]
@@ -136,6 +139,30 @@ def clone_env() -> dict[str, str]:
     from bench import ROOT
     return dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p))
+
+
+def load_module(name: str, path: str | os.PathLike[str]) -> ModuleType:
+    """The module of the file at `path` (Python source or an extension) as `name`, loaded once
+    and registered in sys.modules, so that its classes pickle."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def find_tool(name: str) -> str | None:
+    """A program from this interpreter's environment (a wheel's cmake, ninja or mpiexec), else
+    from PATH; None when neither has it."""
+    beside = pathlib.Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else shutil.which(name)
 
 
 def exit_on_sigterm() -> None:

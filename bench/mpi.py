@@ -15,10 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
-import shutil
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,8 +24,9 @@ import numpy as np
 from tokenwire import GenerationRequest
 from bench.data import PlainGenerationRequest, token_stream
 from bench.e2e import hand_off
-from bench.harness import (Target, arg_parser, exit_on_sigterm, ints, load_average, machine,
-                           percentile, print_trips, report_targets, run_tagged, write_json)
+from bench.harness import (Target, arg_parser, exit_on_sigterm, find_tool, ints, load_average,
+                           machine, percentile, print_trips, report_targets, run_tagged,
+                           write_json)
 
 #: Rows: (request kind, broadcast); the first is the baseline.
 ROWS = [("plain list", "comm.bcast"), ("plain list", "pkl5"),
@@ -102,8 +101,7 @@ def rank_main(cfg: dict[str, Any]) -> int:
 
 def find_mpiexec() -> str | None:
     """The mpiexec beside this interpreter (the mpich wheel's), else the one on PATH."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    return str(beside) if beside.exists() else shutil.which("mpiexec")
+    return find_tool("mpiexec")
 
 
 def run_ranks(mpiexec: str, ranks: int, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
