@@ -132,6 +132,11 @@ def machine() -> str:
             f"tokenwire {tokenwire.__version__}")
 
 
+def gil_enabled() -> bool:
+    """Whether the GIL is on now (a free-threaded build may have turned it back on)."""
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
 def clone_env() -> dict[str, str]:
     """This environment with the clone's root first on PYTHONPATH: processes a benchmark starts
     through another program (mpiexec, ip netns exec) find bench/ from any directory (bench's

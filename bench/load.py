@@ -35,9 +35,10 @@ from bench.data import token_stream
 from bench.e2e import (FLOOR, ProxyEnd, WorkerEnd, engine_ids, make_request, receive, send,
                        serialize, token_source)
 from bench.engine import build_for, engine_label, engine_option
-from bench.harness import (Target, arg_parser, counts, end_progress, exit_on_sigterm, ints,
-                           load_average, machine, percentile, pyplot, report_targets, save_plot,
-                           stderr_progress, wait_while_parent_lives, write_json)
+from bench.harness import (Target, arg_parser, counts, end_progress, exit_on_sigterm,
+                           gil_enabled, ints, load_average, machine, percentile, pyplot,
+                           report_targets, save_plot, stderr_progress, wait_while_parent_lives,
+                           write_json)
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
 ROWS: dict[str, tuple[str, int]] = {
@@ -521,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     engine_path = build_for(args.engine)
     engine = engine_label(engine_path)
     print(f"# tokenwire load — {machine()}")
-    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    gil = gil_enabled()
     print(f"# proxy threads {', '.join(map(str, threads))}; the GIL "
           f"{'on' if gil else 'off (free-threaded)'}")
     print(f"# load average {load_average()}; proxy -> worker over "

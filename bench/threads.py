@@ -33,7 +33,8 @@ import tokenwire
 from tokenwire import GenerationRequest, token_buffer
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.harness import (Op, Stat, Target, arg_parser, calibrate, counts as thread_counts,
-                           end_progress, machine, report_targets, stderr_progress, write_json)
+                           end_progress, gil_enabled, machine, report_targets, stderr_progress,
+                           write_json)
 
 try:
     import resource
@@ -275,10 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in ROWS if r.name == FLOOR or args.rows is None
             or any(s and s in r.name for s in args.rows.split(","))]
 
-    gil = getattr(sys, "_is_gil_enabled", lambda: True)
     info = {"python": platform.python_version(),
             "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
-            "gil_enabled": bool(gil()), "cpu_count": os.cpu_count()}
+            "gil_enabled": gil_enabled(), "cpu_count": os.cpu_count()}
     print(f"# tokenwire threads benchmark — {machine()}")
     print(f"# {sys.version.splitlines()[0]}; free-threaded build (Py_GIL_DISABLED): "
           f"{'yes' if info['free_threaded'] else 'no'}; GIL enabled now: "
