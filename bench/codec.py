@@ -410,8 +410,7 @@ class _Run:
 def main(argv: list[str] | None = None) -> int:
     run = _Run()
     return suite_main(argv, Suite(
-        name="codec", prog="python -m bench", doc=__doc__ or "", default_isl="1000,40000,128000",
-        methods=run.methods, targets=[*TARGETS, run.payload_target()], repeat=11, round_ms=10.0,
+        name="codec", prog="python -m bench", doc=__doc__ or "", methods=run.methods, targets=[*TARGETS, run.payload_target()], repeat=11, round_ms=10.0,
         table=lambda results: print_rows(rows_of(results)),
         extra=lambda args: per_call(*((5, 0.003) if args.quick else (args.repeat, args.round_ms / 1e3))),
         after=run.after, add_arguments=_add_arguments, header=run.make_header,

@@ -58,5 +58,5 @@ TARGETS: list[Target] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grouped_suite_main(argv, suite="core", doc=__doc__ or "", default_isl="1000,40000,128000",
-                              methods_for=methods_for, targets=TARGETS)
+    return grouped_suite_main(argv, suite="core", doc=__doc__ or "", methods_for=methods_for,
+                              targets=TARGETS)

@@ -227,6 +227,6 @@ TARGETS: list[Target] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grouped_suite_main(argv, suite="cpp", doc=CPP_DOC, default_isl="1000,40000,128000",
-                              methods_for=cpp_methods, targets=TARGETS,
+    return grouped_suite_main(argv, suite="cpp", doc=CPP_DOC, methods_for=cpp_methods,
+                              targets=TARGETS,
                               note="; one Python call into the nanobind engine per row")

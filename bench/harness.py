@@ -576,8 +576,8 @@ class Suite:
     name: str
     prog: str
     doc: str
-    default_isl: str
     methods: Callable[[int, argparse.Namespace], Sequence[Method]]
+    default_isl: str = "1000,40000,128000"
     targets: Sequence[Target] = ()
     target_isl: int = 40_000
     note: str = ""
@@ -625,8 +625,13 @@ def suite_main(argv: list[str] | None, suite: Suite) -> int:
     return 0 if ok or not args.check_targets else 1
 
 
-def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str, default_isl: str,
+#: What a grouped table's header says of its ratio column.
+GROUPED_NOTE = "; ratio = baseline (*) time / method time"
+
+
+def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str,
                        methods_for: Callable[[int], Sequence[Method]],
+                       default_isl: str = "1000,40000,128000",
                        targets: Sequence[Target], note: str = "",
                        after: Callable[[Sequence[Result]], None] | None = None) -> int:
     """`suite_main` for a grouped suite (core, request, transport, msgspec): ratio = baseline (*)
@@ -634,5 +639,5 @@ def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str, default_
     return suite_main(argv, Suite(
         name=suite, prog=f"python -m bench {suite}", doc=doc, default_isl=default_isl,
         methods=lambda isl, _args: methods_for(isl), targets=targets,
-        note=f"; ratio = baseline (*) time / method time{note}",
+        note=GROUPED_NOTE + note,
         after=(lambda results, _args: after(results)) if after else None))

@@ -26,8 +26,8 @@ import tokenwire
 import tokenwire.msgspec as tw_msgspec
 from tokenwire import TokenVector, as_tokens
 from bench.data import load_ids, token_stream
-from bench.harness import (Method, Result, Sockets, Suite, Target, grouped_suite_main,
-                           ratio_target, suite_main)
+from bench.harness import (GROUPED_NOTE, Method, Result, Sockets, Suite, Target,
+                           grouped_suite_main, ratio_target, suite_main)
 
 
 class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -193,8 +193,7 @@ def _sizes(results: Sequence[Result]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grouped_suite_main(argv, suite="msgspec", doc=__doc__ or "",
-                              default_isl="1000,40000,128000", methods_for=methods_for,
+    return grouped_suite_main(argv, suite="msgspec", doc=__doc__ or "", methods_for=methods_for,
                               targets=TARGETS, note=f"; base64 via {tokenwire.text.base64_backend()}",
                               after=_sizes)
 
@@ -382,6 +381,5 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def upstream_main(argv: list[str] | None = None) -> int:
     return suite_main(argv, Suite(
         name="upstream", prog="python -m bench upstream", doc=UPSTREAM_DOC,
-        default_isl="1000,40000,128000", methods=upstream_methods, targets=UPSTREAM_TARGETS,
-        note="; ratio = baseline (*) time / method time", after=_up_sizes,
+        methods=upstream_methods, targets=UPSTREAM_TARGETS, note=GROUPED_NOTE, after=_up_sizes,
         add_arguments=_add_arguments))

@@ -332,5 +332,5 @@ TRANSPORT_TARGETS = [Target(
 
 def transport_main(argv: list[str] | None = None) -> int:
     return grouped_suite_main(argv, suite="transport", doc=TRANSPORT_DOC,
-                              default_isl="1000,40000,128000", methods_for=transport_methods,
-                              targets=TRANSPORT_TARGETS, after=_added)
+                              methods_for=transport_methods, targets=TRANSPORT_TARGETS,
+                              after=_added)

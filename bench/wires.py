@@ -206,8 +206,7 @@ def _after(results: Sequence[Result]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return grouped_suite_main(argv, suite="wires", doc=__doc__ or "",
-                              default_isl="1000,40000,128000", methods_for=methods_for,
+    return grouped_suite_main(argv, suite="wires", doc=__doc__ or "", methods_for=methods_for,
                               targets=TARGETS, after=_after)
 
 
