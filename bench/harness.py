@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import json
 import math
+import operator
 import os
 import pathlib
 import platform
@@ -495,13 +497,15 @@ class Target:
 
 
 def ratio_target(description: str, group: str, name: str,
-                 ok: Callable[[float], bool]) -> Target:
-    """A target on a grouped suite's ratio (baseline time / row time) at the target ISL."""
+                 ok: Callable[[float], bool] | float) -> Target:
+    """A target on a grouped suite's ratio (baseline time / row time) at the target ISL: `ok`
+    checks the ratio, or is the least ratio that meets the target."""
     def shown(f: Figures, ratio: float) -> str:
         head = f"{ratio:.1f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x the baseline's time"
         return (f"{head} ({f.row(name, group=group).total_us():.1f} µs vs "
                 f"{f.baseline(group).total_us():.1f} µs)")
-    return Target(description, lambda f: f.ratio(group, name), ok, shown)
+    check = ok if callable(ok) else functools.partial(operator.le, ok)     # ok <= ratio
+    return Target(description, lambda f: f.ratio(group, name), check, shown)
 
 
 def report_targets(figures: Any, targets: Sequence[Target], heading: str) -> bool:
