@@ -484,6 +484,12 @@ class Figures:
         return self.baseline(group).total_us() / self.row(name, group=group).total_us()
 
 
+def verdict(ok: bool | None) -> str:
+    """A check's mark, as every benchmark prints it: [ok], [MISSED], or [info] for a figure
+    shown beside a target but not held to it (None)."""
+    return "[info]" if ok is None else "[ok]" if ok else "[MISSED]"
+
+
 @dataclass
 class Target:
     """A figure of the run and the bound it must meet, printed as `[ok]` or `[MISSED]`; a
@@ -520,7 +526,7 @@ def report_targets(figures: Any, targets: Sequence[Target], heading: str) -> boo
             continue
         ok = t.ok(value)
         ok_all &= ok
-        lines.append(f"  [{'ok' if ok else 'MISSED'}] {t.description}: {t.shown(figures, value)}")
+        lines.append(f"  {verdict(ok)} {t.description}: {t.shown(figures, value)}")
         if not ok and t.miss:
             lines.append(f"           means: {t.miss}")
     if lines:

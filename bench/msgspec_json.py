@@ -27,7 +27,7 @@ import tokenwire.msgspec as tw_msgspec
 from tokenwire import TokenVector, as_tokens
 from bench.data import load_ids, token_stream
 from bench.harness import (GROUPED_NOTE, Method, Result, Sockets, Suite, Target,
-                           grouped_suite_main, ratio_target, suite_main)
+                           grouped_suite_main, ratio_target, suite_main, verdict)
 
 
 class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -175,18 +175,18 @@ def _sizes(results: Sequence[Result]) -> None:
         ids = token_stream(n)
         chars = len(tokenwire.to_base64(ids))
         width = int(ids.max()).bit_length()
-        ok = "ok" if width > 18 or chars / n <= 3.1 else "MISSED"
+        ok = width > 18 or chars / n <= 3.1
         list_bytes = len(msgspec.msgpack.encode(_request(ListRequest, ids.tolist())))
         json_chars = len(msgspec.json.encode(ids.tolist()))
         tv_req = _request(TokenRequest, tokenwire.as_tokens(ids))
         oob = tw_msgspec.Encoder().encode(tv_req)
         hooks = len(msgspec.msgpack.Encoder(enc_hook=tw_msgspec.Hooks().enc_hook).encode(tv_req))
-        grew = "ok" if hooks <= list_bytes and sum(len(f) for f in oob) <= list_bytes else "MISSED"
-        print(f"  [{ok if n == 40_000 else 'info'}] ISL {n:,}: base64 text {chars / n:.3f} characters "
+        grew = hooks <= list_bytes and sum(len(f) for f in oob) <= list_bytes
+        print(f"  {verdict(ok if n == 40_000 else None)} ISL {n:,}: base64 text {chars / n:.3f} characters "
               f"per id ({width}-bit ids; target <= 3.1), JSON array {json_chars / n:.3f}; msgpack message: list {list_bytes:,} "
               f"bytes, out-of-band {' + '.join(f'{memoryview(f).nbytes:,}' for f in oob)} bytes; "
               f"pybase64: {tokenwire.text.base64_backend() == 'pybase64'}")
-        print(f"  [{grew}] ISL {n:,}: msgpack bytes per id: list {list_bytes / n:.3f}, hooks "
+        print(f"  {verdict(grew)} ISL {n:,}: msgpack bytes per id: list {list_bytes / n:.3f}, hooks "
               f"{hooks / n:.3f}, out-of-band {sum(len(f) for f in oob) / n:.3f} (default codec; "
               f"target: never more than the list)")
 
@@ -365,8 +365,7 @@ def _up_sizes(results: Sequence[Result], args: argparse.Namespace) -> None:
             if b is not None:
                 cells.append(f"{name.split(':')[-1].strip()} {b:,} B ({b / n:.3f} B/id)")
         auto = by.get((AUTO, n))
-        ok = "ok" if auto is None or auto <= base else "MISSED"
-        print(f"  [{ok}] ISL {n:,}: " + "; ".join(cells) + "  (default <= list)")
+        print(f"  {verdict(auto is None or auto <= base)} ISL {n:,}: " + "; ".join(cells) + "  (default <= list)")
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:

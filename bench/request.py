@@ -21,7 +21,7 @@ from tokenwire import GenerationRequest, token_buffer
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.examples import after, before, worker_submit
 from bench.harness import (Method, Result, Target, group_ratios, grouped_suite_main, ratio_target,
-                           timed)
+                           timed, verdict)
 from tokenwire.transport import dumps_oob, loads_oob
 
 PROTOCOL = 5
@@ -277,7 +277,7 @@ def _deepcopy_note(results: Sequence[Result]) -> None:
     key = (G_DEEPCOPY, "list held (materialized)", 40_000)
     ratios = group_ratios(results)
     if key in ratios:
-        print(f"  [info] copy.deepcopy, list materialized (re-read in C): {ratios[key]:.1f}x faster")
+        print(f"  {verdict(None)} copy.deepcopy, list materialized (re-read in C): {ratios[key]:.1f}x faster")
 
 
 def main(argv: list[str] | None = None) -> int:

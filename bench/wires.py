@@ -21,7 +21,7 @@ import numpy as np
 import tokenwire
 import tokenwire.wires as wires
 from bench.data import token_stream
-from bench.harness import Method, Result, Target, grouped_suite_main, ratio_target
+from bench.harness import Method, Result, Target, grouped_suite_main, ratio_target, verdict
 from bench.harness import timed as m
 
 try:
@@ -196,7 +196,7 @@ def _after(results: Sequence[Result]) -> None:
                          and r.name == MEMCPY)
             field = 2 if fmt == "protobuf" else None
             same = wires.write(tv, fmt, field=field) == data[fmt]
-            print(f"  [{'ok' if same else 'MISSED'}] ISL {n:,} {fmt}: {len(data[fmt]) / n:.3f} "
+            print(f"  {verdict(same)} ISL {n:,} {fmt}: {len(data[fmt]) / n:.3f} "
                   f"bytes/id; reader {len(data[fmt]) / (row.total_us() * 1e3):.2f} bytes/ns "
                   f"(memcpy {len(data[fmt]) / (floor.total_us() * 1e3):.1f}); writer "
                   f"byte-identical to the stack's: {same}")
