@@ -33,9 +33,9 @@ from tokenwire import GenerationRequest, TokenIds, as_tokens, shm, token_buffer
 from tokenwire._core import malloc_settling
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.engine import build_for, engine_for, engine_label, engine_option
-from bench.harness import (Sockets, Target, arg_parser, end_progress, ints, machine, percentile,
-                           ray_cluster, report_targets, spawn, stderr_progress, stop, turns,
-                           wait_while_parent_lives, write_json)
+from bench.harness import (DEFAULT_ISL, REPLY_MS, Sockets, Target, arg_parser, end_progress, ints,
+                           machine, percentile, ray_cluster, report_targets, spawn,
+                           stderr_progress, stop, turns, wait_while_parent_lives, write_json)
 from tokenwire.transport import dumps_oob, recv_pyobj_oob, send_frames, send_pyobj_oob
 
 MODES = ("baseline", "tokenwire", "tokenwire-oob", "tokenwire-shm", "tokenwire-shm-spin")
@@ -244,11 +244,21 @@ class WorkerEnd:
         if self.control() == "attach":
             self.results.send_pyobj(None)
 
+    def ready(self, spin: bool = False) -> bool:
+        """Waits (the GIL released) until a message can be read, with `spin` spinning on the
+        ring for it first as Receiver(spin_us=) does; False once the proxy is gone."""
+        if not spin:
+            return wait_while_parent_lives(self.data, self.parent, 1000)
+        while os.getppid() == self.parent:
+            if self.receiver._poll(self.data, SHM_SPIN_US, 1000):
+                return True
+        return False
+
     def control(self) -> Any:
         """The next control message, None once the proxy closes or is gone. Control messages
         travel through the channel too: the receiver drops the doorbells of messages the
         spinning worker already took from the ring."""
-        if not wait_while_parent_lives(self.data, self.parent, 1000):
+        if not self.ready():
             return None
         return recv_pyobj_oob(self.data, channel=self.receiver)
 
@@ -265,9 +275,9 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
     materialized = GenerationRequest.prompt_token_ids.is_materialized
     gc_log = GcLog()
     gc.callbacks.append(gc_log)
-    with GilMonitor(enabled=gil_monitor) as mon:
-        end = WorkerEnd(data_addrs, results_addr, parent, engine_path,
-                        {"idle_gap_us": mon.idle_gap * 1e6})
+    with GilMonitor(enabled=gil_monitor) as mon, contextlib.closing(WorkerEnd(
+            data_addrs, results_addr, parent, engine_path,
+            {"idle_gap_us": mon.idle_gap * 1e6})) as end:
         data, results, receiver = end.data, end.results, end.receiver
         while (ctl := end.control()) is not None:
             mode, count, warmup = ctl["mode"], ctl["count"], ctl["warmup"]
@@ -276,11 +286,8 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
             slots_before = receiver.stats["shm"]
             keep: Any = None
             for k in range(warmup + count):
-                # wait (GIL released) outside the timed window
-                if mode == "tokenwire-shm-spin":
-                    receiver._poll(data, SHM_SPIN_US)   # as Receiver(spin_us=) spins
-                else:
-                    data.poll()
+                if not end.ready(spin=mode == "tokenwire-shm-spin"):    # outside the window
+                    return                              # the proxy is gone
                 t0 = time.perf_counter()
                 req = receive(data, mode, receiver)
                 ta = time.perf_counter()
@@ -308,7 +315,6 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
                 "gc_us": gc_log.inside(windows)})
             mon.gaps.clear()
             gc_log.passes.clear()
-    end.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -544,28 +550,30 @@ class ProxyEnd:
         self.proc = spawn(worker, [a for name, a in addrs.items() if name != "results"],
                           addrs["results"], os.getpid(), *args)
         try:
-            self.hello = self.reply("the worker process did not start", 120_000)
+            self.hello = self.reply("the worker process did not start")
             send_pyobj_oob(self.data, "attach", channel=self.sender)
-            self.reply("the worker did not answer the channel's first message", 120_000)
+            self.reply("the worker did not answer the channel's first message")
         except BaseException:
-            self.close()
+            ProxyEnd.close(self)        # this class's: a subclass's threads have not started
             raise
         if shm_rows and not self.sender._attached():
             stderr_progress("tokenwire-shm: the worker could not map the segment (not Linux?): "
                             "its ids travel as out-of-band frames")
 
-    def wait(self, what: str = "the worker stopped answering", timeout_ms: int = 300_000) -> None:
-        """Until a reply can be read; RuntimeError (`what`) when none came in time, or when a
-        serializing thread failed."""
-        for _ in range(max(1, timeout_ms // 1000)):
+    def wait(self, what: str = "the worker stopped answering") -> None:
+        """Until a reply can be read; RuntimeError (`what`) when none came within REPLY_MS, when
+        the worker process ended, or when a serializing thread failed."""
+        for _ in range(REPLY_MS // 1000):
             if self.failed:
                 raise RuntimeError("a serializing thread failed") from self.failed[0]
             if self.results.poll(1000):
                 return
-        raise RuntimeError(what)
+            if not self.proc.is_alive():
+                raise RuntimeError(f"{what}: the worker process ended (exit {self.proc.exitcode})")
+        raise RuntimeError(f"{what} (no reply in {REPLY_MS // 1000} s)")
 
-    def reply(self, what: str = "the worker stopped answering", timeout_ms: int = 300_000) -> Any:
-        self.wait(what, timeout_ms)
+    def reply(self, what: str = "the worker stopped answering") -> Any:
+        self.wait(what)
         return self.results.recv_pyobj()
 
     def close(self, timeout: float = 30) -> None:
@@ -756,7 +764,7 @@ def run_ray(isls: Sequence[int], count: int, nodes: int = 1,
 def main(argv: list[str] | None = None) -> int:
     malloc_settling(True)                       # the proxy too (docs/adopting.md, section 6)
     p = arg_parser("python -m bench e2e", __doc__, "ISL 1k/40k, 12 requests: a smoke test",
-                   check=True, isl="1000,40000,128000")
+                   check=True, isl=DEFAULT_ISL)
     p.add_argument("--requests", type=int, default=None,
                    help="requests per mode and ISL (default 60; 12 with --quick)")
     p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")

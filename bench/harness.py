@@ -34,6 +34,15 @@ from typing import Any, TypeVar
 
 Op = Callable[[], object]
 
+#: The prompt lengths a suite measures unless told otherwise (--isl): a short prompt, a long
+#: context's and the longest the docs quote.
+DEFAULT_ISL = "1000,40000,128000"
+#: How long a multi-process benchmark waits for its worker's reply (its start, an ack, a report)
+#: before it gives up naming what did not come: far above what any reply takes, as a
+#: free-threaded CPython 3.13 child can take tens of seconds to import numpy when other work
+#: holds every core. A worker that ends is noticed at once.
+REPLY_MS = 600_000
+
 
 @dataclass
 class Method:
@@ -587,7 +596,7 @@ class Suite:
     prog: str
     doc: str
     methods: Callable[[int, argparse.Namespace], Sequence[Method]]
-    default_isl: str = "1000,40000,128000"
+    default_isl: str = DEFAULT_ISL
     targets: Sequence[Target] = ()
     target_isl: int = 40_000
     note: str = ""
@@ -641,7 +650,7 @@ GROUPED_NOTE = "; ratio = baseline (*) time / method time"
 
 def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str,
                        methods_for: Callable[[int], Sequence[Method]],
-                       default_isl: str = "1000,40000,128000",
+                       default_isl: str = DEFAULT_ISL,
                        targets: Sequence[Target], note: str = "",
                        after: Callable[[Sequence[Result]], None] | None = None) -> int:
     """`suite_main` for a grouped suite (core, request, transport, msgspec): ratio = baseline (*)

@@ -37,8 +37,7 @@ from bench.e2e import (FLOOR, ProxyEnd, WorkerEnd, engine_ids, make_request, rec
 from bench.engine import build_for, engine_label, engine_option
 from bench.harness import (Target, arg_parser, counts, end_progress, exit_on_sigterm,
                            gil_enabled, ints, load_average, machine, percentile, pyplot,
-                           report_targets, save_plot, stderr_progress, wait_while_parent_lives,
-                           write_json)
+                           report_targets, save_plot, stderr_progress, write_json)
 
 #: row -> (bench.e2e's mode for its serialize / receive, requests per message)
 ROWS: dict[str, tuple[str, int]] = {
@@ -113,8 +112,8 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
             count = bad = 0
             acks.send_pyobj(None)                   # set up
             while True:
-                if not wait_while_parent_lives(data, parent, 1000):
-                    return
+                if not end.ready():
+                    return                              # the proxy is gone
                 msg = receive(data, mode, receiver)
                 if mode == FLOOR:
                     if len(msg) == _ID.size:        # a request: the engine's one memcpy
@@ -203,12 +202,11 @@ class Proxy(ProxyEnd):
 
     def __init__(self, engine_path: str | None = None, threads: int = 1,
                  shm_rows: bool = True) -> None:
+        super().__init__(worker_main, engine_path, slots=WINDOW + 16,
+                         extra=threads if threads > 1 else 0, shm_rows=shm_rows)
         self.threads = threads
         self.todo: queue.SimpleQueue[tuple[str, int, list[list[int]], int] | None] = \
             queue.SimpleQueue()
-        self.workers: list[threading.Thread] = []
-        super().__init__(worker_main, engine_path, slots=WINDOW + 16,
-                         extra=threads if threads > 1 else 0, shm_rows=shm_rows)
         for sock in self.extra:
             # A send the worker no longer takes fails after 10 s (the thread reports it and
             # ends) rather than blocking the thread, and close() with it, for ever.
@@ -259,7 +257,7 @@ class Proxy(ProxyEnd):
         """Take the acks that have arrived (at least one with `block`)."""
         zmq, acks, starts, lat = self.zmq, self.results, self.starts, self.lat_us
         if block:
-            self.wait(timeout_ms=60_000)
+            self.wait()
         while True:
             try:
                 msg = acks.recv(zmq.NOBLOCK)
@@ -289,7 +287,7 @@ class Proxy(ProxyEnd):
         in self.lat_us."""
         mode, batch = ROWS[row]
         _send(self.data, mode, {"op": "begin"}, self.sender)
-        self.reply(timeout_ms=60_000)
+        self.reply()
         self.lat_us = []
         pc, rng = time.perf_counter, random.Random(len(lists) * 7919 + int(rate or 0))
         starts = self.starts
@@ -322,14 +320,14 @@ class Proxy(ProxyEnd):
         wall = pc() - t0
         cpu = (time.process_time() - cpu0, time.thread_time() - thread0)
         _send(self.data, mode, {"op": "end"}, self.sender)
-        report = self.reply(timeout_ms=60_000)
+        report = self.reply()
         return report["requests"], wall, cpu, report
 
     def run_row(self, row: str, isl: int, lists: list[list[int]], seconds: float,
                 fractions: Sequence[float]) -> LoadRow:
         mode, batch = ROWS[row]
         send_pyobj_oob(self.data, {"op": "row", "mode": mode, "isl": isl}, channel=self.sender)
-        self.reply(timeout_ms=60_000)
+        self.reply()
         res = LoadRow(row, isl, seconds, self.threads, checked=mode != FLOOR)
         try:
             what = f"load: ISL {isl:,}, {row}" + (f", {self.threads} proxy threads"

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +167,71 @@ def test_e2e_quick_is_correct(tmp_path: Path) -> None:
     if shm.available():
         assert "tokenwire-shm: whole trip p99 <= 3x its p50" not in r.stdout   # numpy engine
         assert "tokenwire-shm: worker submit >= 10x lower" in r.stdout
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux's /proc)."""
+    out = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (FileNotFoundError, ProcessLookupError):     # ended since the listing
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` has not ended (a zombie has: it waits only to be reaped)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("suite, options, row_started", [
+    ("e2e", ("--requests", "400"), "e2e zmq/ipc: ISL 40,000, tokenwire-oob 30/"),
+    ("load", ("--rows", "tokenwire-oob", "--seconds", "60"),
+     "load: ISL 40,000, tokenwire-oob: closed loop"),
+])
+def test_a_killed_proxy_leaves_no_worker(suite: str, options: tuple[str, ...],
+                                         row_started: str) -> None:
+    """The proxy of `bench e2e` / `bench load` killed with SIGKILL in the middle of a row: its
+    worker process sees its parent gone, also while it waits for the row's next request, and
+    ends by itself (a worker left behind would hold its core and the proxy's segment)."""
+    pytest.importorskip("zmq")
+    proxy = subprocess.Popen([sys.executable, "-m", "bench", suite, "--isl", "40000", *options],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+    assert proxy.stderr is not None
+    workers: list[int] = []
+    try:
+        seen = []
+        for line in proxy.stderr:       # the progress lines; the proxy's end closes the pipe
+            seen.append(line)
+            if row_started in line:
+                break
+        else:
+            pytest.fail(f"bench {suite} ended (exit {proxy.wait()}) before a row began: "
+                        + "".join(seen[-20:]))
+        workers = _children(proxy.pid)
+        assert workers, "the proxy has no worker process"
+        proxy.kill()
+        assert proxy.wait(timeout=WAIT_S) == -signal.SIGKILL
+        deadline = time.monotonic() + WAIT_S
+        while any(map(_running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = [pid for pid in workers if _running(pid)]
+        assert not left, f"worker process(es) {left} still run {WAIT_S:.0f} s after the proxy died"
+    finally:
+        proxy.kill()
+        proxy.wait()
+        proxy.stderr.close()
+        for pid in workers:
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_shm_suite_quick() -> None:
