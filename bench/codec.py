@@ -414,8 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         table=lambda results: print_rows(rows_of(results)),
         extra=lambda args: per_call(*((5, 0.003) if args.quick else (args.repeat, args.round_ms / 1e3))),
         after=run.after, add_arguments=_add_arguments, header=run.make_header,
-        json_meta=lambda args, results: {"source": run.source,
-                                         "table": [r.__dict__ for r in rows_of(results)]}))
+        json_meta=lambda args, results: {"source": run.source}))
 
 
 if __name__ == "__main__":

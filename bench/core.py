@@ -42,7 +42,6 @@ def methods_for(n: int) -> list[Method]:
         # materializing list[int]: the target is >= 4x faster than ndarray.tolist()
         m("native -> list[int]", "ndarray.tolist()", ids.tolist, True),
         m("native -> list[int]", "TokenVector.tolist()", tv.tolist),
-        m("native -> list[int]", "tokenwire.tolist(ndarray)", lambda: tokenwire._core.tolist(ids)),
         m("native -> list[int]", "array.array.tolist()", arr.tolist),
     ]
 

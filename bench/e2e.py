@@ -536,12 +536,12 @@ class ProxyEnd:
     "data" (and `extra` more, one per serializing thread), a PULL socket "results" and the
     spawned `worker(data_addrs, results_addr, this pid, *args)`, up once it said `hello`."""
 
-    def __init__(self, worker: Callable[..., object], *args: object, transport: str = "ipc",
-                 slots: int = 0, extra: int = 0, shm_rows: bool = True) -> None:
+    def __init__(self, worker: Callable[..., object], *args: object, slots: int = 0,
+                 extra: int = 0, shm_rows: bool = True) -> None:
         import zmq
         self.zmq = zmq
         self.sender = shm.Sender(slots=slots) if slots else shm.Sender()
-        self.socks = Sockets(tcp=transport == "tcp")
+        self.socks = Sockets()
         self.data = self.socks.bind(zmq.PUSH, "data")
         self.results = self.socks.bind(zmq.PULL, "results")
         self.extra = [self.socks.bind(zmq.PUSH, f"data{k}") for k in range(extra)]
@@ -589,10 +589,10 @@ class ProxyEnd:
             self.sender.close()
 
 
-def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
-            engine_path: str | None = None, modes: Sequence[str] = ZMQ_MODES,
+def run_zmq(isls: Sequence[int], count: int, engine_path: str | None = None,
+            modes: Sequence[str] = ZMQ_MODES,
             warmup: int = WARMUP, gil_monitor: bool = True) -> list[ModeResult]:
-    link = ProxyEnd(worker_main, engine_path, gil_monitor, transport=transport,
+    link = ProxyEnd(worker_main, engine_path, gil_monitor,
                     shm_rows=bool(set(SHM_MODES) & set(modes)))
     sender, data = link.sender, link.data
     idle_gap_us = link.hello["idle_gap_us"]
@@ -609,7 +609,7 @@ def run_zmq(isls: Sequence[int], count: int, transport: str = "ipc",
                     for mode in modes}
             # Turns of BLOCK requests; each mode's warm-up comes first, in its first turn.
             for mode, lo, hi in turns(modes, count, BLOCK):
-                stderr_progress(f"e2e zmq/{transport}: ISL {isl:,}, {mode} {hi}/{count}")
+                stderr_progress(f"e2e zmq: ISL {isl:,}, {mode} {hi}/{count}")
                 res = rows[mode]
                 n_warm = warmup if lo == 0 else 0
                 first, end = warmup + lo - n_warm, warmup + hi
@@ -767,7 +767,6 @@ def main(argv: list[str] | None = None) -> int:
                    check=True, isl=DEFAULT_ISL)
     p.add_argument("--requests", type=int, default=None,
                    help="requests per mode and ISL (default 60; 12 with --quick)")
-    p.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     p.add_argument("--ray", action="store_true", help="also run actor to actor through Ray")
     p.add_argument("--ray-nodes", type=int, choices=(1, 2), default=1,
                    help="with --ray: 2 runs a two-node Ray cluster on this machine, the proxy "
@@ -781,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     isls = [1000, 40_000] if args.quick else ints(args.isl)
     count = args.requests or (12 if args.quick else 60)
     print(f"# tokenwire e2e — {machine()}")
-    print(f"# proxy process -> worker process over pyzmq {args.transport}://, {count} requests "
+    print(f"# proxy process -> worker process over pyzmq ipc://, {count} requests "
           f"per row, one at a time; engine: {engine_label(engine_path)}; submit = worker's "
           f"receive+unpickle+token prep+request ctor; trip = proxy serialize+transport+submit\n")
     inline_limit = os.environ.get(RAY_INLINE_ENV)
@@ -790,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
                  else "100 KiB (the default)")
         print(f"# Ray: an argument that pickles to at most max_direct_call_object_size = {where}"
               f" travels inside the call, a larger one through the object stores\n")
-    results = run_zmq(isls, count, args.transport, engine_path, gil_monitor=args.gil_monitor)
+    results = run_zmq(isls, count, engine_path, gil_monitor=args.gil_monitor)
     if args.ray:
         results += run_ray(isls, count, args.ray_nodes, args.gil_monitor)
     end_progress()

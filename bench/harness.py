@@ -311,12 +311,12 @@ def print_trips(rows: dict[str, dict[str, Any]],
 
 class Sockets:
     """zmq sockets of one process, closed together with their context and the temporary
-    directory of their ipc:// addresses (tcp:// on loopback with `tcp`, or without ipc)."""
+    directory of their ipc:// addresses (tcp:// on loopback where zmq has no ipc)."""
 
-    def __init__(self, tcp: bool = False) -> None:
+    def __init__(self) -> None:
         import zmq
         self.ctx = zmq.Context()
-        self.tcp = tcp or not zmq.has("ipc")
+        self.tcp = not zmq.has("ipc")
         self.dir = tempfile.mkdtemp(prefix="tokenwire-bench-")
         self.socks: list[Any] = []
         self.addrs: dict[str, str] = {}

@@ -192,7 +192,7 @@ def _running(pid: int) -> bool:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("suite, options, row_started", [
-    ("e2e", ("--requests", "400"), "e2e zmq/ipc: ISL 40,000, tokenwire-oob 30/"),
+    ("e2e", ("--requests", "400"), "e2e zmq: ISL 40,000, tokenwire-oob 30/"),
     ("load", ("--rows", "tokenwire-oob", "--seconds", "60"),
      "load: ISL 40,000, tokenwire-oob: closed loop"),
 ])
