@@ -1,8 +1,5 @@
-"""tokenwire's benchmarks. They are not installed with tokenwire: run them from a clone's root,
-against the tokenwire installed in the environment (`pip install '.[bench]'`)::
-
-    python -m bench --plot bench.png        # the codec table (bench/codec.py)
-    python -m bench --help                  # every subcommand, and the module that runs it
+"""tokenwire's benchmarks, run from a clone's root against the tokenwire installed in the
+environment: `python -m bench --help` lists them, docs/benchmarks.md describes them.
 
 The modules: `harness` (measurement, processes, tables, targets, the suites' command line),
 `data` (ids and the plain-list baseline request), `examples` (examples/' classes), `engine` (the

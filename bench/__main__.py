@@ -1,34 +1,11 @@
 """python -m bench [SUBCOMMAND] [OPTIONS]: tokenwire's benchmarks, run from a clone's root.
 
-  python -m bench            codec table: every wire codec against pickle, msgspec, numpy, zstd,
-                             lz4 and memcpy (--quick, --plot PNG, --json PATH, --only, --tokenizer)
-  python -m bench core       as_tokens / tolist against numpy and array.array
-  python -m bench request    request objects against the same request holding a plain list
-  python -m bench transport  what HMAC signing adds to an out-of-band request round trip
-  python -m bench msgspec    msgspec Structs and JSON bodies: list[int] vs TokenVector, base64
-  python -m bench wires      msgpack / JSON / protobuf id arrays: each stack's path against
-                             tokenwire.wires (decode, encode, bytes/id, bytes/ns)
-  python -m bench upstream   vLLM's engine-core request over zmq: list[int] against a TokenVector field
-  python -m bench cpp        the C++ hand-off (to_vector, C++ decode) against memcpy and nanobind
-  python -m bench e2e        proxy -> worker over pyzmq (and Ray): submit latency, GIL held,
-                             whole trip (p50, p99); in-band, out-of-band, shared memory
-  python -m bench load       proxy -> worker under load: requests/s, CPU/request, p50/p99 latency
-  python -m bench shm        the shared-memory channel (tokenwire.shm) against in-band and
-                             out-of-band frames, by size; a slot against memcpy (--quick)
-  python -m bench malloc     peak and final RSS of a torch-like process, tokenwire's glibc malloc
-                             settling on against off (tokenwire._core.malloc_settling)
-  python -m bench net        proxy and worker in two network namespaces over TCP (rate-limited
-                             with tbf): plain lists, in-band, out-of-band raw and coded
-  python -m bench threads    1 thread against N on a free-threaded CPython: ops/s and scaling
-  python -m bench mpi        rank 0 broadcasts each iteration's new requests to the other MPI
-                             ranks (comm.bcast, pkl5): plain lists against tokenwire requests
+`python -m bench SUBCOMMAND --help` describes a subcommand's options, docs/benchmarks.md its run.
+They measure the tokenwire installed in this environment: install it with the benchmark peers
+first, `pip install '.[bench]'`.
 
-`python -m bench SUBCOMMAND --help` describes a subcommand's options (`codec` names the default
-one explicitly). They measure the tokenwire installed in this environment: install it with the
-benchmark peers first, `pip install '.[bench]'`.
-
-Exit codes: 0 success; 1 a target missed with --check-targets (e2e: also ids that arrived
-wrong); 2 a usage error.
+Exit codes: 0 success; 1 a target missed with --check-targets, or ids that arrived wrong (e2e,
+load, net, mpi); 2 a usage error.
 """
 
 from __future__ import annotations
@@ -38,31 +15,41 @@ import sys
 
 import bench  # noqa: F401  (first: the installed tokenwire before the checkout's sources)
 
-#: subcommand -> "module" whose main(argv) runs it, or "module:function" (its help line is in
-#: the docstring above).
-SUBCOMMANDS: dict[str, str] = {
-    "codec": "bench.codec",
-    "core": "bench.core",
-    "request": "bench.request",
-    "transport": "bench.request:transport_main",
-    "msgspec": "bench.msgspec_json",
-    "wires": "bench.wires",
-    "upstream": "bench.msgspec_json:upstream_main",
-    "cpp": "bench.engine",
-    "e2e": "bench.e2e",
-    "load": "bench.load",
-    "shm": "bench.bench_shm",
-    "malloc": "bench.malloc",
-    "mpi": "bench.mpi",
-    "net": "bench.net",
-    "threads": "bench.threads",
+#: subcommand -> ("module" whose main(argv) runs it, or "module:function"; its --help line).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "codec": ("bench.codec", "the default: wire codecs against pickle, msgspec, numpy, zstd"),
+    "core": ("bench.core", "as_tokens / tolist against numpy and array.array"),
+    "request": ("bench.request", "request objects against the same request with a plain list"),
+    "transport": ("bench.request:transport_main",
+                  "what HMAC signing adds to an out-of-band request round trip"),
+    "msgspec": ("bench.msgspec_json", "msgspec Structs and JSON bodies: list[int] vs TokenVector"),
+    "wires": ("bench.wires", "msgpack / JSON / protobuf ids: each stack's path vs tokenwire.wires"),
+    "upstream": ("bench.msgspec_json:upstream_main",
+                 "vLLM's engine-core request over zmq: list[int] vs a TokenVector field"),
+    "cpp": ("bench.engine", "the C++ hand-off (to_vector, decode) against memcpy and nanobind"),
+    "e2e": ("bench.e2e", "proxy -> worker over pyzmq (and Ray): submit, GIL held, trip p50/p99"),
+    "load": ("bench.load", "proxy -> worker under load: requests/s, CPU/request, p50/p99 latency"),
+    "shm": ("bench.bench_shm", "the shared-memory channel against in-band and out-of-band frames"),
+    "malloc": ("bench.malloc", "peak and final RSS with tokenwire's malloc settling on and off"),
+    "net": ("bench.net", "proxy and worker in two network namespaces over TCP, rate-limited"),
+    "threads": ("bench.threads", "1 thread against N on a free-threaded CPython: ops/s, scaling"),
+    "mpi": ("bench.mpi", "rank 0 broadcasting each iteration's new requests to the other ranks"),
 }
+
+
+def usage() -> str:
+    """The docstring's first line, a line per subcommand, then the rest of the docstring."""
+    first, _, rest = (__doc__ or "").partition("\n\n")
+    width = max(map(len, SUBCOMMANDS))
+    table = [f"  python -m bench {name:<{width}}  {text}"
+             for name, (_, text) in SUBCOMMANDS.items()]
+    return "\n".join([first, "", *table, "", rest])
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] in (["-h"], ["--help"]):
-        print(__doc__)
+        print(usage())
         print("Options of the codec table (python -m bench [codec]):\n")
         argv = ["codec", "--help"]
     elif not argv or argv[0].startswith("-"):
@@ -78,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m bench: cannot import tokenwire ({e}); install it first: "
               f"pip install '.[bench]'", file=sys.stderr)
         return 2
-    module, _, function = SUBCOMMANDS[name].partition(":")
+    module, _, function = SUBCOMMANDS[name][0].partition(":")
     return int(getattr(importlib.import_module(module), function or "main")(rest))
 
 

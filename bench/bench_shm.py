@@ -1,12 +1,5 @@
-"""The shared-memory channel (tokenwire.shm) against in-band and out-of-band frames.
-
-    python -m bench shm          # paths by size, a slot vs memcpy
-
-Per id count, one send + receive of ``{"ids": TokenVector}`` on an ipc:// PUSH/PULL pair in this
-process for each path (in-band, out-of-band frame, shared-memory slot; best of 15 rounds of 200);
-then 160 KB through a slot (write, copy out, free) next to one memcpy of it into a ring of 4
-slot-sized buffers. The round trip to a worker process is bench e2e's (its tokenwire-oob,
-tokenwire-shm and tokenwire-shm-spin rows).
+"""The shared-memory channel (tokenwire.shm) against in-band and out-of-band frames, by size, and
+a slot against memcpy; docs/transport.md, "Shared-memory channel (same host)", has the method.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""`python -m bench`: tokenwire's wire codecs against the usual ways of shipping token ids.
-
-Every encoder and decoder of an ISL is measured in one process, interleaved round by round
-(medians, the interquartile range as spread). Ids: a seeded Zipf stream over a shuffled 151,936-id
-vocabulary (Qwen2/3; 32,000 ids, Llama 2, for the u16 row), `--tokenizer FILE` (a real tokenizer
-on local text) or `--ids FILE` (raw little-endian int32, e.g. bench/pfor_ids.py's), repeated up
-to each ISL. Integer codecs from PyPI are peers where installed. Each row starts from its natural
-input and decodes to its natural output. `x pickle` = pickle(list) time / this time; `x memcpy` =
-this time / np.copyto of the same ids as int32 (< 1 only for zero-copy decoders).
+"""`python -m bench`: tokenwire's wire codecs against the usual ways of shipping token ids;
+docs/benchmarks.md, "The codec table", describes the rows, the columns and the ids.
 """
 
 from __future__ import annotations

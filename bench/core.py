@@ -1,6 +1,5 @@
-"""Core conversions against numpy and array.array: as_tokens, tolist, and their targets.
-
-Every group has a baseline (*); ratio = baseline time / method time, so > 1 is faster.
+"""Core conversions against numpy and array.array: as_tokens, tolist, and their targets
+(docs/benchmarks.md, "The core").
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""What the benchmarks send: ids -- seeded, realistic token streams generated in-process (no
-download needed), real ids read from a file (`--ids`), or a real tokenizer's ids of local text --
-and the request tokenwire is measured against: `PlainGenerationRequest`, GenerationRequest's
-attributes as plain attributes (`prompt_token_ids` a `list[int]`), default pickling and copying;
-both carry the same `SamplingParams`."""
+"""What the benchmarks send: ids (seeded streams, a file's or a tokenizer's; docs/benchmarks.md,
+"Data") and the request tokenwire is measured against, `PlainGenerationRequest`:
+GenerationRequest's attributes as plain attributes (`prompt_token_ids` a `list[int]`), default
+pickling and copying; both carry the same `SamplingParams`."""
 
 from __future__ import annotations
 

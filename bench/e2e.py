@@ -1,16 +1,6 @@
-"""End-to-end: a proxy process submits requests to a worker process over a real pyzmq socket.
-
-One request at a time, each built from a fresh `list[int]` (untimed): the proxy serializes and
-sends it and waits for the ack; the worker times its submit (receive, unpickle, token prep, the
-request ctor of `--engine`: the numpy stand-in or a C++ Request, bench/engine.py) while a
-background thread measures the GIL it holds; the whole trip runs from the proxy's serialize to
-the end of the submit, at p50 and p99. Rows: baseline (a plain-list request, send_pyobj),
-tokenwire (send_pyobj), tokenwire-oob (send_pyobj_oob), tokenwire-shm (channel=: the ids through a
-slot of tokenwire.shm's ring), tokenwire-shm-spin (the whole message in the ring, the worker
-spinning on it) and the floor (`as_tokens`, a 1-byte message, the worker's copy: every trip is
-also shown as x floor). WARMUP untimed requests start every row; the modes take turns, BLOCK
-requests at a time; the ids are CRC-checked. `--ray` runs the exchange actor to actor through
-Ray (`--ray-nodes 2`: two raylets), adding tokenwire-pfor. docs/benchmarks.md has the details.
+"""End-to-end: a proxy process submits requests to a worker process over a real pyzmq socket
+(and through Ray with `--ray`), one at a time; docs/benchmarks.md, "End to end", describes the
+rows and the run.
 """
 
 from __future__ import annotations

@@ -155,17 +155,8 @@ def build_for(name: str) -> str | None:
 # `python -m bench cpp`
 
 CPP_DOC = """The C++ hand-off and its targets: token ids into std::vector<int32_t> through the
-nanobind engine stand-in (bench.engine), and frames decoded in C++.
-
-Every row is one Python call into the same extension, so call overhead is alike for all:
-  * memcpy: the extension takes the buffer and copies its bytes into a std::vector (the floor);
-  * tokenwire::to_vector: tokenwire/nanobind.hpp, what the tokenwire::Tokens caster runs;
-  * nanobind stock caster: std::vector<int32_t> through nanobind/stl/vector.h (engines today);
-  * a list whose last item is a numpy scalar: the typed loop stops there and as_tokens' own
-    conversion takes the rest (one item), so it costs the all-ints list plus that item (timed
-    as a one-item list: the call's cost counted twice, a margin);
-  * tokenwire::decode: tokenwire/wire.hpp on a packed frame (bytes in, std::vector out).
-Every group has a baseline (*); ratio = baseline time / method time, so > 1 is faster.
+nanobind engine stand-in (bench.engine), and frames decoded in C++; docs/cpp.md, "Measured",
+describes the rows.
 """
 
 BUFFER = "int32 buffer -> std::vector"

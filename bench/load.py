@@ -1,14 +1,6 @@
-"""Under load: one proxy process pushes requests to one worker process over a zmq ipc:// PUSH/PULL
-pair as fast as a bound on in-flight requests allows, and at Poisson rates below that.
-
-A closed loop (WINDOW requests in flight for `--seconds`: requests/s, CPU µs per request of each
-process, latency p50/p99 from building a request to its ack), then an open loop (Poisson arrivals
-at fractions of the row's saturation: latency from each scheduled arrival). Rows: baseline,
-tokenwire, tokenwire-oob, tokenwire-shm, tokenwire-oob-batch8 (8 requests a message) and the
-floor, built, serialized and received as bench.e2e's; `--proxy-threads 1,2` runs them again with
-N serializing threads in the proxy (not the shm row: a Sender is one thread's). The worker checks
-every request's ids (that check's CPU is subtracted); a row whose ids arrived wrong exits 1.
-docs/benchmarks.md ("Under load") describes the run in full.
+"""Under load: one proxy process pushes requests to one worker process over zmq, as fast as a
+bound on in-flight requests allows and at Poisson rates below that; docs/benchmarks.md, "Under
+load", describes the rows and the run.
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
 """What tokenwire's malloc settling costs a process's memory: peak and final RSS of a torch-like
-allocation pattern, settling on against off (tokenwire._core.malloc_settling).
-
-    python -m bench malloc                 # 7 fresh processes per mode, the default pattern
-    python -m bench malloc --runs 15 --min-kib 128 --max-kib 4096   # smaller tensors
-
-Each run is a fresh process (TOKENWIRE_MALLOC_SETTLE=1 or =0, the modes alternating) that
-allocates, step after step, a request (a TokenVector of --min-ids to --max-ids ids and its list)
-and a resident float32 tensor of --min-kib to --max-kib (log-uniform), keeping the last
---tensors and --requests alive. It reports peak RSS (VmHWM), RSS after the steps and once all is
-freed, and glibc's mallinfo2 (heap, free in it); medians over runs, in MiB.
+allocation pattern, settling on against off; docs/benchmarks.md, "glibc malloc settling".
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""MPI broadcast of each iteration's new requests, as a TP/PP executor's rank 0 sends them.
-
-Under `mpiexec -n R`, an iteration (after a barrier) is rank 0's `bcast` of `--requests` requests
-of `--isl` ids and every rank's copy of their ids into owned int32 arrays; its time is the slowest
-rank's (p50, p99 over `--iters`), every rank checking its arrays. Rows: plain-list requests
-(the baseline) and GenerationRequest, each through `comm.bcast` and `mpi4py.util.pkl5`. Needs
-the `mpi` extra.
-
-  python -m bench mpi [--ranks 2,4] [--isl 40000] [--requests 8] [--iters 40] [--quick]
-                      [--json PATH] [--check-targets]
+"""MPI broadcast of each iteration's new requests, as a TP/PP executor's rank 0 sends them, under
+`mpiexec -n R` (the `mpi` extra); docs/benchmarks.md, "MPI ranks", describes the run.
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""TokenVector in msgspec and JSON stacks against list[int], and their targets (and, below,
-`python -m bench upstream`: vLLM's engine-core hand-off over zmq).
-
-msgpack: an engine-core-style request (vLLM's `EngineCoreRequest` shape: a msgspec Struct with
-``array_like=True, omit_defaults=True, gc=False``, a nested sampling-params Struct) whose
-prompt is a ``list[int]`` encoded by plain msgspec (the baseline), against the same Struct with a
-TokenVector field through `tokenwire.msgspec`'s hooks, and through its out-of-band
-Encoder/Decoder, each with the default codec ("auto": never more bytes than msgpack's list) and
-with ``codec="raw"`` (4 bytes per id, decoded without a copy). JSON: the same ids as an HTTP body's field, ``json.dumps/loads`` and
-``msgspec.json`` of a list (the baseline) against `to_base64` / `from_base64` of a frame. Each
-row is encode + decode; ratio = baseline (*) time / row time.
+"""TokenVector in msgspec and JSON stacks against list[int], and their targets; docs/benchmarks.md,
+"msgspec and JSON". Below, `python -m bench upstream`: vLLM's engine-core hand-off over zmq.
 """
 
 from __future__ import annotations
@@ -200,15 +191,8 @@ def main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------------------------
 # `python -m bench upstream`
 
-UPSTREAM_DOC = """vLLM's engine-core hand-off as it is today, against the same with a TokenVector field.
-
-An `EngineCoreRequest`-like Struct goes through a host encoder shaped like vLLM's
-``MsgpackEncoder`` (large ndarrays into its aux buffers) as ``(request_type, *frames)`` over a
-real pyzmq PUSH/PULL pair, and the engine builds its list with ``prompt_token_ids.copy()``. The
-baseline (*) declares ``prompt_token_ids: list[int]``; the other rows a ``TokenVector`` with the
-tokenwire lines in the host's hooks, default and ``codec="raw"``. ``--ids FILE``: raw int32 ids
-(bench/pfor_ids.py), else the seeded stream of bench/data.py (half its ids >= 65,536, which
-flatters tokenwire's byte sizes).
+UPSTREAM_DOC = """vLLM's engine-core hand-off as it is today, against the same with a TokenVector
+field; docs/adopting.md, "vLLM: the engine-core socket", describes the run.
 """
 
 CUSTOM_TYPE_RAW_VIEW = 3          # the host's own Ext codes (1-5); tokenwire uses 84 and 85

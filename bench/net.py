@@ -1,11 +1,5 @@
-"""Across hosts, for real: a proxy and a worker in two network namespaces, over TCP.
-
-Two namespaces joined by a veth pair, optionally rate-limited with tbf, removed when the run
-ends (also on ^C or SIGTERM; an earlier killed run's are swept); root and iproute2 needed. One
-request at a time over a zmq PAIR socket: the proxy serializes and sends a request of `--isl` ids
-(built untimed from a fresh list); the worker copies the ids into an int32 array and answers with
-their CRC-32. Rows: baseline, tokenwire (send_pyobj) and `oob <codec>` (send_pyobj_oob(codec=...),
-`oob default`: the transport's pick), taking turns; trip p50/p99, bytes on the wire, x baseline.
+"""Across hosts, for real: a proxy and a worker in two network namespaces, over TCP (root and
+iproute2 needed); docs/benchmarks.md, "Across hosts", describes the run.
 """
 
 from __future__ import annotations

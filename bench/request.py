@@ -1,11 +1,8 @@
 """GenerationRequest against the same request holding a plain list field, a ~30-field
 dataclass adopted with `token_fields` against the unmodified one, the proxy-side serialize of a
 request built from a list, and SGLang's pickled msgspec.Struct holding array('q') ids against the
-adopted TokenVector field; each with its targets.
-
-The baseline is `PlainGenerationRequest` (bench.data). Pickling uses protocol 5 in-band (what
-`socket.send_pyobj` and `multiprocessing` do; out-of-band is its own row). Ratio = baseline (*)
-time / method time. `python -m bench transport` (below) times signed out-of-band messages.
+adopted TokenVector field; each with its targets (docs/benchmarks.md, "The request layer";
+docs/adopting.md, section 6). Below, `python -m bench transport`: signed out-of-band messages.
 """
 
 from __future__ import annotations
@@ -289,11 +286,8 @@ def main(argv: list[str] | None = None) -> int:
 # --------------------------------------------------------------------------------------------
 # `python -m bench transport`
 
-TRANSPORT_DOC = """Signed out-of-band messages: what HMAC authentication adds to dumps_oob + loads_oob.
-
-The baseline (*) is the unsigned round trip of a GenerationRequest (proxy side `dumps_oob`, worker
-side `loads_oob`); the signed rows add the signature and its check. The target: signing
-adds at most 5 µs per message at 40k ids with the buffers out of band.
+TRANSPORT_DOC = """Signed out-of-band messages: what HMAC authentication adds to dumps_oob +
+loads_oob; docs/benchmarks.md, "Signed messages".
 """
 
 KEY = bytes(range(32))

@@ -1,15 +1,5 @@
 """Threads: does tokenwire's work scale across threads of one process (free-threaded CPython)?
-
-    python -m bench threads                      # 1 and 2 threads, 40,000 ids
-    python3.13t -m bench threads                 # a free-threaded build: the GIL stays off
-
-Each row runs at 1 thread and at N (`--threads 1,2`), every thread on inputs of its own, released
-together by a Barrier: throughput (total operations / wall time), scaling (N threads' / one
-thread's), CPU per wall second and minor page faults per operation. Rows: the tokenwire round trip
-(as_tokens, GenerationRequest, pickle, token_buffer), the plain-list baseline, pfor encode +
-decode, and the floor (np.copyto). The target, on a free-threaded build with the GIL off: 2
-threads give >= 1.8x one thread's throughput on the tokenwire rows, or >= 0.9x the floor's
-scaling. docs/benchmarks.md ("Threads") has the details.
+docs/benchmarks.md, "Threads", describes the rows, the columns and the target.
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
-"""The wires the serving stacks already speak: each stack's own path against tokenwire.wires.
-
-For each wire, decode and encode side by side at each ISL: msgpack (msgspec's list[int], then
-`as_tokens`, against `wires.read`), JSON (orjson's and msgspec's list against `wires.read`), and
-protobuf's packed `repeated uint32` (the upb runtime's parse, then `list(field)`, against
-`wires.read` of the message bytes and `as_tokens` of the parsed field). A floor row per wire
-copies the wire's bytes once (memcpy). The whole vLLM engine-core receive: the Rust frontend's
-20-element positional request, decoded into the engine's Struct and its ids written into a
-batch row (ids typed `list[int]`, against `msgspec.Raw` read by `wires.read`). After the table: bytes per id of each wire, each reader's
-bytes/ns, whether each writer's bytes equal the stack's encoder's, and the targets at 40k ids.
+"""The wires the serving stacks already speak: each stack's own path against tokenwire.wires;
+docs/benchmarks.md, "The stacks' wires", describes the rows.
 """
 
 from __future__ import annotations
