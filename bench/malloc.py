@@ -16,7 +16,7 @@ from typing import Any
 from bench.harness import arg_parser, write_json
 
 CHILD = r"""
-import ctypes, gc, json, random, sys
+import gc, json, random, sys
 from math import log2
 import numpy as np
 import tokenwire
@@ -31,22 +31,6 @@ def status(key):
         for line in f:
             if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024          # kB -> MiB
-
-
-class Mallinfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
-                                               "usmblks", "fsmblks", "uordblks", "fordblks",
-                                               "keepcost")]
-
-
-def glibc():
-    try:
-        fn = ctypes.CDLL(None).mallinfo2
-    except AttributeError:
-        return {}
-    fn.restype = Mallinfo2
-    m = fn()
-    return {"heap": m.arena / 2**20, "heap_free": m.fordblks / 2**20, "mmapped": m.hblkhd / 2**20}
 
 
 rng = random.Random(seed)
@@ -65,13 +49,11 @@ for step in range(steps):
     del tensors[:-n_tensors]
     del tensor, vector
 steady = status("VmRSS")
-steady_glibc = glibc()
 tensors.clear()
 requests.clear()
 gc.collect()
 print(json.dumps({"start": start, "peak": status("VmHWM"), "steady": steady,
-                  "final": status("VmRSS"), "settled": _malloc_settled_bytes(),
-                  "glibc_steady": steady_glibc, "glibc_final": glibc()}))
+                  "final": status("VmRSS"), "settled": _malloc_settled_bytes()}))
 """
 
 
@@ -114,15 +96,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.max_kib} KiB tensor and a request of {args.min_ids}-{args.max_ids} ids; "
           f"{args.tensors} tensors and {args.requests} requests alive (median MiB)")
     print(f"{'settling':>8}  {'settled':>9}  {'peak RSS':>9}  {'steady RSS':>10}  "
-          f"{'final RSS':>9}  {'heap':>7}  {'heap free':>9}  {'final heap':>10}")
+          f"{'final RSS':>9}")
     for mode, runs in results.items():
-        def med(key: str, sub: str | None = None, runs: list[dict[str, Any]] = runs) -> float:
-            return float(statistics.median(r[key][sub] if sub else r[key] for r in runs))
+        def med(key: str, runs: list[dict[str, Any]] = runs) -> float:
+            return float(statistics.median(r[key] for r in runs))
         settled = max(r["settled"] for r in runs) / 2**20
-        heap = (f"{med('glibc_steady', 'heap'):7.1f}  {med('glibc_steady', 'heap_free'):9.1f}  "
-                f"{med('glibc_final', 'heap'):10.1f}" if runs[0]["glibc_steady"] else "")
         print(f"{mode:>8}  {settled:7.1f}Mi  {med('peak'):9.1f}  {med('steady'):10.1f}  "
-              f"{med('final'):9.1f}  {heap}")
+              f"{med('final'):9.1f}")
+    pairs = [on["peak"] - off["peak"] for on, off in zip(results["on"], results["off"])]
+    print(f"pair difference, peak RSS (on - off, the same seed): median "
+          f"{statistics.median(pairs):+.1f} MiB; on higher in {sum(d > 0 for d in pairs)} of "
+          f"{len(pairs)}")
     write_json(args.json, {"args": vars(args), "runs": results})
     return 0
 

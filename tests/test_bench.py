@@ -234,6 +234,26 @@ def test_a_killed_proxy_leaves_no_worker(suite: str, options: tuple[str, ...],
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="bench malloc reads /proc/self/status")
+def test_malloc_suite(tmp_path: Path) -> None:
+    """`python -m bench malloc`: fresh processes with settling on and off, paired by seed; the
+    medians and the pair difference docs/benchmarks.md quotes."""
+    out = tmp_path / "malloc.json"
+    r = run_bench("malloc", "--runs", "2", "--steps", "20", "--min-kib", "128", "--max-kib",
+                  "1024", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert len(runs["on"]) == len(runs["off"]) == 2
+    for mode in ("on", "off"):
+        for run in runs[mode]:
+            # (VmHWM may lag VmRSS by the kernel's batched counters: no peak >= steady.)
+            assert run["peak"] > run["start"] > 0 and run["steady"] > 0 and run["final"] > 0, \
+                (mode, run)
+            assert (run["settled"] > 0) == (mode == "on"), (mode, run)
+    assert "pair difference, peak RSS (on - off, the same seed): median " in r.stdout
+    assert " of 2" in r.stdout
+
+
 def test_shm_suite_quick() -> None:
     """`python -m bench shm`: the channel's paths by size, slot vs memcpy."""
     pytest.importorskip("zmq")
