@@ -20,14 +20,28 @@ from tokenwire import GenerationRequest
 from tokenwire.transport import recv_pyobj_oob, send_pyobj_oob
 from bench.data import PlainGenerationRequest, load_ids
 from bench.e2e import crc, hand_off
-from bench.harness import (arg_parser, clone_env, exit_on_sigterm, kill_group, load_average,
-                           machine, percentile, print_trips, run_tagged, turns,
-                           wait_while_parent_lives, write_json)
+from bench.harness import (Target, arg_parser, clone_env, exit_on_sigterm, kill_group,
+                           load_average, machine, percentile, print_trips, report_targets,
+                           run_tagged, turns, wait_while_parent_lives, write_json)
 
 PREFIX = "twbench"
 ADDR_PROXY, ADDR_WORKER, PORT = "10.77.0.1", "10.77.0.2", 5591
 CODECS = ("raw", "packed", "pfor", "zstd", "auto")
 BLOCK = 4       # requests per turn of a row
+#: The rate the targets hold at: the default codec's trip against raw's and the baseline's.
+TARGET_RATE = "1gbit"
+
+
+def _faster(than: str, bound: float) -> Target:
+    """`oob default`'s trip p50 at least `bound` times shorter than row `than`'s."""
+    def shown(rows: dict[str, Any], v: float) -> str:
+        return f"{v:.2f}x ({rows['oob default']['p50_ms']:.2f} vs {rows[than]['p50_ms']:.2f} ms)"
+    return Target(f"oob default's trip >= {bound:g}x shorter than {than}'s",
+                  lambda rows: rows[than]["p50_ms"] / rows["oob default"]["p50_ms"],
+                  lambda v: v >= bound, shown)
+
+
+TARGETS = [_faster("oob raw", 1.5), _faster("baseline", 3)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,7 +226,7 @@ def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = arg_parser("python -m bench net", __doc__, "unshaped only, 8 requests a row")
+    p = arg_parser("python -m bench net", __doc__, "unshaped only, 8 requests a row", check=True)
     p.add_argument("--rate", default="1gbit,2500mbit,unshaped",
                    help="comma-separated tbf rates (tc's units), 'unshaped' for none")
     p.add_argument("--isl", type=int, default=40_000, help="ids per request")
@@ -251,8 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  ids arrived wrong in {res['wrong']} requests (proxy exit {res['exit']})",
                   file=sys.stderr)
             return 1
+    ok = TARGET_RATE not in runs or report_targets(
+        runs[TARGET_RATE]["rows"], TARGETS, f"Targets at {TARGET_RATE} (this run, trip p50):")
     write_json(args.json, {"config": cfg, "runs": runs})
-    return 0
+    return 0 if ok or not args.check_targets else 1
 
 
 if __name__ == "__main__":

@@ -61,10 +61,14 @@ def wait_for_namespaces(proc: subprocess.Popen[str], timeout: float = 60) -> lis
 
 def test_every_row_crosses_the_namespaces_whole_over_tcp(tmp_path: Path) -> None:
     out_json = tmp_path / "net.json"
-    proc = start("--quick", "--isl", "20000", "--json", str(out_json))
+    proc = start("--rate", "1gbit", "--requests", "8", "--isl", "20000", "--json", str(out_json))
     out, err = proc.communicate(timeout=WAIT_S)
     assert proc.returncode == 0, out + err
-    run = json.loads(out_json.read_text())["runs"]["unshaped"]
+    # The targets at 1 Gbit/s are reported (held to only with --check-targets).
+    assert "Targets at 1gbit (this run, trip p50):" in out
+    for bound, than in (("1.5", "oob raw"), ("3", "baseline")):
+        assert f"oob default's trip >= {bound}x shorter than {than}'s: " in out, out
+    run = json.loads(out_json.read_text())["runs"]["1gbit"]
     assert run["wrong"] == 0 and run["exit"] == 0
     rows = run["rows"]
     assert set(rows) == {"baseline", "tokenwire", "oob default"} | {f"oob {c}" for c in net.CODECS}
