@@ -237,12 +237,10 @@ class WorkerEnd:
     def ready(self, spin: bool = False) -> bool:
         """Waits (the GIL released) until a message can be read, with `spin` spinning on the
         ring for it first as Receiver(spin_us=) does; False once the proxy is gone."""
-        if not spin:
-            return wait_while_parent_lives(self.data, self.parent, 1000)
-        while os.getppid() == self.parent:
-            if self.receiver._poll(self.data, SHM_SPIN_US, 1000):
-                return True
-        return False
+        def spin_then_poll(ms: int) -> bool:
+            return self.receiver._poll(self.data, SHM_SPIN_US, ms)
+        return wait_while_parent_lives(self.data, self.parent, 1000,
+                                       poll=spin_then_poll if spin else None)
 
     def control(self) -> Any:
         """The next control message, None once the proxy closes or is gone. Control messages

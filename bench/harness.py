@@ -387,17 +387,20 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def wait_while_parent_lives(sock: Any, parent: int, interval_ms: int = 500,
-                            send: bool = False) -> bool:
+                            send: bool = False,
+                            poll: Callable[[int], object] | None = None) -> bool:
     """Waits until zmq socket `sock` has a message (or, with `send`, can send one without
-    blocking): True then, False as soon as this process's parent is no longer `parent` (given
-    by pid, so that a parent gone before this process started counts too). A benchmark's
-    worker stops on False: a parent killed with SIGKILL leaves no worker behind, even one whose
-    peer died first (a PAIR socket's send then blocks for ever)."""
+    blocking; with `poll`, until `poll(interval_ms)` is true): True then, False as soon as this
+    process's parent is no longer `parent` (given by pid, so that a parent gone before this
+    process started counts too). A benchmark's worker stops on False: a parent killed with
+    SIGKILL leaves no worker behind, even one whose peer died first (a PAIR socket's send then
+    blocks for ever)."""
     import zmq
     while True:
         if os.getppid() != parent:
             return False
-        if sock.poll(interval_ms, zmq.POLLOUT if send else zmq.POLLIN):
+        if (poll(interval_ms) if poll is not None
+                else sock.poll(interval_ms, zmq.POLLOUT if send else zmq.POLLIN)):
             return True
 
 
