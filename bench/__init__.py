@@ -2,8 +2,8 @@
 environment: `python -m bench --help` lists them, docs/benchmarks.md describes them.
 
 The modules: `harness` (measurement, processes, tables, targets, the suites' command line),
-`data` (ids and the plain-list baseline request), `examples` (examples/' classes), `engine` (the
-C++ engine stand-in); each other module is a suite (bench/__main__.py maps them), `e2e` also
+`data` (ids and the plain-list baseline request), `engine` (the C++ engine stand-in); each other
+module is a suite (bench/__main__.py maps them), `e2e` also
 the proxy -> worker pair over zmq and shared memory that `load` runs on.
 """
 

@@ -19,13 +19,10 @@ import bench  # noqa: F401  (first: the installed tokenwire before the checkout'
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "codec": ("bench.codec", "the default: wire codecs against pickle, msgspec, numpy, zstd"),
     "core": ("bench.core", "as_tokens / tolist against numpy and array.array"),
-    "request": ("bench.request", "request objects against the same request with a plain list"),
-    "transport": ("bench.request:transport_main",
-                  "what HMAC signing adds to an out-of-band request round trip"),
-    "msgspec": ("bench.msgspec_json", "msgspec Structs and JSON bodies: list[int] vs TokenVector"),
+    "request": ("bench.request", "request objects against a plain-list request; HMAC signing"),
+    "msgspec": ("bench.msgspec_json", "vLLM's msgspec Struct (also over zmq) and JSON bodies: "
+                "list[int] vs TokenVector"),
     "wires": ("bench.wires", "msgpack / JSON / protobuf ids: each stack's path vs tokenwire.wires"),
-    "upstream": ("bench.msgspec_json:upstream_main",
-                 "vLLM's engine-core request over zmq: list[int] vs a TokenVector field"),
     "cpp": ("bench.engine", "the C++ hand-off (to_vector, decode) against memcpy and nanobind"),
     "e2e": ("bench.e2e", "proxy -> worker over pyzmq (and Ray): submit, GIL held, trip p50/p99"),
     "load": ("bench.load", "proxy -> worker under load: requests/s, CPU/request, p50/p99 latency"),

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 import tokenwire
-from bench.data import SamplingParams, VOCABS, load_ids, token_stream, tokenized
+from bench.data import SamplingParams, VOCABS, load_ids, token_stream
 from bench.harness import (Figures, Method, Result, Suite, Target, codec_method, machine, measure,
                            pyplot, save_plot, suite_main)
 
@@ -340,9 +340,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", nargs="+", metavar="NAME",
                    help="measure only rows whose name contains one of these (pickle(list) and "
                         "memcpy are always kept: the ratios need them)")
-    p.add_argument("--tokenizer", metavar="TOKENIZER_JSON",
-                   help="ids from a real tokenizer (a `tokenizers` tokenizer.json) on local text")
-    p.add_argument("--text", metavar="FILE", help="the text for --tokenizer (default: stdlib sources)")
     p.add_argument("--ids", metavar="I32_FILE",
                    help="real ids: a raw little-endian int32 file (bench/pfor_ids.py writes "
                         "them), repeated up to each ISL")
@@ -351,7 +348,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 class _Run:
     """The state of one `python -m bench` run that the suite's callbacks share: the id streams
-    (seeded or from a tokenizer) and the header that names them."""
+    (seeded or a file's) and the header that names them."""
 
     def __init__(self) -> None:
         self.streams: dict[int, np.ndarray] = {}
@@ -360,8 +357,7 @@ class _Run:
 
     def stream(self, n: int, args: argparse.Namespace) -> np.ndarray:
         if n not in self.streams:
-            self.streams[n] = (np.resize(tokenized(args.tokenizer, args.text), n)
-                               if args.tokenizer and not args.ids else load_ids(n, args.ids))
+            self.streams[n] = load_ids(n, args.ids)
         return self.streams[n]
 
     def methods(self, n: int, args: argparse.Namespace) -> list[Method]:
@@ -372,8 +368,6 @@ class _Run:
         return methods
 
     def make_header(self, args: argparse.Namespace) -> str:
-        if args.tokenizer:
-            self.source = f"tokenizer {args.tokenizer}"
         if args.ids:
             self.source = f"ids from {args.ids}"
         self.header = (f"tokenwire bench — {machine()}\nids: {self.source}; CRC-32C hardware: "

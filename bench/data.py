@@ -1,11 +1,10 @@
-"""What the benchmarks send: ids (seeded streams, a file's or a tokenizer's; docs/benchmarks.md,
+"""What the benchmarks send: ids (seeded streams or a file's; docs/benchmarks.md,
 "Data") and the request tokenwire is measured against, `PlainGenerationRequest`:
 GenerationRequest's attributes as plain attributes (`prompt_token_ids` a `list[int]`), default
 pickling and copying; both carry the same `SamplingParams`."""
 
 from __future__ import annotations
 
-import glob
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -44,26 +43,6 @@ def load_ids(n: int, path: str | os.PathLike[str] | None = None) -> np.ndarray:
             raise SystemExit(f"{key} holds no ids")
         _FILES[key] = ids
     return np.resize(_FILES[key], n)
-
-
-def tokenized(path: str, text: str | None = None) -> np.ndarray:
-    """The ids a `tokenizers` tokenizer.json gives local text (`text`, or the Python standard
-    library's first 40 modules), made once per process."""
-    key = f"{path}\0{text}"
-    if key not in _FILES:
-        import importlib
-        try:
-            tokenizers: Any = importlib.import_module("tokenizers")
-        except ImportError:
-            raise SystemExit("--tokenizer needs the tokenizers package: pip install "
-                             "tokenizers") from None
-        files = [text] if text else sorted(glob.glob(os.path.join(os.path.dirname(os.__file__),
-                                                                  "*.py")))[:40]
-        body = "\n".join(open(p, encoding="utf-8", errors="replace").read() for p in files)
-        _FILES[key] = np.array(tokenizers.Tokenizer.from_file(path).encode(body).ids, np.int32)
-        if _FILES[key].size == 0:
-            raise SystemExit("--tokenizer: the text produced no tokens")
-    return _FILES[key]
 
 
 @dataclass

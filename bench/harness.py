@@ -11,6 +11,7 @@ per-call time; the spread is the interquartile range relative to the median.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import functools
 import importlib.util
@@ -351,6 +352,18 @@ class Sockets:
         self.close()
 
 
+@functools.cache
+def push_pull(name: str) -> tuple[Any, Any]:
+    """A connected zmq PUSH/PULL pair inside this process (ipc://, else tcp://), made once per
+    `name` and closed at exit; its PULL side raises zmq.Again after 30 s rather than hang."""
+    import zmq
+    socks = Sockets()
+    atexit.register(socks.close)
+    pull = socks.bind(zmq.PULL, name)
+    pull.setsockopt(zmq.RCVTIMEO, 30_000)
+    return socks.connect(zmq.PUSH, socks.addrs[name]), pull
+
+
 def spawn(target: Callable[..., object], *args: object) -> Any:
     """`target(*args)` in a fresh interpreter (multiprocessing's spawn), started."""
     import multiprocessing as mp
@@ -656,7 +669,7 @@ def grouped_suite_main(argv: list[str] | None, *, suite: str, doc: str,
                        default_isl: str = DEFAULT_ISL,
                        targets: Sequence[Target], note: str = "",
                        after: Callable[[Sequence[Result]], None] | None = None) -> int:
-    """`suite_main` for a grouped suite (core, request, transport, msgspec): ratio = baseline (*)
+    """`suite_main` for a grouped suite (core, request, wires, cpp, shm): ratio = baseline (*)
     time / method time in each group."""
     return suite_main(argv, Suite(
         name=suite, prog=f"python -m bench {suite}", doc=doc, default_isl=default_isl,

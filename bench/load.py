@@ -175,8 +175,6 @@ class LoadRow:
     p99_us: float = 0.0
     wrong: int = 0
     checked: bool = True                 # the worker compared every request's ids (not the floor)
-    shm_slots: int = 0
-    shm_frames: int = 0
     open_loop: list[OpenPoint] = field(default_factory=list)
 
     @property
@@ -328,10 +326,7 @@ class Proxy(ProxyEnd):
             n, _, _, rep = self.phase(row, lists, WARMUP_S, None)
             res.wrong += rep["bad"]
             stderr_progress(f"{what}: closed loop")
-            shm0 = dict(self.sender.stats)
             n, wall, cpu, rep = self.phase(row, lists, seconds, None)
-            res.shm_slots = self.sender.stats["shm"] - shm0["shm"]
-            res.shm_frames = self.sender.stats["frames"] - shm0["frames"]
             res.wrong += rep["bad"]
             res.requests, res.rps = n, n / wall
             res.proxy_cpu_us, res.worker_cpu_us = cpu[0] / n * 1e6, rep["cpu_s"] / n * 1e6

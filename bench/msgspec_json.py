@@ -1,11 +1,13 @@
-"""TokenVector in msgspec and JSON stacks against list[int], and their targets; docs/benchmarks.md,
-"msgspec and JSON". Below, `python -m bench upstream`: vLLM's engine-core hand-off over zmq.
+"""TokenVector in msgspec and JSON stacks against list[int]: vLLM's engine-core Struct through
+plain msgspec, tokenwire.msgspec's hooks and out-of-band Encoder/Decoder, the same Struct through
+a host encoder/decoder of vLLM's shape over zmq, and the prompt as a JSON body field; with their
+targets (docs/benchmarks.md, "msgspec and JSON"; docs/adopting.md, "vLLM: the engine-core
+socket").
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, Dict, List, Optional, cast
@@ -16,9 +18,9 @@ import numpy as np
 import tokenwire
 import tokenwire.msgspec as tw_msgspec
 from tokenwire import TokenVector, as_tokens
-from bench.data import load_ids, token_stream
-from bench.harness import (GROUPED_NOTE, Method, Result, Sockets, Suite, Target,
-                           grouped_suite_main, ratio_target, suite_main, verdict)
+from bench.data import load_ids
+from bench.harness import (GROUPED_NOTE, Method, Result, Suite, Target, push_pull, ratio_target,
+                           suite_main, verdict)
 
 
 class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
@@ -31,13 +33,9 @@ class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=Fal
     seed: Optional[int] = None
 
 
-def engine_core_request(name: str, ids: Any,
-                        embeds_and_trace: bool = True) -> type[msgspec.Struct]:
+def engine_core_request(name: str, ids: Any) -> type[msgspec.Struct]:
     """vLLM's `EngineCoreRequest` with ``prompt_token_ids: Optional[ids]``: its fields, in its
-    order, with its Struct options. `embeds_and_trace` False leaves out `prompt_embeds` and
-    `trace_headers`, as this suite's request does: msgspec writes an array_like Struct's default
-    values too (omit_defaults drops none of them), so each would add a nil to every message
-    measured here. The upstream suite's request has them."""
+    order, with its Struct options."""
     fields: list[Any] = [
         ("request_id", str),
         ("prompt_token_ids", Optional[ids]),
@@ -55,19 +53,20 @@ def engine_core_request(name: str, ids: Any,
         ("priority", int, 0),
         ("trace_headers", Optional[Dict[str, str]], None),
     ]
-    if not embeds_and_trace:
-        fields = [f for f in fields if f[0] not in ("prompt_embeds", "trace_headers")]
     return msgspec.defstruct(name, fields, module=__name__, array_like=True, omit_defaults=True,
                              gc=False)
 
 
-ListRequest = engine_core_request("ListRequest", List[int], embeds_and_trace=False)
-TokenRequest = engine_core_request("TokenRequest", TokenVector, embeds_and_trace=False)
+ListRequest = engine_core_request("ListRequest", List[int])
+TokenRequest = engine_core_request("TokenRequest", TokenVector)
 
 
-def _request(cls: type, prompt: Any) -> Any:
-    return cls("cmpl-0123456789abcdef", prompt, None, SamplingParams(temperature=0.7, seed=1),
-               None, 151_645, 1_700_000_000.25, None, None, None)
+def make_request(cls: type, prompt: Any, **fields: Any) -> Any:
+    """A request of `cls` (`ListRequest`, `TokenRequest`) with `prompt` and the values a chat
+    completion sends; `fields` sets others (``prompt_embeds``, ``priority``, ...)."""
+    return cls("cmpl-0123456789abcdef-0", prompt, None,
+               SamplingParams(temperature=0.7, max_tokens=256, seed=1), None, 151_645,
+               1_700_000_000.25, None, None, None, **fields)
 
 
 G_MSGPACK = "engine-core Struct, msgpack encode+decode"
@@ -80,17 +79,16 @@ B64 = "to_base64(TokenVector) / from_base64"
 B64_LIST = "to_base64(list[int]) / from_base64"
 
 
-def methods_for(n: int) -> list[Method]:
-    ids = token_stream(n)
+def struct_methods(ids: np.ndarray) -> list[Method]:
     lst = ids.tolist()
     tv = tokenwire.as_tokens(ids)
 
-    list_req = _request(ListRequest, lst)
+    list_req = make_request(ListRequest, lst)
     enc_list = msgspec.msgpack.Encoder()
     dec_list = msgspec.msgpack.Decoder(ListRequest)
     wire_list = enc_list.encode(list_req)
 
-    tv_req = _request(TokenRequest, tv)
+    tv_req = make_request(TokenRequest, tv)
     hooks = tw_msgspec.Hooks()
     enc_hooks = msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook)
     dec_hooks = msgspec.msgpack.Decoder(TokenRequest, ext_hook=hooks.ext_hook,
@@ -160,48 +158,12 @@ TARGETS: list[Target] = [
 ]
 
 
-def _sizes(results: Sequence[Result]) -> None:
-    # Not timed: the size of the text and of the messages, from the same seeded ids.
-    for n in sorted({r.isl for r in results}):
-        ids = token_stream(n)
-        chars = len(tokenwire.to_base64(ids))
-        width = int(ids.max()).bit_length()
-        ok = width > 18 or chars / n <= 3.1
-        list_bytes = len(msgspec.msgpack.encode(_request(ListRequest, ids.tolist())))
-        json_chars = len(msgspec.json.encode(ids.tolist()))
-        tv_req = _request(TokenRequest, tokenwire.as_tokens(ids))
-        oob = tw_msgspec.Encoder().encode(tv_req)
-        hooks = len(msgspec.msgpack.Encoder(enc_hook=tw_msgspec.Hooks().enc_hook).encode(tv_req))
-        grew = hooks <= list_bytes and sum(len(f) for f in oob) <= list_bytes
-        print(f"  {verdict(ok if n == 40_000 else None)} ISL {n:,}: base64 text {chars / n:.3f} characters "
-              f"per id ({width}-bit ids; target <= 3.1), JSON array {json_chars / n:.3f}; msgpack message: list {list_bytes:,} "
-              f"bytes, out-of-band {' + '.join(f'{memoryview(f).nbytes:,}' for f in oob)} bytes; "
-              f"pybase64: {tokenwire.text.base64_backend() == 'pybase64'}")
-        print(f"  {verdict(grew)} ISL {n:,}: msgpack bytes per id: list {list_bytes / n:.3f}, hooks "
-              f"{hooks / n:.3f}, out-of-band {sum(len(f) for f in oob) / n:.3f} (default codec; "
-              f"target: never more than the list)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    return grouped_suite_main(argv, suite="msgspec", doc=__doc__ or "", methods_for=methods_for,
-                              targets=TARGETS, note=f"; base64 via {tokenwire.text.base64_backend()}",
-                              after=_sizes)
-
-
 # --------------------------------------------------------------------------------------------
-# `python -m bench upstream`
-
-UPSTREAM_DOC = """vLLM's engine-core hand-off as it is today, against the same with a TokenVector
-field; docs/adopting.md, "vLLM: the engine-core socket", describes the run.
-"""
+# vLLM's host encoder and decoder, over zmq
 
 CUSTOM_TYPE_RAW_VIEW = 3          # the host's own Ext codes (1-5); tokenwire uses 84 and 85
 MSGPACK_ZERO_COPY_THRESHOLD = 256
 REQUEST_TYPE_ADD = b"\x00"
-
-UpListRequest = engine_core_request("UpListRequest", List[int])
-UpTokenRequest = engine_core_request("UpTokenRequest", TokenVector)
-
 
 class HostEncoder:
     """The host's encoder: ndarrays of >= 256 bytes into ``self.aux_buffers`` (None outside
@@ -267,47 +229,23 @@ class HostDecoder:
         raise NotImplementedError(f"Extension type code {code} is not supported")
 
 
-def up_request(cls: type, prompt: Any, **fields: Any) -> Any:
-    """A request of `cls` (`UpListRequest`, `UpTokenRequest`) with `prompt` and the values a
-    chat completion sends; `fields` sets others (``prompt_embeds``, ``priority``, ...)."""
-    return cls("cmpl-0123456789abcdef-0", prompt, None,
-               SamplingParams(temperature=0.7, max_tokens=256, seed=1), None, 151_645,
-               1_700_000_000.25, None, None, None, **fields)
-
-
 G_ZMQ = "vLLM shape over zmq: encode, send, recv, decode, engine list (.copy())"
 G_CODEC = "vLLM shape: encode + decode alone"
 LIST = "prompt_token_ids: list[int], stock msgspec"
 AUTO = "prompt_token_ids: TokenVector (default codec)"
 RAW = "prompt_token_ids: TokenVector, codec=\"raw\""
 
-_PAIR: List[Any] = []
-
-
-def _pair() -> tuple[Any, Any]:
-    """The engine core's input socket pair (PUSH, PULL; ipc://, else tcp://), one per run."""
-    if not _PAIR:
-        import zmq
-        socks = Sockets()
-        pull = socks.bind(zmq.PULL, "input.sock")
-        pull.setsockopt(zmq.RCVTIMEO, 30_000)
-        _PAIR.extend((socks.connect(zmq.PUSH, socks.addrs["input.sock"]), pull))
-        atexit.register(socks.close)
-    return _PAIR[0], _PAIR[1]
-
-
-def upstream_methods(n: int, args: argparse.Namespace) -> list[Method]:
-    ids = load_ids(n, args.ids)
+def host_methods(ids: np.ndarray) -> list[Method]:
     lst = ids.tolist()
     tv = as_tokens(ids)
-    push, pull = _pair()
+    push, pull = push_pull("input.sock")               # the engine core's input socket
     rows: list[Method] = []
     alone_rows: list[Method] = []
     for name, cls, prompt, hooks in (
-            (LIST, UpListRequest, lst, None),
-            (AUTO, UpTokenRequest, tv, tw_msgspec.Hooks()),
-            (RAW, UpTokenRequest, tv, tw_msgspec.Hooks(codec="raw"))):
-        req = up_request(cls, prompt)
+            (LIST, ListRequest, lst, None),
+            (AUTO, TokenRequest, tv, tw_msgspec.Hooks()),
+            (RAW, TokenRequest, tv, tw_msgspec.Hooks(codec="raw"))):
+        req = make_request(cls, prompt)
         enc, dec = HostEncoder(hooks), HostDecoder(cls, hooks)
         frames = [bytes(f) for f in enc.encode(req)]          # what the engine holds
 
@@ -331,25 +269,34 @@ def upstream_methods(n: int, args: argparse.Namespace) -> list[Method]:
     return rows + alone_rows
 
 
-UPSTREAM_TARGETS: list[Target] = [
+TARGETS += [
     ratio_target("through zmq, engine list included, >= 6x faster than list[int]", G_ZMQ, AUTO, 6),
     ratio_target("encode + decode alone >= 30x faster than list[int]", G_CODEC, AUTO, 30),
 ]
 
 
-def _up_sizes(results: Sequence[Result], args: argparse.Namespace) -> None:
-    """The bytes of each message (main frame + buffers), per id, and the rule."""
-    print(f"\nMessage bytes (main frame + buffers; ids: {args.ids or 'synthetic token_stream'}):")
-    by = {(r.name, r.isl): r.nbytes for r in results if r.group == G_CODEC}
+def methods(n: int, args: argparse.Namespace) -> list[Method]:
+    ids = load_ids(n, args.ids)
+    return struct_methods(ids) + host_methods(ids)
+
+
+def _sizes(results: Sequence[Result], args: argparse.Namespace) -> None:
+    """Not timed: the sizes of the text and of the host's messages (main frame + buffers)."""
+    print(f"\nSizes (ids: {args.ids or 'synthetic token_stream'}):")
+    by = {(r.name, r.isl): r.nbytes or 0 for r in results if r.group == G_CODEC}
     for n in sorted({r.isl for r in results}):
-        base = by[(LIST, n)] or 1
-        cells = []
-        for name in (LIST, AUTO, RAW):
-            b = by.get((name, n))
-            if b is not None:
-                cells.append(f"{name.split(':')[-1].strip()} {b:,} B ({b / n:.3f} B/id)")
-        auto = by.get((AUTO, n))
-        print(f"  {verdict(auto is None or auto <= base)} ISL {n:,}: " + "; ".join(cells) + "  (default <= list)")
+        ids = load_ids(n, args.ids)
+        chars = len(tokenwire.to_base64(ids))
+        width = int(ids.max()).bit_length()
+        json_chars = len(msgspec.json.encode(ids.tolist()))
+        print(f"  {verdict(width > 18 or chars / n <= 3.1 if n == 40_000 else None)} ISL {n:,}: "
+              f"base64 text {chars / n:.3f} characters per id ({width}-bit ids; target <= 3.1), "
+              f"JSON array {json_chars / n:.3f}; pybase64: "
+              f"{tokenwire.text.base64_backend() == 'pybase64'}")
+        cells = [f"{name.split(':')[-1].strip()} {by[(name, n)]:,} B "
+                 f"({by[(name, n)] / n:.3f} B/id)" for name in (LIST, AUTO, RAW)]
+        print(f"  {verdict(by[(AUTO, n)] <= by[(LIST, n)])} ISL {n:,}: message bytes: "
+              + "; ".join(cells) + "  (default <= list)")
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
@@ -358,8 +305,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
                         "default: the synthetic stream of bench/data.py")
 
 
-def upstream_main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     return suite_main(argv, Suite(
-        name="upstream", prog="python -m bench upstream", doc=UPSTREAM_DOC,
-        methods=upstream_methods, targets=UPSTREAM_TARGETS, note=GROUPED_NOTE, after=_up_sizes,
-        add_arguments=_add_arguments))
+        name="msgspec", prog="python -m bench msgspec", doc=__doc__ or "", methods=methods,
+        targets=TARGETS, note=f"{GROUPED_NOTE}; base64 via {tokenwire.text.base64_backend()}",
+        after=_sizes, add_arguments=_add_arguments))

@@ -1,13 +1,14 @@
 """GenerationRequest against the same request holding a plain list field, a ~30-field
 dataclass adopted with `token_fields` against the unmodified one, the proxy-side serialize of a
 request built from a list, and SGLang's pickled msgspec.Struct holding array('q') ids against the
-adopted TokenVector field; each with its targets (docs/benchmarks.md, "The request layer";
-docs/adopting.md, section 6). Below, `python -m bench transport`: signed out-of-band messages.
+adopted TokenVector field, and what HMAC signing adds to an out-of-band round trip; each with its
+targets (docs/benchmarks.md, "The request layer" and "Signed messages"; docs/adopting.md, section 6).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 from array import array
 from collections.abc import Callable, Sequence
@@ -15,10 +16,10 @@ from typing import Any, Dict
 
 import tokenwire
 from tokenwire import GenerationRequest, token_buffer
+from bench import ROOT
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
-from bench.examples import after, before, worker_submit
-from bench.harness import (Method, Result, Target, group_ratios, grouped_suite_main, ratio_target,
-                           timed, verdict)
+from bench.harness import (Method, Result, Target, group_ratios, grouped_suite_main, load_module,
+                           ratio_target, timed, verdict)
 from tokenwire.transport import dumps_oob, loads_oob
 
 PROTOCOL = 5
@@ -35,6 +36,16 @@ G_DEEPCOPY = "copy.deepcopy"
 G_FIRST_READ = "first read of prompt_token_ids"
 G_ACCESS = "hot path: attribute access (incl. ~40 ns lambda call)"
 
+
+def _example(name: str, *path: str) -> Any:
+    """A module of examples/, registered as bench.request.`name` (so that its classes pickle):
+    the benchmark times the classes the drop-in tests check, not copies of them."""
+    return load_module(f"{__name__}.{name}", os.path.join(ROOT, "examples", *path))
+
+
+before = _example("before", "before", "serving_requests.py")
+after = _example("after", "after", "serving_requests.py")
+worker_submit = _example("worker_submit", "worker_submit.py")
 
 #: The ~30-field SGLang-style dataclass of examples/: unmodified (the baseline) and adopted with
 #: `token_fields` (docs/adopting.md: one import, one decorator).
@@ -179,8 +190,27 @@ def struct_methods(n: int) -> list[Method]:
     ]
 
 
+G_SIGNED = "request round trip (dumps_oob + loads_oob), signed with key="
+KEY = bytes(range(32))
+TARGET_SIGNING_US = 5.0
+
+
+def signed_methods(n: int) -> list[Method]:
+    req = GenerationRequest(token_stream(n), {"max_tokens": 64}, id=7)
+
+    def roundtrip(key: bytes | None = None, sign_buffers: bool = False) -> object:
+        return loads_oob(dumps_oob(req, key=key, sign_buffers=sign_buffers), key=key,
+                         sign_buffers=sign_buffers)
+
+    return [timed(G_SIGNED, "unsigned", roundtrip, True),
+            timed(G_SIGNED, "signed (key=)", lambda: roundtrip(KEY)),
+            timed(G_SIGNED, "signed, ids covered (sign_buffers=True)",
+                  lambda: roundtrip(KEY, sign_buffers=True))]
+
+
 def methods_for(n: int) -> list[Method]:
-    return request_methods(n) + dataclass_methods(n) + proxy_methods(n) + struct_methods(n)
+    return (request_methods(n) + dataclass_methods(n) + proxy_methods(n) + struct_methods(n)
+            + signed_methods(n))
 
 
 def request_methods(n: int) -> list[Method]:
@@ -265,6 +295,11 @@ TARGETS: list[Target] = [
     # the proxy's serialize
     ratio_target("proxy serialize <= 1.5x (as_tokens(list) + dumps of the built request)", G_PROXY,
      "dumps(GenerationRequest(list))", lambda r: 1 / r <= 1.5),
+    # signed messages: the signed bytes are the pickle alone once the ids travel out of band
+    Target(f"signing adds <= {TARGET_SIGNING_US:g} µs per message",
+           lambda f: f.row("signed (key=)", group=G_SIGNED).total_us()
+           - f.baseline(G_SIGNED).total_us(),
+           lambda added: added <= TARGET_SIGNING_US, lambda f, added: f"{added:.1f} µs"),
 ]
 
 
@@ -281,50 +316,3 @@ def main(argv: list[str] | None = None) -> int:
     return grouped_suite_main(argv, suite="request", doc=__doc__ or "", default_isl="40000",
                               methods_for=methods_for, targets=TARGETS,
                               note=f"; pickle protocol {PROTOCOL}", after=_deepcopy_note)
-
-
-# --------------------------------------------------------------------------------------------
-# `python -m bench transport`
-
-TRANSPORT_DOC = """Signed out-of-band messages: what HMAC authentication adds to dumps_oob +
-loads_oob; docs/benchmarks.md, "Signed messages".
-"""
-
-KEY = bytes(range(32))
-G_SIGNED = "request round trip (dumps_oob + loads_oob)"
-TARGET_ADDED_US = 5.0
-
-
-def transport_methods(n: int) -> list[Method]:
-    req = GenerationRequest(token_stream(n), {"max_tokens": 64}, id=7)
-
-    def roundtrip(key: bytes | None = None, sign_buffers: bool = False) -> object:
-        frames = dumps_oob(req, key=key, sign_buffers=sign_buffers)
-        return loads_oob(frames, key=key, sign_buffers=sign_buffers)
-
-    return [
-        Method("unsigned", {"time": lambda: roundtrip()}, G_SIGNED, baseline=True),
-        Method("signed (key=)", {"time": lambda: roundtrip(KEY)}, G_SIGNED),
-        Method("signed, ids covered (sign_buffers=True)",
-               {"time": lambda: roundtrip(KEY, sign_buffers=True)}, G_SIGNED),
-    ]
-
-
-def _added(results: Sequence[Result]) -> None:
-    base = {r.isl: r.total_us() for r in results if r.baseline}
-    print("\nAdded per message by signing (signed - unsigned, this run):")
-    for r in results:
-        if not r.baseline:
-            print(f"  ISL {r.isl:>7,}  {r.name:<42}{r.total_us() - base[r.isl]:>8.1f} µs")
-
-
-TRANSPORT_TARGETS = [Target(
-    f"signing adds <= {TARGET_ADDED_US:g} µs per message",
-    lambda f: f.us("signed (key=)") - f.baseline(G_SIGNED).total_us(),
-    lambda added: added <= TARGET_ADDED_US, lambda f, added: f"{added:.1f} µs")]
-
-
-def transport_main(argv: list[str] | None = None) -> int:
-    return grouped_suite_main(argv, suite="transport", doc=TRANSPORT_DOC,
-                              methods_for=transport_methods, targets=TRANSPORT_TARGETS,
-                              after=_added)

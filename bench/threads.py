@@ -286,13 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     figs, others = measure(rows, counts, args.isl, repeat, args.seconds, ops)
     figures = Figures(figs)
     print_table(figures, rows, counts)
-    print("\n  ops/s: operations per second of all threads together; CPU: the threads' CPU "
-          "seconds per second of wall time\n  (N when all N ran all along); flt/op: minor page "
-          "faults per operation; scaling N/1: N threads' throughput\n  / one thread's; x floor: "
-          "that scaling / the floor row's (1.00: scales as well as N threads copying as many "
-          "bytes)")
     if others is not None:
-        print(f"  other processes kept {others:.2f} of {info['cpu_count']} CPUs busy during the "
+        print(f"\n  other processes kept {others:.2f} of {info['cpu_count']} CPUs busy during the "
               f"run (/proc/stat)" + ("; N threads need N free CPUs" if others >= 0.1 else ""))
     free = info["free_threaded"] and not info["gil_enabled"]
     heading = ("Targets at 2 threads (from this run):" if free else

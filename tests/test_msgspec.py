@@ -29,8 +29,8 @@ from support.wait import WAIT_MS, WAIT_S  # noqa: E402
 from tokenwire import TokenVector, WireFormatError  # noqa: E402
 from tokenwire.errors import ChecksumError  # noqa: E402
 from tokenwire._core import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
-from bench.msgspec_json import (HostDecoder, HostEncoder, UpListRequest,  # noqa: E402
-                                 UpTokenRequest, up_request)
+import bench.msgspec_json as vllm  # noqa: E402
+from bench.msgspec_json import HostDecoder, HostEncoder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS = tm.Hooks()                     # the default hooks, for msgspec encoders and decoders
@@ -773,7 +773,7 @@ TW = tm.Hooks()                          # the tokenwire line's hooks, per test
 def test_the_out_of_band_encoder_chained_with_a_host_hook_fails_on_its_buffers() -> None:
     """What happens without aux_enc_hook: the host's hook runs outside its own encode."""
     host = HostEncoder(TW)
-    req = up_request(UpTokenRequest, tokenwire.as_tokens(BIG),
+    req = vllm.make_request(vllm.TokenRequest, tokenwire.as_tokens(BIG),
                      prompt_embeds=np.ones((64, 8), np.float32))
     with pytest.raises(AssertionError):
         tm.Encoder(enc_hook=host.enc_hook).encode(req)
@@ -786,26 +786,26 @@ def test_one_buffer_list_for_tokens_and_tensors_over_zmq(codec: str) -> None:
     ctx, pull, push = _socket_pair((zmq.PULL, zmq.PUSH))
     try:
         embeds = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
-        req = up_request(UpTokenRequest, tokenwire.as_tokens(BIG), prompt_embeds=embeds,
+        req = vllm.make_request(vllm.TokenRequest, tokenwire.as_tokens(BIG), prompt_embeds=embeds,
                          priority=1)
         frames = HostEncoder(TW).encode(req)
         assert len(frames) == 3                       # [main, tokens, tensor]: one list
         push.send_multipart([b"\x00", *frames], copy=False)
         kind, *data = pull.recv_multipart(copy=False)
-        got = HostDecoder(UpTokenRequest, TW).decode(data)
+        got = HostDecoder(vllm.TokenRequest, TW).decode(data)
         assert kind.bytes == b"\x00" and got.prompt_token_ids == BIG
         assert np.array_equal(got.prompt_embeds, embeds) and got.priority == 1
         assert got.prompt_token_ids.copy() == BIG and type(got.prompt_token_ids.copy()) is list
         # A short prompt and a small tensor stay inline; a host decoder without the tokenwire
         # line on an old peer's list message still works (engine first, then the proxy).
-        small = up_request(UpTokenRequest, tokenwire.as_tokens([1, 2, 3]),
+        small = vllm.make_request(vllm.TokenRequest, tokenwire.as_tokens([1, 2, 3]),
                            prompt_embeds=np.ones(4, np.float32))
         assert len(HostEncoder(TW).encode(small)) == 1
-        back = HostDecoder(UpTokenRequest, TW).decode(HostEncoder(TW).encode(small))
+        back = HostDecoder(vllm.TokenRequest, TW).decode(HostEncoder(TW).encode(small))
         assert back.prompt_token_ids == [1, 2, 3] and np.array_equal(back.prompt_embeds,
                                                                      small.prompt_embeds)
-        old_peer = HostEncoder(None).encode(up_request(UpListRequest, list(BIG)))
-        assert HostDecoder(UpTokenRequest, TW).decode(old_peer).prompt_token_ids == BIG
+        old_peer = HostEncoder(None).encode(vllm.make_request(vllm.ListRequest, list(BIG)))
+        assert HostDecoder(vllm.TokenRequest, TW).decode(old_peer).prompt_token_ids == BIG
     finally:
         TW = tm.Hooks()
         push.close()
@@ -826,11 +826,11 @@ def test_aux_ext_hook_keeps_no_frame_once_the_message_is_dropped(codec: str) -> 
         before = tracemalloc.get_traced_memory()[0]
         ids = tokenwire.as_tokens(np.arange(2_000_000, dtype=np.int32))      # 8 MB of ids
         embeds = np.ones((8, 1024, 1024), np.float32)                           # 32 MB
-        frames = HostEncoder(TW).encode(up_request(UpTokenRequest, ids, prompt_embeds=embeds,
+        frames = HostEncoder(TW).encode(vllm.make_request(vllm.TokenRequest, ids, prompt_embeds=embeds,
                                                    priority=1))
         assert len(frames) == 3
         frames = [bytes(f) for f in frames]           # as received: frames of their own
-        got = HostDecoder(UpTokenRequest, TW).decode(frames)
+        got = HostDecoder(vllm.TokenRequest, TW).decode(frames)
         assert got.prompt_token_ids == ids and np.array_equal(got.prompt_embeds, embeds)
         del got, frames, ids, embeds
         gc.collect()

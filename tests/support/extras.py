@@ -18,7 +18,7 @@ OPTIONAL: dict[str, str] = {
     "msgspec": "msgspec", "zmq": "zmq", "zstandard": "zstd", "pybase64": "base64",
     "pydantic": "pydantic", "pydantic_core": "pydantic", "ray": "ray",
     "hypothesis": "test", "mypy": "test", "nanobind": "test", "pybind11": "test",
-    "tokenizers": "test", "lz4": "test", "matplotlib": "test", "Cython": "test", "mpi4py": "mpi",
+    "lz4": "test", "matplotlib": "test", "Cython": "test", "mpi4py": "mpi",
 }
 
 
