@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import functools
 import importlib.util
+import itertools
 import json
 import math
 import operator
@@ -122,10 +123,9 @@ def measure(methods: Sequence[Method], isl: int, repeat: int, round_s: float,
             for _ in range(number):
                 fn()
             out.append((time.perf_counter() - t0) / number * 1e6)
-    by_method: dict[int, dict[str, Stat]] = {}
-    for (m, op, _), s in zip(pairs, samples):
-        by_method.setdefault(id(m), {})[op] = Stat.of(s)
-    return [Result(m.name, m.group, isl, by_method[id(m)], m.baseline, m.nbytes) for m in methods]
+    stats = iter(map(Stat.of, samples))                 # in the pairs' order: method by method
+    return [Result(m.name, m.group, isl, {op: next(stats) for op in m.ops}, m.baseline, m.nbytes)
+            for m in methods]
 
 
 def machine() -> str:
@@ -229,15 +229,14 @@ def run_tagged(cmd: Sequence[str], tag: str, what: str, timeout: float) -> dict[
 
 
 def arg_parser(prog: str, doc: str | None, quick: str | None = None, check: bool | str = False,
-               isl: str | None = None, json: bool = True) -> argparse.ArgumentParser:
+               isl: str | None = None) -> argparse.ArgumentParser:
     """A suite's parser with the options every suite spells alike: --quick (its help `quick`),
     --json, --isl (comma-separated, default `isl`) and with `check` --check-targets (its help
     `check` when a string)."""
     p = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
     if quick:
         p.add_argument("--quick", action="store_true", help=quick)
-    if json:
-        p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     if isl:
         p.add_argument("--isl", default=isl, help="comma-separated prompt lengths")
     if check:
@@ -288,6 +287,18 @@ def save_plot(fig: Any, path: str) -> None:
     print(f"wrote {path}")
 
 
+def stderr_progress(msg: str) -> None:
+    if sys.stderr.isatty():
+        print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
+    else:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def end_progress() -> None:
+    if sys.stderr.isatty():
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -319,19 +330,16 @@ class Sockets:
         self.ctx = zmq.Context()
         self.tcp = not zmq.has("ipc")
         self.dir = tempfile.mkdtemp(prefix="tokenwire-bench-")
-        self.socks: list[Any] = []
         self.addrs: dict[str, str] = {}
 
     def connect(self, kind: int, addr: str) -> Any:
         sock = self.ctx.socket(kind)
-        self.socks.append(sock)
         sock.connect(addr)
         return sock
 
     def bind(self, kind: int, name: str) -> Any:
         """A socket bound to an address of its own, kept as `self.addrs[name]`."""
         sock = self.ctx.socket(kind)
-        self.socks.append(sock)
         if self.tcp:
             self.addrs[name] = f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
         else:
@@ -340,16 +348,8 @@ class Sockets:
         return sock
 
     def close(self) -> None:
-        for sock in self.socks:
-            sock.close(0)
-        self.ctx.term()
+        self.ctx.destroy(linger=0)              # closes every socket made from it, then ends
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> Sockets:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 @functools.cache
@@ -451,33 +451,6 @@ def ray_cluster(nodes: int, store: int, resources: tuple[str, str],
             cluster.shutdown()  # type: ignore[no-untyped-call]
 
 
-def stderr_progress(msg: str) -> None:
-    if sys.stderr.isatty():
-        print(f"\r\033[K{msg}", end="", file=sys.stderr, flush=True)
-    else:
-        print(msg, file=sys.stderr, flush=True)
-
-
-def end_progress() -> None:
-    if sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr, flush=True)
-
-
-def results_json(results: Sequence[Result], **meta: object) -> dict[str, object]:
-    return {
-        "machine": machine(),
-        **meta,
-        "rows": [
-            {"name": r.name, "group": r.group, "isl": r.isl, "baseline": r.baseline,
-             "nbytes": r.nbytes,
-             **{f"{op}_us": s.median_us for op, s in r.stats.items()},
-             **{f"{op}_iqr_pct": s.iqr_pct for op, s in r.stats.items()},
-             "samples_us": {op: s.samples_us for op, s in r.stats.items()}}
-            for r in results
-        ],
-    }
-
-
 # --------------------------------------------------------------------------------------------
 # Targets: one kind, one checker, for every suite.
 
@@ -503,10 +476,6 @@ class Figures:
 
     def baseline(self, group: str) -> Result:
         return self._base[(group, self.isl)]
-
-    def ratio(self, group: str, name: str) -> float:
-        """The group's baseline time / this row's time (> 1 is faster)."""
-        return self.baseline(group).total_us() / self.row(name, group=group).total_us()
 
 
 def verdict(ok: bool | None) -> str:
@@ -536,7 +505,8 @@ def ratio_target(description: str, group: str, name: str,
         return (f"{head} ({f.row(name, group=group).total_us():.1f} µs vs "
                 f"{f.baseline(group).total_us():.1f} µs)")
     check = ok if callable(ok) else functools.partial(operator.le, ok)     # ok <= ratio
-    return Target(description, lambda f: f.ratio(group, name), check, shown)
+    return Target(description, lambda f: f.baseline(group).total_us()
+                  / f.row(name, group=group).total_us(), check, shown)
 
 
 def report_targets(figures: Any, targets: Sequence[Target], heading: str) -> bool:
@@ -573,25 +543,18 @@ def group_ratios(results: Sequence[Result]) -> dict[tuple[str, str, int], float]
 def print_grouped_table(results: Sequence[Result]) -> None:
     isls = sorted({r.isl for r in results})
     rat = group_ratios(results)
-    names: list[tuple[str, str]] = []
-    for r in results:
-        if (r.group, r.name) not in names:
-            names.append((r.group, r.name))
+    names = list(dict.fromkeys((r.group, r.name) for r in results))
     width = max(36, 2 + max(len(n) for _, n in names))
     by = {(r.group, r.name, r.isl): r for r in results}
     print(f"{'method':<{width}}" + "".join(f"{'ISL ' + format(i, ','):>30}" for i in isls))
     print(f"{'':<{width}}" + "".join(f"{'µs':>12}{'±IQR':>7}{'ratio':>11}" for _ in isls))
-    group = None
-    for g, name in names:
-        if g != group:
-            group = g
-            print(f"-- {g}")
-        cells = []
-        for i in isls:
-            r = by[(g, name, i)]
-            cells.append(f"{r.total_us():>12.2f}{max(s.iqr_pct for s in r.stats.values()):>6.0f}%"
-                         f"{rat[(g, name, i)]:>10.2f}x{'*' if r.baseline else ' '}")
-        print(f"  {name:<{width - 2}}" + "".join(cells))
+    for g, rows in itertools.groupby(names, operator.itemgetter(0)):
+        print(f"-- {g}")
+        for _, name in rows:
+            cells = [(by[(g, name, i)], rat[(g, name, i)]) for i in isls]
+            print(f"  {name:<{width - 2}}" + "".join(
+                f"{r.total_us():>12.2f}{max(s.iqr_pct for s in r.stats.values()):>6.0f}%"
+                f"{ratio:>10.2f}x{'*' if r.baseline else ' '}" for r, ratio in cells))
 
 
 # --------------------------------------------------------------------------------------------
@@ -644,19 +607,22 @@ def suite_main(argv: list[str] | None, suite: Suite) -> int:
     head = suite.header(args) if suite.header else f"tokenwire {suite.name} benchmark — {machine()}"
     print("# " + head.replace("\n", "\n# "))
     print(f"# median of {repeat} interleaved rounds of ~{round_ms:g} ms{suite.note}\n")
-    results: list[Result] = []
-    for isl in isls:
-        results += measure(suite.methods(isl, args), isl, repeat, round_ms / 1e3, stderr_progress)
-    extra = list(suite.extra(args)) if suite.extra else []
+    results = [r for isl in isls for r in measure(suite.methods(isl, args), isl, repeat,
+                                                   round_ms / 1e3, stderr_progress)]
+    every = results + list(suite.extra(args) if suite.extra else [])
     end_progress()
     suite.table(results)
-    ok = report_targets(Figures(results + extra, suite.target_isl), suite.targets,
+    ok = report_targets(Figures(every, suite.target_isl), suite.targets,
                         f"Targets at ISL {suite.target_isl:,} (from this run):")
     if suite.after:
-        suite.after(results + extra, args)
+        suite.after(every, args)
     if args.json:
-        meta = suite.json_meta(args, results + extra) if suite.json_meta else {}
-        write_json(args.json, results_json(results + extra, suite=suite.name, **meta))
+        meta = suite.json_meta(args, every) if suite.json_meta else {}
+        write_json(args.json, {"machine": machine(), "suite": suite.name, **meta, "rows": [
+            {"name": r.name, "group": r.group, "isl": r.isl, "baseline": r.baseline,
+             "nbytes": r.nbytes, **{f"{op}_us": s.median_us for op, s in r.stats.items()},
+             **{f"{op}_iqr_pct": s.iqr_pct for op, s in r.stats.items()},
+             "samples_us": {op: s.samples_us for op, s in r.stats.items()}} for r in every]})
     return 0 if ok or not args.check_targets else 1
 
 
