@@ -5,13 +5,14 @@ iproute2 needed); docs/benchmarks.md, "Across hosts", describes the run.
 from __future__ import annotations
 
 import argparse
-import atexit
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -54,8 +55,7 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def sweep_stale() -> None:
     """Removes the namespaces of earlier runs whose process is gone (a run killed with SIGKILL
     cannot clean up after itself; the names carry the pid that made them)."""
-    listed = _ip("netns", "list", check=False).stdout.split("\n")
-    for line in listed:
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split(" ")[0]
         if not name.startswith(PREFIX + "-"):
             continue
@@ -68,39 +68,27 @@ def sweep_stale() -> None:
             pass
 
 
-class NetnsPair:
-    """Two namespaces joined by a veth pair, removed by `close()` (idempotent; registered with
-    atexit and run by SIGTERM's handler too)."""
-
-    def __init__(self, rate: str | None) -> None:
-        self.proxy = f"{PREFIX}-p-{os.getpid()}"
-        self.worker = f"{PREFIX}-w-{os.getpid()}"
-        self.closed = False
-        sweep_stale()
-        atexit.register(self.close)
-        try:
-            for ns in (self.proxy, self.worker):
-                _ip("netns", "add", ns)
-            _ip("link", "add", "twv-p", "netns", self.proxy, "type", "veth", "peer", "name",
-                "twv-w", "netns", self.worker)
-            for ns, dev, addr in ((self.proxy, "twv-p", ADDR_PROXY),
-                                  (self.worker, "twv-w", ADDR_WORKER)):
-                _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-                _ip("-n", ns, "link", "set", dev, "up")
-                _ip("-n", ns, "link", "set", "lo", "up")
-                if rate:
-                    subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev,
-                                    "root", "tbf", "rate", rate, "burst", "32kb", "latency",
-                                    "400ms"], check=True, capture_output=True, text=True)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        for ns in (self.proxy, self.worker):
+@contextlib.contextmanager
+def netns_pair(rate: str | None) -> Iterator[tuple[str, str]]:
+    """Two namespaces, the proxy's and the worker's, joined by a veth pair rate-limited to `rate`
+    (or not); removed when the block ends, also by ^C or SIGTERM's SystemExit."""
+    pair = (f"{PREFIX}-p-{os.getpid()}", f"{PREFIX}-w-{os.getpid()}")
+    sweep_stale()
+    try:
+        for ns in pair:
+            _ip("netns", "add", ns)
+        _ip("link", "add", "twv-p", "netns", pair[0], "type", "veth", "peer", "name", "twv-w",
+            "netns", pair[1])
+        for ns, dev, addr in zip(pair, ("twv-p", "twv-w"), (ADDR_PROXY, ADDR_WORKER)):
+            _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            if rate:
+                _ip("netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate",
+                    rate, "burst", "32kb", "latency", "400ms")
+        yield pair
+    finally:
+        for ns in pair:
             _ip("netns", "del", ns, check=False)
 
 
@@ -168,13 +156,13 @@ def proxy_main(cfg: dict[str, Any]) -> int:
     def send(row: str, req_id: int, lst: list[int]) -> None:
         cls = PlainGenerationRequest if row == "baseline" else GenerationRequest
         req = cls(lst, {"max_tokens": 64}, id=req_id)
-        if not row.startswith("oob "):
+        if row.startswith("oob "):
+            codec = row.split(" ", 1)[1]                 # "default": the transport's pick
+            sock.send(b"oob", zmq.SNDMORE)
+            send_pyobj_oob(sock, req, codec=None if codec == "default" else codec)
+        else:
             sock.send(b"pyobj", zmq.SNDMORE)
             sock.send_pyobj(req)
-            return
-        codec = row.split(" ", 1)[1]                 # "default": the transport's pick
-        sock.send(b"oob", zmq.SNDMORE)
-        send_pyobj_oob(sock, req, codec=None if codec == "default" else codec)
 
     rows = cfg["rows"]
     trips: dict[str, list[float]] = {r: [] for r in rows}
@@ -208,21 +196,18 @@ def proxy_main(cfg: dict[str, Any]) -> int:
 
 def run_pair(rate: str | None, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     """One namespace pair (rate-limited to `rate`, or not), the worker and the proxy in it."""
-    pair = NetnsPair(rate)
-    worker = None
-    try:
-        endpoint, me = f"tcp://{ADDR_WORKER}:{PORT}", str(os.getpid())
+    endpoint, me = f"tcp://{ADDR_WORKER}:{PORT}", os.getpid()
+    cfg = dict(cfg, endpoint=endpoint, dev="twv-p", launcher=me)
+    with netns_pair(rate) as (proxy, worker_ns):
         worker = subprocess.Popen(
-            ["ip", "netns", "exec", pair.worker, sys.executable, "-m", "bench.net", "--worker",
-             endpoint, "--launcher", me], env=clone_env(), start_new_session=True,
+            ["ip", "netns", "exec", worker_ns, sys.executable, "-m", "bench.net", "--worker",
+             endpoint, "--launcher", str(me)], env=clone_env(), start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=None, text=True)
-        cfg = dict(cfg, endpoint=endpoint, dev="twv-p", launcher=int(me))
-        return run_tagged(["ip", "netns", "exec", pair.proxy, sys.executable, "-m", "bench.net",
-                           "--proxy", json.dumps(cfg)], "TOKENWIRE-NET", "the proxy", timeout)
-    finally:
-        if worker is not None:
+        try:
+            return run_tagged(["ip", "netns", "exec", proxy, sys.executable, "-m", "bench.net",
+                               "--proxy", json.dumps(cfg)], "TOKENWIRE-NET", "the proxy", timeout)
+        finally:
             kill_group(worker)
-        pair.close()
 
 
 def main(argv: list[str] | None = None) -> int:
