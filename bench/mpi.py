@@ -39,12 +39,9 @@ def expected_ids(isl: int, requests: int) -> list[np.ndarray]:
 def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
     """Rank 0's batch as the executor holds it: received from the proxy (one pickle hop), so a
     plain request holds a list and a tokenwire request the int32 buffer it arrived in."""
-    if kind == "plain list":
-        reqs: list[Any] = [PlainGenerationRequest(a.tolist(), {"max_tokens": 64}, id=i)
-                           for i, a in enumerate(ids)]
-    else:
-        reqs = [GenerationRequest(a.tolist(), {"max_tokens": 64}, id=i) for i, a in enumerate(ids)]
-    return [pickle.loads(pickle.dumps(r, protocol=5)) for r in reqs]
+    cls = PlainGenerationRequest if kind == "plain list" else GenerationRequest
+    return [pickle.loads(pickle.dumps(cls(a.tolist(), {"max_tokens": 64}, id=i), protocol=5))
+            for i, a in enumerate(ids)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,19 +86,11 @@ def rank_main(cfg: dict[str, Any]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# The launcher: one mpiexec per rank count.
+# The launcher: one mpiexec per rank count, its ranks' process group killed whatever happens.
 
 def find_mpiexec() -> str | None:
     """The mpiexec beside this interpreter (the mpich wheel's), else the one on PATH."""
     return find_tool("mpiexec")
-
-
-def run_ranks(mpiexec: str, ranks: int, cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Runs rank_main under `mpiexec -n ranks` and returns rank 0's results. The ranks run in a
-    process group of their own, killed whatever happens here (a timeout, ^C)."""
-    return run_tagged([mpiexec, "-n", str(ranks), sys.executable, "-m", "bench.mpi",
-                       "--rank-main", json.dumps(cfg)], "TOKENWIRE-MPI", f"mpiexec -n {ranks}",
-                      timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     ok = True
     for n in ranks:
-        res = run_ranks(mpiexec, n, cfg, timeout=120 + 2.0 * iters * n)
+        res = run_tagged([mpiexec, "-n", str(n), sys.executable, "-m", "bench.mpi", "--rank-main",
+                          json.dumps(cfg)], "TOKENWIRE-MPI", f"mpiexec -n {n}",
+                         timeout=120 + 2.0 * iters * n)
         runs.append(res)
         print(f"\n{n} ranks: iteration time (the slowest rank; bcast + int32 arrays)")
         print_trips(res["rows"])
