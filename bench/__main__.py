@@ -15,7 +15,7 @@ import sys
 
 import bench  # noqa: F401  (first: the installed tokenwire before the checkout's sources)
 
-#: subcommand -> ("module" whose main(argv) runs it, or "module:function"; its --help line).
+#: subcommand -> (the module whose main(argv) runs it, its --help line).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "codec": ("bench.codec", "the default: wire codecs against pickle, msgspec, numpy, zstd"),
     "core": ("bench.core", "as_tokens / tolist against numpy and array.array"),
@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m bench: cannot import tokenwire ({e}); install it first: "
               f"pip install '.[bench]'", file=sys.stderr)
         return 2
-    module, _, function = SUBCOMMANDS[name][0].partition(":")
-    return int(getattr(importlib.import_module(module), function or "main")(rest))
+    return int(importlib.import_module(SUBCOMMANDS[name][0]).main(rest))
 
 
 if __name__ == "__main__":

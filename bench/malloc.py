@@ -98,11 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'settling':>8}  {'settled':>9}  {'peak RSS':>9}  {'steady RSS':>10}  "
           f"{'final RSS':>9}")
     for mode, runs in results.items():
-        def med(key: str, runs: list[dict[str, Any]] = runs) -> float:
-            return float(statistics.median(r[key] for r in runs))
+        med = {key: statistics.median(r[key] for r in runs) for key in ("peak", "steady", "final")}
         settled = max(r["settled"] for r in runs) / 2**20
-        print(f"{mode:>8}  {settled:7.1f}Mi  {med('peak'):9.1f}  {med('steady'):10.1f}  "
-              f"{med('final'):9.1f}")
+        print(f"{mode:>8}  {settled:7.1f}Mi  {med['peak']:9.1f}  {med['steady']:10.1f}  "
+              f"{med['final']:9.1f}")
     pairs = [on["peak"] - off["peak"] for on, off in zip(results["on"], results["off"])]
     print(f"pair difference, peak RSS (on - off, the same seed): median "
           f"{statistics.median(pairs):+.1f} MiB; on higher in {sum(d > 0 for d in pairs)} of "
