@@ -31,11 +31,6 @@ TARGET = Target(f"best tokenwire row >= {TARGET_RATIO:g}x the baseline",
                 lambda v: v >= TARGET_RATIO, lambda rows, v: f"{v:.1f}x")
 
 
-def expected_ids(isl: int, requests: int) -> list[np.ndarray]:
-    """The batch's ids, the same on every rank (seeded per request)."""
-    return [token_stream(isl, seed=i).astype(np.int32) for i in range(requests)]
-
-
 def make_batch(kind: str, ids: list[np.ndarray]) -> list[Any]:
     """Rank 0's batch as the executor holds it: received from the proxy (one pickle hop), so a
     plain request holds a list and a tokenwire request the int32 buffer it arrived in."""
@@ -53,7 +48,8 @@ def rank_main(cfg: dict[str, Any]) -> int:
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
-    ids = expected_ids(cfg["isl"], cfg["requests"])
+    # The batch's ids, the same on every rank (seeded per request).
+    ids = [token_stream(cfg["isl"], seed=i).astype(np.int32) for i in range(cfg["requests"])]
     results: dict[str, Any] = {}
     wrong = 0
     for kind, how in ROWS:
