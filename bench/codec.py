@@ -5,6 +5,7 @@ docs/benchmarks.md, "The codec table", describes the rows, the columns and the i
 from __future__ import annotations
 
 import argparse
+import importlib
 import pickle
 import sys
 from collections.abc import Callable, Sequence
@@ -15,24 +16,20 @@ import numpy as np
 
 import tokenwire
 from bench.data import SamplingParams, VOCABS, load_ids, token_stream
-from bench.harness import (Figures, Method, Result, Suite, Target, codec_method, machine, measure,
-                           pyplot, save_plot, suite_main)
+from bench.harness import (Figures, Method, Result, Stat, Suite, Target, codec_method, machine,
+                           measure, pyplot, save_plot, suite_main)
 
 PICKLE_LIST = "pickle(list[int])"
 MEMCPY = "memcpy (np.copyto int32)"
+PACKED, U16, RAW = "tokenwire packed", "tokenwire u16 (ids < 65,536)", "tokenwire raw"
 
 
 def _optional(name: str) -> Any:
+    """The module `name`, or None when it is not installed: a peer's row is optional."""
     try:
-        return __import__(name, fromlist=["_"])
+        return importlib.import_module(name)
     except ImportError:
         return None
-
-
-def _zstd_method(zstandard: Any, level: int, ids: np.ndarray) -> Method:
-    cctx, dctx = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
-    return codec_method(f"zstd-{level}(int32 bytes)", lambda: cctx.compress(ids),
-                   lambda b: lambda: np.frombuffer(dctx.decompress(b), np.int32))
 
 
 def openzl_codec() -> tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.ndarray]] | None:
@@ -43,11 +40,10 @@ def openzl_codec() -> tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.
         return None
     compressor = ext.Compressor()
     compressor.select_starting_graph(graphs.FieldLz()(compressor))
-    cctx = ext.CCtx()
+    cctx, dctx = ext.CCtx(), ext.DCtx()
     cctx.ref_compressor(compressor)
     cctx.set_parameter(ext.CParam.StickyParameters, 1)
     cctx.set_parameter(ext.CParam.FormatVersion, ext.MAX_FORMAT_VERSION)
-    dctx = ext.DCtx()
 
     def enc(ids: np.ndarray) -> bytes:
         return bytes(cctx.compress([ext.Input(ext.Type.Numeric, ids)]))
@@ -59,12 +55,17 @@ def openzl_codec() -> tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.
     return enc, dec
 
 
-def integer_codec_peers(ids: np.ndarray) -> list[Method]:
-    """Integer-compression libraries, each from an int32 ndarray to its own bytes and back to an
-    ndarray (preallocated output where the API wants one); rows only for those installed."""
-    out = []
-    u = ids.view(np.uint32)
-    fastpfor = _optional("pyfastpfor")
+def compression_peers(ids: np.ndarray) -> list[Method]:
+    """OpenZL and integer-compression libraries, each from an int32 ndarray to its own bytes and
+    back to an ndarray (preallocated output where the API wants one); rows only for those
+    installed (pip install openzl: in no extra)."""
+    out, u = [], ids.view(np.uint32)
+    openzl, fastpfor = openzl_codec(), _optional("pyfastpfor")
+    svb, pcodec = _optional("libstreamvbyte"), _optional("pcodec")
+    if openzl is not None:
+        oz_enc, oz_dec = openzl
+        out.append(codec_method("openzl FieldLz(int32)", lambda: oz_enc(ids),
+                                lambda b: lambda: oz_dec(b)))
     if fastpfor is not None:
         codec = fastpfor.getCodec("simdfastpfor128")
 
@@ -79,103 +80,88 @@ def integer_codec_peers(ids: np.ndarray) -> list[Method]:
             return dec
 
         out.append(codec_method("pyfastpfor simdfastpfor128", fp_enc, fp_dec))
-    svb = _optional("libstreamvbyte")
     if svb is not None:
         out.append(codec_method("libstreamvbyte", lambda: svb.encode(u),
-                           lambda b: lambda: svb.decode(b, len(u))))
-    pcodec = _optional("pcodec")
+                                lambda b: lambda: svb.decode(b, len(u))))
     if pcodec is not None:
-        standalone = _optional("pcodec.standalone")
-        config = pcodec.ChunkConfig()
+        standalone, config = _optional("pcodec.standalone"), pcodec.ChunkConfig()
         out.append(codec_method("pcodec", lambda: standalone.simple_compress(ids, config),
-                           lambda b: lambda: standalone.simple_decompress(b)))
+                                lambda b: lambda: standalone.simple_decompress(b)))
     return out
 
 
 def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
-    """Every row at one ISL. `small` is a stream whose ids are < 65,536 (for the u16 row)."""
-    lst = ids.tolist()
-    dst = np.empty_like(ids)
-    msgspec = _optional("msgspec")
-    zstandard = _optional("zstandard")
-    lz4_block = _optional("lz4.block")
-    out = [
-        Method(MEMCPY, {"encode": lambda: np.copyto(dst, ids), "decode": lambda: np.copyto(dst, ids)},
-               nbytes=ids.nbytes),
-        codec_method(PICKLE_LIST, lambda: pickle.dumps(lst, 5), lambda b: lambda: pickle.loads(b)),
-    ]
+    """Every row at one ISL, a peer's where it is installed. `small` is a stream whose ids are
+    < 65,536 (for the u16 row)."""
+    lst, dst = ids.tolist(), np.empty_like(ids)
+    msgspec, zstandard, lz4_block = map(_optional, ("msgspec", "zstandard", "lz4.block"))
+    out = [Method(MEMCPY, {"encode": lambda: np.copyto(dst, ids),
+                           "decode": lambda: np.copyto(dst, ids)}, nbytes=ids.nbytes),
+           codec_method(PICKLE_LIST, lambda: pickle.dumps(lst, 5),
+                        lambda b: lambda: pickle.loads(b))]
     if msgspec is not None:
         enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
         out.append(codec_method("msgspec.msgpack(list[int])", lambda: enc.encode(lst),
-                           lambda b: lambda: dec.decode(b)))
-    out += [
-        codec_method("pickle(int32 ndarray)", lambda: pickle.dumps(ids, 5), lambda b: lambda: pickle.loads(b)),
-        codec_method("ndarray.tobytes / np.frombuffer", ids.tobytes,
-                lambda b: lambda: np.frombuffer(b, np.int32)),
-    ]
+                                lambda b: lambda: dec.decode(b)))
+    out += [codec_method("pickle(int32 ndarray)", lambda: pickle.dumps(ids, 5),
+                         lambda b: lambda: pickle.loads(b)),
+            codec_method("ndarray.tobytes / np.frombuffer", ids.tobytes,
+                         lambda b: lambda: np.frombuffer(b, np.int32))]
     if zstandard is not None:
+        dctx = zstandard.ZstdDecompressor()
         for level in (1, 3):
-            out.append(_zstd_method(zstandard, level, ids))
+            cctx = zstandard.ZstdCompressor(level=level)
+            out.append(codec_method(f"zstd-{level}(int32 bytes)", lambda c=cctx: c.compress(ids),
+                                    lambda b: lambda: np.frombuffer(dctx.decompress(b), np.int32)))
     if lz4_block is not None:
         out.append(codec_method("lz4.block(int32 bytes)", lambda: lz4_block.compress(ids),
-                           lambda b: lambda: np.frombuffer(lz4_block.decompress(b), np.int32)))
+                                lambda b: lambda: np.frombuffer(lz4_block.decompress(b), np.int32)))
 
     def wire(name: str, src: Any, **kw: Any) -> Method:
-        return codec_method(name, lambda: tokenwire.encode(src, **kw), lambda b: lambda: tokenwire.decode(b))
+        return codec_method(name, lambda: tokenwire.encode(src, **kw),
+                            lambda b: lambda: tokenwire.decode(b))
 
-    out += [
-        wire("tokenwire raw", ids, codec="raw"),
-        wire("tokenwire packed", ids, codec="packed"),
+    tv, params = tokenwire.as_tokens(ids), SamplingParams()
+    return out + [
+        wire(RAW, ids, codec="raw"),
+        wire(PACKED, ids, codec="packed"),
         wire("tokenwire pfor", ids, codec="pfor"),
         wire("tokenwire auto", ids),
         wire("tokenwire auto, from list", lst),
-        wire("tokenwire u16 (ids < 65,536)", small, codec="u16"),
+        wire(U16, small, codec="u16"),
         wire("tokenwire packed+crc32c", ids, codec="packed", checksum=True),
         wire("tokenwire raw+crc32c", ids, codec="raw", checksum=True),
+        *([wire("tokenwire zstd", ids, codec="zstd")] if zstandard is not None else []),
+        *compression_peers(ids),
+        Method("tokenwire as_tokens(list) / tolist", {
+            "encode": lambda: tokenwire.as_tokens(lst), "decode": tv.tolist}, nbytes=ids.nbytes),
+        codec_method("tokenwire GenerationRequest pickle",
+                     lambda: pickle.dumps(tokenwire.GenerationRequest(lst, params, id=1), 5),
+                     lambda b: lambda: pickle.loads(b)),
     ]
-    if zstandard is not None:
-        out.append(wire("tokenwire zstd", ids, codec="zstd"))
-    openzl = openzl_codec()      # a peer when installed (pip install openzl), in no extra
-    if openzl is not None:
-        oz_enc, oz_dec = openzl
-        out.append(codec_method("openzl FieldLz(int32)", lambda: oz_enc(ids), lambda b: lambda: oz_dec(b)))
-    out += integer_codec_peers(ids)
-    tv = tokenwire.as_tokens(ids)
-    out.append(Method("tokenwire as_tokens(list) / tolist", {
-        "encode": lambda: tokenwire.as_tokens(lst), "decode": tv.tolist}, nbytes=ids.nbytes))
-    params = SamplingParams()
-    out.append(codec_method(
-        "tokenwire GenerationRequest pickle",
-        lambda: pickle.dumps(tokenwire.GenerationRequest(lst, params, id=1), 5),
-        lambda b: lambda: pickle.loads(b)))
-    return out
 
 
 @dataclass
 class Row:
     name: str
     isl: int
-    encode_us: float
-    encode_iqr_pct: float
-    decode_us: float
-    decode_iqr_pct: float
+    encode: Stat
+    decode: Stat
     bytes_per_token: float
     x_pickle: float       # pickle(list) encode+decode time / this row's (> 1 is faster)
     x_memcpy: float       # this row's encode+decode time / two memcpys
 
 
+PER_CALL = "per call"
+PER_CALL_IDS = 16
+
+
 def rows_of(results: Sequence[Result]) -> list[Row]:
-    by = {(r.name, r.isl): r for r in results}
-    rows = []
-    for r in results:
-        if r.group == PER_CALL:
-            continue
-        pk, mc = by[(PICKLE_LIST, r.isl)], by[(MEMCPY, r.isl)]
-        e, d = r.stats["encode"], r.stats["decode"]
-        rows.append(Row(r.name, r.isl, e.median_us, e.iqr_pct, d.median_us, d.iqr_pct,
-                        (r.nbytes or 0) / r.isl, pk.total_us() / r.total_us(),
-                        r.total_us() / mc.total_us()))
-    return rows
+    """The codec table's rows (not the per-call ones), with their ratios at their ISL."""
+    us = {(r.name, r.isl): r.total_us() for r in results}
+    return [Row(r.name, r.isl, r.stats["encode"], r.stats["decode"], (r.nbytes or 0) / r.isl,
+                us[(PICKLE_LIST, r.isl)] / r.total_us(), r.total_us() / us[(MEMCPY, r.isl)])
+            for r in results if r.group != PER_CALL]
 
 
 def print_rows(rows: Sequence[Row]) -> None:
@@ -184,13 +170,9 @@ def print_rows(rows: Sequence[Row]) -> None:
         print(f"  {'method':<36}{'encode µs':>11}{'±IQR':>6}{'decode µs':>11}{'±IQR':>6}"
               f"{'bytes/id':>9}{'x pickle':>10}{'x memcpy':>10}")
         for r in (r for r in rows if r.isl == isl):
-            print(f"  {r.name:<36}{r.encode_us:>11.2f}{r.encode_iqr_pct:>5.0f}%{r.decode_us:>11.2f}"
-                  f"{r.decode_iqr_pct:>5.0f}%{r.bytes_per_token:>9.2f}{r.x_pickle:>9.1f}x"
-                  f"{r.x_memcpy:>9.2f}x")
-
-
-PER_CALL = "per call"
-PER_CALL_IDS = 16
+            print(f"  {r.name:<36}{r.encode.median_us:>11.2f}{r.encode.iqr_pct:>5.0f}%"
+                  f"{r.decode.median_us:>11.2f}{r.decode.iqr_pct:>5.0f}%{r.bytes_per_token:>9.2f}"
+                  f"{r.x_pickle:>9.1f}x{r.x_memcpy:>9.2f}x")
 
 
 def per_call(repeat: int, round_s: float) -> list[Result]:
@@ -203,16 +185,18 @@ def per_call(repeat: int, round_s: float) -> list[Result]:
     return measure(methods, PER_CALL_IDS, repeat, round_s)
 
 
-PACKED, U16, RAW = "tokenwire packed", "tokenwire u16 (ids < 65,536)", "tokenwire raw"
+def _rate(description: str, name: str, op: str, least: float) -> Target:
+    """At least `least` G ids per second for one operation of a row: an absolute speed (the
+    x memcpy targets are the machine-independent ones)."""
+    return Target(description, lambda f: f.isl / f.us(name, op) / 1e3, lambda v: v >= least,
+                  lambda f, v: f"{v:.2f} G/s", miss="an absolute speed, missed first on a slower "
+                  "or busy CPU; see the x memcpy column")
 
 
-def _gtok(name: str, op: str) -> Callable[[Figures], float]:
-    """G ids per second of one operation of a row."""
-    return lambda f: f.isl / f.us(name, op) / 1e3
-
-
-def _x_memcpy(name: str, op: str) -> Callable[[Figures], float]:
-    return lambda f: f.us(name, op) / f.us(MEMCPY, "encode")
+def _vs_memcpy(description: str, name: str, op: str, most: float, miss: str) -> Target:
+    """At most `most` times one memcpy of the ids for one operation of a row."""
+    return Target(description, lambda f: f.us(name, op) / f.us(MEMCPY, "encode"),
+                  lambda v: v <= most, lambda f, v: f"{v:.2f}x memcpy", miss=miss)
 
 
 def _per_call(name: str) -> Target:
@@ -222,35 +206,32 @@ def _per_call(name: str) -> Target:
                        "below compares it with pickle.dumps")
 
 
-def _gs(f: Figures, v: float) -> str:
-    return f"{v:.2f} G/s"
-
-
-def _xm(f: Figures, v: float) -> str:
-    return f"{v:.2f}x memcpy"
-
-
-#: What an absolute rate's miss means (the x memcpy targets are the machine-independent ones).
-_RATE_MISS = "an absolute speed, missed first on a slower or busy CPU; see the x memcpy column"
-
 TARGETS: list[Target] = [
-    Target("packed decode >= 3 G tokens/s", _gtok(PACKED, "decode"), lambda v: v >= 3.0, _gs,
-           miss=_RATE_MISS),
-    Target("packed decode <= 3x memcpy", _x_memcpy(PACKED, "decode"), lambda v: v <= 3.0, _xm,
-           miss="decoding packed costs over 3 copies of the ids here: where bytes are cheap, "
-                "use raw"),
-    Target("packed encode >= 1.2 G tokens/s (max scan incl.)", _gtok(PACKED, "encode"),
-           lambda v: v >= 1.2, _gs, miss=_RATE_MISS),
-    Target("u16 encode >= 5 G tokens/s", _gtok(U16, "encode"), lambda v: v >= 5.0, _gs,
-           miss=_RATE_MISS),
-    Target("u16 decode >= 5 G tokens/s", _gtok(U16, "decode"), lambda v: v >= 5.0, _gs,
-           miss=_RATE_MISS),
-    Target("raw encode <= 2x memcpy", _x_memcpy(RAW, "encode"), lambda v: v <= 2.0, _xm,
-           miss="a raw frame costs over 2 copies of its ids here (it should cost one; "
-                "noise on a busy machine)"),
+    _rate("packed decode >= 3 G tokens/s", PACKED, "decode", 3.0),
+    _vs_memcpy("packed decode <= 3x memcpy", PACKED, "decode", 3.0,
+               "decoding packed costs over 3 copies of the ids here: where bytes are cheap, use raw"),
+    _rate("packed encode >= 1.2 G tokens/s (max scan incl.)", PACKED, "encode", 1.2),
+    _rate("u16 encode >= 5 G tokens/s", U16, "encode", 5.0),
+    _rate("u16 decode >= 5 G tokens/s", U16, "decode", 5.0),
+    _vs_memcpy("raw encode <= 2x memcpy", RAW, "encode", 2.0,
+               "a raw frame costs over 2 copies of its ids here (it should cost one; noise on a "
+               "busy machine)"),
     _per_call("encode(list of 16)"),
     _per_call("decode(16-id frame)"),
 ]
+
+
+def payload_target(streams: dict[int, np.ndarray]) -> Target:
+    """The packed frame is exactly header + ceil(n * width / 8) bytes (width of the run's ids at
+    the target ISL, `streams`); the value is the difference in bytes."""
+    def expected(f: Figures) -> int:
+        return 16 + -(-f.isl * int(streams[f.isl].max()).bit_length() // 8)
+
+    return Target("packed payload == ceil(n*w/8)",
+                  lambda f: float((f.row(PACKED).nbytes or 0) - expected(f)),
+                  lambda diff: diff == 0,
+                  lambda f, diff: f"{f.row(PACKED).nbytes} bytes, {expected(f)} expected "
+                                  f"(16-byte header + ceil(n * width / 8))")
 
 
 # The plot shows a few series, each once: peers muted and dashed, tokenwire strong and solid.
@@ -268,28 +249,23 @@ def plot(rows: Sequence[Row], path: str, title: str) -> None:
     plt = pyplot()
     by = {(r.name, r.isl): r for r in rows}
     isls = sorted({r.isl for r in rows})
-    have = {r.name for r in rows}
-    peers = [n for n in PLOT_PEERS if n in have]
-    ours = [n for n in PLOT_TOKENWIRE if n in have]
+    peers = [n for n in PLOT_PEERS if (n, isls[0]) in by]
+    ours = [n for n in PLOT_TOKENWIRE if (n, isls[0]) in by]
     fig, (ax_t, ax_x, ax_b) = plt.subplots(1, 3, figsize=(17, 5.8),
                                            gridspec_kw={"width_ratios": [1.15, 1.1, 0.9]})
 
-    def line(ax: Any, name: str, values: Callable[[Row], float], label: str | None = None,
-             **style: Any) -> None:
-        pts = [(i, values(by[(name, i)])) for i in isls if (name, i) in by]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label or name,
-                **style)
+    def line(name: str, **style: Any) -> None:
+        """A row's encode + decode time against ISL on the first panel."""
+        ax_t.plot(isls, [by[(name, i)].encode.median_us + by[(name, i)].decode.median_us
+                         for i in isls], marker="o", **{"label": name, **style})
 
     for name, grey in zip(peers, _PEER_GREYS):
-        line(ax_t, name, lambda r: r.encode_us + r.decode_us, color=grey, linestyle="--",
-             linewidth=1.4, markersize=4)
+        line(name, color=grey, linestyle="--", linewidth=1.4, markersize=4)
     for name, colour in zip(ours, _TW_COLOURS):
-        line(ax_t, name, lambda r: r.encode_us + r.decode_us, color=colour, linewidth=2.6,
-             markersize=6)
-    if any((MEMCPY, i) in by for i in isls):
-        # Two copies (np.copyto each way); raw's decode is a view, so raw can sit below it.
-        line(ax_t, MEMCPY, lambda r: r.encode_us + r.decode_us, color="black", linestyle=":",
-             linewidth=1.2, markersize=0, label="memcpy, each way (raw decodes as a view)")
+        line(name, color=colour, linewidth=2.6, markersize=6)
+    # Two copies (np.copyto each way); raw's decode is a view, so raw can sit below it.
+    line(MEMCPY, color="black", linestyle=":", linewidth=1.2, markersize=0,
+         label="memcpy, each way (raw decodes as a view)")
     ax_t.set(xscale="log", yscale="log", xlabel="ISL (ids per request)",
              ylabel="encode + decode per request (µs, log)",
              title="Time per request (lower is better)")
@@ -300,7 +276,7 @@ def plot(rows: Sequence[Row], path: str, title: str) -> None:
     width = 0.8 / max(1, len(ours))
     for k, (name, colour) in enumerate(zip(ours, _TW_COLOURS)):
         xs = [j + (k - (len(ours) - 1) / 2) * width for j in range(len(isls))]
-        ys = [by[(name, i)].x_pickle if (name, i) in by else 0.0 for i in isls]
+        ys = [by[(name, i)].x_pickle for i in isls]
         bars = ax_x.bar(xs, ys, width * 0.92, color=colour, label=name)
         ax_x.bar_label(bars, labels=[f"{y:.0f}×" if y >= 10 else f"{y:.1f}×" for y in ys],
                        fontsize=7, padding=2)
@@ -346,62 +322,40 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", metavar="PNG", help="also draw time and size against ISL")
 
 
-class _Run:
-    """The state of one `python -m bench` run that the suite's callbacks share: the id streams
-    (seeded or a file's) and the header that names them."""
+def _source(args: argparse.Namespace) -> str:
+    """Where the run's ids come from, as its header and JSON name it."""
+    return f"ids from {args.ids}" if args.ids else \
+        f"Zipf stream over a {VOCABS['qwen']:,}-id vocabulary"
 
-    def __init__(self) -> None:
-        self.streams: dict[int, np.ndarray] = {}
-        self.source = f"Zipf stream over a {VOCABS['qwen']:,}-id vocabulary"
-        self.header = ""
 
-    def stream(self, n: int, args: argparse.Namespace) -> np.ndarray:
-        if n not in self.streams:
-            self.streams[n] = load_ids(n, args.ids)
-        return self.streams[n]
-
-    def methods(self, n: int, args: argparse.Namespace) -> list[Method]:
-        methods = methods_for(self.stream(n, args), token_stream(n, VOCABS["llama2"], seed=1))
-        if args.only:
-            methods = [m for m in methods if m.name in (PICKLE_LIST, MEMCPY)
-                       or any(o.lower() in m.name.lower() for o in args.only)]
-        return methods
-
-    def make_header(self, args: argparse.Namespace) -> str:
-        if args.ids:
-            self.source = f"ids from {args.ids}"
-        self.header = (f"tokenwire bench — {machine()}\nids: {self.source}; CRC-32C hardware: "
-                       f"{tokenwire._core.CRC32C_HARDWARE}")
-        return self.header
-
-    def payload_target(self) -> Target:
-        """The packed frame is exactly header + ceil(n * width / 8) bytes (width of this run's
-        ids); the value is the difference in bytes."""
-        def expected(f: Figures) -> int:
-            return 16 + -(-f.isl * int(self.streams[f.isl].max()).bit_length() // 8)
-
-        return Target("packed payload == ceil(n*w/8)",
-                      lambda f: float((f.row(PACKED).nbytes or 0) - expected(f)),
-                      lambda diff: diff == 0,
-                      lambda f, diff: f"{f.row(PACKED).nbytes} bytes, {expected(f)} expected "
-                                      f"(16-byte header + ceil(n * width / 8))")
-
-    def after(self, results: Sequence[Result], args: argparse.Namespace) -> None:
-        rows = rows_of(results)
-        small = [r for r in results if r.group == PER_CALL]
-        print("\nper call (16 ids): " + ", ".join(f"{r.name} {r.total_us():.3f} µs" for r in small))
-        if args.plot:
-            plot(rows, args.plot, self.header)
+def _header(args: argparse.Namespace) -> str:
+    return (f"tokenwire bench — {machine()}\nids: {_source(args)}; CRC-32C hardware: "
+            f"{tokenwire._core.CRC32C_HARDWARE}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    run = _Run()
+    streams: dict[int, np.ndarray] = {}     # the run's ids by ISL, seeded or a file's
+
+    def methods(n: int, args: argparse.Namespace) -> list[Method]:
+        streams[n] = load_ids(n, args.ids)
+        return [m for m in methods_for(streams[n], token_stream(n, VOCABS["llama2"], seed=1))
+                if not args.only or m.name in (PICKLE_LIST, MEMCPY)
+                or any(o.lower() in m.name.lower() for o in args.only)]
+
+    def after(results: Sequence[Result], args: argparse.Namespace) -> None:
+        small = [r for r in results if r.group == PER_CALL]
+        print("\nper call (16 ids): " + ", ".join(f"{r.name} {r.total_us():.3f} µs" for r in small))
+        if args.plot:
+            plot(rows_of(results), args.plot, _header(args))
+
     return suite_main(argv, Suite(
-        name="codec", prog="python -m bench", doc=__doc__ or "", methods=run.methods, targets=[*TARGETS, run.payload_target()], repeat=11, round_ms=10.0,
+        name="codec", prog="python -m bench", doc=__doc__ or "", methods=methods,
+        targets=[*TARGETS, payload_target(streams)], repeat=11, round_ms=10.0,
         table=lambda results: print_rows(rows_of(results)),
-        extra=lambda args: per_call(*((5, 0.003) if args.quick else (args.repeat, args.round_ms / 1e3))),
-        after=run.after, add_arguments=_add_arguments, header=run.make_header,
-        json_meta=lambda args, results: {"source": run.source}))
+        extra=lambda args: per_call(*((5, 0.003) if args.quick
+                                      else (args.repeat, args.round_ms / 1e3))),
+        after=after, add_arguments=_add_arguments, header=_header,
+        json_meta=lambda args, results: {"source": _source(args)}))
 
 
 if __name__ == "__main__":
