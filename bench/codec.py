@@ -32,40 +32,27 @@ def _optional(name: str) -> Any:
         return None
 
 
-def openzl_codec() -> tuple[Callable[[np.ndarray], bytes], Callable[[bytes], np.ndarray]] | None:
-    """OpenZL's field-aware LZ graph over one numeric (int32) input as (encode, decode), or
-    None when the `openzl` package is not installed (in no extra)."""
-    ext, graphs = _optional("openzl.ext"), _optional("openzl.ext.graphs")
-    if ext is None or graphs is None:
-        return None
-    compressor = ext.Compressor()
-    compressor.select_starting_graph(graphs.FieldLz()(compressor))
-    cctx, dctx = ext.CCtx(), ext.DCtx()
-    cctx.ref_compressor(compressor)
-    cctx.set_parameter(ext.CParam.StickyParameters, 1)
-    cctx.set_parameter(ext.CParam.FormatVersion, ext.MAX_FORMAT_VERSION)
-
-    def enc(ids: np.ndarray) -> bytes:
-        return bytes(cctx.compress([ext.Input(ext.Type.Numeric, ids)]))
-
-    def dec(blob: bytes) -> np.ndarray:
-        return np.asarray(dctx.decompress(blob)[0].content.as_nparray())
-
-    enc.compressor = compressor      # type: ignore[attr-defined]  # kept alive with cctx
-    return enc, dec
-
-
 def compression_peers(ids: np.ndarray) -> list[Method]:
-    """OpenZL and integer-compression libraries, each from an int32 ndarray to its own bytes and
-    back to an ndarray (preallocated output where the API wants one); rows only for those
-    installed (pip install openzl: in no extra)."""
+    """OpenZL's field-aware LZ and integer-compression libraries, each from an int32 ndarray to
+    its own bytes and back to an ndarray (preallocated output where the API wants one); rows
+    only for those installed (`openzl` is in no extra: pip install openzl)."""
     out, u = [], ids.view(np.uint32)
-    openzl, fastpfor = openzl_codec(), _optional("pyfastpfor")
-    svb, pcodec = _optional("libstreamvbyte"), _optional("pcodec")
-    if openzl is not None:
-        oz_enc, oz_dec = openzl
-        out.append(codec_method("openzl FieldLz(int32)", lambda: oz_enc(ids),
-                                lambda b: lambda: oz_dec(b)))
+    ext, graphs = _optional("openzl.ext"), _optional("openzl.ext.graphs")
+    fastpfor, svb, pcodec = map(_optional, ("pyfastpfor", "libstreamvbyte", "pcodec"))
+    if ext is not None and graphs is not None:      # FieldLz over one numeric (int32) input
+        compressor = ext.Compressor()
+        compressor.select_starting_graph(graphs.FieldLz()(compressor))
+        cctx, dctx = ext.CCtx(), ext.DCtx()
+        cctx.ref_compressor(compressor)
+        cctx.set_parameter(ext.CParam.StickyParameters, 1)
+        cctx.set_parameter(ext.CParam.FormatVersion, ext.MAX_FORMAT_VERSION)
+
+        def oz_enc() -> bytes:
+            return bytes(cctx.compress([ext.Input(ext.Type.Numeric, ids)]))
+
+        oz_enc.compressor = compressor      # type: ignore[attr-defined]  # kept alive with cctx
+        out.append(codec_method("openzl FieldLz(int32)", oz_enc, lambda b: lambda: np.asarray(
+            dctx.decompress(b)[0].content.as_nparray())))
     if fastpfor is not None:
         codec = fastpfor.getCodec("simdfastpfor128")
 
