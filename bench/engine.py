@@ -60,17 +60,14 @@ def _fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def default_build_dir() -> pathlib.Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(cache) / "tokenwire" / "engine"
-
-
-def build(build_root: str | os.PathLike[str] | None = None, *, quiet: bool = True) -> pathlib.Path:
-    """Build the extension (or reuse a cached build) and return the path of the module file."""
-    root = pathlib.Path(build_root) if build_root is not None else default_build_dir()
-    out = root / _fingerprint()
-    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    target = out / (MODULE + suffix)
+def build(build_root: str | os.PathLike[str] | None = None) -> pathlib.Path:
+    """Build the extension (or reuse a cached build, by default in the user's cache directory)
+    and return the path of the module file."""
+    if build_root is None:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        build_root = os.path.join(cache, "tokenwire", "engine")
+    out = pathlib.Path(build_root) / _fingerprint()
+    target = out / (MODULE + importlib.machinery.EXTENSION_SUFFIXES[0])
     if target.exists():
         return target
     cmake, ninja = _tool("cmake"), _tool("ninja")
@@ -84,10 +81,10 @@ def build(build_root: str | os.PathLike[str] | None = None, *, quiet: bool = Tru
     out.mkdir(parents=True, exist_ok=True)
     for cmd in (configure, [cmake, "--build", str(work)]):
         # cwd: not the caller's directory, where a source checkout could shadow the package
-        proc = subprocess.run(cmd, cwd=out, capture_output=quiet, text=True)
+        proc = subprocess.run(cmd, cwd=out, capture_output=True, text=True)
         if proc.returncode != 0:
-            detail = (proc.stdout or "")[-2000:] + (proc.stderr or "")[-2000:] if quiet else ""
-            raise EngineBuildError(f"{' '.join(cmd[:2])} ... failed:\n{detail}")
+            raise EngineBuildError(f"{' '.join(cmd[:2])} ... failed:\n{proc.stdout[-2000:]}"
+                                   f"{proc.stderr[-2000:]}")
     if not target.exists():
         raise EngineBuildError(f"the build did not produce {target}")
     return target
@@ -204,16 +201,16 @@ def _odd_last_excess(f: Figures) -> float:
 
 TARGETS: list[Target] = [
     ratio_target("to_vector(TokenVector) <= 1.5x a plain memcpy", BUFFER,
-     "tokenwire::to_vector(TokenVector)", lambda ratio: 1 / ratio <= 1.5),
+                 "tokenwire::to_vector(TokenVector)", lambda ratio: 1 / ratio <= 1.5),
     ratio_target("to_vector(list) >= 5x faster than nanobind's stock caster", LIST_STOCK,
-     "tokenwire::to_vector(list)", 5),
+                 "tokenwire::to_vector(list)", 5),
     ratio_target("to_vector(list) within 1.2x of as_tokens(list)", LIST_AS_TOKENS,
-     "tokenwire::to_vector(list) ", lambda ratio: 1 / ratio <= 1.2),
+                 "tokenwire::to_vector(list) ", lambda ratio: 1 / ratio <= 1.2),
     Target("an odd last item costs that item: within the all-ints list + a one-item list, "
            "+ 1 % (the rows' spread)", _odd_last_excess, lambda excess: excess <= 0.01,
            lambda f, excess: f"{excess:+.1%} of the all-ints list's time"),
     ratio_target("C++ decode of a packed frame <= 3x memcpy", DECODE,
-     "tokenwire::decode(packed) [C++]", lambda ratio: 1 / ratio <= 3.0),
+                 "tokenwire::decode(packed) [C++]", lambda ratio: 1 / ratio <= 3.0),
 ]
 
 
