@@ -196,7 +196,8 @@ def _per_call(name: str) -> Target:
 TARGETS: list[Target] = [
     _rate("packed decode >= 3 G tokens/s", PACKED, "decode", 3.0),
     _vs_memcpy("packed decode <= 3x memcpy", PACKED, "decode", 3.0,
-               "decoding packed costs over 3 copies of the ids here: where bytes are cheap, use raw"),
+               "decoding packed costs over 3 copies of the ids here: where bytes are cheap, "
+               "use raw"),
     _rate("packed encode >= 1.2 G tokens/s (max scan incl.)", PACKED, "encode", 1.2),
     _rate("u16 encode >= 5 G tokens/s", U16, "encode", 5.0),
     _rate("u16 decode >= 5 G tokens/s", U16, "decode", 5.0),

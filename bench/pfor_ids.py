@@ -20,12 +20,12 @@ import importlib.util
 import pathlib
 import sys
 import sysconfig
-from typing import Callable, List, Optional
+from collections.abc import Callable
 
 N_IDS = 131_072
 
 
-def _package_file(package: str, *parts: str) -> Optional[pathlib.Path]:
+def _package_file(package: str, *parts: str) -> pathlib.Path | None:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -33,17 +33,16 @@ def _package_file(package: str, *parts: str) -> Optional[pathlib.Path]:
     return path if path.exists() else None
 
 
-def _corpus_files(name: str) -> List[pathlib.Path]:
+def _corpus_files(name: str) -> list[pathlib.Path]:
     if name == "text":
-        files = sorted(p for p in pathlib.Path("/usr/share/common-licenses").iterdir()
-                       if p.is_file())
-        files += sorted(pathlib.Path("/usr/share/vim").glob("vim*/doc/usr_*.txt"))
-        return files
+        licenses = pathlib.Path("/usr/share/common-licenses").iterdir()
+        return (sorted(p for p in licenses if p.is_file())
+                + sorted(pathlib.Path("/usr/share/vim").glob("vim*/doc/usr_*.txt")))
     return sorted(pathlib.Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
 
 
-def _ids(encode: Callable[[str], List[int]], name: str) -> List[int]:
-    out: List[int] = []
+def _ids(encode: Callable[[str], list[int]], name: str) -> list[int]:
+    out: list[int] = []
     for path in _corpus_files(name):
         out.extend(encode(path.read_text(encoding="utf-8", errors="replace")))
         if len(out) >= N_IDS:
@@ -51,14 +50,14 @@ def _ids(encode: Callable[[str], List[int]], name: str) -> List[int]:
     raise SystemExit(f"corpus {name!r} gave only {len(out)} ids, need {N_IDS}")
 
 
-def _qwen(path: pathlib.Path) -> Callable[[str], List[int]]:
+def _qwen(path: pathlib.Path) -> Callable[[str], list[int]]:
     import tokenizers
 
     tok = tokenizers.Tokenizer.from_file(str(path))
     return lambda text: list(tok.encode(text, add_special_tokens=False).ids)
 
 
-def _cl100k(path: pathlib.Path) -> Callable[[str], List[int]]:
+def _cl100k(path: pathlib.Path) -> Callable[[str], list[int]]:
     import tiktoken
 
     raw = path.read_bytes()
@@ -75,7 +74,7 @@ def _cl100k(path: pathlib.Path) -> Callable[[str], List[int]]:
     return lambda text: enc.encode_ordinary(text)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=pathlib.Path)
     ap.add_argument("--qwen", type=pathlib.Path,

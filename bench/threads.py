@@ -186,25 +186,23 @@ def measure(rows: Sequence[Row], counts: Sequence[int], isl: int, repeat: int, s
     """The figures, and the CPUs other processes kept busy on average meanwhile (None when
     /proc/stat cannot tell): N threads need N free CPUs."""
     inputs = [token_stream(isl, seed=t) for t in range(max(counts))]
-    per_thread = {}
+    figures: dict[tuple[str, int], Figure] = {}
     for r in rows:
         # The first use of a request class configures it (tokenwire caches per-class state):
         # here, in one thread, as a server's first request would; the threads measure the
         # steady state. (The calibration doubles as this warm-up.)
         warm = r.make(inputs[0].copy())
-        per_thread[r.name] = ops or calibrate(warm, seconds)
+        n = ops or calibrate(warm, seconds)
         warm()
-    figures = {(r.name, k): Figure(r.name, k, per_thread[r.name], [], [], []) for r in rows
-               for k in counts}
+        figures.update({(r.name, k): Figure(r.name, k, n, [], [], []) for k in counts})
     busy0, own0, t0 = busy_cpu_seconds(), os.times(), time.perf_counter()
     for i in range(repeat):
         for r in rows:
             stderr_progress(f"round {i + 1}/{repeat}: {r.name}")
-            for k in counts:
-                rate, cpu, faults = run_threads(r, inputs[:k], per_thread[r.name])
-                figures[(r.name, k)].samples.append(rate)
-                figures[(r.name, k)].cpu.append(cpu)
-                figures[(r.name, k)].faults.append(faults)
+            for f in (figures[(r.name, k)] for k in counts):
+                for samples, v in zip((f.samples, f.cpu, f.faults),
+                                      run_threads(r, inputs[:f.threads], f.ops)):
+                    samples.append(v)
     busy1, own1, wall = busy_cpu_seconds(), os.times(), time.perf_counter() - t0
     end_progress()
     others = None
