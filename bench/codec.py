@@ -32,6 +32,12 @@ def _optional(name: str) -> Any:
         return None
 
 
+def _zstd_method(zstandard: Any, level: int, ids: np.ndarray) -> Method:
+    cctx, dctx = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
+    return codec_method(f"zstd-{level}(int32 bytes)", lambda: cctx.compress(ids),
+                        lambda b: lambda: np.frombuffer(dctx.decompress(b), np.int32))
+
+
 def compression_peers(ids: np.ndarray) -> list[Method]:
     """OpenZL's field-aware LZ and integer-compression libraries, each from an int32 ndarray to
     its own bytes and back to an ndarray (preallocated output where the API wants one); rows
@@ -95,11 +101,7 @@ def methods_for(ids: np.ndarray, small: np.ndarray) -> list[Method]:
             codec_method("ndarray.tobytes / np.frombuffer", ids.tobytes,
                          lambda b: lambda: np.frombuffer(b, np.int32))]
     if zstandard is not None:
-        dctx = zstandard.ZstdDecompressor()
-        for level in (1, 3):
-            cctx = zstandard.ZstdCompressor(level=level)
-            out.append(codec_method(f"zstd-{level}(int32 bytes)", lambda c=cctx: c.compress(ids),
-                                    lambda b: lambda: np.frombuffer(dctx.decompress(b), np.int32)))
+        out += [_zstd_method(zstandard, level, ids) for level in (1, 3)]
     if lz4_block is not None:
         out.append(codec_method("lz4.block(int32 bytes)", lambda: lz4_block.compress(ids),
                                 lambda b: lambda: np.frombuffer(lz4_block.decompress(b), np.int32)))
