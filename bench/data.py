@@ -1,10 +1,12 @@
 """What the benchmarks send: ids (seeded streams or a file's; docs/benchmarks.md,
-"Data") and the request tokenwire is measured against, `PlainGenerationRequest`:
+"Data"); the request tokenwire is measured against, `PlainGenerationRequest`:
 GenerationRequest's attributes as plain attributes (`prompt_token_ids` a `list[int]`), default
-pickling and copying; both carry the same `SamplingParams`."""
+pickling and copying; both carry the same `SamplingParams`; and vLLM's engine-core request
+(`engine_core_request`), the one model of it the msgspec and wires suites use."""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -76,3 +78,45 @@ class PlainGenerationRequest:
         self.id = id
         self.lora_request = lora_request
         self.disaggregated_params = disaggregated_params
+
+
+# vLLM's EngineCoreRequest. msgspec is an extra: it is imported where the Structs are made, so
+# that the suites without it still import this module.
+
+@functools.cache
+def engine_sampling_params() -> Any:
+    """The request's sampling parameters as a nested array_like Struct: the fields a chat
+    completion sets, and their neighbours."""
+    import msgspec
+    return msgspec.defstruct("EngineSamplingParams", [
+        ("n", int, 1), ("temperature", float, 1.0), ("top_p", float, 1.0), ("top_k", int, 0),
+        ("max_tokens", Optional[int], 16), ("stop", list[str], []), ("seed", Optional[int], None),
+    ], array_like=True, omit_defaults=True, gc=False)
+
+
+def engine_core_request(name: str, ids: Any) -> Any:
+    """vLLM's `EngineCoreRequest` with ``prompt_token_ids: ids``: today's 20 fields in its order
+    (its Rust frontend writes them as a positional array: "field order is the wire contract"),
+    with its Struct options; `prompt_embeds`, a tensor there, is an ndarray here."""
+    import msgspec
+    fields: list[Any] = [
+        ("request_id", str), ("prompt_token_ids", ids), ("mm_features", Optional[list[Any]]),
+        ("sampling_params", Optional[engine_sampling_params()]),
+        ("pooling_params", Optional[dict[str, Any]]), ("eos_token_id", Optional[int]),
+        ("arrival_time", float), ("lora_request", Optional[dict[str, Any]]),
+        ("cache_salt", Optional[str]), ("data_parallel_rank", Optional[int]),
+        ("prompt_embeds", Optional[np.ndarray], None), ("client_index", int, 0),
+        ("current_wave", int, 0), ("priority", int, 0),
+        ("trace_headers", Optional[dict[str, str]], None), ("resumable", bool, False),
+        ("external_req_id", Optional[str], None), ("reasoning_ended", Optional[bool], None),
+        ("num_computed_tokens", int, 0), ("kv_transfer_params", Optional[dict[str, Any]], None),
+    ]
+    return msgspec.defstruct(name, fields, array_like=True, omit_defaults=True, gc=False)
+
+
+def engine_request(cls: Any, prompt: Any, **fields: Any) -> Any:
+    """A request of `cls` (an `engine_core_request`) with `prompt` and the values a chat
+    completion sends; `fields` sets others (``prompt_embeds``, ``priority``, ...)."""
+    params = engine_sampling_params()(temperature=0.7, max_tokens=256, seed=1)
+    return cls("cmpl-0123456789abcdef-0", prompt, None, params, None, 151_645, 1_700_000_000.25,
+               None, None, None, **fields)

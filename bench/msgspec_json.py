@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, List, Optional, cast
 
 import msgspec
 import numpy as np
@@ -18,55 +18,14 @@ import numpy as np
 import tokenwire
 import tokenwire.msgspec as tw_msgspec
 from tokenwire import TokenVector, as_tokens
-from bench.data import load_ids
+from bench.data import engine_core_request, engine_request, load_ids
 from bench.harness import (GROUPED_NOTE, Method, Result, Suite, Target, push_pull, ratio_target,
                            suite_main, verdict)
 
 
-class SamplingParams(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_tokens: Optional[int] = 16
-    stop: List[str] = []
-    seed: Optional[int] = None
-
-
-def engine_core_request(name: str, ids: Any) -> type[msgspec.Struct]:
-    """vLLM's `EngineCoreRequest` with ``prompt_token_ids: Optional[ids]``: its fields, in its
-    order, with its Struct options."""
-    fields: list[Any] = [
-        ("request_id", str),
-        ("prompt_token_ids", Optional[ids]),
-        ("mm_features", Optional[List[Any]]),
-        ("sampling_params", Optional[SamplingParams]),
-        ("pooling_params", Optional[Dict[str, Any]]),
-        ("eos_token_id", Optional[int]),
-        ("arrival_time", float),
-        ("lora_request", Optional[Dict[str, Any]]),
-        ("cache_salt", Optional[str]),
-        ("data_parallel_rank", Optional[int]),
-        ("prompt_embeds", Optional[np.ndarray], None),
-        ("client_index", int, 0),
-        ("current_wave", int, 0),
-        ("priority", int, 0),
-        ("trace_headers", Optional[Dict[str, str]], None),
-    ]
-    return msgspec.defstruct(name, fields, module=__name__, array_like=True, omit_defaults=True,
-                             gc=False)
-
-
-ListRequest = engine_core_request("ListRequest", List[int])
-TokenRequest = engine_core_request("TokenRequest", TokenVector)
-
-
-def make_request(cls: type, prompt: Any, **fields: Any) -> Any:
-    """A request of `cls` (`ListRequest`, `TokenRequest`) with `prompt` and the values a chat
-    completion sends; `fields` sets others (``prompt_embeds``, ``priority``, ...)."""
-    return cls("cmpl-0123456789abcdef-0", prompt, None,
-               SamplingParams(temperature=0.7, max_tokens=256, seed=1), None, 151_645,
-               1_700_000_000.25, None, None, None, **fields)
+#: vLLM's EngineCoreRequest (bench/data.py) with the ids as today and as tokenwire's field.
+ListRequest = engine_core_request("ListRequest", Optional[List[int]])
+TokenRequest = engine_core_request("TokenRequest", Optional[TokenVector])
 
 
 G_MSGPACK = "engine-core Struct, msgpack encode+decode"
@@ -83,12 +42,12 @@ def struct_methods(ids: np.ndarray) -> list[Method]:
     lst = ids.tolist()
     tv = tokenwire.as_tokens(ids)
 
-    list_req = make_request(ListRequest, lst)
+    list_req = engine_request(ListRequest, lst)
     enc_list = msgspec.msgpack.Encoder()
     dec_list = msgspec.msgpack.Decoder(ListRequest)
     wire_list = enc_list.encode(list_req)
 
-    tv_req = make_request(TokenRequest, tv)
+    tv_req = engine_request(TokenRequest, tv)
     hooks = tw_msgspec.Hooks()
     enc_hooks = msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook)
     dec_hooks = msgspec.msgpack.Decoder(TokenRequest, ext_hook=hooks.ext_hook,
@@ -245,7 +204,7 @@ def host_methods(ids: np.ndarray) -> list[Method]:
             (LIST, ListRequest, lst, None),
             (AUTO, TokenRequest, tv, tw_msgspec.Hooks()),
             (RAW, TokenRequest, tv, tw_msgspec.Hooks(codec="raw"))):
-        req = make_request(cls, prompt)
+        req = engine_request(cls, prompt)
         enc, dec = HostEncoder(hooks), HostDecoder(cls, hooks)
         frames = [bytes(f) for f in enc.encode(req)]          # what the engine holds
 

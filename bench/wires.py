@@ -12,7 +12,7 @@ import numpy as np
 
 import tokenwire
 import tokenwire.wires as wires
-from bench.data import token_stream
+from bench.data import engine_core_request, engine_request, token_stream
 from bench.harness import Method, Result, Target, grouped_suite_main, ratio_target, verdict
 from bench.harness import timed as m
 
@@ -49,40 +49,16 @@ def _request_class() -> Any:
 
 Request = _request_class()
 
-# vLLM's EngineCoreRequest as its Rust frontend sends it: a positional (array_like) msgpack array
-# of 20 fields, "field order is the wire contract"; the ids are the second.
-_ENGINE_FIELDS: list[tuple[str, Any]] = [
-    ("request_id", str), ("prompt_token_ids", Optional[list[int]]),
-    ("mm_features", Optional[list[Any]]), ("sampling_params", Optional[dict[str, Any]]),
-    ("pooling_params", Optional[dict[str, Any]]), ("eos_token_id", Optional[int]),
-    ("arrival_time", float), ("lora_request", Optional[dict[str, Any]]),
-    ("cache_salt", Optional[str]), ("data_parallel_rank", Optional[int]),
-    ("prompt_embeds", Optional[bytes]), ("client_index", int), ("current_wave", int),
-    ("priority", int), ("trace_headers", Optional[dict[str, str]]),
-    ("resumable", bool), ("external_req_id", Optional[str]), ("reasoning_ended", Optional[bool]),
-    ("num_computed_tokens", int), ("kv_transfer_params", Optional[dict[str, Any]])]
-
-
-def _engine_struct(ids_type: Any) -> Any:
-    fields = [(name, ids_type if name == "prompt_token_ids" else t) for name, t in _ENGINE_FIELDS]
-    return msgspec.defstruct("EngineCoreRequest", fields, array_like=True, gc=False)
-
-
-EngineListed, EngineRaw = _engine_struct(Optional[list[int]]), _engine_struct(msgspec.Raw)
-
-
-def _engine_message(lst: list[int]) -> bytes:
-    """The frontend's bytes for one request (msgspec writes the same bytes from the list)."""
-    values = ["req-0", lst, None, {"max_tokens": 16, "temperature": 0.7}, None, 151_645,
-              1.7e9, None, None, None, None, 0, 0, 0, None, False, None, None, 0, None]
-    return msgspec.msgpack.encode(values)
+#: vLLM's EngineCoreRequest (bench/data.py), the ids as the engine types them and as msgspec.Raw.
+EngineListed = engine_core_request("EngineCoreRequest", Optional[list[int]])
+EngineRaw = engine_core_request("EngineCoreRequest", msgspec.Raw)
 
 
 def _engine_receive(lst: list[int]) -> tuple[Callable[[], object], Callable[[], object]]:
     """The engine's receive of one request, as it is and with tokenwire: decode the message
     into the Struct, then write its ids into a row of the persistent batch (InputBatch's
     `token_ids_cpu[row, :n] = prompt_token_ids`)."""
-    data = _engine_message(lst)
+    data = msgspec.msgpack.encode(engine_request(EngineListed, lst))   # the frontend's bytes
     batch = np.zeros((2, len(lst)), dtype=np.int32)
     listed = msgspec.msgpack.Decoder(EngineListed).decode
     raw = msgspec.msgpack.Decoder(EngineRaw).decode
@@ -98,8 +74,8 @@ def _engine_receive(lst: list[int]) -> tuple[Callable[[], object], Callable[[], 
 
     as_is()
     with_tokenwire()
-    if not np.array_equal(batch[0], batch[1]):
-        raise SystemExit("engine-core receive: the two paths wrote different rows")
+    if not (batch == np.array(lst, dtype=np.int32)).all():
+        raise SystemExit("engine-core receive: a path wrote other ids than those sent")
     return as_is, with_tokenwire
 
 

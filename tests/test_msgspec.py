@@ -30,6 +30,7 @@ from tokenwire import TokenVector, WireFormatError  # noqa: E402
 from tokenwire.errors import ChecksumError  # noqa: E402
 from tokenwire._core import INT_CACHE_SIZE, ImmutableBuffer  # noqa: E402
 import bench.msgspec_json as vllm  # noqa: E402
+from bench.data import engine_request  # noqa: E402
 from bench.msgspec_json import HostDecoder, HostEncoder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -765,7 +766,8 @@ def test_router_identity_and_type_both_ways() -> None:
 
 # -------------------------------------------------------------------------------------------
 # A host encoder that keeps its own aux buffer list (the shape of vLLM's MsgpackEncoder), and
-# vLLM's EngineCoreRequest: the benchmark's model of both (bench/msgspec_json.py), one copy.
+# vLLM's EngineCoreRequest: the benchmarks' models of both (bench/msgspec_json.py, bench/data.py),
+# one copy.
 
 TW = tm.Hooks()                          # the tokenwire line's hooks, per test
 
@@ -773,8 +775,8 @@ TW = tm.Hooks()                          # the tokenwire line's hooks, per test
 def test_the_out_of_band_encoder_chained_with_a_host_hook_fails_on_its_buffers() -> None:
     """What happens without aux_enc_hook: the host's hook runs outside its own encode."""
     host = HostEncoder(TW)
-    req = vllm.make_request(vllm.TokenRequest, tokenwire.as_tokens(BIG),
-                     prompt_embeds=np.ones((64, 8), np.float32))
+    req = engine_request(vllm.TokenRequest, tokenwire.as_tokens(BIG),
+                         prompt_embeds=np.ones((64, 8), np.float32))
     with pytest.raises(AssertionError):
         tm.Encoder(enc_hook=host.enc_hook).encode(req)
 
@@ -786,8 +788,8 @@ def test_one_buffer_list_for_tokens_and_tensors_over_zmq(codec: str) -> None:
     ctx, pull, push = _socket_pair((zmq.PULL, zmq.PUSH))
     try:
         embeds = np.arange(64 * 16, dtype=np.float32).reshape(64, 16)
-        req = vllm.make_request(vllm.TokenRequest, tokenwire.as_tokens(BIG), prompt_embeds=embeds,
-                         priority=1)
+        req = engine_request(vllm.TokenRequest, tokenwire.as_tokens(BIG), prompt_embeds=embeds,
+                             priority=1)
         frames = HostEncoder(TW).encode(req)
         assert len(frames) == 3                       # [main, tokens, tensor]: one list
         push.send_multipart([b"\x00", *frames], copy=False)
@@ -798,13 +800,13 @@ def test_one_buffer_list_for_tokens_and_tensors_over_zmq(codec: str) -> None:
         assert got.prompt_token_ids.copy() == BIG and type(got.prompt_token_ids.copy()) is list
         # A short prompt and a small tensor stay inline; a host decoder without the tokenwire
         # line on an old peer's list message still works (engine first, then the proxy).
-        small = vllm.make_request(vllm.TokenRequest, tokenwire.as_tokens([1, 2, 3]),
-                           prompt_embeds=np.ones(4, np.float32))
+        small = engine_request(vllm.TokenRequest, tokenwire.as_tokens([1, 2, 3]),
+                               prompt_embeds=np.ones(4, np.float32))
         assert len(HostEncoder(TW).encode(small)) == 1
         back = HostDecoder(vllm.TokenRequest, TW).decode(HostEncoder(TW).encode(small))
         assert back.prompt_token_ids == [1, 2, 3] and np.array_equal(back.prompt_embeds,
                                                                      small.prompt_embeds)
-        old_peer = HostEncoder(None).encode(vllm.make_request(vllm.ListRequest, list(BIG)))
+        old_peer = HostEncoder(None).encode(engine_request(vllm.ListRequest, list(BIG)))
         assert HostDecoder(vllm.TokenRequest, TW).decode(old_peer).prompt_token_ids == BIG
     finally:
         TW = tm.Hooks()
@@ -826,8 +828,8 @@ def test_aux_ext_hook_keeps_no_frame_once_the_message_is_dropped(codec: str) -> 
         before = tracemalloc.get_traced_memory()[0]
         ids = tokenwire.as_tokens(np.arange(2_000_000, dtype=np.int32))      # 8 MB of ids
         embeds = np.ones((8, 1024, 1024), np.float32)                           # 32 MB
-        frames = HostEncoder(TW).encode(vllm.make_request(vllm.TokenRequest, ids, prompt_embeds=embeds,
-                                                   priority=1))
+        frames = HostEncoder(TW).encode(engine_request(vllm.TokenRequest, ids,
+                                                       prompt_embeds=embeds, priority=1))
         assert len(frames) == 3
         frames = [bytes(f) for f in frames]           # as received: frames of their own
         got = HostDecoder(vllm.TokenRequest, TW).decode(frames)
