@@ -14,8 +14,9 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any, Dict
 
-import tokenwire
-from tokenwire import GenerationRequest, token_buffer
+import numpy as np
+
+from tokenwire import GenerationRequest, TokenVector, as_tokens, token_buffer
 from bench import ROOT
 from bench.data import PlainGenerationRequest, SamplingParams, token_stream
 from bench.harness import (Method, Result, Target, group_ratios, grouped_suite_main, load_module,
@@ -24,6 +25,7 @@ from tokenwire.transport import dumps_oob, loads_oob
 
 PROTOCOL = 5
 PROMPT = GenerationRequest.prompt_token_ids
+KW: dict[str, Any] = dict(id=1, arrival_time=1.0)       # the requests' other attributes
 
 
 def rt(obj: Any, protocol: int = PROTOCOL) -> Any:
@@ -57,27 +59,14 @@ def _tokenized(cls: Any, ids: list[int], sp: Any) -> Any:
     return cls("rid-0", "", ids, None, sp, False, -1, 0, None, False)
 
 
-#: The engine's `Request(input_token_ids=...)` stand-in of examples/worker_submit.py: a 1-D int32
-#: buffer is one memcpy; a list[int] is cast element by element, as a binding's default does.
-engine_request = worker_submit.native_request_ctor
-
-
-def submit_unchanged(req: Any) -> Any:
-    """The worker's code before adoption: its own deep copy of the ids, the list to the engine."""
-    ids = copy.deepcopy(req.input_ids)
-    return engine_request(ids), ids
-
-
-def submit_buffer(req: Any) -> Any:
-    """+ buffer hand-off: the engine gets the int32 buffer; the deepcopy is still there."""
-    ids = copy.deepcopy(req.input_ids)
-    return engine_request(token_buffer(req, "input_ids")), ids
-
-
-def submit_adopted(req: Any) -> Any:
-    """+ no deepcopy: ints are immutable, a shallow `list(...)` is an independent list."""
-    ids = list(req.input_ids)
-    return engine_request(token_buffer(req, "input_ids")), ids
+def submit(req: Any, buffer: bool = False, deepcopy: bool = True) -> Any:
+    """The worker's hand-off to the engine's `Request(input_token_ids=...)` (the stand-in of
+    examples/worker_submit.py: a 1-D int32 buffer is one memcpy, a list[int] is cast element by
+    element, as a binding's default does). Unchanged, the worker deep-copies the ids and gives
+    the engine that list; `buffer` gives it the int32 buffer instead; `deepcopy=False` takes a
+    shallow `list(...)`, an independent list too since ints are immutable."""
+    ids = copy.deepcopy(req.input_ids) if deepcopy else list(req.input_ids)
+    return worker_submit.native_request_ctor(token_buffer(req, "input_ids") if buffer else ids), ids
 
 
 G_DC_P4 = "dataclass (32 fields): pickle.dumps+loads, protocol 4"
@@ -86,13 +75,10 @@ G_SUBMIT = "dataclass: whole submit = loads + worker's hand-off (protocol 5)"
 G_PROXY = "proxy serialize: request built from a list, pickle.dumps protocol 5"
 
 
-def dataclass_methods(n: int) -> list[Method]:
-    lst = token_stream(n).tolist()
-    sp = SamplingParams()
-    plain, adopted = _tokenized(TokenizedReq, lst, sp), _tokenized(TwTokenizedReq, lst, sp)
-    data_plain = pickle.dumps(plain, protocol=5)
-    data_tw = pickle.dumps(adopted, protocol=5)
-    assert submit_adopted(pickle.loads(data_tw))[1] == lst
+def dataclass_methods(lst: list[int], sp: SamplingParams) -> list[Method]:
+    data_plain = pickle.dumps(_tokenized(TokenizedReq, lst, sp), protocol=5)
+    data_tw = pickle.dumps(_tokenized(TwTokenizedReq, lst, sp), protocol=5)
+    assert submit(pickle.loads(data_tw), buffer=True, deepcopy=False)[1] == lst
 
     def build_and_rt(cls: Any, protocol: int) -> Callable[[], Any]:
         return lambda: rt(_tokenized(cls, lst, sp), protocol)
@@ -103,29 +89,27 @@ def dataclass_methods(n: int) -> list[Method]:
         timed(G_DC_P5, "unmodified dataclass", build_and_rt(TokenizedReq, 5), True),
         timed(G_DC_P5, "token_fields dataclass", build_and_rt(TwTokenizedReq, 5)),
         timed(G_SUBMIT, "unmodified: loads, deepcopy(ids), engine(list)",
-           lambda: submit_unchanged(pickle.loads(data_plain)), True),
-        timed(G_SUBMIT, "pickle only (worker unchanged)", lambda: submit_unchanged(pickle.loads(data_tw))),
-        timed(G_SUBMIT, "+ buffer hand-off", lambda: submit_buffer(pickle.loads(data_tw))),
-        timed(G_SUBMIT, "+ no deepcopy (list(ids))", lambda: submit_adopted(pickle.loads(data_tw))),
+              lambda: submit(pickle.loads(data_plain)), True),
+        timed(G_SUBMIT, "pickle only (worker unchanged)", lambda: submit(pickle.loads(data_tw))),
+        timed(G_SUBMIT, "+ buffer hand-off", lambda: submit(pickle.loads(data_tw), buffer=True)),
+        timed(G_SUBMIT, "+ no deepcopy (list(ids))",
+              lambda: submit(pickle.loads(data_tw), buffer=True, deepcopy=False)),
     ]
 
 
-def proxy_methods(n: int) -> list[Method]:
-    lst = token_stream(n).tolist()
-    sp = SamplingParams()
-    kw: dict[str, Any] = dict(id=1, arrival_time=1.0)
-    built = GenerationRequest(tokenwire.as_tokens(lst), sp, **kw)
+def proxy_methods(lst: list[int], sp: SamplingParams) -> list[Method]:
+    built = GenerationRequest(as_tokens(lst), sp, **KW)
 
     def reference() -> Any:
-        tokenwire.as_tokens(lst)
+        as_tokens(lst)
         return pickle.dumps(built, protocol=PROTOCOL)
 
     return [
         timed(G_PROXY, "as_tokens(list) + dumps(request already built)", reference, True),
         timed(G_PROXY, "dumps(GenerationRequest(list))",
-           lambda: pickle.dumps(GenerationRequest(lst, sp, **kw), protocol=PROTOCOL)),
+              lambda: pickle.dumps(GenerationRequest(lst, sp, **KW), protocol=PROTOCOL)),
         timed(G_PROXY, "dumps_oob(GenerationRequest(list))",
-           lambda: dumps_oob(GenerationRequest(lst, sp, **kw))),
+              lambda: dumps_oob(GenerationRequest(lst, sp, **KW))),
     ]
 
 
@@ -133,60 +117,44 @@ G_STRUCT = "SGLang Struct from the tokenizer's list: build + dumps(protocol 5, b
 G_STRUCT_ARR = "SGLang Struct from an array('q') the proxy holds: build + dumps(5, buffer_callback) + loads + first read"
 
 
-def _struct_classes() -> tuple[Any, Any]:
-    """SGLang's TokenizedGenerateReqInput as a msgspec.Struct (pickled by zmq's send_pyobj):
-    unmodified (`input_ids: array`) and adopted (`input_ids: TokenVector`, docs/adopting.md)."""
+def _sglang_struct(name: str, ids: Any) -> Any:
+    """SGLang's TokenizedGenerateReqInput as a msgspec.Struct (pickled by zmq's send_pyobj), its
+    ids typed `ids`: `array` unmodified, `TokenVector` adopted (docs/adopting.md). Named in this
+    module, where the pickles look for it."""
     import msgspec
-
-    def struct(name: str, ids: Any) -> Any:
-        return msgspec.defstruct(name, [
-            ("rid", str),
-            ("input_text", str),
-            ("input_ids", ids),
-            ("sampling_params", Dict[str, Any]),
-            ("return_logprob", bool, False),
-            ("logprob_start_len", int, -1),
-            ("top_logprobs_num", int, 0),
-            ("stream", bool, False),
-            ("lora_path", Any, None),
-            ("session_params", Any, None),
-        ], module=__name__)
-
-    StructReq = struct("StructReq", array)
-    TwStructReq = struct("TwStructReq", tokenwire.TokenVector)
-    globals().update(StructReq=StructReq, TwStructReq=TwStructReq)   # pickles name them here
-    return StructReq, TwStructReq
+    globals()[name] = cls = msgspec.defstruct(name, [
+        ("rid", str), ("input_text", str), ("input_ids", ids), ("sampling_params", Dict[str, Any]),
+        ("return_logprob", bool, False), ("logprob_start_len", int, -1),
+        ("top_logprobs_num", int, 0), ("stream", bool, False), ("lora_path", Any, None),
+        ("session_params", Any, None)], module=__name__)
+    return cls
 
 
-def struct_methods(n: int) -> list[Method]:
+def struct_methods(lst: list[int]) -> list[Method]:
     """The proxy builds the Struct from the tokenizer's list (SGLang: ``array('q', ids)``;
     adopted: ``as_tokens(ids)``), pickles it at protocol 5 with a buffer_callback (the ids of a
     TokenVector travel out of band; an array's are in the pickle), the worker loads it and
     reads the ids' first and last items."""
     try:
-        StructReq, TwStructReq = _struct_classes()
+        Req, TwReq = _sglang_struct("StructReq", array), _sglang_struct("TwStructReq", TokenVector)
     except ImportError:                  # msgspec is an extra
         return []
-
-    lst = token_stream(n).tolist()
     sp = {"temperature": 0.7, "max_new_tokens": 128}
 
     def send(req: Any) -> Any:
         buffers: list[pickle.PickleBuffer] = []
         data = pickle.dumps(req, protocol=5, buffer_callback=buffers.append)
-        out = pickle.loads(data, buffers=buffers)
-        ids = out.input_ids
+        ids = pickle.loads(data, buffers=buffers).input_ids
         return ids[0], ids[-1], len(ids)
 
-    arr = array("q", lst)
-    assert send(TwStructReq("r", "", tokenwire.as_tokens(lst), sp)) == send(StructReq("r", "", arr, sp))
+    arr, sglang = array("q", lst), "array('q') (SGLang >= 0.5.13)"
+    assert send(TwReq("r", "", as_tokens(lst), sp)) == send(Req("r", "", arr, sp))
     return [
-        timed(G_STRUCT_ARR, "array('q') (SGLang >= 0.5.13)", lambda: send(StructReq("r", "", arr, sp)), True),
+        timed(G_STRUCT_ARR, sglang, lambda: send(Req("r", "", arr, sp)), True),
         timed(G_STRUCT_ARR, "TokenVector field (as_tokens(arr))",
-           lambda: send(TwStructReq("r", "", tokenwire.as_tokens(arr), sp))),
-        timed(G_STRUCT, "array('q') (SGLang >= 0.5.13)",
-           lambda: send(StructReq("r", "", array("q", lst), sp)), True),
-        timed(G_STRUCT, "TokenVector field", lambda: send(TwStructReq("r", "", tokenwire.as_tokens(lst), sp))),
+              lambda: send(TwReq("r", "", as_tokens(arr), sp))),
+        timed(G_STRUCT, sglang, lambda: send(Req("r", "", array("q", lst), sp)), True),
+        timed(G_STRUCT, "TokenVector field", lambda: send(TwReq("r", "", as_tokens(lst), sp))),
     ]
 
 
@@ -195,8 +163,8 @@ KEY = bytes(range(32))
 TARGET_SIGNING_US = 5.0
 
 
-def signed_methods(n: int) -> list[Method]:
-    req = GenerationRequest(token_stream(n), {"max_tokens": 64}, id=7)
+def signed_methods(ids: np.ndarray) -> list[Method]:
+    req = GenerationRequest(ids, {"max_tokens": 64}, id=7)
 
     def roundtrip(key: bytes | None = None, sign_buffers: bool = False) -> object:
         return loads_oob(dumps_oob(req, key=key, sign_buffers=sign_buffers), key=key,
@@ -209,25 +177,21 @@ def signed_methods(n: int) -> list[Method]:
 
 
 def methods_for(n: int) -> list[Method]:
-    return (request_methods(n) + dataclass_methods(n) + proxy_methods(n) + struct_methods(n)
-            + signed_methods(n))
-
-
-def request_methods(n: int) -> list[Method]:
     ids = token_stream(n)
-    lst = ids.tolist()
-    sp = SamplingParams()
-    kw: dict[str, Any] = dict(id=1, arrival_time=1.0)
-    plain = PlainGenerationRequest(lst, sp, **kw)
-    decoded = rt(GenerationRequest(lst, sp, **kw))          # a worker's request: unread
-    from_array = GenerationRequest(ids, sp, **kw)           # set from an ndarray: unread
-    listed = GenerationRequest(lst, sp, **kw)               # proxy side, list already read once
-    rt(listed)
-    tv = tokenwire.as_tokens(ids)
-    fresh = GenerationRequest(tv, sp, **kw)
-    assert not PROMPT.is_materialized(decoded) and not PROMPT.is_materialized(from_array)
+    lst, sp = ids.tolist(), SamplingParams()
+    return (request_methods(ids, lst, sp) + dataclass_methods(lst, sp) + proxy_methods(lst, sp)
+            + struct_methods(lst) + signed_methods(ids))
 
-    other = GenerationRequest(tv, sp, **kw)
+
+def request_methods(ids: np.ndarray, lst: list[int], sp: SamplingParams) -> list[Method]:
+    plain = PlainGenerationRequest(lst, sp, **KW)
+    decoded = rt(GenerationRequest(lst, sp, **KW))          # a worker's request: unread
+    from_array = GenerationRequest(ids, sp, **KW)           # set from an ndarray: unread
+    listed = GenerationRequest(lst, sp, **KW)               # proxy side, list already read once
+    rt(listed)
+    assert not PROMPT.is_materialized(decoded) and not PROMPT.is_materialized(from_array)
+    tv = as_tokens(ids)
+    fresh, other = GenerationRequest(tv, sp, **KW), GenerationRequest(tv, sp, **KW)
 
     # Both rows pay the same reset (forgetting the list), so the ratio compares the descriptor's
     # first read with a bare tolist().
@@ -244,11 +208,11 @@ def request_methods(n: int) -> list[Method]:
         timed(G_PICKLE_HELD, "decoded from the wire, unread", lambda: rt(decoded)),
         timed(G_PICKLE_HELD, "built from an ndarray", lambda: rt(from_array)),
         timed(G_PICKLE_HELD, "decoded, out-of-band (dumps_oob)",
-               lambda: loads_oob(dumps_oob(decoded, oob_threshold=0))),
+              lambda: loads_oob(dumps_oob(decoded, oob_threshold=0))),
         timed(G_PICKLE_LIST, "plain list request, built",
-               lambda: rt(PlainGenerationRequest(lst, sp, **kw)), True),
+              lambda: rt(PlainGenerationRequest(lst, sp, **KW)), True),
         timed(G_PICKLE_LIST, "GenerationRequest(list), built",
-               lambda: rt(GenerationRequest(lst, sp, **kw))),
+              lambda: rt(GenerationRequest(lst, sp, **KW))),
         timed(G_PICKLE_LIST, "same request again (list re-read)", lambda: rt(listed)),
         timed(G_DEEPCOPY, "plain list request", lambda: copy.deepcopy(plain), True),
         timed(G_DEEPCOPY, "decoded from the wire, unread", lambda: copy.deepcopy(decoded)),
