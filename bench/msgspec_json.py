@@ -39,31 +39,12 @@ B64_LIST = "to_base64(list[int]) / from_base64"
 
 
 def struct_methods(ids: np.ndarray) -> list[Method]:
-    lst = ids.tolist()
-    tv = tokenwire.as_tokens(ids)
-
-    list_req = engine_request(ListRequest, lst)
-    enc_list = msgspec.msgpack.Encoder()
-    dec_list = msgspec.msgpack.Decoder(ListRequest)
-    wire_list = enc_list.encode(list_req)
-
-    tv_req = engine_request(TokenRequest, tv)
-    hooks = tw_msgspec.Hooks()
-    enc_hooks = msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook)
+    lst, tv = ids.tolist(), as_tokens(ids)
+    list_req, tv_req = engine_request(ListRequest, lst), engine_request(TokenRequest, tv)
+    hooks, raw = tw_msgspec.Hooks(), tw_msgspec.Hooks(codec="raw")
     dec_hooks = msgspec.msgpack.Decoder(TokenRequest, ext_hook=hooks.ext_hook,
                                         dec_hook=hooks.dec_hook)
-    wire_hooks = enc_hooks.encode(tv_req)
-
-    raw = tw_msgspec.Hooks(codec="raw")
-    enc_hooks_raw = msgspec.msgpack.Encoder(enc_hook=raw.enc_hook)
-    wire_hooks_raw = enc_hooks_raw.encode(tv_req)
-
-    enc_oob, dec_oob = tw_msgspec.Encoder(), tw_msgspec.Decoder(TokenRequest)
-    # What a receiver holds: the main frame and the buffers as received bytes.
-    wire_oob = [bytes(f) for f in enc_oob.encode(tv_req)]
-    enc_oob_raw = tw_msgspec.Encoder(codec="raw")
-    wire_oob_raw = [bytes(f) for f in enc_oob_raw.encode(tv_req)]
-
+    dec_oob = tw_msgspec.Decoder(TokenRequest)
     body_list = {"prompt_token_ids": lst}
     json_text = json.dumps(body_list)
     ms_json = msgspec.json.encode(body_list)
@@ -73,15 +54,20 @@ def struct_methods(ids: np.ndarray) -> list[Method]:
           baseline: bool = False) -> Method:
         return Method(name, {"encode": enc, "decode": dec}, group, baseline)
 
+    def struct(name: str, enc: Any, dec: Any, req: Any, baseline: bool = False) -> Method:
+        """`enc.encode(req)`, then `dec.decode` of what a receiver holds: the message, or the
+        out-of-band frames (main frame and buffers) as received bytes."""
+        sent = enc.encode(req)
+        wire = [bytes(f) for f in sent] if isinstance(sent, list) else sent
+        return m(G_MSGPACK, name, lambda: enc.encode(req), lambda: dec.decode(wire), baseline)
+
     return [
-        m(G_MSGPACK, "list[int] field, plain msgspec", lambda: enc_list.encode(list_req),
-          lambda: dec_list.decode(wire_list), True),
-        m(G_MSGPACK, HOOKS, lambda: enc_hooks.encode(tv_req), lambda: dec_hooks.decode(wire_hooks)),
-        m(G_MSGPACK, OOB, lambda: enc_oob.encode(tv_req), lambda: dec_oob.decode(wire_oob)),
-        m(G_MSGPACK, HOOKS_RAW, lambda: enc_hooks_raw.encode(tv_req),
-          lambda: dec_hooks.decode(wire_hooks_raw)),
-        m(G_MSGPACK, OOB_RAW, lambda: enc_oob_raw.encode(tv_req),
-          lambda: dec_oob.decode(wire_oob_raw)),
+        struct("list[int] field, plain msgspec", msgspec.msgpack.Encoder(),
+               msgspec.msgpack.Decoder(ListRequest), list_req, True),
+        struct(HOOKS, msgspec.msgpack.Encoder(enc_hook=hooks.enc_hook), dec_hooks, tv_req),
+        struct(OOB, tw_msgspec.Encoder(), dec_oob, tv_req),
+        struct(HOOKS_RAW, msgspec.msgpack.Encoder(enc_hook=raw.enc_hook), dec_hooks, tv_req),
+        struct(OOB_RAW, tw_msgspec.Encoder(codec="raw"), dec_oob, tv_req),
         m(G_JSON, "msgspec.json(list[int])", lambda: msgspec.json.encode(body_list),
           lambda: msgspec.json.decode(ms_json), True),
         m(G_JSON, "json.dumps/loads(list[int])", lambda: json.dumps(body_list),
@@ -110,10 +96,10 @@ TARGETS: list[Target] = [
     ratio_target("out-of-band Encoder/Decoder (default codec) >= 30x faster", G_MSGPACK, OOB, 30),
     ratio_target("out-of-band Encoder/Decoder, codec=\"raw\" >= 200x faster", G_MSGPACK, OOB_RAW,
                  200),
-    ratio_target("from_base64(to_base64(tv)) >= 25x faster than msgspec.json of the list", G_JSON, B64,
-     25),
-    ratio_target("to_base64(list) + from_base64 >= 10x faster than msgspec.json of the list", G_JSON,
-     B64_LIST, 10),
+    ratio_target("from_base64(to_base64(tv)) >= 25x faster than msgspec.json of the list", G_JSON,
+                 B64, 25),
+    ratio_target("to_base64(list) + from_base64 >= 10x faster than msgspec.json of the list",
+                 G_JSON, B64_LIST, 10),
 ]
 
 
@@ -123,6 +109,7 @@ TARGETS: list[Target] = [
 CUSTOM_TYPE_RAW_VIEW = 3          # the host's own Ext codes (1-5); tokenwire uses 84 and 85
 MSGPACK_ZERO_COPY_THRESHOLD = 256
 REQUEST_TYPE_ADD = b"\x00"
+
 
 class HostEncoder:
     """The host's encoder: ndarrays of >= 256 bytes into ``self.aux_buffers`` (None outside
@@ -194,9 +181,9 @@ LIST = "prompt_token_ids: list[int], stock msgspec"
 AUTO = "prompt_token_ids: TokenVector (default codec)"
 RAW = "prompt_token_ids: TokenVector, codec=\"raw\""
 
+
 def host_methods(ids: np.ndarray) -> list[Method]:
-    lst = ids.tolist()
-    tv = as_tokens(ids)
+    lst, tv = ids.tolist(), as_tokens(ids)
     push, pull = push_pull("input.sock")               # the engine core's input socket
     rows: list[Method] = []
     alone_rows: list[Method] = []
@@ -219,8 +206,7 @@ def host_methods(ids: np.ndarray) -> list[Method]:
             enc.encode(req)
             return dec.decode(list(frames))      # a new list per message, as received
 
-        check = dec.decode(frames).prompt_token_ids.copy()
-        if check != lst:
+        if dec.decode(frames).prompt_token_ids.copy() != lst:
             raise SystemExit(f"{name}: the ids that came back differ from those sent")
         nbytes = sum(len(f) for f in frames)
         rows.append(Method(name, {"time": through_zmq}, G_ZMQ, hooks is None, nbytes))

@@ -13,7 +13,8 @@ import numpy as np
 import tokenwire
 import tokenwire.wires as wires
 from bench.data import engine_core_request, engine_request, token_stream
-from bench.harness import Method, Result, Target, grouped_suite_main, ratio_target, verdict
+from bench.harness import (Figures, Method, Result, Target, grouped_suite_main, ratio_target,
+                           verdict)
 from bench.harness import timed as m
 
 try:
@@ -150,30 +151,25 @@ TARGETS: list[Target] = [
 ]
 
 
+#: Each wire's decode group, and its reader's row there.
+READERS: dict[Literal["msgpack", "json", "protobuf"], tuple[str, str]] = {
+    "msgpack": (G_MP_DEC, TW_READ), "json": (G_JS_DEC, TW_READ),
+    "protobuf": (G_PB_DEC, TW_READ + " (field=2)")}
+
+
 def _after(results: Sequence[Result]) -> None:
     print("\nBytes per id, each reader's bytes/ns, and the writers' bytes against the stack's:")
     for n in sorted({r.isl for r in results}):
-        data = _wire_bytes(n)
-        tv = tokenwire.as_tokens(token_stream(n))
-        formats: tuple[tuple[Literal["msgpack", "json", "protobuf"], str, str], ...] = (
-            ("msgpack", G_MP_DEC, TW_READ), ("json", G_JS_DEC, TW_READ),
-            ("protobuf", G_PB_DEC, TW_READ + " (field=2)"))
-        for fmt, group, reader in formats:
-            row = next(r for r in results if r.isl == n and r.group == group and r.name == reader)
-            floor = next(r for r in results if r.isl == n and r.group == group
-                         and r.name == MEMCPY)
-            field = 2 if fmt == "protobuf" else None
-            same = wires.write(tv, fmt, field=field) == data[fmt]
-            print(f"  {verdict(same)} ISL {n:,} {fmt}: {len(data[fmt]) / n:.3f} "
-                  f"bytes/id; reader {len(data[fmt]) / (row.total_us() * 1e3):.2f} bytes/ns "
-                  f"(memcpy {len(data[fmt]) / (floor.total_us() * 1e3):.1f}); writer "
+        f, data, tv = Figures(results, n), _wire_bytes(n), tokenwire.as_tokens(token_stream(n))
+        for fmt, (group, reader) in READERS.items():
+            size = len(data[fmt])
+            same = wires.write(tv, fmt, field=2 if fmt == "protobuf" else None) == data[fmt]
+            print(f"  {verdict(same)} ISL {n:,} {fmt}: {size / n:.3f} bytes/id; reader "
+                  f"{size / (f.row(reader, group=group).total_us() * 1e3):.2f} bytes/ns (memcpy "
+                  f"{size / (f.row(MEMCPY, group=group).total_us() * 1e3):.1f}); writer "
                   f"byte-identical to the stack's: {same}")
 
 
 def main(argv: list[str] | None = None) -> int:
     return grouped_suite_main(argv, suite="wires", doc=__doc__ or "", methods_for=methods_for,
                               targets=TARGETS, after=_after)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
