@@ -6,14 +6,17 @@ rows and the run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import pickle
+import resource
+import struct
 import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,6 +39,9 @@ SHM_SPIN_US = 5000.0
 TOKENWIRE_MODES = MODES[1:]
 FLOOR = "floor"
 ZMQ_MODES = MODES + (FLOOR,)
+#: The floor's request on the wire: bench e2e's 1 byte, bench load's the request's id (8 bytes,
+#: what any message must carry). Its rows' control messages are pickles, longer.
+REQUEST_ID = struct.Struct("<q")
 #: Untimed requests at the start of every row: more than the ring's slots, so each slot's pages
 #: are touched before the timing starts.
 WARMUP = shm._SLOTS + 4
@@ -255,10 +261,55 @@ class WorkerEnd:
         self.socks.close()
 
 
+@functools.lru_cache(maxsize=1)
+def streams(isl: int, seed: int, n: int) -> list[np.ndarray]:
+    """The ids of a row's requests: request i's are stream i % n (seeded, the same for every
+    mode); the last row's kept, for the worker's next set-up (bench e2e's next turn)."""
+    return [token_stream(isl, seed=seed + k) for k in range(n)]
+
+
+def _cpu_s() -> float:
+    """This process's CPU time, every thread (zmq's I/O threads too), user + system."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class _Phase:
+    """A worker's measurements from a row's set-up or "report" to the next "report": in a timed
+    row, per message its submit window (perf_counter: receive + unpickle + token prep + request
+    ctor), token prep and ctor (one request per message, as bench e2e sends them); the process's
+    CPU time, the requests, those whose ids arrived wrong, those that built a list, the
+    channel's slots."""
+
+    def __init__(self, receiver: shm.Receiver) -> None:
+        self.windows: list[tuple[float, float]] = []
+        self.prep_us: list[float] = []
+        self.ctor_us: list[float] = []
+        self.requests = self.bad = self.fallbacks = 0
+        self.check_s = 0.0          # the checks: no part of the path's CPU time
+        self.receiver, self.slots = receiver, receiver.stats["shm"]
+        self.cpu, self.thread = _cpu_s(), time.thread_time()
+
+    def report(self, mon: GilMonitor, gc_log: GcLog) -> dict[str, Any]:
+        windows = self.windows
+        return {"cpu_s": _cpu_s() - self.cpu - self.check_s,      # first: before the lists
+                "thread_s": time.thread_time() - self.thread - self.check_s,
+                "requests": self.requests, "bad": self.bad, "fallbacks": self.fallbacks,
+                "slots": self.receiver.stats["shm"] - self.slots,
+                "latency_us": [(b - a) * 1e6 for a, b in windows], "prep_us": self.prep_us,
+                "ctor_us": self.ctor_us, "end_times": [b for _, b in windows],
+                "gil_us": [s * 1e6 for s in mon.blocked_in(windows)],
+                "gc_us": gc_log.inside(windows)}
+
+
 def worker_main(data_addrs: list[str], results_addr: str, parent: int,
                 engine_path: str | None = None, gil_monitor: bool = True) -> None:
-    """Receive (mode, count, warmup) then `warmup + count` requests, time each submit after
-    the warm-up, acknowledge each, report."""
+    """Idle: wait for a row's set-up on the channel (its mode, ISL, and the `streams` its
+    requests' ids come from), which starts a `_Phase`. In a row: messages of requests, each
+    acked once built (with the requests' ids; the floor's with the message itself), "report"
+    (the phase's report; a new phase starts) and "done" (back to idle). The first data address
+    is the proxy's main socket (set-ups, control messages, and requests at one proxy thread),
+    the others its serializing threads' (requests)."""
     # Looked up once: this check runs after each ack, while the proxy prepares the next request.
     materialized = GenerationRequest.prompt_token_ids.is_materialized
     gc_log = GcLog()
@@ -268,41 +319,56 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
             {"idle_gap_us": mon.idle_gap * 1e6})) as end:
         data, results, receiver = end.data, end.results, end.receiver
         while (ctl := end.control()) is not None:
-            mode, count, warmup = ctl["mode"], ctl["count"], ctl["warmup"]
-            floor_ids = np.zeros(ctl["isl"] if mode == FLOOR else 0, dtype=np.int32)
-            windows, prep, ctor, crcs, fallbacks = [], [], [], [], 0
-            slots_before = receiver.stats["shm"]
+            mode, isl, timed, ph = ctl["mode"], ctl["isl"], ctl["timed"], _Phase(receiver)
+            want = streams(isl, ctl["seed"], ctl["n"])     # the proxy's lists, drawn here too
+            floor_ids = np.zeros(isl if mode == FLOOR else 0, dtype=np.int32)
+            results.send_pyobj(None)                    # set up
             keep: Any = None
-            for k in range(warmup + count):
-                if not end.ready(spin=mode == "tokenwire-shm-spin"):    # outside the window
-                    return                              # the proxy is gone
+            # Outside the window; once the proxy is gone, its next control() ends the worker.
+            while end.ready(spin=mode == "tokenwire-shm-spin"):
                 t0 = time.perf_counter()
-                req = receive(data, mode, receiver)
-                ta = time.perf_counter()
-                source = floor_ids if mode == FLOOR else token_source(req)
-                tb = time.perf_counter()
-                vec = np.array(source) if mode == FLOOR else end.engine.build(req, source)
+                msg = receive(data, mode, receiver)
+                ta = tb = time.perf_counter()
+                if mode == FLOOR and len(msg) > REQUEST_ID.size:
+                    msg = pickle.loads(msg)             # a control message
+                if msg is None:                         # the proxy closes mid-row
+                    return
+                if isinstance(msg, dict):
+                    if msg["op"] == "done":
+                        break
+                    # "report": answered before the next phase's requests, which the proxy's
+                    # threads send on their own sockets, may arrive.
+                    results.send_pyobj(ph.report(mon, gc_log))
+                    ph = _Phase(receiver)
+                    mon.gaps.clear()
+                    gc_log.passes.clear()
+                    continue
+                reqs, vecs = msg if isinstance(msg, list) else [msg], []
+                for req in reqs:
+                    source = floor_ids if mode == FLOOR else token_source(req)
+                    tb = time.perf_counter()
+                    vecs.append(np.array(source) if mode == FLOOR
+                                else end.engine.build(req, source))
                 t1 = time.perf_counter()
-                results.send_pyobj(None)        # ack: the proxy may send the next request
-                if k >= warmup:
-                    windows.append((t0, t1))
-                    prep.append((tb - ta) * 1e6)
-                    ctor.append((t1 - tb) * 1e6)
-                if isinstance(req, GenerationRequest) and materialized(req):
-                    fallbacks += 1              # a list was built: not the buffer path
-                crcs.append(crc(vec))
-                # Keep this request alive through the next window and free the one before it
-                # here, outside any window: rebinding the names inside the next window would
-                # bill a deallocation (40k ints for a list) to that submit.
-                keep = (req, source, vec)  # noqa: F841
-            results.send_pyobj({
-                "latency_us": [(b - a) * 1e6 for a, b in windows], "prep_us": prep,
-                "ctor_us": ctor, "end_times": [b for _, b in windows],
-                "gil_us": [s * 1e6 for s in mon.blocked_in(windows)], "crcs": crcs,
-                "fallbacks": fallbacks, "slots": receiver.stats["shm"] - slots_before,
-                "gc_us": gc_log.inside(windows)})
-            mon.gaps.clear()
-            gc_log.passes.clear()
+                # Ack: the proxy may send the next request. The floor's engine made its one copy.
+                results.send(msg if mode == FLOOR else np.array(
+                    [r.id for r in reqs], np.int64).tobytes(), copy=True)
+                ph.requests += len(reqs)
+                if timed:
+                    ph.windows.append((t0, t1))
+                    ph.prep_us.append((tb - ta) * 1e6)
+                    ph.ctor_us.append((t1 - tb) * 1e6)
+                    # Keep this message alive through the next window and free the one before
+                    # it here, outside any window: rebinding the names inside the next window
+                    # would bill a deallocation (40k ints for a list) to that submit.
+                    keep = (msg, reqs, source, vecs)  # noqa: F841
+                if mode != FLOOR:                       # the floor's messages carry no ids
+                    t = time.thread_time()
+                    for req, vec in zip(reqs, vecs):
+                        ph.bad += not np.array_equal(engine_ids(vec), want[req.id % len(want)])
+                        # A list built: not the buffer path.
+                        ph.fallbacks += isinstance(req, GenerationRequest) and materialized(req)
+                    ph.check_s += time.thread_time() - t
 
 
 # --------------------------------------------------------------------------------------------
@@ -519,12 +585,25 @@ def send(sock: Any, mode: str, frames: list[Any], sender: shm.Sender) -> None:
         sock.send_multipart(frames, copy=mode == "baseline" or mode == "tokenwire")
 
 
+def send_message(sock: Any, mode: str, obj: Any, sender: shm.Sender, i: int = 0) -> None:
+    """`serialize` and `send` in one, for a request, a list of them or a control message. The
+    floor's request goes as request `i`'s id after `serialize`'s as_tokens, its control
+    messages as pickles."""
+    if mode != FLOOR:
+        send(sock, mode, serialize(mode, obj, sender), sender)
+    elif isinstance(obj, dict):
+        sock.send_pyobj(obj)
+    else:
+        serialize(mode, obj, sender)
+        sock.send(REQUEST_ID.pack(i))
+
+
 class ProxyEnd:
     """This process's side of a proxy -> worker pair: the shared-memory Sender, a PUSH socket
     "data" (and `extra` more, one per serializing thread), a PULL socket "results" and the
-    spawned `worker(data_addrs, results_addr, this pid, *args)`, up once it said `hello`."""
+    spawned `worker_main`, up once it said hello."""
 
-    def __init__(self, worker: Callable[..., object], *args: object, slots: int = 0,
+    def __init__(self, engine_path: str | None, gil_monitor: bool = True, slots: int = 0,
                  extra: int = 0, shm_rows: bool = True) -> None:
         import zmq
         self.zmq = zmq
@@ -535,8 +614,8 @@ class ProxyEnd:
         self.extra = [self.socks.bind(zmq.PUSH, f"data{k}") for k in range(extra)]
         self.failed: list[BaseException] = []       # what a serializing thread raised
         addrs = self.socks.addrs
-        self.proc = spawn(worker, [a for name, a in addrs.items() if name != "results"],
-                          addrs["results"], os.getpid(), *args)
+        self.proc = spawn(worker_main, [a for name, a in addrs.items() if name != "results"],
+                          addrs["results"], os.getpid(), engine_path, gil_monitor)
         try:
             self.hello = self.reply("the worker process did not start")
             send_pyobj_oob(self.data, "attach", channel=self.sender)
@@ -564,6 +643,19 @@ class ProxyEnd:
         self.wait(what)
         return self.results.recv_pyobj()
 
+    def row(self, mode: str, isl: int, seed: int, n: int, timed: bool = False) -> None:
+        """Sets the worker up for a row of `mode`, its requests' ids streams(isl, seed, n);
+        `timed`: the worker times each message's submit."""
+        send_pyobj_oob(self.data, {"mode": mode, "isl": isl, "seed": seed, "n": n,
+                                   "timed": timed}, channel=self.sender)
+        self.reply()
+
+    def control(self, mode: str, op: str) -> Any:
+        """The row's "report" (the worker's report of the phase it ends, returned) or "done"
+        (no reply), sent as its requests are."""
+        send_message(self.data, mode, {"op": op}, self.sender)
+        return self.reply() if op == "report" else None
+
     def close(self, timeout: float = 30) -> None:
         """Tells the worker to end (it also ends once this process is gone) and waits for it."""
         try:
@@ -578,60 +670,57 @@ class ProxyEnd:
 
 
 def run_zmq(isls: Sequence[int], count: int, engine_path: str | None = None,
-            modes: Sequence[str] = ZMQ_MODES,
-            warmup: int = WARMUP, gil_monitor: bool = True) -> list[ModeResult]:
-    link = ProxyEnd(worker_main, engine_path, gil_monitor,
-                    shm_rows=bool(set(SHM_MODES) & set(modes)))
+            gil_monitor: bool = True) -> list[ModeResult]:
+    link = ProxyEnd(engine_path, gil_monitor)
     sender, data = link.sender, link.data
     idle_gap_us = link.hello["idle_gap_us"]
     stderr_progress(f"worker up; GIL monitor resolution {idle_gap_us:.1f} µs")
     out: list[ModeResult] = []
     try:
         for isl in isls:
-            # The ids of each request, drawn beforehand (seeded: the same for every mode).
-            streams = [token_stream(isl, seed=1000 * isl + i) for i in range(warmup + count)]
-            expected = [crc(ids) for ids in streams]
+            seed, n = 1000 * isl, WARMUP + count
             rows = {mode: ModeResult(transport="zmq", mode=mode, isl=isl, requests=count,
                                      engine="nanobind" if engine_path else "numpy",
                                      gil_resolution_us=idle_gap_us, correct=True)
-                    for mode in modes}
-            # Turns of BLOCK requests; each mode's warm-up comes first, in its first turn.
-            for mode, lo, hi in turns(modes, count, BLOCK):
+                    for mode in ZMQ_MODES}
+            # Turns of BLOCK requests; each mode's warm-up comes first, in its first turn, a
+            # phase of its own.
+            for mode, lo, hi in turns(ZMQ_MODES, count, BLOCK):
                 stderr_progress(f"e2e zmq: ISL {isl:,}, {mode} {hi}/{count}")
                 res = rows[mode]
-                n_warm = warmup if lo == 0 else 0
-                first, end = warmup + lo - n_warm, warmup + hi
-                # One request at a time, built just before (untimed) from a fresh list:
-                # serialize (timed), send, wait for the worker's ack.
-                starts = []
-                slots_before = sender.stats["shm"]
-                send_pyobj_oob(data, {"mode": mode, "count": end - first - n_warm,
-                                      "warmup": n_warm, "isl": isl}, channel=sender)
-                for i in range(first, end):
-                    req = make_request(mode, streams[i], i)
-                    t0 = time.perf_counter()
-                    frames = serialize(mode, req, sender)
-                    t1 = time.perf_counter()
-                    send(data, mode, frames, sender)
-                    if i >= warmup:
-                        res.send_us.append((t1 - t0) * 1e6)
+                link.row(mode, isl, seed, n, timed=True)
+                for first, end in [(0, WARMUP)] * (lo == 0) + [(WARMUP + lo, WARMUP + hi)]:
+                    # One request at a time, built just before (untimed) from a fresh list:
+                    # serialize (timed), send, wait for the worker's ack.
+                    starts, send_us, slots_before = [], [], sender.stats["shm"]
+                    for i in range(first, end):
+                        req = make_request(mode, streams(isl, seed, n)[i], i)
+                        t0 = time.perf_counter()
+                        frames = serialize(mode, req, sender)
+                        t1 = time.perf_counter()
+                        send(data, mode, frames, sender)
+                        send_us.append((t1 - t0) * 1e6)
                         starts.append(t0)
-                    link.reply()                # ack
-                    del req, frames             # freed here, outside the timed window
-                report = link.reply()
-                for name in ("latency_us", "gil_us", "prep_us", "ctor_us", "gc_us"):
-                    getattr(res, name).extend(report[name])
-                res.trip_us += [(e - s) * 1e6 for s, e in zip(starts, report["end_times"])]
-                # Right ids (the floor's worker copies zeros), no list built, and through the
-                # channel a slot for every request whose ids reach its threshold.
-                slots = sender.stats["shm"] - slots_before
-                want = (end - first if mode in SHM_MODES and sender._attached()
-                        and 4 * isl >= sender._threshold else 0)
-                # (The floor's worker copies zeros: it was sent no ids to check.)
-                want_crcs = ([crc(np.zeros(isl, np.int32))] * (end - first) if mode == FLOOR
-                             else expected[first:end])
-                res.correct &= (report["crcs"] == want_crcs
-                                and report["fallbacks"] == 0 and report["slots"] == slots == want)
+                        link.wait()
+                        link.results.recv()         # ack
+                        del req, frames             # freed here, outside the timed window
+                    report = link.control(mode, "report")
+                    # Every request, right ids (the floor's carry none), no list built, and
+                    # through the channel a slot for every request whose ids reach its
+                    # threshold.
+                    slots = sender.stats["shm"] - slots_before
+                    want = (end - first if mode in SHM_MODES and sender._attached()
+                            and 4 * isl >= sender._threshold else 0)
+                    res.correct &= (report["requests"] == end - first and report["bad"] == 0
+                                    and report["fallbacks"] == 0
+                                    and report["slots"] == slots == want)
+                    if first < WARMUP:
+                        continue                    # the warm-up: checked, not timed
+                    for name in ("latency_us", "gil_us", "prep_us", "ctor_us", "gc_us"):
+                        getattr(res, name).extend(report[name])
+                    res.send_us += send_us
+                    res.trip_us += [(e - s) * 1e6 for s, e in zip(starts, report["end_times"])]
+                link.control(mode, "done")
             out += rows.values()
     finally:
         link.close()

@@ -6,11 +6,8 @@ load", describes the rows and the run.
 from __future__ import annotations
 
 import os
-import pickle
 import queue
 import random
-import resource
-import struct
 import sys
 import threading
 import time
@@ -22,10 +19,7 @@ import numpy as np
 
 from tokenwire import shm
 from tokenwire._core import malloc_settling
-from tokenwire.transport import send_pyobj_oob
-from bench.data import token_stream
-from bench.e2e import (FLOOR, ProxyEnd, WorkerEnd, engine_ids, make_request, receive, send,
-                       serialize, token_source)
+from bench.e2e import FLOOR, ProxyEnd, make_request, send_message, streams
 from bench.engine import build_for, engine_label, engine_option
 from bench.harness import (Target, arg_parser, counts, end_progress, exit_on_sigterm,
                            gil_enabled, ints, load_average, machine, percentile, pyplot,
@@ -52,97 +46,9 @@ OPEN_CAP = 16 * WINDOW
 TARGET_ISL = 40_000
 
 
-def pool(isl: int) -> list[np.ndarray]:
-    return [token_stream(isl, seed=7000 + 1000 * isl + k) for k in range(POOL)]
-
-
-def _send(sock: Any, mode: str, obj: Any, sender: shm.Sender, i: int = -1) -> None:
-    """bench.e2e's serialize and send, for any mode. The floor's message is request `i`'s id
-    (8 bytes: what any message must carry) after `serialize`'s `as_tokens`; its control
-    messages are pickles (longer than 8 bytes)."""
-    if mode == FLOOR:
-        if isinstance(obj, dict):
-            sock.send_pyobj(obj)
-        else:
-            serialize(mode, obj, sender)
-            sock.send(_ID.pack(i))
-        return
-    send(sock, mode, serialize(mode, obj, sender), sender)
-
-
-_ID = struct.Struct("<q")
-
-
-def _cpu_s() -> float:
-    """This process's CPU time, every thread (zmq's I/O threads too), user + system."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-# --------------------------------------------------------------------------------------------
-# Worker process
-
-
-def worker_main(data_addrs: list[str], results_addr: str, parent: int,
-                engine_path: str | None = None) -> None:
-    """Idle: wait for a row's set-up on the channel. In a row: requests (acked by id), "begin"
-    (CPU snapshot, acked), "end" (report CPU, requests, wrong ones) and "done" (back to idle).
-    The first data address is the proxy's main socket (control messages, and requests at one
-    proxy thread), the others its threads' (requests)."""
-    end = WorkerEnd(data_addrs, results_addr, parent, engine_path, {})
-    data, acks, receiver = end.data, end.results, end.receiver
-    expected: list[np.ndarray] = []
-    floor_ids = np.zeros(0, dtype=np.int32)         # the floor's engine vector: isl zeros
-    isl = -1
-    try:
-        while (ctl := end.control()) is not None:
-            mode = ctl["mode"]
-            if ctl["isl"] != isl:
-                isl, expected = ctl["isl"], pool(ctl["isl"])
-                floor_ids = np.zeros(isl, dtype=np.int32)
-            cpu0 = thread0 = check_s = 0.0
-            count = bad = 0
-            acks.send_pyobj(None)                   # set up
-            while True:
-                if not end.ready():
-                    return                              # the proxy is gone
-                msg = receive(data, mode, receiver)
-                if mode == FLOOR:
-                    if len(msg) == _ID.size:        # a request: the engine's one memcpy
-                        np.array(floor_ids)
-                        acks.send(msg, copy=True)
-                        count += 1
-                        continue
-                    msg = pickle.loads(msg)         # a control message
-                if msg is None:                     # the proxy closes mid-row
-                    return
-                if isinstance(msg, dict):
-                    if msg["op"] == "begin":
-                        cpu0, thread0 = _cpu_s(), time.thread_time()
-                        check_s, count, bad = 0.0, 0, 0
-                        # Acked: no request of the phase, which the proxy's threads send on
-                        # their own sockets, may arrive before it.
-                        acks.send_pyobj(None)
-                    elif msg["op"] == "end":
-                        acks.send_pyobj({"cpu_s": _cpu_s() - cpu0 - check_s, "requests": count,
-                                         "thread_s": time.thread_time() - thread0 - check_s,
-                                         "bad": bad, "check_s": check_s})
-                    else:
-                        break
-                    continue
-                reqs = msg if isinstance(msg, list) else [msg]
-                ids = np.empty(len(reqs), dtype=np.int64)
-                for k, req in enumerate(reqs):
-                    vec = end.engine.build(req, token_source(req))
-                    t = time.thread_time()
-                    if not np.array_equal(engine_ids(vec), expected[req.id % POOL]):
-                        bad += 1
-                    check_s += time.thread_time() - t
-                    ids[k] = req.id
-                acks.send(ids.tobytes(), copy=True)
-                count += len(reqs)
-    finally:
-        end.close()
+def pool(isl: int) -> tuple[int, int, int]:
+    """The `streams` of a row's requests at `isl` (its ISL, seed, count)."""
+    return isl, 7000 + 1000 * isl, POOL
 
 
 # --------------------------------------------------------------------------------------------
@@ -192,7 +98,7 @@ class Proxy(ProxyEnd):
 
     def __init__(self, engine_path: str | None = None, threads: int = 1,
                  shm_rows: bool = True) -> None:
-        super().__init__(worker_main, engine_path, slots=WINDOW + 16,
+        super().__init__(engine_path, False, slots=WINDOW + 16,
                          extra=threads if threads > 1 else 0, shm_rows=shm_rows)
         self.threads = threads
         self.todo: queue.SimpleQueue[tuple[str, int, list[list[int]], int] | None] = \
@@ -223,7 +129,8 @@ class Proxy(ProxyEnd):
                 if lists is not source:         # a new ISL: made here, outside the timing
                     source, mine = lists, [np.array(x, np.int32).tolist() for x in lists]
                 reqs = [make_request(mode, mine[i % POOL], i) for i in range(first, first + batch)]
-                _send(sock, mode, reqs if batch > 1 else reqs[0], self.sender, first + batch - 1)
+                send_message(sock, mode, reqs if batch > 1 else reqs[0], self.sender,
+                             first + batch - 1)
         except BaseException as e:          # reported by the main thread's next wait
             self.failed.append(e)
 
@@ -268,7 +175,8 @@ class Proxy(ProxyEnd):
             self.todo.put((mode, batch, lists, first))
             return
         reqs = [make_request(mode, lists[i % POOL], i) for i in range(first, first + batch)]
-        _send(self.data, mode, reqs if batch > 1 else reqs[0], self.sender, first + batch - 1)
+        send_message(self.data, mode, reqs if batch > 1 else reqs[0], self.sender,
+                     first + batch - 1)
 
     def phase(self, row: str, lists: list[list[int]], seconds: float,
               rate: float | None) -> tuple[int, float, tuple[float, float], dict[str, Any]]:
@@ -276,8 +184,7 @@ class Proxy(ProxyEnd):
         (requests, wall s, proxy CPU s (process, main thread), the worker's report); latencies
         in self.lat_us."""
         mode, batch = ROWS[row]
-        _send(self.data, mode, {"op": "begin"}, self.sender)
-        self.reply()
+        self.control(mode, "report")                 # (of the phase before: set-up, warm-up)
         self.lat_us = []
         pc, rng = time.perf_counter, random.Random(len(lists) * 7919 + int(rate or 0))
         starts = self.starts
@@ -309,15 +216,13 @@ class Proxy(ProxyEnd):
             self._drain(block=True)
         wall = pc() - t0
         cpu = (time.process_time() - cpu0, time.thread_time() - thread0)
-        _send(self.data, mode, {"op": "end"}, self.sender)
-        report = self.reply()
+        report = self.control(mode, "report")
         return report["requests"], wall, cpu, report
 
     def run_row(self, row: str, isl: int, lists: list[list[int]], seconds: float,
                 fractions: Sequence[float]) -> LoadRow:
         mode, batch = ROWS[row]
-        send_pyobj_oob(self.data, {"op": "row", "mode": mode, "isl": isl}, channel=self.sender)
-        self.reply()
+        self.row(mode, *pool(isl))
         res = LoadRow(row, isl, seconds, self.threads, checked=mode != FLOOR)
         try:
             what = f"load: ISL {isl:,}, {row}" + (f", {self.threads} proxy threads"
@@ -340,7 +245,7 @@ class Proxy(ProxyEnd):
                                                percentile(self.lat_us, 50), percentile(self.lat_us, 99)))
         finally:
             self._discard_jobs()
-            _send(self.data, mode, {"op": "done"}, self.sender)
+            self.control(mode, "done")
         return res
 
 
@@ -521,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             proxies[n] = Proxy(engine_path, n, shm_rows=n == 1 and "tokenwire-shm" in names)
         for isl in isls:
             # The tokenizer's lists, built once: make_request takes them as they are.
-            lists = [ids.tolist() for ids in pool(isl)]
+            lists = [ids.tolist() for ids in streams(*pool(isl))]
             for name in names:
                 for n, proxy in proxies.items():
                     if n == 1 or name != "tokenwire-shm":    # a Sender is one thread's
