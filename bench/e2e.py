@@ -220,47 +220,6 @@ def receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
     return sock.recv_pyobj()
 
 
-class WorkerEnd:
-    """A worker process's side of `ProxyEnd`: malloc settled (docs/adopting.md advises it for a
-    serving process), the engine, one PULL socket on every data address, a PUSH socket for
-    replies and the channel's Receiver; says `hello` and maps the offered segment."""
-
-    def __init__(self, data_addrs: list[str], results_addr: str, parent: int,
-                 engine_path: str | None, hello: dict[str, Any]) -> None:
-        import zmq
-        malloc_settling(True)
-        self.parent, self.engine = parent, engine_for(engine_path)
-        self.socks = Sockets()
-        self.data = self.socks.connect(zmq.PULL, data_addrs[0])
-        for addr in data_addrs[1:]:
-            self.data.connect(addr)
-        self.results = self.socks.connect(zmq.PUSH, results_addr)
-        self.receiver = shm.Receiver()
-        self.results.send_pyobj(hello)
-        if self.control() == "attach":
-            self.results.send_pyobj(None)
-
-    def ready(self, spin: bool = False) -> bool:
-        """Waits (the GIL released) until a message can be read, with `spin` spinning on the
-        ring for it first as Receiver(spin_us=) does; False once the proxy is gone."""
-        def spin_then_poll(ms: int) -> bool:
-            return self.receiver._poll(self.data, SHM_SPIN_US, ms)
-        return wait_while_parent_lives(self.data, self.parent, 1000,
-                                       poll=spin_then_poll if spin else None)
-
-    def control(self) -> Any:
-        """The next control message, None once the proxy closes or is gone. Control messages
-        travel through the channel too: the receiver drops the doorbells of messages the
-        spinning worker already took from the ring."""
-        if not self.ready():
-            return None
-        return recv_pyobj_oob(self.data, channel=self.receiver)
-
-    def close(self) -> None:
-        self.receiver.close()
-        self.socks.close()
-
-
 @functools.lru_cache(maxsize=1)
 def streams(isl: int, seed: int, n: int) -> list[np.ndarray]:
     """The ids of a row's requests: request i's are stream i % n (seeded, the same for every
@@ -309,23 +268,44 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
     acked once built (with the requests' ids; the floor's with the message itself), "report"
     (the phase's report; a new phase starts) and "done" (back to idle). The first data address
     is the proxy's main socket (set-ups, control messages, and requests at one proxy thread),
-    the others its serializing threads' (requests)."""
+    the others its serializing threads' (requests). Malloc settled, as docs/adopting.md
+    advises for a serving process."""
+    import zmq
+    malloc_settling(True)
+    engine = engine_for(engine_path)
     # Looked up once: this check runs after each ack, while the proxy prepares the next request.
     materialized = GenerationRequest.prompt_token_ids.is_materialized
     gc_log = GcLog()
     gc.callbacks.append(gc_log)
-    with GilMonitor(enabled=gil_monitor) as mon, contextlib.closing(WorkerEnd(
-            data_addrs, results_addr, parent, engine_path,
-            {"idle_gap_us": mon.idle_gap * 1e6})) as end:
-        data, results, receiver = end.data, end.results, end.receiver
-        while (ctl := end.control()) is not None:
+    with GilMonitor(enabled=gil_monitor) as mon, Sockets() as socks, shm.Receiver() as receiver:
+        data = socks.connect(zmq.PULL, data_addrs[0])
+        for addr in data_addrs[1:]:
+            data.connect(addr)
+        results = socks.connect(zmq.PUSH, results_addr)
+
+        def spin(ms: int) -> bool:      # spinning on the ring first, as Receiver(spin_us=) does
+            return receiver._poll(data, SHM_SPIN_US, ms)
+
+        def control() -> Any:
+            """The next set-up, None once the proxy closes or is gone. Through the channel too:
+            the receiver drops the doorbells of messages the spinning worker already took from
+            the ring."""
+            if not wait_while_parent_lives(data, parent, 1000):
+                return None
+            return recv_pyobj_oob(data, channel=receiver)
+
+        results.send_pyobj({"idle_gap_us": mon.idle_gap * 1e6})      # hello
+        if control() == "attach":                   # the segment the proxy offers, mapped
+            results.send_pyobj(None)
+        while (ctl := control()) is not None:
             mode, isl, timed, ph = ctl["mode"], ctl["isl"], ctl["timed"], _Phase(receiver)
             want = streams(isl, ctl["seed"], ctl["n"])     # the proxy's lists, drawn here too
             floor_ids = np.zeros(isl if mode == FLOOR else 0, dtype=np.int32)
+            poll = spin if mode == "tokenwire-shm-spin" else None
             results.send_pyobj(None)                    # set up
             keep: Any = None
             # Outside the window; once the proxy is gone, its next control() ends the worker.
-            while end.ready(spin=mode == "tokenwire-shm-spin"):
+            while wait_while_parent_lives(data, parent, 1000, poll=poll):
                 t0 = time.perf_counter()
                 msg = receive(data, mode, receiver)
                 ta = tb = time.perf_counter()
@@ -347,8 +327,7 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
                 for req in reqs:
                     source = floor_ids if mode == FLOOR else token_source(req)
                     tb = time.perf_counter()
-                    vecs.append(np.array(source) if mode == FLOOR
-                                else end.engine.build(req, source))
+                    vecs.append(np.array(source) if mode == FLOOR else engine.build(req, source))
                 t1 = time.perf_counter()
                 # Ack: the proxy may send the next request. The floor's engine made its one copy.
                 results.send(msg if mode == FLOOR else np.array(
