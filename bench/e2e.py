@@ -710,8 +710,8 @@ def run_zmq(isls: Sequence[int], count: int, engine_path: str | None = None,
 # Ray (actor to actor)
 
 class _RayWorker:
-    """The worker actor: a put request's ray.get (fetch + deserialize) and int32 hand-off,
-    timed; an argument's hand-off (Ray fetched and unpickled it before the call)."""
+    """The worker actor: a put request's ray.get (fetch + deserialize) and int32 hand-off, or
+    an argument's hand-off (Ray fetched and unpickled it before the call), timed."""
 
     def __init__(self, gil_monitor: bool = True) -> None:
         self.mon = GilMonitor(enabled=gil_monitor).__enter__()
@@ -727,17 +727,12 @@ class _RayWorker:
             return np.array(source)
         return hand_off(req)
 
-    def submit(self, refs: list[Any]) -> tuple[float, float, int]:
+    def take(self, sent: Any) -> tuple[float, float, int]:
         import ray
         t0 = time.perf_counter()
-        req = ray.get(refs[0])     # a ref inside a list is not resolved before the call
-        vec = self.hand_off(req)
-        t1 = time.perf_counter()
-        return t0, t1, crc(vec)
-
-    def take(self, req: Any) -> tuple[float, int]:
-        vec = self.hand_off(req)
-        return time.perf_counter(), crc(vec)
+        # A put request's reference, inside a list: a reference is resolved before the call.
+        vec = self.hand_off(ray.get(sent[0]) if isinstance(sent, list) else sent)
+        return t0, time.perf_counter(), crc(vec)
 
     def gil(self, windows: list[tuple[float, float]]) -> list[float]:
         blocked = self.mon.blocked_in(windows)
@@ -764,14 +759,15 @@ class _RayProxy:
                 as_tokens(req)                          # the list's one unavoidable pass
                 sent = isl
             if call == "put":
-                handed = ray.put(sent)                  # the reference
+                sent = [ray.put(sent)]                  # the reference
                 send.append((time.perf_counter() - t0) * 1e6)
-                a, end, c = ray.get(worker.submit.remote([handed]))
-                windows.append((a, end))
+                handed = worker.take.remote(sent)
             else:
                 handed = worker.take.remote(sent)       # Ray pickles the argument here
                 send.append((time.perf_counter() - t0) * 1e6)
-                end, c = ray.get(handed)
+            a, end, c = ray.get(handed)
+            if call == "put":
+                windows.append((a, end))
             trips.append((end - t0) * 1e6)
             crcs.append(c)
             # Freed here, outside the trip: the request, and the reference (the last reference
