@@ -742,10 +742,12 @@ class _RayWorker:
 
 class _RayProxy:
     """The proxy actor: builds each request from a list, hands it over (`call`: put and pass
-    the reference, or pass it as the argument), waits for the worker's answer. The trip runs
-    from the put or the call to the end of the worker's hand-off (one host: one clock)."""
+    the reference, or pass it as the argument), waits for the worker's answer: the row of
+    transport `label`. The trip runs from the put or the call to the end of the worker's
+    hand-off (one host: one clock)."""
 
-    def run(self, worker: Any, mode: str, call: str, isl: int, count: int) -> dict[str, Any]:
+    def run(self, worker: Any, label: str, mode: str, call: str, isl: int,
+            count: int) -> ModeResult:
         import ray
         windows, crcs, expected, send, trips = [], [], [], [], []
         floor_crc = crc(np.zeros(isl, np.int32)) if mode == FLOOR else None  # what it copies
@@ -775,8 +777,8 @@ class _RayProxy:
             del sent, req, handed
         del windows[:RAY_WARMUP], send[:RAY_WARMUP], trips[:RAY_WARMUP]
         gil = ray.get(worker.gil.remote(windows))      # (and forgets the row's stalls)
-        return {"latency_us": [(b - a) * 1e6 for a, b in windows], "gil_us": gil,
-                "send_us": send, "trip_us": trips, "correct": crcs == expected}
+        return ModeResult(label, mode, isl, count, [(b - a) * 1e6 for a, b in windows], gil,
+                          send, crcs == expected, trip_us=trips)
 
 
 def run_ray(isls: Sequence[int], count: int, nodes: int = 1,
@@ -806,11 +808,8 @@ def run_ray(isls: Sequence[int], count: int, nodes: int = 1,
             for isl in isls:
                 for mode in RAY_MODES:
                     stderr_progress(f"e2e {label}: ISL {isl:,}, {mode}")
-                    r = ray.get(proxy.run.remote(worker, mode, call, isl, count))
-                    out.append(ModeResult(label, mode, isl, count, r["latency_us"], r["gil_us"],
-                                          r["send_us"], r["correct"], trip_us=r["trip_us"]))
+                    out.append(ray.get(proxy.run.remote(worker, label, mode, call, isl, count)))
     return out
-
 
 
 def main(argv: list[str] | None = None) -> int:
