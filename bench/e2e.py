@@ -308,7 +308,6 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
             while wait_while_parent_lives(data, parent, 1000, poll=poll):
                 t0 = time.perf_counter()
                 msg = receive(data, mode, receiver)
-                ta = tb = time.perf_counter()
                 if mode == FLOOR and len(msg) > REQUEST_ID.size:
                     msg = pickle.loads(msg)             # a control message
                 if msg is None:                         # the proxy closes mid-row
@@ -325,6 +324,7 @@ def worker_main(data_addrs: list[str], results_addr: str, parent: int,
                     continue
                 reqs, vecs = msg if isinstance(msg, list) else [msg], []
                 for req in reqs:
+                    ta = time.perf_counter()
                     source = floor_ids if mode == FLOOR else token_source(req)
                     tb = time.perf_counter()
                     vecs.append(np.array(source) if mode == FLOOR else engine.build(req, source))
