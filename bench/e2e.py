@@ -447,23 +447,6 @@ class E2EFigures:
             raise KeyError(modes)
         return min(found, key=lambda m: self.p50(m, transport=transport))
 
-    def gil(self, mode: str) -> float:
-        if not self.row(mode).gil_us:
-            raise KeyError("no GIL figures (--no-gil-monitor)")   # not measured: not reported
-        return self.row(mode).gil_ratio(self.row("baseline"))[0]
-
-    def gil_shown(self, mode: str, v: float) -> str:
-        r = self.row(mode)
-        if not r.gil_ratio(self.row("baseline"))[1]:
-            return f"{v:.1f}x lower"
-        return (f"at least {v:.1f}x lower; its stall is below the monitor's "
-                f"{r.gil_resolution_us:.0f} µs resolution")
-
-    def tail_shown(self, mode: str, v: float) -> str:
-        r = self.row(mode)
-        return (f"{v:.1f}x (p99 {r.p('trip', 99):.1f} µs, p50 {r.p('trip'):.1f} µs; transit p99 "
-                f"{r.p('transit', 99):.1f} µs, p50 {r.p('transit'):.1f} µs)")
-
 
 def _lower(mode: str, column: str, bound: float, what: str, than: str = "",
            isl: int = 40_000) -> Target:
@@ -474,14 +457,27 @@ def _lower(mode: str, column: str, bound: float, what: str, than: str = "",
 
 
 def _tail_target(mode: str) -> Target:
+    def shown(f: E2EFigures, v: float) -> str:
+        r = f.row(mode)
+        return (f"{v:.1f}x (p99 {r.p('trip', 99):.1f} µs, p50 {r.p('trip'):.1f} µs; transit p99 "
+                f"{r.p('transit', 99):.1f} µs, p50 {r.p('transit'):.1f} µs)")
     return Target(f"{mode}: whole trip p99 <= 3x its p50",
-                  lambda f: f.row(mode).p("trip", 99) / f.p50(mode), lambda v: v <= 3,
-                  lambda f, v: f.tail_shown(mode, v))
+                  lambda f: f.row(mode).p("trip", 99) / f.p50(mode), lambda v: v <= 3, shown)
 
 
 def _gil_target(mode: str) -> Target:
+    def ratio(f: E2EFigures) -> tuple[float, bool]:
+        if not f.row(mode).gil_us:
+            raise KeyError("no GIL figures (--no-gil-monitor)")   # not measured: not reported
+        return f.row(mode).gil_ratio(f.row("baseline"))
+
+    def shown(f: E2EFigures, v: float) -> str:
+        if not ratio(f)[1]:
+            return f"{v:.1f}x lower"
+        return (f"at least {v:.1f}x lower; its stall is below the monitor's "
+                f"{f.row(mode).gil_resolution_us:.0f} µs resolution")
     return Target(f"{mode}: GIL held by the submit >= 10x lower than the baseline's",
-                  lambda f: f.gil(mode), lambda v: v >= 10, lambda f, v: f.gil_shown(mode, v))
+                  lambda f: ratio(f)[0], lambda v: v >= 10, shown)
 
 
 def targets_for(engine: str) -> list[Target]:
