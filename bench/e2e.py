@@ -142,12 +142,11 @@ class GcLog:
 
 
 class GilMonitor:
-    """A background thread that sleeps `tick` seconds in a loop and records every wake-up that
-    came later than usual: those intervals are when some other thread held the GIL. Resolution:
+    """A background thread that sleeps 1 µs in a loop and records every wake-up that came
+    later than usual: those intervals are when some other thread held the GIL. Resolution:
     the usual gap between wake-ups (`idle_gap`, ~17 µs on Linux with the timer slack lowered)."""
 
-    def __init__(self, tick: float = 1e-6, enabled: bool = True) -> None:
-        self.tick = tick
+    def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.gaps: list[tuple[float, float]] = []
         self.idle_gap = 0.0
@@ -157,7 +156,7 @@ class GilMonitor:
 
     def _run(self) -> None:
         _lower_timer_slack()
-        sleep, now, gaps, tick = time.sleep, time.perf_counter, self.gaps, self.tick
+        sleep, now, gaps, tick = time.sleep, time.perf_counter, self.gaps, 1e-6
         samples = []                # calibration: the usual gap on an idle interpreter
         prev = now()
         for _ in range(2000):
@@ -212,7 +211,7 @@ class GilMonitor:
 def receive(sock: Any, mode: str, receiver: shm.Receiver) -> Any:
     """The worker's side of a message of `mode`: what `send` put on the socket, received."""
     if mode == FLOOR:
-        return sock.recv()                      # the 1-byte message
+        return sock.recv()              # a request (load's: its id), or a control message's pickle
     if mode in SHM_MODES:                       # spin: the ring (poll spun for it), or the socket
         return recv_pyobj_oob(sock, channel=receiver)
     if mode == "tokenwire-oob":
