@@ -178,12 +178,12 @@ class Proxy(ProxyEnd):
         send_message(self.data, mode, reqs if batch > 1 else reqs[0], self.sender,
                      first + batch - 1)
 
-    def phase(self, row: str, lists: list[list[int]], seconds: float,
+    def phase(self, res: LoadRow, lists: list[list[int]], seconds: float,
               rate: float | None) -> tuple[int, float, tuple[float, float], dict[str, Any]]:
-        """One phase: closed loop (`rate` None) or Poisson arrivals at `rate` requests/s.
-        (requests, wall s, proxy CPU s (process, main thread), the worker's report); latencies
-        in self.lat_us."""
-        mode, batch = ROWS[row]
+        """One phase of row `res`: closed loop (`rate` None) or Poisson arrivals at `rate`
+        requests/s. (requests, wall s, proxy CPU s (process, main thread), the worker's report);
+        latencies in self.lat_us, the requests whose ids arrived wrong added to res.wrong."""
+        mode, batch = ROWS[res.row]
         self.control(mode, "report")                 # (of the phase before: set-up, warm-up)
         self.lat_us = []
         pc, rng = time.perf_counter, random.Random(len(lists) * 7919 + int(rate or 0))
@@ -217,6 +217,7 @@ class Proxy(ProxyEnd):
         wall = pc() - t0
         cpu = (time.process_time() - cpu0, time.thread_time() - thread0)
         report = self.control(mode, "report")
+        res.wrong += report["bad"]
         return report["requests"], wall, cpu, report
 
     def run_row(self, row: str, isl: int, lists: list[list[int]], seconds: float,
@@ -228,21 +229,19 @@ class Proxy(ProxyEnd):
             what = f"load: ISL {isl:,}, {row}" + (f", {self.threads} proxy threads"
                                                     if self.threads > 1 else "")
             stderr_progress(f"{what}: warm-up")
-            n, _, _, rep = self.phase(row, lists, WARMUP_S, None)
-            res.wrong += rep["bad"]
+            self.phase(res, lists, WARMUP_S, None)
             stderr_progress(f"{what}: closed loop")
-            n, wall, cpu, rep = self.phase(row, lists, seconds, None)
-            res.wrong += rep["bad"]
+            n, wall, cpu, rep = self.phase(res, lists, seconds, None)
             res.requests, res.rps = n, n / wall
             res.proxy_cpu_us, res.worker_cpu_us = cpu[0] / n * 1e6, rep["cpu_s"] / n * 1e6
             res.proxy_main_us, res.worker_main_us = cpu[1] / n * 1e6, rep["thread_s"] / n * 1e6
             res.p50_us, res.p99_us = percentile(self.lat_us, 50), percentile(self.lat_us, 99)
             for frac in fractions:
                 stderr_progress(f"{what}: open loop at {frac:g} x saturation")
-                n, wall, _, rep = self.phase(row, lists, seconds, frac * res.rps)
-                res.wrong += rep["bad"]
+                n, wall, _, _ = self.phase(res, lists, seconds, frac * res.rps)
                 res.open_loop.append(OpenPoint(frac, frac * res.rps, n / wall, n,
-                                               percentile(self.lat_us, 50), percentile(self.lat_us, 99)))
+                                               percentile(self.lat_us, 50),
+                                               percentile(self.lat_us, 99)))
         finally:
             self._discard_jobs()
             self.control(mode, "done")
