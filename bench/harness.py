@@ -351,6 +351,12 @@ class Sockets:
         self.ctx.destroy(linger=0)              # closes every socket made from it, then ends
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def __enter__(self) -> Sockets:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 @functools.cache
 def push_pull(name: str) -> tuple[Any, Any]:
