@@ -173,3 +173,7 @@ def _after(results: Sequence[Result]) -> None:
 def main(argv: list[str] | None = None) -> int:
     return grouped_suite_main(argv, suite="wires", doc=__doc__ or "", methods_for=methods_for,
                               targets=TARGETS, after=_after)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
